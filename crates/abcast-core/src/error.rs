@@ -1,0 +1,56 @@
+//! Errors of the core layer. Every input from the network is decoded into a `Result`;
+//! nothing here panics on bad bytes.
+
+use std::fmt;
+
+/// Why a message body could not be decoded. The runtime closes the connection that sent it
+/// and logs this reason; the protocol recovers through its ordinary retransmissions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    /// The body ended before the field named here.
+    Truncated { what: &'static str },
+    /// A field holds a value outside its space.
+    Invalid { what: &'static str, detail: String },
+    /// The message type byte is not one this protocol knows.
+    UnknownKind(u8),
+    /// Bytes were left over after the message.
+    Trailing { left: usize },
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::Truncated { what } => write!(f, "message truncated while reading {what}"),
+            DecodeError::Invalid { what, detail } => write!(f, "invalid {what}: {detail}"),
+            DecodeError::UnknownKind(k) => write!(f, "unknown message kind {k}"),
+            DecodeError::Trailing { left } => write!(f, "{left} trailing bytes after message"),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// Why `propose` did not take a value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProposeError {
+    /// The proposer's window of values in flight is full: wait for deliveries and retry.
+    Busy,
+    /// The value is larger than the configured maximum (`max_value_bytes`).
+    TooLarge { bytes: usize, max_bytes: usize },
+    /// This node does not have the proposer role.
+    NotProposer,
+}
+
+impl fmt::Display for ProposeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProposeError::Busy => write!(f, "proposer window full (busy), retry later"),
+            ProposeError::TooLarge { bytes, max_bytes } => {
+                write!(f, "value of {bytes} bytes exceeds the maximum of {max_bytes} bytes")
+            }
+            ProposeError::NotProposer => write!(f, "this node is not a proposer"),
+        }
+    }
+}
+
+impl std::error::Error for ProposeError {}

@@ -1,0 +1,21 @@
+//! abcast-core: the vocabulary, the wire codec of protocol messages, the protocol trait and
+//! its effects, the storage trait, and the protocols themselves as pure ("sans-io") state
+//! machines. Nothing in this crate opens a socket, reads a clock, spawns a thread or draws a
+//! random number: time comes in as an argument (`Micros`), and everything a protocol wants
+//! done leaves through an [`Outbox`]. The simulator (`abcast-sim`) and the real runtime
+//! (`abcast`) drive the same code.
+//!
+//! Layers (see ARCHITECTURE.md): vocabulary -> protocols -> storage -> simulator / runtime
+//! -> node -> applications. Arrows point down only; this crate is the bottom two layers
+//! plus the storage trait.
+
+pub mod codec;
+pub mod error;
+pub mod protocol;
+pub mod storage;
+pub mod types;
+// pub mod uring; (being written)
+
+pub use error::{DecodeError, ProposeError};
+pub use protocol::{Delivery, Outbox, Protocol, Status};
+pub use types::{Ballot, Batch, BatchKey, Decree, GroupId, Instance, Micros, NodeId, Value, ValueId};

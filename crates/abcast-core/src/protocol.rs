@@ -1,0 +1,149 @@
+//! The one protocol trait, and the effects a protocol asks its driver to carry out.
+//!
+//! A protocol is a deterministic state machine with three inputs (a proposal, a message from
+//! a peer, a tick) and one output, the [`Outbox`]. The driver (simulator or runtime) calls an
+//! input, then carries out the outbox in this order:
+//!
+//! 1. if `needs_sync` is set, make the protocol's storage durable (group commit: one sync for
+//!    every record written since the last one);
+//! 2. send `sends` and `multicasts` (messages that may depend on what was just made durable);
+//! 3. hand `deliveries` (in instance order) and `acks` to the application.
+//!
+//! This is the raft-rs `Ready` discipline: no message that depends on a persisted state leaves
+//! before that state is durable.
+
+use crate::codec::WireMessage;
+use crate::types::{Ballot, Batch, BatchKey, Instance, Micros, NodeId, ValueId};
+use crate::ProposeError;
+use bytes::Bytes;
+
+/// Values delivered in order: everything in `batch`, decided in `instance`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    pub instance: Instance,
+    pub batch: Batch,
+}
+
+/// The proposer learns that the values `key.first_seq .. key.first_seq + count` of its own
+/// batch are decided: a quorum of acceptors accepted them, so they can no longer be lost
+/// while at most f acceptors fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ack {
+    pub key: BatchKey,
+    pub count: u32,
+}
+
+/// What a protocol asks its driver to do. Reused across calls: the driver drains it and
+/// the vectors keep their capacity, so the steady state allocates nothing here.
+#[derive(Debug)]
+pub struct Outbox<M> {
+    /// Unicast messages, in the order they must be sent per destination.
+    pub sends: Vec<(NodeId, M)>,
+    /// Messages for every member of the protocol instance's multicast group.
+    pub multicasts: Vec<M>,
+    /// Deliveries, in instance order.
+    pub deliveries: Vec<Delivery>,
+    /// Acknowledgements of this node's own proposals.
+    pub acks: Vec<Ack>,
+    /// Storage was written; sync it before carrying out `sends` and `multicasts`.
+    pub needs_sync: bool,
+    /// Rare control-plane events worth a log line (coordinator change, view change).
+    pub events: Vec<String>,
+}
+
+impl<M> Default for Outbox<M> {
+    fn default() -> Self {
+        Outbox {
+            sends: Vec::new(),
+            multicasts: Vec::new(),
+            deliveries: Vec::new(),
+            acks: Vec::new(),
+            needs_sync: false,
+            events: Vec::new(),
+        }
+    }
+}
+
+impl<M> Outbox<M> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn send(&mut self, to: NodeId, msg: M) {
+        self.sends.push((to, msg));
+    }
+    pub fn is_empty(&self) -> bool {
+        self.sends.is_empty()
+            && self.multicasts.is_empty()
+            && self.deliveries.is_empty()
+            && self.acks.is_empty()
+            && self.events.is_empty()
+            && !self.needs_sync
+    }
+    pub fn clear(&mut self) {
+        self.sends.clear();
+        self.multicasts.clear();
+        self.deliveries.clear();
+        self.acks.clear();
+        self.events.clear();
+        self.needs_sync = false;
+    }
+}
+
+/// A snapshot of a protocol's state for people (the demo summary, `abcast status`) and for
+/// the simulator's convergence checks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Status {
+    pub node: NodeId,
+    /// The coordinator (leader) this node believes in, if any.
+    pub coordinator: Option<NodeId>,
+    /// The highest ballot this node has seen.
+    pub ballot: Ballot,
+    /// Whether this node is coordinating and has completed phase 1.
+    pub leading: bool,
+    /// Every instance up to this one has been delivered here.
+    pub delivered_upto: Instance,
+    /// The highest instance this node knows to be decided.
+    pub decided_max: Instance,
+    /// Values proposed here and not yet decided.
+    pub values_in_flight: usize,
+    /// Whether the acceptor has forgotten its state (in-memory restart) and is not yet repaired.
+    pub amnesic: bool,
+    /// Nodes this node currently believes alive, in ring order.
+    pub view: Vec<NodeId>,
+}
+
+/// A total-order broadcast protocol, as a pure state machine.
+pub trait Protocol {
+    /// The protocol's message type, with its wire codec.
+    type Message: WireMessage + Clone + std::fmt::Debug;
+
+    /// This node's id.
+    fn node(&self) -> NodeId;
+
+    /// Offers one value for total-order broadcast. Returns its id, or `Busy` when the
+    /// proposer's window of values in flight is full. The value may wait in the open batch
+    /// until the next `tick`.
+    fn propose(
+        &mut self,
+        now: Micros,
+        payload: Bytes,
+        out: &mut Outbox<Self::Message>,
+    ) -> Result<ValueId, ProposeError>;
+
+    /// A message from a peer. Never panics on a message that is well-formed but wrong in
+    /// content (stale ballot, unknown instance, a node outside the ring): such a message is
+    /// ignored or answered.
+    fn receive(&mut self, now: Micros, from: NodeId, msg: Self::Message, out: &mut Outbox<Self::Message>);
+
+    /// Time passes. Drivers call it after every batch of inputs and at least every
+    /// `tick_interval_us`; it closes batches, sends heartbeats and retransmits.
+    fn tick(&mut self, now: Micros, out: &mut Outbox<Self::Message>);
+
+    /// How often the driver must call `tick` when nothing else happens.
+    fn tick_interval_us(&self) -> Micros;
+
+    /// Whether `propose` would accept a value right now.
+    fn can_propose(&self) -> bool;
+
+    fn status(&self) -> Status;
+}

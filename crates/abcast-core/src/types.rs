@@ -1,0 +1,298 @@
+//! Vocabulary shared by every protocol: node ids, ballots, instances, values and batches.
+
+use bytes::{Bytes, BytesMut};
+use std::fmt;
+
+/// Time in microseconds on a monotonic clock chosen by the driver (the simulator's virtual
+/// clock or the runtime's `Instant` since start). Protocols never read a clock themselves.
+pub type Micros = u64;
+
+/// A consensus instance number (seed 000 §3.1.2: "instance"). Instances start at 1; 0 means
+/// "none".
+pub type Instance = u64;
+
+/// A node of the cluster, as named in the configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct NodeId(pub u32);
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "n{}", self.0)
+    }
+}
+
+/// One protocol instance on a node (a ring, in Multi-Ring Paxos a group). The runtime
+/// multiplexes many groups over one connection; the protocol state machine never sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct GroupId(pub u16);
+
+/// A ballot (Paxos round, seed 003 "c-rnd"). Unique per coordinator because the node id
+/// breaks ties (seed 000 §3.1.2: "a counter and the last digit of the coordinator ID"; we
+/// keep the whole id). Ordered by `round`, then `node`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Ballot {
+    pub round: u32,
+    pub node: NodeId,
+}
+
+impl Ballot {
+    /// The ballot nobody has promised or voted in.
+    pub const ZERO: Ballot = Ballot { round: 0, node: NodeId(0) };
+
+    pub fn new(round: u32, node: NodeId) -> Ballot {
+        Ballot { round, node }
+    }
+
+    pub fn is_zero(&self) -> bool {
+        *self == Ballot::ZERO
+    }
+}
+
+impl fmt::Display for Ballot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.round, self.node.0)
+    }
+}
+
+/// The unique id of one proposed value: the proposer and its sequence number. Sequence
+/// numbers grow across restarts (the driver gives a proposer a start sequence above any it
+/// used before), so an id is never reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ValueId {
+    pub node: NodeId,
+    pub seq: u64,
+}
+
+impl fmt::Display for ValueId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.node, self.seq)
+    }
+}
+
+/// A value: its id and its payload. The payload is a shared, reference-counted buffer:
+/// cloning a value never copies its bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Value {
+    pub id: ValueId,
+    pub payload: Bytes,
+}
+
+/// The id of a batch: the proposer and the sequence number of its first value. Consensus
+/// runs on batch keys where the receiver already holds the payload (seed 003 §4.1,
+/// "consensus on value ids"; seed 000 §3.1.3, "every byte array ... only transmitted once").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BatchKey {
+    pub origin: NodeId,
+    pub first_seq: u64,
+}
+
+impl fmt::Display for BatchKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.origin, self.first_seq)
+    }
+}
+
+/// A batch of values from one proposer with consecutive sequence numbers
+/// `first_seq .. first_seq + count`. The payloads sit back to back in `data`; `lens` holds
+/// one little-endian `u32` length per value. Both are shared buffers, so a decoded batch
+/// is a view into the frame it arrived in (no copy), and a clone costs two reference counts.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Batch {
+    origin: NodeId,
+    first_seq: u64,
+    count: u32,
+    lens: Bytes,
+    data: Bytes,
+}
+
+impl fmt::Debug for Batch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Batch({} x{} {}B)", self.key(), self.count, self.data.len())
+    }
+}
+
+impl Batch {
+    /// Builds a batch from its parts, checking that the lengths add up to the data.
+    pub fn from_parts(
+        origin: NodeId,
+        first_seq: u64,
+        lens: Bytes,
+        data: Bytes,
+    ) -> Result<Batch, crate::DecodeError> {
+        if lens.len() % 4 != 0 {
+            return Err(crate::DecodeError::Invalid {
+                what: "batch lengths",
+                detail: format!("{} bytes is not a multiple of 4", lens.len()),
+            });
+        }
+        let count = lens.len() / 4;
+        if count == 0 || count > u32::MAX as usize {
+            return Err(crate::DecodeError::Invalid { what: "batch count", detail: format!("{count}") });
+        }
+        let mut total: u64 = 0;
+        for chunk in lens.chunks_exact(4) {
+            total += u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]) as u64;
+        }
+        if total != data.len() as u64 {
+            return Err(crate::DecodeError::Invalid {
+                what: "batch data",
+                detail: format!("lengths add up to {total} bytes, data holds {}", data.len()),
+            });
+        }
+        if first_seq.checked_add(count as u64).is_none() {
+            return Err(crate::DecodeError::Invalid { what: "batch first_seq", detail: "overflow".into() });
+        }
+        Ok(Batch { origin, first_seq, count: count as u32, lens, data })
+    }
+
+    /// A batch of one value that shares the caller's buffer (no copy). Used for values large
+    /// enough to fill a batch on their own.
+    pub fn single(id: ValueId, payload: Bytes) -> Batch {
+        let mut lens = BytesMut::with_capacity(4);
+        lens.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        Batch { origin: id.node, first_seq: id.seq, count: 1, lens: lens.freeze(), data: payload }
+    }
+
+    pub fn key(&self) -> BatchKey {
+        BatchKey { origin: self.origin, first_seq: self.first_seq }
+    }
+    pub fn origin(&self) -> NodeId {
+        self.origin
+    }
+    pub fn first_seq(&self) -> u64 {
+        self.first_seq
+    }
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+    /// Payload bytes (without lengths).
+    pub fn payload_bytes(&self) -> usize {
+        self.data.len()
+    }
+    pub fn lens_raw(&self) -> &Bytes {
+        &self.lens
+    }
+    pub fn data_raw(&self) -> &Bytes {
+        &self.data
+    }
+    /// Size on the wire of lengths and data.
+    pub fn wire_bytes(&self) -> usize {
+        self.lens.len() + self.data.len()
+    }
+    /// The ids of the values, in order.
+    pub fn ids(&self) -> impl Iterator<Item = ValueId> + '_ {
+        let origin = self.origin;
+        (0..self.count as u64).map(move |i| ValueId { node: origin, seq: self.first_seq + i })
+    }
+    /// The values, in order. Each payload is a slice of the shared buffer.
+    pub fn values(&self) -> BatchIter<'_> {
+        BatchIter { batch: self, index: 0, offset: 0 }
+    }
+}
+
+/// Iterator over the values of a [`Batch`].
+pub struct BatchIter<'a> {
+    batch: &'a Batch,
+    index: u32,
+    offset: usize,
+}
+
+impl Iterator for BatchIter<'_> {
+    type Item = Value;
+    fn next(&mut self) -> Option<Value> {
+        if self.index >= self.batch.count {
+            return None;
+        }
+        let at = self.index as usize * 4;
+        let l = &self.batch.lens[at..at + 4];
+        let len = u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize;
+        let payload = self.batch.data.slice(self.offset..self.offset + len);
+        let id = ValueId { node: self.batch.origin, seq: self.batch.first_seq + self.index as u64 };
+        self.index += 1;
+        self.offset += len;
+        Some(Value { id, payload })
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = (self.batch.count - self.index) as usize;
+        (left, Some(left))
+    }
+}
+
+/// Builds a batch by appending values: one copy of each payload into the batch buffer.
+#[derive(Debug)]
+pub struct BatchBuilder {
+    origin: NodeId,
+    first_seq: u64,
+    lens: BytesMut,
+    data: BytesMut,
+}
+
+impl BatchBuilder {
+    pub fn new(origin: NodeId, first_seq: u64, capacity_bytes: usize) -> BatchBuilder {
+        BatchBuilder {
+            origin,
+            first_seq,
+            lens: BytesMut::with_capacity(256),
+            data: BytesMut::with_capacity(capacity_bytes),
+        }
+    }
+    pub fn push(&mut self, payload: &[u8]) -> ValueId {
+        let id = ValueId { node: self.origin, seq: self.first_seq + self.len() as u64 };
+        self.lens.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        self.data.extend_from_slice(payload);
+        id
+    }
+    pub fn len(&self) -> usize {
+        self.lens.len() / 4
+    }
+    pub fn is_empty(&self) -> bool {
+        self.lens.is_empty()
+    }
+    pub fn payload_bytes(&self) -> usize {
+        self.data.len()
+    }
+    pub fn first_seq(&self) -> u64 {
+        self.first_seq
+    }
+    /// Finishes the batch. Precondition: at least one value was pushed.
+    pub fn finish(self) -> Batch {
+        debug_assert!(!self.is_empty(), "finish on an empty batch");
+        let count = (self.lens.len() / 4) as u32;
+        Batch {
+            origin: self.origin,
+            first_seq: self.first_seq,
+            count,
+            lens: self.lens.freeze(),
+            data: self.data.freeze(),
+        }
+    }
+}
+
+/// What one consensus instance decides.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decree {
+    /// A batch of application values.
+    Values(Batch),
+    /// Nothing: decided for an instance left open by a failed coordinator (seed 000 §3.1.4,
+    /// "a learner proposes a null value for an outstanding instance").
+    Noop,
+}
+
+impl Decree {
+    /// The id consensus runs on: the batch key, or `None` for a no-op.
+    pub fn key(&self) -> Option<BatchKey> {
+        match self {
+            Decree::Values(b) => Some(b.key()),
+            Decree::Noop => None,
+        }
+    }
+    pub fn wire_bytes(&self) -> usize {
+        match self {
+            Decree::Values(b) => b.wire_bytes(),
+            Decree::Noop => 0,
+        }
+    }
+}

@@ -14,7 +14,7 @@ pub mod error;
 pub mod protocol;
 pub mod storage;
 pub mod types;
-// pub mod uring; (being written)
+pub mod uring;
 
 pub use error::{DecodeError, ProposeError};
 pub use protocol::{Delivery, Outbox, Protocol, Status};

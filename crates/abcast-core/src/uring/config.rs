@@ -1,0 +1,220 @@
+//! Configuration of one U-Ring Paxos ring, with the defaults of seed 000 table 4.1 where the
+//! seed has one. Every field is checked by [`RingConfig::validate`], whose errors name the
+//! field and the reason.
+
+use crate::types::{Micros, NodeId};
+use std::fmt;
+
+/// The roles of a ring member (seed 000 §2.3: "any node can be proposer, acceptor and
+/// learner", PAL).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Roles {
+    pub proposer: bool,
+    pub acceptor: bool,
+    pub learner: bool,
+}
+
+impl Roles {
+    pub const PAL: Roles = Roles { proposer: true, acceptor: true, learner: true };
+}
+
+/// One member of the ring, in ring order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    pub id: NodeId,
+    pub roles: Roles,
+}
+
+/// Largest ring: vote and payload sets are 64-bit masks of ring positions.
+pub const MAX_RING_MEMBERS: usize = 64;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RingConfig {
+    /// Members in ring order. The coordinator is the first live acceptor in this order.
+    pub members: Vec<Member>,
+    /// Phase 1 is run ahead for this many instances (table 4.1 `p1_preexecution_number`).
+    pub p1_preexecution_number: u64,
+    /// A coordinator re-sends phase 1 not answered by a quorum after this long
+    /// (table 4.1 `p1_resend_time`, 20 000 ms there; we default to 500 ms because phase 1
+    /// is only run on a coordinator change, where a long wait is a long outage).
+    pub p1_resend_us: Micros,
+    /// A coordinator re-circulates phase 2 for an instance not decided after this long.
+    pub p2_resend_us: Micros,
+    /// A proposer re-sends a value not decided after this long (table 4.1
+    /// `value_resend_time`, 20 000 ms there; 2 000 ms here, and at once on a coordinator
+    /// change).
+    pub value_resend_us: Micros,
+    /// Largest batch of proposals decided in one instance, in payload bytes.
+    pub batch_max_bytes: usize,
+    /// Longest a proposal waits for more values to join its batch while earlier batches are
+    /// in flight. With nothing in flight a batch leaves at once.
+    pub batch_linger_us: Micros,
+    /// The proposer's window: at most this many values proposed and not yet decided
+    /// (table 4.1 `concurrent_values` is 10 values per proposer there; we count bytes too).
+    pub window_values: usize,
+    /// The proposer's window in payload bytes.
+    pub window_bytes: usize,
+    /// Largest single value.
+    pub max_value_bytes: usize,
+    /// At most this many instances open (proposed, not yet decided) at the coordinator.
+    pub max_open_instances: usize,
+    /// Batches queued at the coordinator waiting for an instance, in bytes.
+    pub coordinator_queue_bytes: usize,
+    /// Heartbeat period; a node not heard from for `failure_timeout_us` is suspected and the
+    /// ring closes around it (seed 000 §3.2.3, where Zookeeper did this "after some seconds").
+    pub heartbeat_interval_us: Micros,
+    pub failure_timeout_us: Micros,
+    /// A learner missing an instance for this long asks an acceptor for it (seed 000 §3.1.4).
+    pub retrieve_timeout_us: Micros,
+    /// Instances asked for in one retrieve.
+    pub retrieve_max_instances: u64,
+    /// Acceptor store capacity (seed 000 §3.4 `CyclicArray`: 15 000 decisions).
+    pub store_capacity_instances: usize,
+    pub store_capacity_bytes: usize,
+}
+
+impl RingConfig {
+    /// A ring of the given members, all PAL, with default parameters.
+    pub fn pal(ids: &[u32]) -> RingConfig {
+        RingConfig {
+            members: ids.iter().map(|&i| Member { id: NodeId(i), roles: Roles::PAL }).collect(),
+            ..RingConfig::default()
+        }
+    }
+
+    pub fn acceptors(&self) -> impl Iterator<Item = &Member> {
+        self.members.iter().filter(|m| m.roles.acceptor)
+    }
+
+    /// Majority of acceptors (seed 003: ⌈(|N_a|+1)/2⌉).
+    pub fn quorum(&self) -> usize {
+        self.acceptors().count() / 2 + 1
+    }
+
+    pub fn position(&self, id: NodeId) -> Option<usize> {
+        self.members.iter().position(|m| m.id == id)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |field: &'static str, reason: String| Err(ConfigError { field, reason });
+        if self.members.is_empty() {
+            return err("members", "the ring has no members".into());
+        }
+        if self.members.len() > MAX_RING_MEMBERS {
+            return err("members", format!("{} members, at most {MAX_RING_MEMBERS}", self.members.len()));
+        }
+        for (i, m) in self.members.iter().enumerate() {
+            if self.members[..i].iter().any(|o| o.id == m.id) {
+                return err("members", format!("node id {} appears twice", m.id.0));
+            }
+            if !(m.roles.proposer || m.roles.acceptor || m.roles.learner) {
+                return err("members.roles", format!("node {} has no role", m.id.0));
+            }
+        }
+        if self.acceptors().count() == 0 {
+            return err("members.roles", "no member is an acceptor".into());
+        }
+        let positive = [
+            ("p1_preexecution_number", self.p1_preexecution_number),
+            ("p1_resend_us", self.p1_resend_us),
+            ("p2_resend_us", self.p2_resend_us),
+            ("value_resend_us", self.value_resend_us),
+            ("batch_max_bytes", self.batch_max_bytes as u64),
+            ("window_values", self.window_values as u64),
+            ("window_bytes", self.window_bytes as u64),
+            ("max_value_bytes", self.max_value_bytes as u64),
+            ("max_open_instances", self.max_open_instances as u64),
+            ("coordinator_queue_bytes", self.coordinator_queue_bytes as u64),
+            ("heartbeat_interval_us", self.heartbeat_interval_us),
+            ("failure_timeout_us", self.failure_timeout_us),
+            ("retrieve_timeout_us", self.retrieve_timeout_us),
+            ("retrieve_max_instances", self.retrieve_max_instances),
+            ("store_capacity_instances", self.store_capacity_instances as u64),
+            ("store_capacity_bytes", self.store_capacity_bytes as u64),
+        ];
+        for (field, v) in positive {
+            if v == 0 {
+                return err(field, "must be greater than zero".into());
+            }
+        }
+        if self.failure_timeout_us <= 2 * self.heartbeat_interval_us {
+            return err(
+                "failure_timeout_us",
+                format!(
+                    "{} us must exceed twice heartbeat_interval_us ({} us), or live nodes get suspected",
+                    self.failure_timeout_us, self.heartbeat_interval_us
+                ),
+            );
+        }
+        if self.max_value_bytes > self.window_bytes {
+            return err("max_value_bytes", "exceeds window_bytes: such a value could never be proposed".into());
+        }
+        if self.max_value_bytes > (64 << 20) {
+            return err("max_value_bytes", "at most 64 MiB".into());
+        }
+        if (self.max_open_instances as u64) >= self.store_capacity_instances as u64 {
+            return err(
+                "max_open_instances",
+                "must be smaller than store_capacity_instances, or open instances could not be stored".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Default for RingConfig {
+    fn default() -> Self {
+        RingConfig {
+            members: Vec::new(),
+            p1_preexecution_number: 5000,
+            p1_resend_us: 500_000,
+            p2_resend_us: 300_000,
+            value_resend_us: 2_000_000,
+            batch_max_bytes: 256 << 10,
+            batch_linger_us: 200,
+            window_values: 1 << 20,
+            window_bytes: 64 << 20,
+            max_value_bytes: 16 << 20,
+            max_open_instances: 256,
+            coordinator_queue_bytes: 256 << 20,
+            heartbeat_interval_us: 50_000,
+            failure_timeout_us: 300_000,
+            retrieve_timeout_us: 100_000,
+            retrieve_max_instances: 64,
+            store_capacity_instances: 15_000,
+            store_capacity_bytes: 1 << 30,
+        }
+    }
+}
+
+/// A configuration field that is out of its space.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid ring config: {}: {}", self.field, self.reason)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// What a node knows about itself when it starts, given by the driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StartInfo {
+    /// Grows by one every time the node restarts without its acceptor state (an in-memory
+    /// store). 0 on the first start.
+    pub incarnation: u64,
+    /// The acceptor lost its promises and votes: it must be repaired before it counts in a
+    /// phase 1 quorum (see `acceptor.rs`).
+    pub amnesic: bool,
+    /// First sequence number for this node's proposals; above any it used before.
+    pub start_seq: u64,
+}
+
+impl StartInfo {
+    pub const FRESH: StartInfo = StartInfo { incarnation: 0, amnesic: false, start_seq: 1 };
+}

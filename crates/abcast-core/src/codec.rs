@@ -19,7 +19,10 @@ pub struct Encoder {
 
 impl Encoder {
     pub fn new() -> Encoder {
-        Encoder { chunks: Vec::new(), current: BytesMut::with_capacity(128) }
+        Encoder {
+            chunks: Vec::new(),
+            current: BytesMut::with_capacity(128),
+        }
     }
     pub fn put_u8(&mut self, v: u8) {
         self.current.extend_from_slice(&[v]);
@@ -115,10 +118,18 @@ impl Decoder {
         Ok(self.buf.split_to(n))
     }
     /// A length-checked count: at most `max`, and at least `min_each * count` bytes must remain.
-    pub fn count(&mut self, what: &'static str, max: usize, min_each: usize) -> Result<usize, DecodeError> {
+    pub fn count(
+        &mut self,
+        what: &'static str,
+        max: usize,
+        min_each: usize,
+    ) -> Result<usize, DecodeError> {
         let n = self.u32(what)? as usize;
         if n > max {
-            return Err(DecodeError::Invalid { what, detail: format!("{n} exceeds the limit {max}") });
+            return Err(DecodeError::Invalid {
+                what,
+                detail: format!("{n} exceeds the limit {max}"),
+            });
         }
         if n.saturating_mul(min_each) > self.buf.remaining() {
             return Err(DecodeError::Truncated { what });
@@ -131,7 +142,9 @@ impl Decoder {
     /// Checks that the whole body was consumed.
     pub fn finish(self) -> Result<(), DecodeError> {
         if self.buf.has_remaining() {
-            Err(DecodeError::Trailing { left: self.buf.remaining() })
+            Err(DecodeError::Trailing {
+                left: self.buf.remaining(),
+            })
         } else {
             Ok(())
         }

@@ -46,7 +46,10 @@ impl fmt::Display for ProposeError {
         match self {
             ProposeError::Busy => write!(f, "proposer window full (busy), retry later"),
             ProposeError::TooLarge { bytes, max_bytes } => {
-                write!(f, "value of {bytes} bytes exceeds the maximum of {max_bytes} bytes")
+                write!(
+                    f,
+                    "value of {bytes} bytes exceeds the maximum of {max_bytes} bytes"
+                )
             }
             ProposeError::NotProposer => write!(f, "this node is not a proposer"),
         }

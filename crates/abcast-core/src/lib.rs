@@ -18,4 +18,6 @@ pub mod uring;
 
 pub use error::{DecodeError, ProposeError};
 pub use protocol::{Delivery, Outbox, Protocol, Status};
-pub use types::{Ballot, Batch, BatchKey, Decree, GroupId, Instance, Micros, NodeId, Value, ValueId};
+pub use types::{
+    Ballot, Batch, BatchKey, Decree, GroupId, Instance, Micros, NodeId, Value, ValueId,
+};

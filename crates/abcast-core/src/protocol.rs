@@ -12,9 +12,9 @@
 //! This is the raft-rs `Ready` discipline: no message that depends on a persisted state leaves
 //! before that state is durable.
 
+use crate::ProposeError;
 use crate::codec::WireMessage;
 use crate::types::{Ballot, Batch, BatchKey, Instance, Micros, NodeId, ValueId};
-use crate::ProposeError;
 use bytes::Bytes;
 
 /// Values delivered in order: everything in `batch`, decided in `instance`.
@@ -133,7 +133,13 @@ pub trait Protocol {
     /// A message from a peer. Never panics on a message that is well-formed but wrong in
     /// content (stale ballot, unknown instance, a node outside the ring): such a message is
     /// ignored or answered.
-    fn receive(&mut self, now: Micros, from: NodeId, msg: Self::Message, out: &mut Outbox<Self::Message>);
+    fn receive(
+        &mut self,
+        now: Micros,
+        from: NodeId,
+        msg: Self::Message,
+        out: &mut Outbox<Self::Message>,
+    );
 
     /// Time passes. Drivers call it after every batch of inputs and at least every
     /// `tick_interval_us`; it closes batches, sends heartbeats and retransmits.

@@ -37,7 +37,10 @@ pub struct Ballot {
 
 impl Ballot {
     /// The ballot nobody has promised or voted in.
-    pub const ZERO: Ballot = Ballot { round: 0, node: NodeId(0) };
+    pub const ZERO: Ballot = Ballot {
+        round: 0,
+        node: NodeId(0),
+    };
 
     pub fn new(round: u32, node: NodeId) -> Ballot {
         Ballot { round, node }
@@ -107,7 +110,13 @@ pub struct Batch {
 
 impl fmt::Debug for Batch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Batch({} x{} {}B)", self.key(), self.count, self.data.len())
+        write!(
+            f,
+            "Batch({} x{} {}B)",
+            self.key(),
+            self.count,
+            self.data.len()
+        )
     }
 }
 
@@ -119,7 +128,7 @@ impl Batch {
         lens: Bytes,
         data: Bytes,
     ) -> Result<Batch, crate::DecodeError> {
-        if lens.len() % 4 != 0 {
+        if !lens.len().is_multiple_of(4) {
             return Err(crate::DecodeError::Invalid {
                 what: "batch lengths",
                 detail: format!("{} bytes is not a multiple of 4", lens.len()),
@@ -127,7 +136,10 @@ impl Batch {
         }
         let count = lens.len() / 4;
         if count == 0 || count > u32::MAX as usize {
-            return Err(crate::DecodeError::Invalid { what: "batch count", detail: format!("{count}") });
+            return Err(crate::DecodeError::Invalid {
+                what: "batch count",
+                detail: format!("{count}"),
+            });
         }
         let mut total: u64 = 0;
         for chunk in lens.chunks_exact(4) {
@@ -140,9 +152,18 @@ impl Batch {
             });
         }
         if first_seq.checked_add(count as u64).is_none() {
-            return Err(crate::DecodeError::Invalid { what: "batch first_seq", detail: "overflow".into() });
+            return Err(crate::DecodeError::Invalid {
+                what: "batch first_seq",
+                detail: "overflow".into(),
+            });
         }
-        Ok(Batch { origin, first_seq, count: count as u32, lens, data })
+        Ok(Batch {
+            origin,
+            first_seq,
+            count: count as u32,
+            lens,
+            data,
+        })
     }
 
     /// A batch of one value that shares the caller's buffer (no copy). Used for values large
@@ -150,11 +171,20 @@ impl Batch {
     pub fn single(id: ValueId, payload: Bytes) -> Batch {
         let mut lens = BytesMut::with_capacity(4);
         lens.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        Batch { origin: id.node, first_seq: id.seq, count: 1, lens: lens.freeze(), data: payload }
+        Batch {
+            origin: id.node,
+            first_seq: id.seq,
+            count: 1,
+            lens: lens.freeze(),
+            data: payload,
+        }
     }
 
     pub fn key(&self) -> BatchKey {
-        BatchKey { origin: self.origin, first_seq: self.first_seq }
+        BatchKey {
+            origin: self.origin,
+            first_seq: self.first_seq,
+        }
     }
     pub fn origin(&self) -> NodeId {
         self.origin
@@ -185,11 +215,18 @@ impl Batch {
     /// The ids of the values, in order.
     pub fn ids(&self) -> impl Iterator<Item = ValueId> + '_ {
         let origin = self.origin;
-        (0..self.count as u64).map(move |i| ValueId { node: origin, seq: self.first_seq + i })
+        (0..self.count as u64).map(move |i| ValueId {
+            node: origin,
+            seq: self.first_seq + i,
+        })
     }
     /// The values, in order. Each payload is a slice of the shared buffer.
     pub fn values(&self) -> BatchIter<'_> {
-        BatchIter { batch: self, index: 0, offset: 0 }
+        BatchIter {
+            batch: self,
+            index: 0,
+            offset: 0,
+        }
     }
 }
 
@@ -210,7 +247,10 @@ impl Iterator for BatchIter<'_> {
         let l = &self.batch.lens[at..at + 4];
         let len = u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize;
         let payload = self.batch.data.slice(self.offset..self.offset + len);
-        let id = ValueId { node: self.batch.origin, seq: self.batch.first_seq + self.index as u64 };
+        let id = ValueId {
+            node: self.batch.origin,
+            seq: self.batch.first_seq + self.index as u64,
+        };
         self.index += 1;
         self.offset += len;
         Some(Value { id, payload })
@@ -240,8 +280,12 @@ impl BatchBuilder {
         }
     }
     pub fn push(&mut self, payload: &[u8]) -> ValueId {
-        let id = ValueId { node: self.origin, seq: self.first_seq + self.len() as u64 };
-        self.lens.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        let id = ValueId {
+            node: self.origin,
+            seq: self.first_seq + self.len() as u64,
+        };
+        self.lens
+            .extend_from_slice(&(payload.len() as u32).to_le_bytes());
         self.data.extend_from_slice(payload);
         id
     }

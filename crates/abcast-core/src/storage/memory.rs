@@ -21,7 +21,10 @@ pub struct MemoryStore {
 impl MemoryStore {
     /// A store holding at most `capacity_instances` instances and `capacity_bytes` of payload.
     pub fn new(capacity_instances: usize, capacity_bytes: usize) -> MemoryStore {
-        assert!(capacity_instances > 0, "capacity_instances must be positive");
+        assert!(
+            capacity_instances > 0,
+            "capacity_instances must be positive"
+        );
         MemoryStore {
             promised: Ballot::ZERO,
             log_start: 1,
@@ -61,7 +64,9 @@ impl AcceptorStore for MemoryStore {
         if instance < self.log_start {
             return None;
         }
-        self.entries.get((instance - self.log_start) as usize).and_then(|e| e.as_ref())
+        self.entries
+            .get((instance - self.log_start) as usize)
+            .and_then(|e| e.as_ref())
     }
     fn put(&mut self, instance: Instance, accepted: Accepted) -> bool {
         if instance < self.log_start {
@@ -74,7 +79,9 @@ impl AcceptorStore for MemoryStore {
             || (self.bytes_held + bytes > self.capacity_bytes && !self.entries.is_empty())
         {
             if !self.pop_front_decided() {
-                if self.entries.is_empty() && (instance - self.log_start) as usize >= self.capacity_instances {
+                if self.entries.is_empty()
+                    && (instance - self.log_start) as usize >= self.capacity_instances
+                {
                     // Nothing held at all: slide the empty window forward.
                     self.log_start = instance + 1 - self.capacity_instances as u64;
                     continue;
@@ -152,7 +159,11 @@ mod tests {
     use crate::types::{Decree, NodeId};
 
     fn acc(decided: bool) -> Accepted {
-        Accepted { ballot: Ballot::new(1, NodeId(1)), decree: Decree::Noop, decided }
+        Accepted {
+            ballot: Ballot::new(1, NodeId(1)),
+            decree: Decree::Noop,
+            decided,
+        }
     }
 
     #[test]

@@ -15,7 +15,11 @@ pub struct Roles {
 }
 
 impl Roles {
-    pub const PAL: Roles = Roles { proposer: true, acceptor: true, learner: true };
+    pub const PAL: Roles = Roles {
+        proposer: true,
+        acceptor: true,
+        learner: true,
+    };
 }
 
 /// One member of the ring, in ring order.
@@ -77,7 +81,13 @@ impl RingConfig {
     /// A ring of the given members, all PAL, with default parameters.
     pub fn pal(ids: &[u32]) -> RingConfig {
         RingConfig {
-            members: ids.iter().map(|&i| Member { id: NodeId(i), roles: Roles::PAL }).collect(),
+            members: ids
+                .iter()
+                .map(|&i| Member {
+                    id: NodeId(i),
+                    roles: Roles::PAL,
+                })
+                .collect(),
             ..RingConfig::default()
         }
     }
@@ -101,7 +111,10 @@ impl RingConfig {
             return err("members", "the ring has no members".into());
         }
         if self.members.len() > MAX_RING_MEMBERS {
-            return err("members", format!("{} members, at most {MAX_RING_MEMBERS}", self.members.len()));
+            return err(
+                "members",
+                format!("{} members, at most {MAX_RING_MEMBERS}", self.members.len()),
+            );
         }
         for (i, m) in self.members.iter().enumerate() {
             if self.members[..i].iter().any(|o| o.id == m.id) {
@@ -124,12 +137,18 @@ impl RingConfig {
             ("window_bytes", self.window_bytes as u64),
             ("max_value_bytes", self.max_value_bytes as u64),
             ("max_open_instances", self.max_open_instances as u64),
-            ("coordinator_queue_bytes", self.coordinator_queue_bytes as u64),
+            (
+                "coordinator_queue_bytes",
+                self.coordinator_queue_bytes as u64,
+            ),
             ("heartbeat_interval_us", self.heartbeat_interval_us),
             ("failure_timeout_us", self.failure_timeout_us),
             ("retrieve_timeout_us", self.retrieve_timeout_us),
             ("retrieve_max_instances", self.retrieve_max_instances),
-            ("store_capacity_instances", self.store_capacity_instances as u64),
+            (
+                "store_capacity_instances",
+                self.store_capacity_instances as u64,
+            ),
             ("store_capacity_bytes", self.store_capacity_bytes as u64),
         ];
         for (field, v) in positive {
@@ -147,7 +166,10 @@ impl RingConfig {
             );
         }
         if self.max_value_bytes > self.window_bytes {
-            return err("max_value_bytes", "exceeds window_bytes: such a value could never be proposed".into());
+            return err(
+                "max_value_bytes",
+                "exceeds window_bytes: such a value could never be proposed".into(),
+            );
         }
         if self.max_value_bytes > (64 << 20) {
             return err("max_value_bytes", "at most 64 MiB".into());
@@ -216,5 +238,9 @@ pub struct StartInfo {
 }
 
 impl StartInfo {
-    pub const FRESH: StartInfo = StartInfo { incarnation: 0, amnesic: false, start_seq: 1 };
+    pub const FRESH: StartInfo = StartInfo {
+        incarnation: 0,
+        amnesic: false,
+        start_seq: 1,
+    };
 }

@@ -1,3 +1,452 @@
-//! U-Ring Paxos (being written).
+//! U-Ring Paxos: seed 000 §2.3 and §3.1 (unicast Ring Paxos), with consensus on value ids
+//! from seed 003 Algorithm 2.
+//!
+//! All nodes form one ring in configured order; any node may be proposer, acceptor and
+//! learner. The path of one value (seed 000 figure 2.2):
+//!
+//! 1. `propose` puts it in the proposer's open batch (`proposer.rs`); the batch travels the
+//!    ring to the coordinator as a `Forward`, each node keeping the payload.
+//! 2. The coordinator (`coordinator.rs`), holding phase 1 for a range of instances ahead
+//!    (`p1_preexecution_number`), assigns the batch an instance, votes for it and sends
+//!    `Phase2` to its successor.
+//! 3. Each acceptor (`acceptor.rs`) adds its vote to the set carried by `Phase2`; the one
+//!    that completes the quorum turns it into a `Decision`, which travels on around the ring
+//!    until every node has seen it.
+//! 4. Every node records the decision (`learner.rs`); learners deliver in instance order.
+//!
+//! A payload crosses each link at most once per circulation: `Forward` carries it from the
+//! proposer to the coordinator, `Phase2`/`Decision` carry it only to nodes not in their
+//! `has_payload` set, and by key otherwise (seed 000 §3.1.3).
+
+pub mod acceptor;
 pub mod config;
+pub mod coordinator;
+pub mod learner;
+pub mod messages;
+pub mod proposer;
+pub mod ring;
+
 pub use config::{ConfigError, Member, RingConfig, Roles, StartInfo};
+pub use messages::Message;
+
+use crate::ProposeError;
+use crate::protocol::{Outbox, Protocol, Status};
+use crate::storage::AcceptorStore;
+use crate::types::{Ballot, Decree, Instance, Micros, NodeId, ValueId};
+use acceptor::AcceptorState;
+use bytes::Bytes;
+use coordinator::CoordinatorState;
+use learner::{LearnerState, PayloadCache};
+use messages::{Decision, Heartbeat, Phase2, WireDecree};
+use proposer::ProposerState;
+use ring::{RingView, bit};
+
+pub type Out = Outbox<Message>;
+
+/// One node of one U-Ring Paxos ring.
+pub struct URing {
+    pub(crate) cfg: RingConfig,
+    pub(crate) me: NodeId,
+    pub(crate) pos: usize,
+    pub(crate) quorum: usize,
+    /// Ring positions of acceptors.
+    pub(crate) acceptor_mask: u64,
+    pub(crate) view: RingView,
+    pub(crate) now: Micros,
+    pub(crate) prop: Option<ProposerState>,
+    pub(crate) coord: CoordinatorState,
+    pub(crate) acc: Option<AcceptorState>,
+    pub(crate) learn: LearnerState,
+    pub(crate) cache: PayloadCache,
+    /// Highest ballot round seen anywhere: a new coordinator picks a higher one.
+    pub(crate) max_round_seen: u32,
+    pub(crate) last_heartbeat_us: Micros,
+    /// Highest `delivered_upto` any node reported: those instances are decided.
+    pub(crate) cluster_delivered_max: Instance,
+    /// The coordinator of the last tick, to notice changes.
+    pub(crate) last_coordinator: Option<usize>,
+}
+
+impl URing {
+    pub fn new(
+        cfg: RingConfig,
+        me: NodeId,
+        start: StartInfo,
+        store: Box<dyn AcceptorStore + Send>,
+    ) -> Result<URing, ConfigError> {
+        cfg.validate()?;
+        let pos = cfg.position(me).ok_or(ConfigError {
+            field: "members",
+            reason: format!("node {} is not a member of the ring", me.0),
+        })?;
+        let roles = cfg.members[pos].roles;
+        let acceptor_mask = cfg
+            .members
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.roles.acceptor)
+            .fold(0u64, |m, (i, _)| m | bit(i));
+        let now = 0;
+        let view = RingView::new(
+            cfg.members.len(),
+            pos,
+            start.incarnation,
+            cfg.failure_timeout_us,
+            now,
+        );
+        Ok(URing {
+            quorum: cfg.quorum(),
+            acceptor_mask,
+            view,
+            now,
+            prop: roles
+                .proposer
+                .then(|| ProposerState::new(me, start.start_seq)),
+            coord: CoordinatorState::new(),
+            acc: roles
+                .acceptor
+                .then(|| AcceptorState::new(store, start.amnesic)),
+            learn: LearnerState::new(roles.learner, cfg.store_capacity_instances, now),
+            cache: PayloadCache::new(cfg.window_bytes.saturating_mul(4).max(64 << 20)),
+            max_round_seen: 0,
+            last_heartbeat_us: 0,
+            cluster_delivered_max: 0,
+            last_coordinator: None,
+            me,
+            pos,
+            cfg,
+        })
+    }
+
+    pub(crate) fn is_acceptor_pos(&self, p: usize) -> bool {
+        self.acceptor_mask & bit(p) != 0
+    }
+
+    pub(crate) fn node_at(&self, p: usize) -> NodeId {
+        self.cfg.members[p].id
+    }
+
+    /// The coordinator this node believes in (first live acceptor in ring order).
+    pub(crate) fn coordinator_pos(&self) -> Option<usize> {
+        let mask = self.acceptor_mask;
+        self.view.coordinator(self.now, |p| mask & bit(p) != 0)
+    }
+
+    pub(crate) fn successor(&self) -> Option<usize> {
+        self.view.successor(self.now)
+    }
+
+    pub(crate) fn note_ballot(&mut self, b: Ballot) {
+        self.max_round_seen = self.max_round_seen.max(b.round);
+    }
+
+    /// A decree from a wire decree, using the payload cache for keys.
+    pub(crate) fn resolve(&self, w: &WireDecree) -> Option<Decree> {
+        match w {
+            WireDecree::Key(k) => self.cache.get(k).map(|b| Decree::Values(b.clone())),
+            other => other.decree(),
+        }
+    }
+
+    pub(crate) fn on_phase2(&mut self, mut m: Phase2, out: &mut Out) {
+        self.note_ballot(m.ballot);
+        if let WireDecree::Full(b) = &m.decree {
+            self.cache.insert(b);
+            self.learn.offer_payload(b);
+        }
+        let decree = self.resolve(&m.decree);
+        m.visited |= bit(self.pos);
+        if decree.is_some() {
+            m.has_payload |= bit(self.pos);
+        }
+        if self.acc.is_some() && self.vote(&m, decree.as_ref(), out) {
+            m.votes |= bit(self.pos);
+        }
+        if (m.votes & self.acceptor_mask).count_ones() as usize >= self.quorum {
+            let wire = match &decree {
+                Some(d) => WireDecree::full(d),
+                None => m.decree.clone(),
+            };
+            self.decided(
+                m.instance,
+                m.ballot,
+                wire,
+                bit(self.pos),
+                m.has_payload,
+                out,
+            );
+            return;
+        }
+        let Some(succ) = self.successor() else { return };
+        if m.visited & bit(succ) != 0 {
+            // Back where the circulation started without a quorum: the coordinator retries.
+            return;
+        }
+        m.decree = self.wire_for(succ, m.has_payload, decree.as_ref(), m.decree);
+        out.send(self.node_at(succ), Message::Phase2(m));
+    }
+
+    /// The decree as it should travel to `succ`: full if `succ` lacks the payload and we have
+    /// it, by key otherwise.
+    pub(crate) fn wire_for(
+        &self,
+        succ: usize,
+        has_payload: u64,
+        decree: Option<&Decree>,
+        fallback: WireDecree,
+    ) -> WireDecree {
+        match decree {
+            Some(d) if has_payload & bit(succ) == 0 => WireDecree::full(d),
+            Some(d) => WireDecree::key_only(d),
+            None => match fallback {
+                WireDecree::Full(b) => WireDecree::Key(b.key()),
+                other => other,
+            },
+        }
+    }
+
+    /// This node learns that `instance` is decided; it records the decision in every role
+    /// and passes it on around the ring (seed 000 §2.3: "the decision messages are forwarded
+    /// in the ring until they reach the predecessor of the last acceptor").
+    pub(crate) fn decided(
+        &mut self,
+        instance: Instance,
+        ballot: Ballot,
+        wire: WireDecree,
+        seen: u64,
+        has_payload: u64,
+        out: &mut Out,
+    ) {
+        let decree = self.resolve(&wire);
+        self.record_decision(instance, ballot, decree.clone(), wire.key(), out);
+        let seen = seen | bit(self.pos);
+        let has_payload = if decree.is_some() {
+            has_payload | bit(self.pos)
+        } else {
+            has_payload
+        };
+        let Some(succ) = self.successor() else { return };
+        if seen & bit(succ) != 0 {
+            return;
+        }
+        let w = self.wire_for(succ, has_payload, decree.as_ref(), wire);
+        out.send(
+            self.node_at(succ),
+            Message::Decision(Decision {
+                instance,
+                ballot,
+                seen,
+                has_payload,
+                decree: w,
+            }),
+        );
+    }
+
+    /// Records a decision in the learner, the acceptor store, the coordinator and the
+    /// proposer (ack).
+    pub(crate) fn record_decision(
+        &mut self,
+        instance: Instance,
+        ballot: Ballot,
+        decree: Option<Decree>,
+        key: Option<crate::types::BatchKey>,
+        out: &mut Out,
+    ) {
+        if let (Some(acc), Some(d)) = (self.acc.as_mut(), decree.as_ref()) {
+            acc.record_decided(instance, ballot, d);
+        }
+        self.coordinator_on_decided(instance, key);
+        if let (Some(p), Some(k)) = (self.prop.as_mut(), key)
+            && let Some(ack) = p.on_decided(k)
+        {
+            out.acks.push(ack);
+        }
+        self.learn.on_decided(instance, decree, key);
+    }
+
+    fn on_decision(&mut self, m: Decision, out: &mut Out) {
+        self.note_ballot(m.ballot);
+        if let WireDecree::Full(b) = &m.decree {
+            self.cache.insert(b);
+            self.learn.offer_payload(b);
+        }
+        if m.seen & bit(self.pos) != 0 {
+            return;
+        }
+        self.decided(m.instance, m.ballot, m.decree, m.seen, m.has_payload, out);
+    }
+
+    fn on_heartbeat(&mut self, from_pos: usize, m: Heartbeat) {
+        self.note_ballot(m.ballot);
+        self.view.merge_epoch(&m.epoch);
+        self.cluster_delivered_max = self.cluster_delivered_max.max(m.delivered_upto);
+        self.learn.decided_max = self
+            .learn
+            .decided_max
+            .max(m.decided_max)
+            .max(m.delivered_upto);
+        let _ = from_pos;
+    }
+
+    fn send_heartbeats(&mut self, out: &mut Out) {
+        if self.now < self.last_heartbeat_us + self.cfg.heartbeat_interval_us
+            && self.last_heartbeat_us != 0
+        {
+            return;
+        }
+        self.last_heartbeat_us = self.now.max(1);
+        let hb = Heartbeat {
+            ballot: Ballot::new(self.max_round_seen, self.coord.ballot.node),
+            delivered_upto: self.learn.delivered_upto(),
+            decided_max: self.learn.decided_max,
+            leading: self.coord.is_leading(),
+            amnesic: self.acc.as_ref().is_some_and(|a| a.amnesic),
+            epoch: self.view.epoch().to_vec(),
+        };
+        for (p, m) in self.cfg.members.iter().enumerate() {
+            if p != self.pos {
+                out.send(m.id, Message::Heartbeat(hb.clone()));
+            }
+        }
+    }
+
+    /// Work common to every input: deliver what is ready, repair progress.
+    fn after_input(&mut self, out: &mut Out) {
+        let acc = &mut self.acc;
+        self.learn.drain(
+            self.now,
+            &mut self.cache,
+            &mut out.deliveries,
+            |instance, decree| {
+                if let Some(a) = acc.as_mut() {
+                    a.record_learned(instance, decree);
+                }
+            },
+        );
+        if let Some(a) = self.acc.as_mut()
+            && let Some(ev) = a.check_repaired(self.learn.delivered_upto())
+        {
+            out.events.push(ev);
+        }
+    }
+
+    /// Positions of live acceptors other than this node, coordinator first.
+    pub(crate) fn retrieve_targets(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self
+            .view
+            .alive_positions(self.now)
+            .into_iter()
+            .filter(|&p| p != self.pos && self.is_acceptor_pos(p))
+            .collect();
+        if let Some(c) = self.coordinator_pos()
+            && let Some(i) = v.iter().position(|&p| p == c)
+        {
+            v.remove(i);
+            v.insert(0, c);
+        }
+        v
+    }
+
+    fn learner_tick(&mut self, out: &mut Out) {
+        let stalled = self.learn.behind() || self.learn.has_waiting();
+        if !stalled {
+            return;
+        }
+        let t = self.cfg.retrieve_timeout_us;
+        if self.now < self.learn.last_progress_us + t || self.now < self.learn.last_retrieve_us + t
+        {
+            return;
+        }
+        let targets = self.retrieve_targets();
+        if targets.is_empty() {
+            return;
+        }
+        let target = targets[self.learn.retrieve_round % targets.len()];
+        self.learn.retrieve_round += 1;
+        self.learn.last_retrieve_us = self.now;
+        let from = self.learn.next;
+        let to = (from + self.cfg.retrieve_max_instances).min(self.learn.decided_max.max(from) + 1);
+        out.send(
+            self.node_at(target),
+            Message::Retrieve(messages::Retrieve { from, to }),
+        );
+    }
+}
+
+impl Protocol for URing {
+    type Message = Message;
+
+    fn node(&self) -> NodeId {
+        self.me
+    }
+
+    fn propose(
+        &mut self,
+        now: Micros,
+        payload: Bytes,
+        out: &mut Out,
+    ) -> Result<ValueId, ProposeError> {
+        self.now = self.now.max(now);
+        self.proposer_propose(payload, out)
+    }
+
+    fn receive(&mut self, now: Micros, from: NodeId, msg: Message, out: &mut Out) {
+        self.now = self.now.max(now);
+        let Some(from_pos) = self.cfg.position(from) else {
+            // Not a member of this ring: ignore (the runtime already authenticated the link).
+            return;
+        };
+        self.view.heard(from_pos, self.now);
+        match msg {
+            Message::Forward(m) => self.on_forward(m, out),
+            Message::Phase1a(m) => self.on_phase1a(from_pos, m, out),
+            Message::Phase1b(m) => self.on_phase1b(from_pos, m, out),
+            Message::Phase2(m) => self.on_phase2(m, out),
+            Message::Decision(m) => self.on_decision(m, out),
+            Message::Nack(m) => self.on_nack(from_pos, m, out),
+            Message::Retrieve(m) => self.on_retrieve(from_pos, m, out),
+            Message::Decided(m) => self.on_decided_reply(m, out),
+            Message::Heartbeat(m) => self.on_heartbeat(from_pos, m),
+            Message::Repair(m) => self.on_repair(from_pos, m, out),
+        }
+        self.after_input(out);
+    }
+
+    fn tick(&mut self, now: Micros, out: &mut Out) {
+        self.now = self.now.max(now);
+        self.send_heartbeats(out);
+        self.coordinator_tick(out);
+        self.proposer_tick(out);
+        self.learner_tick(out);
+        self.after_input(out);
+    }
+
+    fn tick_interval_us(&self) -> Micros {
+        (self.cfg.batch_linger_us.max(100))
+            .min(self.cfg.heartbeat_interval_us / 2)
+            .max(1)
+    }
+
+    fn can_propose(&self) -> bool {
+        self.prop.as_ref().is_some_and(|p| p.has_room(&self.cfg))
+    }
+
+    fn status(&self) -> Status {
+        Status {
+            node: self.me,
+            coordinator: self.coordinator_pos().map(|p| self.node_at(p)),
+            ballot: Ballot::new(self.max_round_seen, self.coord.ballot.node).max(self.coord.ballot),
+            leading: self.coord.is_leading(),
+            delivered_upto: self.learn.delivered_upto(),
+            decided_max: self.learn.decided_max,
+            values_in_flight: self.prop.as_ref().map_or(0, |p| p.values_in_flight()),
+            amnesic: self.acc.as_ref().is_some_and(|a| a.amnesic),
+            view: self
+                .view
+                .alive_positions(self.now)
+                .into_iter()
+                .map(|p| self.node_at(p))
+                .collect(),
+        }
+    }
+}

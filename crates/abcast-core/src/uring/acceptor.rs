@@ -1,0 +1,256 @@
+//! Acceptor: seed 000 §3.1.3, seed 003 Algorithm 2 Tasks 2 and 4, and §4.2.
+//!
+//! State (seed 003): `rnd` is the store's promised ballot; `v-rnd`/`v-val` are the per-instance
+//! `Accepted` entries. The rules:
+//!
+//! * Phase 1a (Task 2): promise `c-rnd` if `c-rnd >= rnd` — `>=` and not `>`, because a
+//!   coordinator extends its phase 1 to further instance ranges under the same ballot — and
+//!   reply with the votes in the range. The promise covers every instance, not only the
+//!   range: promising more never hurts safety, and it is what lets a new coordinator run a
+//!   single phase 1 over every open instance. (Seed 000 §3.1.2 accepts a range only "when the
+//!   smallest instance number in such a range message is higher than the highest instance the
+//!   acceptors have ever seen", which is the reason URingPaxos stalls when a lower-id node
+//!   joins late: its range is refused forever. A range here is refused only for a higher
+//!   promise, and the coordinator answers with a higher ballot.)
+//! * Phase 2 (Task 4): vote for `(c-rnd, c-val)` if `c-rnd >= rnd`, the payload is here
+//!   (seed 003: "checks whether it has ip-delivered the value", `v-vid = c-vid`), and the
+//!   ballot's epoch is this acceptor's epoch. The vote is stored before the message that
+//!   carries it leaves (`needs_sync`).
+//! * Amnesia (§4.2: "it must not forget its state"): an acceptor restarted on an in-memory
+//!   store forgot `rnd` and its votes. It restarts with a new incarnation, which changes the
+//!   epoch, so no ballot begun before its return can collect its vote (see `ring.rs`). It
+//!   does not count in any phase 1 quorum until it is *repaired*: a coordinator whose phase 1
+//!   completed with non-amnesic acceptors after its return tells it `upto`, the highest
+//!   instance anyone reported; every value chosen before its return lies at or below `upto`,
+//!   so once it knows every decision up to there it holds what it forgot.
+
+use super::messages::{Decided, Nack, P1Entry, Phase1a, Phase1b, Phase2, Repair, Retrieve};
+use super::ring::fingerprint;
+use super::{Message, Out, URing};
+use crate::storage::{Accepted, AcceptorStore};
+use crate::types::{Ballot, Decree, Instance};
+
+/// Bytes of accepted payload in one phase 1 reply or retrieve answer.
+pub const REPLY_MAX_BYTES: usize = 8 << 20;
+
+pub struct AcceptorState {
+    pub store: Box<dyn AcceptorStore + Send>,
+    /// Lost its state in a restart and not yet repaired.
+    pub amnesic: bool,
+    /// The repair target, once a coordinator has named it.
+    pub repair_upto: Option<Instance>,
+}
+
+impl AcceptorState {
+    pub fn new(store: Box<dyn AcceptorStore + Send>, amnesic: bool) -> AcceptorState {
+        // A durable store that kept its state is not amnesic whatever the driver says.
+        let amnesic = amnesic && !store.is_durable();
+        AcceptorState {
+            store,
+            amnesic,
+            repair_upto: None,
+        }
+    }
+
+    /// Stores a decided decree (a fact: safe to hold as a vote at any ballot).
+    pub fn record_decided(&mut self, instance: Instance, ballot: Ballot, decree: &Decree) {
+        match self.store.get(instance) {
+            Some(a) if a.decree.key() == decree.key() => {
+                if !a.decided {
+                    self.store.mark_decided(instance);
+                }
+            }
+            _ => {
+                let ballot = self
+                    .store
+                    .get(instance)
+                    .map_or(ballot, |a| a.ballot.max(ballot));
+                self.store.put(
+                    instance,
+                    Accepted {
+                        ballot,
+                        decree: decree.clone(),
+                        decided: true,
+                    },
+                );
+            }
+        }
+    }
+
+    /// The learner delivered (or passed) `instance` with this decree.
+    pub fn record_learned(&mut self, instance: Instance, decree: &Decree) {
+        if instance >= self.store.log_start()
+            && !self.store.get(instance).is_some_and(|a| a.decided)
+        {
+            let ballot = self.store.get(instance).map_or(Ballot::ZERO, |a| a.ballot);
+            self.store.put(
+                instance,
+                Accepted {
+                    ballot,
+                    decree: decree.clone(),
+                    decided: true,
+                },
+            );
+        }
+    }
+
+    /// Ends amnesia once every decision up to the repair target is known.
+    pub fn check_repaired(&mut self, delivered_upto: Instance) -> Option<String> {
+        if self.amnesic && self.repair_upto.is_some_and(|u| delivered_upto >= u) {
+            self.amnesic = false;
+            return Some(format!(
+                "acceptor repaired: knows every decision up to {delivered_upto}"
+            ));
+        }
+        None
+    }
+}
+
+impl URing {
+    /// Phase 2 vote (seed 003 Task 4). Returns true if this acceptor voted.
+    pub(crate) fn vote(&mut self, m: &Phase2, decree: Option<&Decree>, out: &mut Out) -> bool {
+        let epoch_ok = m.epoch_fp == self.view.epoch_fp();
+        let Some(acc) = self.acc.as_mut() else {
+            return false;
+        };
+        let promised = acc.store.promised();
+        if m.ballot < promised || !epoch_ok {
+            // Tell the coordinator why: a higher promise, or a different epoch.
+            out.send(
+                m.ballot.node,
+                Message::Nack(Nack {
+                    promised,
+                    instance: m.instance,
+                    epoch: self.view.epoch().to_vec(),
+                }),
+            );
+            return false;
+        }
+        let Some(decree) = decree else { return false };
+        if let Some(a) = acc.store.get(m.instance)
+            && a.decided
+        {
+            // Decided already: a vote for the same decree is harmless, another is refused.
+            return a.decree.key() == decree.key();
+        }
+        if m.ballot > promised {
+            acc.store.set_promised(m.ballot);
+        }
+        let stored = acc.store.put(
+            m.instance,
+            Accepted {
+                ballot: m.ballot,
+                decree: decree.clone(),
+                decided: false,
+            },
+        );
+        if stored {
+            out.needs_sync = true;
+        }
+        stored
+    }
+
+    pub(crate) fn on_phase1a(&mut self, from_pos: usize, m: Phase1a, out: &mut Out) {
+        self.note_ballot(m.ballot);
+        self.view.merge_epoch(&m.epoch);
+        let epoch_ok = fingerprint(&m.epoch) == self.view.epoch_fp();
+        let decided_upto = self.learn.delivered_upto();
+        let Some(acc) = self.acc.as_mut() else { return };
+        let promised = acc.store.promised();
+        let ok = m.ballot >= promised && epoch_ok;
+        let mut accepted = Vec::new();
+        let mut covered_to = m.to;
+        if ok {
+            if m.ballot > promised {
+                acc.store.set_promised(m.ballot);
+                out.needs_sync = true;
+            }
+            let mut bytes = 0usize;
+            for (instance, a) in acc.store.range(m.from.max(decided_upto + 1), m.to) {
+                bytes += a.decree.wire_bytes();
+                if bytes > REPLY_MAX_BYTES && !accepted.is_empty() {
+                    covered_to = instance;
+                    break;
+                }
+                accepted.push(P1Entry {
+                    instance,
+                    ballot: a.ballot,
+                    decree: a.decree,
+                    decided: a.decided,
+                });
+            }
+        }
+        let reply = Phase1b {
+            ballot: m.ballot,
+            from: m.from,
+            to: m.to,
+            ok,
+            promised: acc.store.promised(),
+            amnesic: acc.amnesic,
+            decided_upto: decided_upto.max(acc.store.log_start().saturating_sub(1)),
+            max_instance: acc.store.max_instance(),
+            covered_to,
+            epoch: self.view.epoch().to_vec(),
+            accepted,
+        };
+        out.send(self.node_at(from_pos), Message::Phase1b(reply));
+    }
+
+    /// A learner asks for decided instances (seed 000 §3.1.4). Acceptors answer with what
+    /// they know decided; the coordinator also re-runs what is still open.
+    pub(crate) fn on_retrieve(&mut self, from_pos: usize, m: Retrieve, out: &mut Out) {
+        self.coordinator_on_retrieve(&m);
+        let Some(acc) = self.acc.as_ref() else { return };
+        let to =
+            m.to.min(m.from.saturating_add(super::messages::MAX_ENTRIES as u64));
+        let mut entries = Vec::new();
+        let mut bytes = 0usize;
+        for (instance, a) in acc.store.range(m.from, to) {
+            if !a.decided {
+                continue;
+            }
+            bytes += a.decree.wire_bytes();
+            if bytes > REPLY_MAX_BYTES && !entries.is_empty() {
+                break;
+            }
+            entries.push((instance, a.decree));
+        }
+        let log_start = acc.store.log_start();
+        out.send(
+            self.node_at(from_pos),
+            Message::Decided(Decided { log_start, entries }),
+        );
+    }
+
+    pub(crate) fn on_decided_reply(&mut self, m: Decided, out: &mut Out) {
+        for (instance, decree) in m.entries {
+            if let Decree::Values(b) = &decree {
+                self.cache.insert(b);
+            }
+            let key = decree.key();
+            self.record_decision(instance, Ballot::ZERO, Some(decree), key, out);
+        }
+        // Nobody can serve what lies below the responder's log start (trimmed after every
+        // node delivered it, or this node restarted after it was trimmed): skip over it.
+        if self.learn.next < m.log_start && !self.learn.knows(self.learn.next) {
+            out.events.push(format!(
+                "learner jumps from instance {} to {}: trimmed everywhere (snapshots come with durable storage)",
+                self.learn.next, m.log_start
+            ));
+            self.learn.jump_to(m.log_start);
+        }
+    }
+
+    pub(crate) fn on_repair(&mut self, _from_pos: usize, m: Repair, out: &mut Out) {
+        self.note_ballot(m.ballot);
+        let Some(acc) = self.acc.as_mut() else { return };
+        if acc.amnesic && acc.repair_upto.is_none_or(|u| m.upto < u) {
+            acc.repair_upto = Some(m.upto);
+            out.events.push(format!(
+                "acceptor repair: must learn every decision up to {}",
+                m.upto
+            ));
+        }
+        self.learn.decided_max = self.learn.decided_max.max(m.decided_floor);
+    }
+}

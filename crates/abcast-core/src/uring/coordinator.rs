@@ -1,0 +1,485 @@
+//! Coordinator: seed 000 §3.1.2, seed 003 Algorithm 2 Tasks 1, 3 and §4.2-4.3.
+//!
+//! The coordinator is the first live acceptor in ring order (seed 000 §3.2.2). On taking
+//! over it picks a ballot above every round it has seen (ballots are unique per coordinator:
+//! `(round, node)`) and runs phase 1 from the first instance it does not know to be decided.
+//! Phase 1 goes straight to every acceptor and back (seed 003 Task 1/3), not around the ring
+//! as seed 000 does: it is control plane, run once per takeover, and a direct exchange does
+//! not depend on every node agreeing on the ring.
+//!
+//! With a quorum of promises from non-amnesic acceptors (Task 3):
+//! * every instance up to the highest `decided_upto` reported is decided, and some acceptor
+//!   of the quorum knows its decree: nothing to propose there;
+//! * every instance above it and up to the highest instance any acceptor reported gets the
+//!   decree with the highest ballot among the replies, or a no-op if none (this closes the
+//!   holes a failed coordinator left; seed 000 §3.1.4's "null value");
+//! * new batches get instances after that.
+//!
+//! Phase 1 is then kept ahead of use for `p1_preexecution_number` instances, re-run under the
+//! same ballot for the next range when half is used (seed 000 §3.1.2). A refusal (`Nack`)
+//! carries the higher promise and makes the coordinator start over with a higher ballot —
+//! our form of the seed's "fall back to standard phase 1": since promises cover all instances,
+//! one phase 1 at a higher ballot replaces a phase 1 per instance.
+
+use super::messages::{Nack, Phase1a, Phase1b, Phase2, Repair, Retrieve, WireDecree};
+use super::ring::{bit, fingerprint};
+use super::{Message, Out, URing};
+use crate::types::{Ballot, Batch, BatchKey, Decree, Instance, Micros};
+use std::collections::{BTreeMap, HashSet, VecDeque};
+
+/// Open instances re-circulated per tick at most (bounds a burst after a long stall).
+const RESEND_PER_TICK: usize = 64;
+
+#[derive(Debug)]
+pub(crate) struct Open {
+    decree: Decree,
+    /// Positions known to hold the payload (the batch's path to the coordinator).
+    path: u64,
+    sent_us: Micros,
+}
+
+/// A phase 1 in progress (a takeover, or an extension to the next range while leading).
+#[derive(Debug)]
+pub(crate) struct Prepare {
+    from: Instance,
+    to: Instance,
+    sent_us: Micros,
+    /// Positions whose promise counts (ok, same epoch, not amnesic).
+    oks: u64,
+    /// Positions that promised while amnesic: repaired after phase 1.
+    amnesic_oks: u64,
+    /// Highest `decided_upto` reported.
+    floor: Instance,
+    /// Highest instance any acceptor accepted in.
+    hi: Instance,
+    /// Lowest `covered_to` among counted replies.
+    covered: Instance,
+    /// Per instance, the vote with the highest ballot, or the decided decree.
+    votes: BTreeMap<Instance, (Ballot, Decree, bool)>,
+}
+
+impl Prepare {
+    fn new(from: Instance, to: Instance, now: Micros) -> Prepare {
+        Prepare {
+            from,
+            to,
+            sent_us: now,
+            oks: 0,
+            amnesic_oks: 0,
+            floor: from.saturating_sub(1),
+            hi: 0,
+            covered: to,
+            votes: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Follower,
+    Preparing,
+    Leading,
+}
+
+#[derive(Debug)]
+pub struct CoordinatorState {
+    pub(crate) phase: Phase,
+    pub(crate) ballot: Ballot,
+    /// Epoch fingerprint the current ballot's phase 1 runs in.
+    epoch_fp: u64,
+    prepare: Option<Prepare>,
+    /// Phase 1 holds for every instance below this.
+    p1_hi: Instance,
+    next_instance: Instance,
+    open: BTreeMap<Instance, Open>,
+    /// Decrees phase 1 found for instances not yet reached by `next_instance`.
+    preset: BTreeMap<Instance, Decree>,
+    queue: VecDeque<(Batch, u64)>,
+    queue_bytes: usize,
+    /// Keys queued or open, so a re-sent batch is not proposed twice at once.
+    known: HashSet<BatchKey>,
+}
+
+impl CoordinatorState {
+    pub fn new() -> CoordinatorState {
+        CoordinatorState {
+            phase: Phase::Follower,
+            ballot: Ballot::ZERO,
+            epoch_fp: 0,
+            prepare: None,
+            p1_hi: 1,
+            next_instance: 1,
+            open: BTreeMap::new(),
+            preset: BTreeMap::new(),
+            queue: VecDeque::new(),
+            queue_bytes: 0,
+            known: HashSet::new(),
+        }
+    }
+    pub fn is_leading(&self) -> bool {
+        self.phase == Phase::Leading
+    }
+    /// Preparing or leading: batches for the coordinator stop here.
+    pub fn is_active(&self) -> bool {
+        self.phase != Phase::Follower
+    }
+}
+
+impl Default for CoordinatorState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl URing {
+    pub(crate) fn coordinator_enqueue(&mut self, batch: Batch, path: u64, out: &mut Out) {
+        let c = &mut self.coord;
+        if !c.known.insert(batch.key()) {
+            return;
+        }
+        if c.queue_bytes + batch.wire_bytes() > self.cfg.coordinator_queue_bytes {
+            // Full: drop; the proposer re-sends after `value_resend_us`.
+            c.known.remove(&batch.key());
+            return;
+        }
+        c.queue_bytes += batch.wire_bytes();
+        c.queue.push_back((batch, path));
+        self.assign(out);
+    }
+
+    /// Starts (or restarts) phase 1 with a ballot above every round seen.
+    fn start_phase1(&mut self, out: &mut Out, why: &str) {
+        let round = self.max_round_seen.max(self.coord.ballot.round) + 1;
+        let ballot = Ballot::new(round, self.me);
+        self.note_ballot(ballot);
+        // Open proposals go back to the queue: they are re-proposed in new instances if
+        // phase 1 does not find them (learners skip a batch decided twice).
+        let open = std::mem::take(&mut self.coord.open);
+        for (_, o) in open.into_iter().rev() {
+            if let Decree::Values(b) = o.decree {
+                self.coord.queue_bytes += b.wire_bytes();
+                self.coord.queue.push_front((b, o.path));
+            }
+        }
+        self.coord.preset.clear();
+        let from = self.learn.next.max(self.cluster_delivered_max + 1);
+        let to = from + self.cfg.p1_preexecution_number;
+        self.coord.phase = super::coordinator::Phase::Preparing;
+        self.coord.ballot = ballot;
+        self.coord.epoch_fp = self.view.epoch_fp();
+        self.coord.prepare = Some(Prepare::new(from, to, self.now));
+        out.events.push(format!(
+            "{} starts phase 1 with ballot {ballot} from instance {from} ({why})",
+            self.me
+        ));
+        self.send_phase1a(from, to, out);
+    }
+
+    fn send_phase1a(&mut self, from: Instance, to: Instance, out: &mut Out) {
+        let m = Phase1a {
+            ballot: self.coord.ballot,
+            from,
+            to,
+            epoch: self.view.epoch().to_vec(),
+        };
+        for (p, member) in self.cfg.members.iter().enumerate() {
+            // Sent to self too: the driver loops it back, one code path for every acceptor.
+            if self.is_acceptor_pos(p) {
+                out.send(member.id, Message::Phase1a(m.clone()));
+            }
+        }
+    }
+
+    pub(crate) fn on_phase1b(&mut self, from_pos: usize, m: Phase1b, out: &mut Out) {
+        self.note_ballot(m.promised);
+        let epoch_changed = self.view.merge_epoch(&m.epoch);
+        if self.coord.phase == Phase::Follower || m.ballot != self.coord.ballot {
+            return;
+        }
+        if !m.ok {
+            if m.promised > self.coord.ballot {
+                self.start_phase1(out, "phase 1 refused by a higher promise");
+            } else if epoch_changed {
+                self.start_phase1(out, "a restarted acceptor changed the epoch");
+            }
+            return;
+        }
+        if fingerprint(&m.epoch) != self.coord.epoch_fp {
+            return;
+        }
+        let quorum = self.quorum;
+        let Some(p) = self.coord.prepare.as_mut() else {
+            return;
+        };
+        if m.from != p.from || m.to != p.to {
+            return; // a reply to an earlier range
+        }
+        if m.amnesic {
+            p.amnesic_oks |= bit(from_pos);
+            return;
+        }
+        if p.oks & bit(from_pos) != 0 {
+            return;
+        }
+        p.oks |= bit(from_pos);
+        p.floor = p.floor.max(m.decided_upto);
+        p.hi = p.hi.max(m.max_instance);
+        p.covered = p.covered.min(m.covered_to);
+        for e in m.accepted {
+            let slot = p
+                .votes
+                .entry(e.instance)
+                .or_insert((e.ballot, e.decree.clone(), e.decided));
+            if !slot.2 && (e.decided || e.ballot > slot.0) {
+                *slot = (e.ballot, e.decree, e.decided);
+            }
+        }
+        if (p.oks.count_ones() as usize) < quorum {
+            return;
+        }
+        let Some(p) = self.coord.prepare.take() else {
+            return;
+        };
+        self.phase1_done(p, out);
+    }
+
+    /// Phase 1 holds for `[p.from, p.covered)` (seed 003 Task 3).
+    fn phase1_done(&mut self, p: Prepare, out: &mut Out) {
+        let ballot = self.coord.ballot;
+        let takeover = self.coord.phase == Phase::Preparing;
+        if takeover {
+            // Decided instances below the floor are known to some acceptor; learners fetch them.
+            self.learn.decided_max = self.learn.decided_max.max(p.floor);
+            self.coord.next_instance = self.coord.next_instance.max(p.floor + 1).max(p.from);
+        }
+        for (instance, (_, decree, decided)) in &p.votes {
+            if *instance <= p.floor || *instance >= p.covered {
+                continue;
+            }
+            if *decided {
+                let key = decree.key();
+                self.record_decision(*instance, ballot, Some(decree.clone()), key, out);
+            } else {
+                self.coord.preset.insert(*instance, decree.clone());
+            }
+        }
+        if takeover {
+            // Every instance between the floor and the highest one reported gets a decree:
+            // the reported vote, or a no-op for a hole.
+            let start = p.floor + 1;
+            let end = p.hi.min(p.covered.saturating_sub(1));
+            for i in start..=end {
+                if self.learn.knows(i) {
+                    continue;
+                }
+                let decree = self.coord.preset.remove(&i).unwrap_or(Decree::Noop);
+                self.open_instance(i, decree, 0, out);
+            }
+            self.coord.next_instance = self.coord.next_instance.max(end + 1).max(start);
+            self.coord.phase = Phase::Leading;
+            out.events.push(format!(
+                "{} leads with ballot {ballot}: decided up to {}, re-proposed {}..={}",
+                self.me, p.floor, start, end
+            ));
+            let repair = Repair {
+                ballot,
+                decided_floor: p.floor,
+                upto: p.hi.max(p.floor),
+            };
+            for pos in 0..self.cfg.members.len() {
+                if p.amnesic_oks & bit(pos) != 0 {
+                    out.send(self.node_at(pos), Message::Repair(repair.clone()));
+                }
+            }
+        }
+        self.coord.p1_hi = self.coord.p1_hi.max(p.covered);
+        if p.hi >= p.covered {
+            // Votes beyond the range: run phase 1 over them too before going further.
+            let to = p.hi + 1 + self.cfg.p1_preexecution_number;
+            self.coord.prepare = Some(Prepare::new(p.covered, to, self.now));
+            self.send_phase1a(p.covered, to, out);
+        }
+        self.assign(out);
+    }
+
+    /// Proposes `decree` in `instance` (seed 003 Task 3, last line; seed 000 §2.3): the
+    /// coordinator votes first, then phase 2 starts around the ring.
+    fn open_instance(&mut self, instance: Instance, decree: Decree, path: u64, out: &mut Out) {
+        debug_assert!(self.coord.phase != Phase::Follower);
+        self.coord.open.insert(
+            instance,
+            Open {
+                decree,
+                path: path | bit(self.pos),
+                sent_us: self.now,
+            },
+        );
+        self.send_phase2(instance, false, out);
+    }
+
+    fn send_phase2(&mut self, instance: Instance, resend: bool, out: &mut Out) {
+        let Some(o) = self.coord.open.get_mut(&instance) else {
+            return;
+        };
+        o.sent_us = self.now;
+        let decree = o.decree.clone();
+        // A first circulation trusts the path the batch took; a resend sends the payload
+        // to whoever lacks it for sure.
+        let has_payload = if resend { bit(self.pos) } else { o.path };
+        let m = Phase2 {
+            ballot: self.coord.ballot,
+            instance,
+            epoch_fp: self.coord.epoch_fp,
+            votes: 0,
+            visited: 0,
+            has_payload,
+            decree: WireDecree::full(&decree),
+        };
+        // The coordinator is an acceptor: it votes by the same rules as any acceptor, and
+        // the message leaves from here.
+        self.on_phase2(m, out);
+    }
+
+    /// Fills free instances from the preset decrees and the queue.
+    pub(crate) fn assign(&mut self, out: &mut Out) {
+        if self.coord.phase != Phase::Leading {
+            return;
+        }
+        loop {
+            let c = &self.coord;
+            if c.open.len() >= self.cfg.max_open_instances || c.next_instance >= c.p1_hi {
+                break;
+            }
+            if self.acc.as_ref().is_some_and(|a| !a.store.has_room()) {
+                break;
+            }
+            let instance = c.next_instance;
+            let (decree, path) = if let Some(d) = self.coord.preset.remove(&instance) {
+                (d, 0)
+            } else if let Some((b, path)) = self.coord.queue.pop_front() {
+                self.coord.queue_bytes -= b.wire_bytes();
+                (Decree::Values(b), path)
+            } else {
+                break;
+            };
+            self.coord.next_instance += 1;
+            self.open_instance(instance, decree, path, out);
+        }
+        self.extend_phase1(out);
+    }
+
+    /// Keeps phase 1 `p1_preexecution_number` instances ahead (seed 000 §3.1.2: "at any time
+    /// the Promises in the queue are more than half of the p1_preexecution_number").
+    fn extend_phase1(&mut self, out: &mut Out) {
+        let c = &self.coord;
+        if c.phase != Phase::Leading || c.prepare.is_some() {
+            return;
+        }
+        if c.p1_hi.saturating_sub(c.next_instance) > self.cfg.p1_preexecution_number / 2 {
+            return;
+        }
+        let from = c.p1_hi;
+        let to = from + self.cfg.p1_preexecution_number;
+        self.coord.prepare = Some(Prepare::new(from, to, self.now));
+        self.send_phase1a(from, to, out);
+    }
+
+    /// A decision seen at this node closes the instance if it is open here.
+    pub(crate) fn coordinator_on_decided(&mut self, instance: Instance, key: Option<BatchKey>) {
+        if let Some(k) = key {
+            self.coord.known.remove(&k);
+        }
+        let Some(o) = self.coord.open.remove(&instance) else {
+            return;
+        };
+        if let Decree::Values(b) = o.decree
+            && Some(b.key()) != key
+        {
+            // Another decree won this instance (a higher ballot): propose ours again.
+            self.coord.known.insert(b.key());
+            self.coord.queue_bytes += b.wire_bytes();
+            self.coord.queue.push_front((b, o.path));
+        }
+    }
+
+    pub(crate) fn on_nack(&mut self, _from_pos: usize, m: Nack, out: &mut Out) {
+        self.note_ballot(m.promised);
+        let epoch_changed = self.view.merge_epoch(&m.epoch);
+        if self.coord.phase == Phase::Follower {
+            return;
+        }
+        if m.promised > self.coord.ballot {
+            self.start_phase1(out, "phase 2 refused by a higher promise");
+        } else if epoch_changed || self.view.epoch_fp() != self.coord.epoch_fp {
+            self.start_phase1(out, "epoch changed");
+        }
+    }
+
+    /// A learner is missing `m.from..m.to`: open instances there are re-circulated now.
+    pub(crate) fn coordinator_on_retrieve(&mut self, m: &Retrieve) {
+        if self.coord.phase != Phase::Leading {
+            return;
+        }
+        let to =
+            m.to.min(m.from.saturating_add(self.cfg.retrieve_max_instances));
+        for (_, o) in self.coord.open.range_mut(m.from..to) {
+            o.sent_us = 0;
+        }
+    }
+
+    pub(crate) fn coordinator_tick(&mut self, out: &mut Out) {
+        let me_coordinator = self.coordinator_pos() == Some(self.pos);
+        match (me_coordinator, self.coord.is_active()) {
+            (true, false) => {
+                self.start_phase1(out, "first live acceptor in ring order");
+                return;
+            }
+            (false, true) => {
+                out.events
+                    .push(format!("{} steps down as coordinator", self.me));
+                self.step_down();
+                return;
+            }
+            (false, false) => return,
+            (true, true) => {}
+        }
+        if self.view.epoch_fp() != self.coord.epoch_fp {
+            self.start_phase1(out, "epoch changed");
+            return;
+        }
+        // Phase 1 not answered in time: send it again (same ballot; a refusal raises it).
+        if let Some(p) = self.coord.prepare.as_mut()
+            && self.now >= p.sent_us + self.cfg.p1_resend_us
+        {
+            p.sent_us = self.now;
+            let (from, to) = (p.from, p.to);
+            self.send_phase1a(from, to, out);
+        }
+        if self.coord.phase != Phase::Leading {
+            return;
+        }
+        let due: Vec<Instance> = self
+            .coord
+            .open
+            .iter()
+            .filter(|(_, o)| self.now >= o.sent_us + self.cfg.p2_resend_us)
+            .map(|(i, _)| *i)
+            .take(RESEND_PER_TICK)
+            .collect();
+        for i in due {
+            self.send_phase2(i, true, out);
+        }
+        self.assign(out);
+    }
+
+    fn step_down(&mut self) {
+        let c = &mut self.coord;
+        c.phase = Phase::Follower;
+        c.prepare = None;
+        c.open.clear();
+        c.preset.clear();
+        c.queue.clear();
+        c.queue_bytes = 0;
+        c.known.clear();
+    }
+}

@@ -1,0 +1,348 @@
+//! Learner: seed 000 §3.1.4.
+//!
+//! Every node tracks decisions (acceptors need them to answer retrieves and to be repaired;
+//! coordinators to close instances); only a node with the learner role hands them to the
+//! application. Values are delivered in instance order. A learner that misses an instance
+//! (a lost decision, a decision without the payload, a restart) asks an acceptor for it
+//! after `retrieve_timeout_us` — the seed proposes a null value at a high ballot instead;
+//! here the coordinator does that on the learner's behalf (see `coordinator.rs`), so learners
+//! never duel with the coordinator for ballots.
+//!
+//! Each value id is delivered at most once: a proposer may re-send a batch that was already
+//! decided (its decision was lost), so a batch can be decided in two instances. Learners skip
+//! the second one. The skip is a deterministic function of the decided sequence, so every
+//! learner skips the same instances and sequences stay equal.
+
+use crate::protocol::Delivery;
+use crate::types::{Batch, BatchKey, Decree, Instance, Micros, NodeId};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+
+/// Batches remembered per origin for de-duplication. A re-sent batch is decided within a
+/// few resend periods of the first, far fewer batches than this.
+pub const DEDUP_BATCHES_PER_ORIGIN: usize = 1 << 16;
+
+#[derive(Debug, Default)]
+pub struct Dedup {
+    per_origin: HashMap<NodeId, (HashSet<u64>, VecDeque<u64>)>,
+}
+
+impl Dedup {
+    /// True the first time a batch key is seen.
+    pub fn first_time(&mut self, key: BatchKey) -> bool {
+        let (set, order) = self.per_origin.entry(key.origin).or_default();
+        if !set.insert(key.first_seq) {
+            return false;
+        }
+        order.push_back(key.first_seq);
+        if order.len() > DEDUP_BATCHES_PER_ORIGIN
+            && let Some(old) = order.pop_front()
+        {
+            set.remove(&old);
+        }
+        true
+    }
+}
+
+/// Payloads seen on the ring (forwarded proposals, phase 2 messages) kept until their
+/// decision is delivered, bounded in bytes (oldest first out; a dropped payload is retrieved).
+#[derive(Debug)]
+pub struct PayloadCache {
+    map: HashMap<BatchKey, Batch>,
+    order: VecDeque<BatchKey>,
+    bytes: usize,
+    capacity_bytes: usize,
+}
+
+impl PayloadCache {
+    pub fn new(capacity_bytes: usize) -> PayloadCache {
+        PayloadCache {
+            map: HashMap::new(),
+            order: VecDeque::new(),
+            bytes: 0,
+            capacity_bytes,
+        }
+    }
+    pub fn insert(&mut self, batch: &Batch) {
+        let key = batch.key();
+        if self.map.contains_key(&key) {
+            return;
+        }
+        self.bytes += batch.wire_bytes();
+        self.map.insert(key, batch.clone());
+        self.order.push_back(key);
+        // Bounded: drop the oldest (they may already be gone from the map).
+        while self.bytes > self.capacity_bytes {
+            match self.order.pop_front() {
+                Some(k) => {
+                    if let Some(b) = self.map.remove(&k) {
+                        self.bytes -= b.wire_bytes();
+                    }
+                }
+                None => break,
+            }
+        }
+        // Keep the order queue from growing with keys already removed.
+        if self.order.len() > 2 * self.map.len() + 1024 {
+            let map = &self.map;
+            self.order.retain(|k| map.contains_key(k));
+        }
+    }
+    pub fn get(&self, key: &BatchKey) -> Option<&Batch> {
+        self.map.get(key)
+    }
+    pub fn remove(&mut self, key: &BatchKey) {
+        if let Some(b) = self.map.remove(key) {
+            self.bytes -= b.wire_bytes();
+        }
+    }
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+#[derive(Debug)]
+struct Pending {
+    /// The decree, once the payload is here.
+    decree: Option<Decree>,
+    key: Option<BatchKey>,
+}
+
+#[derive(Debug)]
+pub struct LearnerState {
+    /// The next instance to deliver; everything below is delivered (or skipped as duplicate).
+    pub next: Instance,
+    pending: BTreeMap<Instance, Pending>,
+    dedup: Dedup,
+    /// Hand deliveries to the application (learner role).
+    pub deliver: bool,
+    /// The highest instance known decided, here or elsewhere.
+    pub decided_max: Instance,
+    pub last_progress_us: Micros,
+    pub last_retrieve_us: Micros,
+    pub retrieve_round: usize,
+    /// Bound on decisions held ahead of a gap.
+    max_pending: usize,
+    /// Decided instances waiting for their payload, by batch key.
+    waiting: HashMap<BatchKey, Instance>,
+}
+
+impl LearnerState {
+    pub fn new(deliver: bool, max_pending: usize, now: Micros) -> LearnerState {
+        LearnerState {
+            next: 1,
+            pending: BTreeMap::new(),
+            dedup: Dedup::default(),
+            deliver,
+            decided_max: 0,
+            last_progress_us: now,
+            last_retrieve_us: 0,
+            retrieve_round: 0,
+            max_pending,
+            waiting: HashMap::new(),
+        }
+    }
+
+    /// Every instance up to this one is delivered here.
+    pub fn delivered_upto(&self) -> Instance {
+        self.next - 1
+    }
+
+    /// Whether this node knows the decree decided in `instance` (for answering retrieves and
+    /// phase 1 when the acceptor store no longer holds it).
+    pub fn knows(&self, instance: Instance) -> bool {
+        instance < self.next
+            || self
+                .pending
+                .get(&instance)
+                .is_some_and(|p| p.decree.is_some())
+    }
+
+    /// Records a decision. `decree` is `None` when the payload is not here yet (`key` says
+    /// which batch it is). Returns true if it was new.
+    pub fn on_decided(
+        &mut self,
+        instance: Instance,
+        decree: Option<Decree>,
+        key: Option<BatchKey>,
+    ) -> bool {
+        self.decided_max = self.decided_max.max(instance);
+        if instance < self.next {
+            return false;
+        }
+        if !self.pending.contains_key(&instance)
+            && self.pending.len() >= self.max_pending
+            && instance > self.next + self.max_pending as u64
+        {
+            // Too far ahead of a gap: forget it, the retrieve brings it back in order.
+            return false;
+        }
+        let entry = self
+            .pending
+            .entry(instance)
+            .or_insert(Pending { decree: None, key });
+        if entry.decree.is_some() {
+            return false;
+        }
+        match decree {
+            Some(d) => {
+                debug_assert!(
+                    entry.key.is_none() || entry.key == d.key(),
+                    "instance {instance} decided two different decrees"
+                );
+                if let Some(k) = entry.key {
+                    self.waiting.remove(&k);
+                }
+                entry.decree = Some(d);
+                true
+            }
+            None => {
+                if let Some(k) = key {
+                    entry.key = Some(k);
+                    self.waiting.insert(k, instance);
+                }
+                false
+            }
+        }
+    }
+
+    /// A payload arrived: completes the decision waiting for it, if any.
+    pub fn offer_payload(&mut self, batch: &Batch) {
+        if let Some(instance) = self.waiting.remove(&batch.key())
+            && let Some(p) = self.pending.get_mut(&instance)
+            && p.decree.is_none()
+            && p.key == Some(batch.key())
+        {
+            p.decree = Some(Decree::Values(batch.clone()));
+        }
+    }
+
+    /// Whether any decided instance waits for its payload.
+    pub fn has_waiting(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
+    /// Whether the next instance waits only for its payload.
+    pub fn next_missing_payload(&self) -> Option<BatchKey> {
+        self.pending
+            .get(&self.next)
+            .and_then(|p| if p.decree.is_none() { p.key } else { None })
+    }
+
+    /// Delivers every contiguous decided instance. Returns the number of instances passed.
+    pub fn drain(
+        &mut self,
+        now: Micros,
+        cache: &mut PayloadCache,
+        deliveries: &mut Vec<Delivery>,
+        mut on_decided: impl FnMut(Instance, &Decree),
+    ) -> u64 {
+        let start = self.next;
+        loop {
+            let ready = matches!(self.pending.first_key_value(), Some((&i, p)) if i == self.next && p.decree.is_some());
+            if !ready {
+                // Drop stale entries below next (cannot happen by construction; cheap check).
+                while matches!(self.pending.first_key_value(), Some((&i, _)) if i < self.next) {
+                    self.pending.pop_first();
+                }
+                break;
+            }
+            let Some((instance, p)) = self.pending.pop_first() else {
+                break;
+            };
+            if let Some(k) = p.key {
+                self.waiting.remove(&k);
+            }
+            let Some(decree) = p.decree else { break };
+            on_decided(instance, &decree);
+            if let Decree::Values(batch) = decree {
+                cache.remove(&batch.key());
+                if self.dedup.first_time(batch.key()) && self.deliver {
+                    deliveries.push(Delivery { instance, batch });
+                }
+            }
+            self.next += 1;
+        }
+        let passed = self.next - start;
+        if passed > 0 {
+            self.last_progress_us = now;
+            self.retrieve_round = 0;
+        }
+        passed
+    }
+
+    /// Whether the learner is behind what it knows to be decided.
+    pub fn behind(&self) -> bool {
+        self.decided_max >= self.next
+    }
+
+    /// Jumps over instances nobody can serve any more (trimmed everywhere). Only for
+    /// in-memory stores; snapshots replace this with durable storage.
+    pub fn jump_to(&mut self, instance: Instance) {
+        if instance > self.next {
+            self.next = instance;
+            while matches!(self.pending.first_key_value(), Some((&i, _)) if i < self.next) {
+                if let Some((_, p)) = self.pending.pop_first()
+                    && let Some(k) = p.key
+                {
+                    self.waiting.remove(&k);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::BatchBuilder;
+
+    fn batch(origin: u32, seq: u64) -> Batch {
+        let mut b = BatchBuilder::new(NodeId(origin), seq, 8);
+        b.push(b"x");
+        b.finish()
+    }
+
+    #[test]
+    fn delivers_in_instance_order_across_a_gap() {
+        let mut l = LearnerState::new(true, 1000, 0);
+        let mut cache = PayloadCache::new(1 << 20);
+        let mut out = Vec::new();
+        l.on_decided(2, Some(Decree::Values(batch(1, 10))), None);
+        assert_eq!(l.drain(0, &mut cache, &mut out, |_, _| {}), 0);
+        assert!(out.is_empty());
+        l.on_decided(1, Some(Decree::Values(batch(1, 1))), None);
+        assert_eq!(l.drain(0, &mut cache, &mut out, |_, _| {}), 2);
+        assert_eq!(
+            out.iter().map(|d| d.instance).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+    }
+
+    #[test]
+    fn a_batch_decided_twice_is_delivered_once() {
+        let mut l = LearnerState::new(true, 1000, 0);
+        let mut cache = PayloadCache::new(1 << 20);
+        let mut out = Vec::new();
+        l.on_decided(1, Some(Decree::Values(batch(1, 1))), None);
+        l.on_decided(2, Some(Decree::Noop), None);
+        l.on_decided(3, Some(Decree::Values(batch(1, 1))), None);
+        l.drain(0, &mut cache, &mut out, |_, _| {});
+        assert_eq!(out.len(), 1);
+        assert_eq!(l.next, 4);
+    }
+
+    #[test]
+    fn payload_arrives_after_decision() {
+        let mut l = LearnerState::new(true, 1000, 0);
+        let mut cache = PayloadCache::new(1 << 20);
+        let mut out = Vec::new();
+        let b = batch(2, 5);
+        l.on_decided(1, None, Some(b.key()));
+        assert_eq!(l.next_missing_payload(), Some(b.key()));
+        cache.insert(&b);
+        l.offer_payload(&b);
+        l.drain(0, &mut cache, &mut out, |_, _| {});
+        assert_eq!(out.len(), 1);
+        assert_eq!(cache.bytes(), 0);
+    }
+}

@@ -1,0 +1,192 @@
+//! Scenario tests of U-Ring Paxos on a tiny in-process network (no faults unless the test
+//! injects them). The seeded fault simulator lives in `abcast-sim`; these read as stories.
+
+use abcast_core::codec::{Encoder, WireMessage};
+use abcast_core::storage::MemoryStore;
+use abcast_core::uring::{Message, RingConfig, StartInfo, URing};
+use abcast_core::{NodeId, Outbox, Protocol};
+use bytes::Bytes;
+use std::collections::VecDeque;
+
+struct Net {
+    nodes: Vec<Option<URing>>,
+    cfg: RingConfig,
+    queue: VecDeque<(NodeId, NodeId, Message)>,
+    now: u64,
+    delivered: Vec<Vec<(u64, Vec<Bytes>)>>,
+    acks: usize,
+    down: Vec<bool>,
+    drop_decisions_to: Option<NodeId>,
+}
+
+impl Net {
+    fn new(n: u32) -> Net {
+        let ids: Vec<u32> = (0..n).collect();
+        let cfg = RingConfig::pal(&ids);
+        let nodes = ids
+            .iter()
+            .map(|&i| Some(Self::make(&cfg, i, StartInfo::FRESH)))
+            .collect();
+        Net {
+            nodes,
+            cfg,
+            queue: VecDeque::new(),
+            now: 0,
+            delivered: vec![Vec::new(); n as usize],
+            acks: 0,
+            down: vec![false; n as usize],
+            drop_decisions_to: None,
+        }
+    }
+    fn make(cfg: &RingConfig, i: u32, start: StartInfo) -> URing {
+        let store = MemoryStore::new(cfg.store_capacity_instances, cfg.store_capacity_bytes);
+        URing::new(cfg.clone(), NodeId(i), start, Box::new(store)).expect("valid config")
+    }
+    fn apply(&mut self, from: NodeId, out: &mut Outbox<Message>) {
+        for (to, m) in out.sends.drain(..) {
+            // Through the codec, as on the wire.
+            let mut e = Encoder::new();
+            m.encode(&mut e);
+            let back = Message::decode(m.kind(), e.to_bytes()).expect("decodes");
+            self.queue.push_back((from, to, back));
+        }
+        for d in out.deliveries.drain(..) {
+            self.delivered[from.0 as usize]
+                .push((d.instance, d.batch.values().map(|v| v.payload).collect()));
+        }
+        self.acks += out.acks.len();
+        out.clear();
+    }
+    fn step(&mut self) -> bool {
+        let Some((from, to, m)) = self.queue.pop_front() else {
+            return false;
+        };
+        if self.down[to.0 as usize] || self.down[from.0 as usize] {
+            return true;
+        }
+        if self.drop_decisions_to == Some(to) && matches!(m, Message::Decision(_)) {
+            return true;
+        }
+        let mut out = Outbox::new();
+        if let Some(n) = self.nodes[to.0 as usize].as_mut() {
+            n.receive(self.now, from, m, &mut out);
+        }
+        self.apply(to, &mut out);
+        true
+    }
+    fn tick_all(&mut self) {
+        for i in 0..self.nodes.len() {
+            if self.down[i] {
+                continue;
+            }
+            let mut out = Outbox::new();
+            if let Some(n) = self.nodes[i].as_mut() {
+                n.tick(self.now, &mut out);
+            }
+            self.apply(NodeId(i as u32), &mut out);
+        }
+    }
+    fn run_for(&mut self, us: u64) {
+        let end = self.now + us;
+        while self.now < end {
+            self.now += 100;
+            self.tick_all();
+            let mut budget = 100_000;
+            while budget > 0 && self.step() {
+                budget -= 1;
+            }
+        }
+    }
+    fn propose(&mut self, at: usize, payload: &str) -> bool {
+        let mut out = Outbox::new();
+        let r = self.nodes[at]
+            .as_mut()
+            .map(|n| n.propose(self.now, Bytes::from(payload.to_string()), &mut out));
+        self.apply(NodeId(at as u32), &mut out);
+        matches!(r, Some(Ok(_)))
+    }
+    fn seq(&self, i: usize) -> Vec<Bytes> {
+        self.delivered[i]
+            .iter()
+            .flat_map(|(_, v)| v.clone())
+            .collect()
+    }
+}
+
+#[test]
+fn three_nodes_deliver_the_same_sequence() {
+    let mut net = Net::new(3);
+    net.run_for(400_000); // elect a coordinator
+    for k in 0..30 {
+        assert!(net.propose(k % 3, &format!("v{k}")));
+        net.run_for(1_000);
+    }
+    net.run_for(100_000);
+    let s0 = net.seq(0);
+    assert_eq!(s0.len(), 30, "all values delivered at node 0");
+    assert_eq!(net.seq(1), s0);
+    assert_eq!(net.seq(2), s0);
+    assert_eq!(net.acks, 30);
+}
+
+#[test]
+fn a_lost_decision_is_retrieved() {
+    let mut net = Net::new(3);
+    net.run_for(400_000);
+    net.drop_decisions_to = Some(NodeId(2));
+    for k in 0..5 {
+        net.propose(0, &format!("v{k}"));
+        net.run_for(1_000);
+    }
+    net.drop_decisions_to = None;
+    net.run_for(1_000_000);
+    assert_eq!(net.seq(2), net.seq(0));
+    assert_eq!(net.seq(0).len(), 5);
+}
+
+#[test]
+fn the_coordinator_fails_and_the_next_acceptor_takes_over() {
+    let mut net = Net::new(3);
+    net.run_for(400_000);
+    for k in 0..5 {
+        net.propose(1, &format!("a{k}"));
+    }
+    net.run_for(50_000);
+    net.down[0] = true;
+    net.run_for(1_000_000);
+    for k in 0..5 {
+        net.propose(2, &format!("b{k}"));
+    }
+    net.run_for(1_000_000);
+    assert_eq!(net.seq(1).len(), 10);
+    assert_eq!(net.seq(1), net.seq(2));
+}
+
+#[test]
+fn a_lower_id_node_joining_late_takes_over_without_stalling() {
+    let mut net = Net::new(3);
+    net.down[0] = true;
+    net.run_for(1_000_000);
+    for k in 0..20 {
+        net.propose(1 + k % 2, &format!("a{k}"));
+        net.run_for(1_000);
+    }
+    net.run_for(200_000);
+    assert_eq!(net.seq(1).len(), 20);
+    // Node 0 (lowest id) joins late: it becomes coordinator and must not stall.
+    net.down[0] = false;
+    net.nodes[0] = Some(Net::make(&net.cfg, 0, StartInfo::FRESH));
+    net.run_for(1_000_000);
+    for k in 0..20 {
+        net.propose(k % 3, &format!("b{k}"));
+        net.run_for(1_000);
+    }
+    net.run_for(1_000_000);
+    assert_eq!(
+        net.nodes[0].as_ref().map(|n| n.status().leading),
+        Some(true)
+    );
+    assert_eq!(net.seq(1).len(), 40);
+    assert_eq!(net.seq(0), net.seq(1));
+    assert_eq!(net.seq(2), net.seq(1));
+}

@@ -34,6 +34,8 @@ pub struct ProposerState {
     in_flight: BTreeMap<u64, InFlight>,
     values_in_flight: usize,
     bytes_in_flight: usize,
+    /// Last scan of `in_flight` for re-sends (scans are coarse: every `value_resend_us / 8`).
+    last_resend_scan_us: Micros,
 }
 
 impl ProposerState {
@@ -46,6 +48,7 @@ impl ProposerState {
             in_flight: BTreeMap::new(),
             values_in_flight: 0,
             bytes_in_flight: 0,
+            last_resend_scan_us: 0,
         }
     }
 
@@ -204,10 +207,13 @@ impl URing {
         let Some(p) = self.prop.as_mut() else { return };
         let mut to_send = Vec::new();
         // Re-send what was not decided in time, or everything on a coordinator change.
-        for f in p.in_flight.values_mut() {
-            if coordinator_changed || now >= f.sent_us + resend_us {
-                f.sent_us = now;
-                to_send.push(f.batch.clone());
+        if coordinator_changed || now >= p.last_resend_scan_us + resend_us / 8 {
+            p.last_resend_scan_us = now;
+            for f in p.in_flight.values_mut() {
+                if coordinator_changed || now >= f.sent_us + resend_us {
+                    f.sent_us = now;
+                    to_send.push(f.batch.clone());
+                }
             }
         }
         if let Some(open) = p.open.as_ref()

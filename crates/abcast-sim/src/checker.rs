@@ -1,0 +1,939 @@
+//! The safety and liveness checkers. They see every proposal, acknowledgement and delivery
+//! of a run, as it happens, and fail at the first event that breaks a property, naming the
+//! node, its incarnation, the instance and the value.
+//!
+//! The properties (GUIDE layer 4):
+//!
+//! - **Agreement.** One instance delivers one batch, wherever it is delivered
+//!   ([`ViolationKind::ConflictingDecision`]); every learner delivers instances in increasing
+//!   order ([`ViolationKind::OutOfOrder`]) and never jumps over an instance that some learner
+//!   delivered ([`ViolationKind::SkippedInstance`]). Together: every learner's sequence is a
+//!   gap-free stretch of one common sequence. A learner incarnation that started from
+//!   nothing (an in-memory restart) may begin its stretch at its first delivered instance;
+//!   a fresh learner (first start, late joiners included) must begin at the beginning,
+//!   unless [`Checker::new`] is told otherwise.
+//! - **Integrity.** No learner incarnation delivers a value twice
+//!   ([`ViolationKind::DuplicateDelivery`]); no value is decided in two instances
+//!   ([`ViolationKind::ValueInTwoInstances`]); every delivered value was proposed
+//!   ([`ViolationKind::NeverProposed`]) with this payload ([`ViolationKind::PayloadMismatch`]);
+//!   a protocol hands out each value id once ([`ViolationKind::BadValueId`]) and acknowledges
+//!   only values proposed at that node ([`ViolationKind::UnknownAck`]).
+//! - **Durability.** An acknowledged value is decided eventually, even when its proposer
+//!   crashed ([`ViolationKind::LostAckedValue`]).
+//! - **Validity / liveness after heal.** Every acknowledged value, and every value proposed
+//!   by a proposer incarnation that is still alive, is delivered by every live learner
+//!   within the bound ([`ViolationKind::NotDelivered`]), and all live learners end at the
+//!   same instance ([`ViolationKind::NotConverged`]).
+//!
+//! Per-sender FIFO is not checked: U-Ring Paxos does not promise it.
+//!
+//! Instance numbers are the common language: two learners agree exactly when they map the
+//! same instances to the same batches. No-op instances deliver nothing and are invisible.
+
+use abcast_core::protocol::Ack;
+use abcast_core::{BatchKey, Delivery, Instance, Micros, NodeId, ValueId};
+use bytes::Bytes;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// What went wrong, precisely enough for a test to assert on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ViolationKind {
+    /// Two learners delivered different batches in one instance.
+    ConflictingDecision,
+    /// A learner jumped over an instance that another learner delivered.
+    SkippedInstance,
+    /// A learner delivered an instance not above the last one it delivered.
+    OutOfOrder,
+    /// A learner incarnation delivered one value twice.
+    DuplicateDelivery,
+    /// One value was decided in two instances.
+    ValueInTwoInstances,
+    /// A delivered value was never returned by `propose`.
+    NeverProposed,
+    /// A delivered value's payload differs from the proposed one.
+    PayloadMismatch,
+    /// `propose` returned an id that it had returned before, or of another node.
+    BadValueId,
+    /// An acknowledgement names a value this node never proposed.
+    UnknownAck,
+    /// An acknowledged value was not decided by the end of the convergence bound.
+    LostAckedValue,
+    /// A value that must be delivered (acknowledged, or from a proposer still alive) was not
+    /// delivered by some live learner within the bound.
+    NotDelivered,
+    /// Everything required was delivered, but the live learners did not end at one instance.
+    NotConverged,
+    /// A message did not decode from its own encoding.
+    Decode,
+    /// A decoded message encodes to other bytes than it was decoded from.
+    CodecMismatch,
+    /// The run used up its event budget (a message storm or a zero-delay loop).
+    EventBudget,
+    /// The simulation configuration is invalid.
+    BadConfig,
+}
+
+impl ViolationKind {
+    /// The property this kind belongs to.
+    pub fn property(self) -> &'static str {
+        use ViolationKind::*;
+        match self {
+            ConflictingDecision | SkippedInstance | OutOfOrder => "agreement",
+            DuplicateDelivery | ValueInTwoInstances | NeverProposed | PayloadMismatch
+            | BadValueId | UnknownAck => "integrity",
+            LostAckedValue => "durability",
+            NotDelivered | NotConverged | EventBudget => "liveness",
+            Decode | CodecMismatch => "codec",
+            BadConfig => "config",
+        }
+    }
+}
+
+/// A property broken at one event, without the run context (seed, replay line, trace) that
+/// the simulator adds when it turns this into a [`crate::Violation`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    pub kind: ViolationKind,
+    pub node: Option<NodeId>,
+    pub incarnation: Option<u64>,
+    pub instance: Option<Instance>,
+    pub value: Option<ValueId>,
+    pub detail: String,
+}
+
+impl Failure {
+    pub fn new(kind: ViolationKind, detail: impl Into<String>) -> Failure {
+        Failure {
+            kind,
+            node: None,
+            incarnation: None,
+            instance: None,
+            value: None,
+            detail: detail.into(),
+        }
+    }
+    pub fn at(mut self, node: NodeId, incarnation: u64) -> Failure {
+        self.node = Some(node);
+        self.incarnation = Some(incarnation);
+        self
+    }
+    pub fn instance(mut self, instance: Instance) -> Failure {
+        self.instance = Some(instance);
+        self
+    }
+    pub fn value(mut self, value: ValueId) -> Failure {
+        self.value = Some(value);
+        self
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?} ({})", self.kind, self.kind.property())?;
+        if let Some(n) = self.node {
+            write!(f, " node {n}")?;
+            if let Some(i) = self.incarnation {
+                write!(f, "#{i}")?;
+            }
+        }
+        if let Some(i) = self.instance {
+            write!(f, " instance {i}")?;
+        }
+        if let Some(v) = self.value {
+            write!(f, " value {v}")?;
+        }
+        write!(f, ": {}", self.detail)
+    }
+}
+
+/// A learner incarnation: one node between a start and a crash.
+pub type LearnerId = (NodeId, u64);
+
+#[derive(Debug)]
+struct Proposal {
+    payload: Bytes,
+    incarnation: u64,
+    proposed_at_us: Micros,
+    acked_at_us: Option<Micros>,
+    /// The instance that decided it, once some learner delivered it.
+    instance: Option<Instance>,
+}
+
+#[derive(Debug)]
+struct Decided {
+    key: BatchKey,
+    count: usize,
+    by: LearnerId,
+    at_us: Micros,
+}
+
+#[derive(Debug)]
+struct Learner {
+    /// The learner's sequence covers every decided instance above `floor` up to `last`.
+    /// `None` until the first delivery of a learner that may start anywhere.
+    floor: Option<Instance>,
+    last: Instance,
+    delivered: BTreeMap<ValueId, Instance>,
+    alive: bool,
+}
+
+/// The checkers' state for one run. Feed it every event through `start`, `crash`,
+/// `propose`, `ack` and `deliver`; ask `converged` and `liveness_failure` after the heal.
+#[derive(Debug)]
+pub struct Checker {
+    fresh_learners_deliver_all: bool,
+    proposals: BTreeMap<ValueId, Proposal>,
+    decided: BTreeMap<Instance, Decided>,
+    learners: BTreeMap<LearnerId, Learner>,
+    /// Values that must be delivered (acked, or from a live proposer incarnation) and that no
+    /// learner has delivered yet. "Decided" below means "delivered by some learner": the
+    /// checker sees deliveries, not the protocol's internal decisions.
+    pending: BTreeSet<ValueId>,
+    acked_values: u64,
+    delivered_values: BTreeMap<NodeId, u64>,
+}
+
+impl Checker {
+    /// `fresh_learners_deliver_all`: a learner that starts fresh (first start, not amnesic)
+    /// must deliver the common sequence from its beginning.
+    pub fn new(fresh_learners_deliver_all: bool) -> Checker {
+        Checker {
+            fresh_learners_deliver_all,
+            proposals: BTreeMap::new(),
+            decided: BTreeMap::new(),
+            learners: BTreeMap::new(),
+            pending: BTreeSet::new(),
+            acked_values: 0,
+            delivered_values: BTreeMap::new(),
+        }
+    }
+
+    /// A node incarnation starts. `fresh`: first start with nothing forgotten.
+    pub fn start(&mut self, node: NodeId, incarnation: u64, fresh: bool) {
+        let floor = if fresh && self.fresh_learners_deliver_all {
+            Some(0)
+        } else {
+            None
+        };
+        self.learners.insert(
+            (node, incarnation),
+            Learner {
+                floor,
+                last: 0,
+                delivered: BTreeMap::new(),
+                alive: true,
+            },
+        );
+    }
+
+    /// A node incarnation crashes: its unacknowledged proposals are no longer required.
+    pub fn crash(&mut self, node: NodeId, incarnation: u64) {
+        if let Some(l) = self.learners.get_mut(&(node, incarnation)) {
+            l.alive = false;
+        }
+        let proposals = &self.proposals;
+        self.pending.retain(|id| match proposals.get(id) {
+            Some(p) => {
+                !(id.node == node && p.incarnation == incarnation && p.acked_at_us.is_none())
+            }
+            None => false,
+        });
+    }
+
+    /// `propose` at `node` returned `id` for `payload`.
+    pub fn propose(
+        &mut self,
+        now_us: Micros,
+        node: NodeId,
+        incarnation: u64,
+        id: ValueId,
+        payload: Bytes,
+    ) -> Result<(), Failure> {
+        if id.node != node {
+            return Err(Failure::new(
+                ViolationKind::BadValueId,
+                format!("propose at {node} returned an id of {}", id.node),
+            )
+            .at(node, incarnation)
+            .value(id));
+        }
+        if let Some(p) = self.proposals.get(&id) {
+            return Err(Failure::new(
+                ViolationKind::BadValueId,
+                format!(
+                    "propose returned {id} again; it was first returned at t={}us to incarnation {}",
+                    p.proposed_at_us, p.incarnation
+                ),
+            )
+            .at(node, incarnation)
+            .value(id));
+        }
+        self.proposals.insert(
+            id,
+            Proposal {
+                payload,
+                incarnation,
+                proposed_at_us: now_us,
+                acked_at_us: None,
+                instance: None,
+            },
+        );
+        self.pending.insert(id);
+        Ok(())
+    }
+
+    /// `node` acknowledged values of its own.
+    pub fn ack(
+        &mut self,
+        now_us: Micros,
+        node: NodeId,
+        incarnation: u64,
+        ack: &Ack,
+    ) -> Result<(), Failure> {
+        if ack.key.origin != node {
+            return Err(Failure::new(
+                ViolationKind::UnknownAck,
+                format!(
+                    "{node} acknowledged batch {} x{} of another node",
+                    ack.key, ack.count
+                ),
+            )
+            .at(node, incarnation));
+        }
+        for i in 0..u64::from(ack.count) {
+            let id = ValueId {
+                node,
+                seq: ack.key.first_seq.saturating_add(i),
+            };
+            let Some(p) = self.proposals.get_mut(&id) else {
+                return Err(Failure::new(
+                    ViolationKind::UnknownAck,
+                    format!(
+                        "acknowledgement of batch {} x{} names {id}, never proposed",
+                        ack.key, ack.count
+                    ),
+                )
+                .at(node, incarnation)
+                .value(id));
+            };
+            if p.acked_at_us.is_none() {
+                p.acked_at_us = Some(now_us);
+                self.acked_values += 1;
+                if p.instance.is_none() {
+                    self.pending.insert(id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `node` delivered `delivery`. Checks agreement and integrity at once.
+    pub fn deliver(
+        &mut self,
+        now_us: Micros,
+        node: NodeId,
+        incarnation: u64,
+        delivery: &Delivery,
+    ) -> Result<(), Failure> {
+        let me = (node, incarnation);
+        let instance = delivery.instance;
+        let batch = &delivery.batch;
+        let key = batch.key();
+        let fail = |kind, detail: String| {
+            Failure::new(kind, detail)
+                .at(node, incarnation)
+                .instance(instance)
+        };
+        if !self.learners.contains_key(&me) {
+            self.start(node, incarnation, incarnation == 0);
+        }
+        let Some(learner) = self.learners.get(&me) else {
+            return Err(fail(
+                ViolationKind::BadConfig,
+                "learner state missing".into(),
+            ));
+        };
+
+        // Integrity, value by value.
+        for v in batch.values() {
+            let Some(p) = self.proposals.get(&v.id) else {
+                return Err(fail(
+                    ViolationKind::NeverProposed,
+                    format!("batch {key} holds {}, never proposed", v.id),
+                )
+                .value(v.id));
+            };
+            if p.payload != v.payload {
+                return Err(fail(
+                    ViolationKind::PayloadMismatch,
+                    format!(
+                        "{} delivered with {} bytes {:02x?}.., proposed with {} bytes {:02x?}..",
+                        v.id,
+                        v.payload.len(),
+                        &v.payload[..v.payload.len().min(12)],
+                        p.payload.len(),
+                        &p.payload[..p.payload.len().min(12)]
+                    ),
+                )
+                .value(v.id));
+            }
+            if let Some(first) = learner.delivered.get(&v.id) {
+                return Err(fail(
+                    ViolationKind::DuplicateDelivery,
+                    format!("{} delivered again (batch {key}); this learner delivered it in instance {first}", v.id),
+                )
+                .value(v.id));
+            }
+        }
+
+        // Order within this learner.
+        if instance == 0 || instance <= learner.last {
+            return Err(fail(
+                ViolationKind::OutOfOrder,
+                format!(
+                    "delivered instance {instance} after instance {}",
+                    learner.last
+                ),
+            ));
+        }
+
+        // Agreement across learners.
+        match self.decided.get(&instance) {
+            Some(d) => {
+                if d.key != key || d.count != batch.len() {
+                    return Err(fail(
+                        ViolationKind::ConflictingDecision,
+                        format!(
+                            "delivers batch {key} x{}; {}#{} delivered batch {} x{} in this instance at t={}us",
+                            batch.len(),
+                            d.by.0,
+                            d.by.1,
+                            d.key,
+                            d.count,
+                            d.at_us
+                        ),
+                    ));
+                }
+            }
+            None => {
+                for v in batch.ids() {
+                    if let Some(j) = self.proposals.get(&v).and_then(|p| p.instance) {
+                        return Err(fail(
+                            ViolationKind::ValueInTwoInstances,
+                            format!("{v} delivered in instance {instance}; it was decided in instance {j} before"),
+                        )
+                        .value(v));
+                    }
+                }
+                // A new instance: a learner already past it has skipped it.
+                for (&(other, other_inc), l) in &self.learners {
+                    if (other, other_inc) == me {
+                        continue;
+                    }
+                    if let Some(floor) = l.floor
+                        && floor < instance
+                        && instance < l.last
+                    {
+                        return Err(Failure::new(
+                            ViolationKind::SkippedInstance,
+                            format!(
+                                "{node}#{incarnation} delivers batch {key} in instance {instance}, which \
+                                 {other}#{other_inc} jumped over (it delivered up to {} without it)",
+                                l.last
+                            ),
+                        )
+                        .at(other, other_inc)
+                        .instance(instance));
+                    }
+                }
+            }
+        }
+
+        // A gap in this learner's own sequence.
+        if let Some(floor) = learner.floor {
+            let from = learner.last.max(floor) + 1;
+            if let Some((&j, d)) = self.decided.range(from..instance).next() {
+                return Err(Failure::new(
+                    ViolationKind::SkippedInstance,
+                    format!(
+                        "delivered instance {instance} after {}, jumping over instance {j} where {}#{} delivered \
+                         batch {} x{} at t={}us",
+                        learner.last, d.by.0, d.by.1, d.key, d.count, d.at_us
+                    ),
+                )
+                .at(node, incarnation)
+                .instance(j));
+            }
+        }
+
+        // Record.
+        if let std::collections::btree_map::Entry::Vacant(slot) = self.decided.entry(instance) {
+            slot.insert(Decided {
+                key,
+                count: batch.len(),
+                by: me,
+                at_us: now_us,
+            });
+            for v in batch.ids() {
+                if let Some(p) = self.proposals.get_mut(&v) {
+                    p.instance = Some(instance);
+                }
+                self.pending.remove(&v);
+            }
+        }
+        if let Some(l) = self.learners.get_mut(&me) {
+            if l.floor.is_none() {
+                l.floor = Some(instance);
+            }
+            l.last = instance;
+            for v in batch.ids() {
+                l.delivered.insert(v, instance);
+            }
+        }
+        *self.delivered_values.entry(node).or_insert(0) += batch.len() as u64;
+        Ok(())
+    }
+
+    /// The highest instance any learner delivered.
+    pub fn max_decided(&self) -> Instance {
+        self.decided.keys().next_back().copied().unwrap_or(0)
+    }
+
+    /// Whether every required value is decided and every listed live learner has delivered
+    /// up to the highest decided instance (so, by agreement, everything).
+    pub fn converged(&self, live_learners: &[LearnerId]) -> bool {
+        if !self.pending.is_empty() {
+            return false;
+        }
+        let max = self.max_decided();
+        live_learners
+            .iter()
+            .all(|k| self.learners.get(k).map_or(max == 0, |l| l.last == max))
+    }
+
+    /// Why the run has not converged, the most serious reason first: a lost acknowledged
+    /// value, then a required value some learner has not delivered, then a learner behind.
+    pub fn liveness_failure(&self, live_learners: &[LearnerId]) -> Option<Failure> {
+        for id in &self.pending {
+            let Some(p) = self.proposals.get(id) else {
+                continue;
+            };
+            if let Some(acked) = p.acked_at_us {
+                return Some(
+                    Failure::new(
+                        ViolationKind::LostAckedValue,
+                        format!(
+                            "{id} proposed at t={}us by incarnation {}, acknowledged at t={acked}us, delivered by \
+                             no learner ({} required values delivered nowhere; learners delivered up to instance {})",
+                            p.proposed_at_us,
+                            p.incarnation,
+                            self.pending.len(),
+                            self.max_decided()
+                        ),
+                    )
+                    .at(id.node, p.incarnation)
+                    .value(*id),
+                );
+            }
+        }
+        if let Some(id) = self.pending.iter().next() {
+            let (at, inc) = self
+                .proposals
+                .get(id)
+                .map_or((0, 0), |p| (p.proposed_at_us, p.incarnation));
+            return Some(
+                Failure::new(
+                    ViolationKind::NotDelivered,
+                    format!(
+                        "{id} proposed at t={at}us by {}#{inc}, which is still alive, delivered by no learner \
+                         ({} required values delivered nowhere; learners delivered up to instance {})",
+                        id.node,
+                        self.pending.len(),
+                        self.max_decided()
+                    ),
+                )
+                .at(id.node, inc)
+                .value(*id),
+            );
+        }
+        let max = self.max_decided();
+        for &(node, inc) in live_learners {
+            let last = self.learners.get(&(node, inc)).map_or(0, |l| l.last);
+            if last == max {
+                continue;
+            }
+            // The first required value decided above what this learner delivered.
+            for (&i, d) in self.decided.range(last + 1..) {
+                let required = (0..d.count as u64).find_map(|k| {
+                    let id = ValueId {
+                        node: d.key.origin,
+                        seq: d.key.first_seq + k,
+                    };
+                    let p = self.proposals.get(&id)?;
+                    let alive = self
+                        .learners
+                        .get(&(id.node, p.incarnation))
+                        .is_some_and(|l| l.alive);
+                    (p.acked_at_us.is_some() || alive).then_some((id, p.acked_at_us.is_some()))
+                });
+                if let Some((id, acked)) = required {
+                    return Some(
+                        Failure::new(
+                            ViolationKind::NotDelivered,
+                            format!(
+                                "{} {id}, decided in instance {i}, not delivered here: this learner is at instance \
+                                 {last}, the others reached {max}",
+                                if acked { "acknowledged value" } else { "value of a live proposer" }
+                            ),
+                        )
+                        .at(node, inc)
+                        .instance(i)
+                        .value(id),
+                    );
+                }
+            }
+            return Some(
+                Failure::new(
+                    ViolationKind::NotConverged,
+                    format!("this learner delivered up to instance {last}, others up to {max}"),
+                )
+                .at(node, inc)
+                .instance(last + 1),
+            );
+        }
+        None
+    }
+
+    /// Values returned by `propose`.
+    pub fn proposed_values(&self) -> u64 {
+        self.proposals.len() as u64
+    }
+
+    /// Values acknowledged at least once.
+    pub fn acked_values(&self) -> u64 {
+        self.acked_values
+    }
+
+    /// Values delivered per node, over all its incarnations.
+    pub fn delivered_values(&self) -> &BTreeMap<NodeId, u64> {
+        &self.delivered_values
+    }
+
+    /// Instances that delivered a batch somewhere.
+    pub fn decided_instances(&self) -> u64 {
+        self.decided.len() as u64
+    }
+
+    /// Values that must still be decided.
+    pub fn pending_values(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use abcast_core::Batch;
+
+    const A: NodeId = NodeId(0);
+    const B: NodeId = NodeId(1);
+    const C: NodeId = NodeId(2);
+
+    fn pay(id: ValueId) -> Bytes {
+        Bytes::from(format!("payload-{id}"))
+    }
+
+    fn one(id: ValueId, instance: Instance) -> Delivery {
+        Delivery {
+            instance,
+            batch: Batch::single(id, pay(id)),
+        }
+    }
+
+    fn vid(node: NodeId, seq: u64) -> ValueId {
+        ValueId { node, seq }
+    }
+
+    /// Three fresh learners; A proposes values 1..=n.
+    fn world(n: u64) -> Checker {
+        let mut c = Checker::new(true);
+        for x in [A, B, C] {
+            c.start(x, 0, true);
+        }
+        for s in 1..=n {
+            c.propose(s, A, 0, vid(A, s), pay(vid(A, s)))
+                .expect("propose");
+        }
+        c
+    }
+
+    #[test]
+    fn identical_sequences_pass_and_converge() {
+        let mut c = world(3);
+        for x in [A, B, C] {
+            for s in 1..=3 {
+                c.deliver(10 + s, x, 0, &one(vid(A, s), s))
+                    .expect("deliver");
+            }
+        }
+        let live = [(A, 0), (B, 0), (C, 0)];
+        assert!(c.converged(&live));
+        assert_eq!(c.liveness_failure(&live), None);
+        assert_eq!(c.delivered_values().get(&B), Some(&3));
+    }
+
+    #[test]
+    fn noop_instances_leave_gaps_that_everyone_shares() {
+        let mut c = world(2);
+        for x in [A, B] {
+            c.deliver(1, x, 0, &one(vid(A, 1), 1)).expect("deliver");
+            c.deliver(2, x, 0, &one(vid(A, 2), 4))
+                .expect("instances 2 and 3 were no-ops");
+        }
+    }
+
+    #[test]
+    fn conflicting_batches_in_one_instance_are_caught() {
+        let mut c = world(2);
+        c.deliver(1, A, 0, &one(vid(A, 1), 1)).expect("first");
+        let f = c
+            .deliver(2, B, 0, &one(vid(A, 2), 1))
+            .expect_err("conflict");
+        assert_eq!(f.kind, ViolationKind::ConflictingDecision);
+        assert_eq!((f.node, f.instance), (Some(B), Some(1)));
+    }
+
+    #[test]
+    fn a_learner_jumping_over_a_delivered_instance_is_caught() {
+        let mut c = world(3);
+        for s in 1..=3 {
+            c.deliver(s, A, 0, &one(vid(A, s), s)).expect("A");
+        }
+        c.deliver(5, B, 0, &one(vid(A, 1), 1)).expect("B 1");
+        let f = c
+            .deliver(6, B, 0, &one(vid(A, 3), 3))
+            .expect_err("B skips 2");
+        assert_eq!(f.kind, ViolationKind::SkippedInstance);
+        assert_eq!((f.node, f.instance), (Some(B), Some(2)));
+    }
+
+    #[test]
+    fn an_instance_first_delivered_after_another_learner_passed_it_is_caught() {
+        let mut c = world(3);
+        c.deliver(1, A, 0, &one(vid(A, 1), 1)).expect("A 1");
+        c.deliver(2, A, 0, &one(vid(A, 3), 3))
+            .expect("A 3 (2 unknown yet)");
+        let f = c
+            .deliver(3, B, 0, &one(vid(A, 2), 2))
+            .expect_err("B reveals A skipped 2");
+        assert_eq!(f.kind, ViolationKind::SkippedInstance);
+        assert_eq!((f.node, f.instance), (Some(A), Some(2)));
+    }
+
+    #[test]
+    fn a_fresh_learner_must_start_at_the_beginning() {
+        let mut c = world(2);
+        c.deliver(1, A, 0, &one(vid(A, 1), 1)).expect("A 1");
+        c.deliver(1, A, 0, &one(vid(A, 2), 2)).expect("A 2");
+        let f = c
+            .deliver(2, C, 0, &one(vid(A, 2), 2))
+            .expect_err("C starts at 2");
+        assert_eq!(f.kind, ViolationKind::SkippedInstance);
+        assert_eq!(f.instance, Some(1));
+
+        let mut lax = Checker::new(false);
+        lax.start(A, 0, true);
+        lax.start(C, 0, true);
+        lax.propose(0, A, 0, vid(A, 1), pay(vid(A, 1))).expect("p");
+        lax.propose(0, A, 0, vid(A, 2), pay(vid(A, 2))).expect("p");
+        lax.deliver(1, A, 0, &one(vid(A, 1), 1)).expect("A 1");
+        lax.deliver(1, A, 0, &one(vid(A, 2), 2)).expect("A 2");
+        lax.deliver(2, C, 0, &one(vid(A, 2), 2))
+            .expect("lax: C may start at 2");
+    }
+
+    #[test]
+    fn an_amnesic_restart_may_resume_at_its_first_delivery_but_not_skip_after() {
+        let mut c = world(4);
+        for s in 1..=4 {
+            c.deliver(s, A, 0, &one(vid(A, s), s)).expect("A");
+        }
+        c.deliver(1, B, 0, &one(vid(A, 1), 1)).expect("B#0");
+        c.crash(B, 0);
+        c.start(B, 1, false);
+        c.deliver(9, B, 1, &one(vid(A, 3), 3))
+            .expect("B#1 resumes at 3");
+        c.deliver(9, B, 1, &one(vid(A, 4), 4)).expect("B#1 4");
+        assert!(c.converged(&[(A, 0), (B, 1)]));
+        let mut d = world(4);
+        for s in 1..=4 {
+            d.deliver(s, A, 0, &one(vid(A, s), s)).expect("A");
+        }
+        d.start(B, 1, false);
+        d.deliver(9, B, 1, &one(vid(A, 2), 2))
+            .expect("B#1 resumes at 2");
+        let f = d
+            .deliver(9, B, 1, &one(vid(A, 4), 4))
+            .expect_err("then skips 3");
+        assert_eq!(f.kind, ViolationKind::SkippedInstance);
+        assert_eq!(f.instance, Some(3));
+    }
+
+    #[test]
+    fn duplicate_delivery_by_one_learner_is_caught() {
+        let mut c = world(1);
+        c.deliver(1, A, 0, &one(vid(A, 1), 1)).expect("first");
+        let f = c.deliver(2, A, 0, &one(vid(A, 1), 2)).expect_err("again");
+        assert_eq!(f.kind, ViolationKind::DuplicateDelivery);
+        assert_eq!((f.node, f.value), (Some(A), Some(vid(A, 1))));
+    }
+
+    #[test]
+    fn one_value_in_two_instances_is_caught_across_learners() {
+        let mut c = world(1);
+        c.deliver(1, A, 0, &one(vid(A, 1), 1)).expect("A");
+        c.crash(B, 0);
+        c.start(B, 1, false);
+        let f = c
+            .deliver(2, B, 1, &one(vid(A, 1), 7))
+            .expect_err("B sees it in 7");
+        assert_eq!(f.kind, ViolationKind::ValueInTwoInstances);
+    }
+
+    #[test]
+    fn an_instance_delivered_twice_or_backwards_is_out_of_order() {
+        let mut c = world(3);
+        c.deliver(1, A, 0, &one(vid(A, 1), 1)).expect("1");
+        c.deliver(1, A, 0, &one(vid(A, 2), 3)).expect("3");
+        let f = c
+            .deliver(1, A, 0, &one(vid(A, 3), 2))
+            .expect_err("2 after 3");
+        assert_eq!(f.kind, ViolationKind::OutOfOrder);
+    }
+
+    #[test]
+    fn never_proposed_and_payload_mismatch_are_caught() {
+        let mut c = world(1);
+        let f = c.deliver(1, A, 0, &one(vid(B, 9), 1)).expect_err("unknown");
+        assert_eq!(f.kind, ViolationKind::NeverProposed);
+        let bad = Delivery {
+            instance: 1,
+            batch: Batch::single(vid(A, 1), Bytes::from_static(b"forged")),
+        };
+        let f = c.deliver(1, A, 0, &bad).expect_err("forged");
+        assert_eq!(f.kind, ViolationKind::PayloadMismatch);
+    }
+
+    #[test]
+    fn reused_and_foreign_value_ids_are_caught() {
+        let mut c = world(1);
+        let f = c
+            .propose(5, A, 0, vid(A, 1), pay(vid(A, 1)))
+            .expect_err("reuse");
+        assert_eq!(f.kind, ViolationKind::BadValueId);
+        let f = c
+            .propose(5, A, 0, vid(B, 1), pay(vid(B, 1)))
+            .expect_err("foreign");
+        assert_eq!(f.kind, ViolationKind::BadValueId);
+    }
+
+    #[test]
+    fn acks_of_unknown_values_are_caught() {
+        let mut c = world(2);
+        let ok = Ack {
+            key: BatchKey {
+                origin: A,
+                first_seq: 1,
+            },
+            count: 2,
+        };
+        c.ack(1, A, 0, &ok).expect("ack");
+        assert_eq!(c.acked_values(), 1 + 1);
+        let f = c
+            .ack(
+                1,
+                A,
+                0,
+                &Ack {
+                    key: BatchKey {
+                        origin: A,
+                        first_seq: 2,
+                    },
+                    count: 2,
+                },
+            )
+            .expect_err("3 unknown");
+        assert_eq!(
+            (f.kind, f.value),
+            (ViolationKind::UnknownAck, Some(vid(A, 3)))
+        );
+        let f = c.ack(1, B, 0, &ok).expect_err("not B's");
+        assert_eq!(f.kind, ViolationKind::UnknownAck);
+    }
+
+    #[test]
+    fn an_acked_value_lost_with_its_crashed_proposer_is_a_durability_violation() {
+        let mut c = world(2);
+        c.ack(
+            3,
+            A,
+            0,
+            &Ack {
+                key: BatchKey {
+                    origin: A,
+                    first_seq: 1,
+                },
+                count: 1,
+            },
+        )
+        .expect("ack 1");
+        c.crash(A, 0);
+        c.start(A, 1, false);
+        // Value 2 was not acked: its proposer died, so it may be lost. Value 1 may not.
+        let live = [(A, 1), (B, 0), (C, 0)];
+        assert!(!c.converged(&live));
+        let f = c.liveness_failure(&live).expect("lost");
+        assert_eq!(
+            (f.kind, f.value),
+            (ViolationKind::LostAckedValue, Some(vid(A, 1)))
+        );
+        for x in [B, C] {
+            c.deliver(9, x, 0, &one(vid(A, 1), 1)).expect("deliver 1");
+        }
+        c.deliver(9, A, 1, &one(vid(A, 1), 1)).expect("deliver 1");
+        assert!(c.converged(&live), "{:?}", c.liveness_failure(&live));
+    }
+
+    #[test]
+    fn a_live_proposers_value_must_be_delivered_everywhere() {
+        let mut c = world(1);
+        let live = [(A, 0), (B, 0), (C, 0)];
+        let f = c.liveness_failure(&live).expect("undecided");
+        assert_eq!(
+            (f.kind, f.value),
+            (ViolationKind::NotDelivered, Some(vid(A, 1)))
+        );
+        c.deliver(1, A, 0, &one(vid(A, 1), 1)).expect("A");
+        c.deliver(1, B, 0, &one(vid(A, 1), 1)).expect("B");
+        let f = c.liveness_failure(&live).expect("C behind");
+        assert_eq!(
+            (f.kind, f.node, f.instance),
+            (ViolationKind::NotDelivered, Some(C), Some(1))
+        );
+        c.deliver(1, C, 0, &one(vid(A, 1), 1)).expect("C");
+        assert_eq!(c.liveness_failure(&live), None);
+    }
+
+    #[test]
+    fn a_learner_behind_on_values_nobody_requires_is_not_converged() {
+        let mut c = world(0);
+        c.start(B, 1, false);
+        c.propose(0, B, 0, vid(B, 1), pay(vid(B, 1))).expect("p");
+        c.crash(B, 0);
+        c.deliver(1, A, 0, &one(vid(B, 1), 1)).expect("A");
+        let live = [(A, 0), (B, 1)];
+        let f = c.liveness_failure(&live).expect("B#1 behind");
+        assert_eq!((f.kind, f.node), (ViolationKind::NotConverged, Some(B)));
+    }
+}

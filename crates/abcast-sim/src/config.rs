@@ -1,0 +1,365 @@
+//! What one simulated run is: the cluster, the seed, the fault mix, the phases and the
+//! workload, plus the replay line that reproduces a run from the shell.
+
+use abcast_core::{Micros, NodeId};
+use std::fmt;
+use std::str::FromStr;
+
+/// The preset families of faults a run draws from. The seed then draws the concrete
+/// parameters (loss rate, which links, which node, when) inside the family; see
+/// [`crate::FaultPlan::draw`] for the exact ranges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FaultMix {
+    /// No faults: only the base network's delay jitter (which already reorders).
+    None,
+    /// Message loss 0-30 % per seed, duplication 0-5 %, wide delay jitter (reordering).
+    Loss,
+    /// Random partitions, one-way ones included, changing every 50-400 ms, then healed.
+    Partition,
+    /// Crash and restart of any node (the coordinator half of the time), never more than
+    /// f acceptors down or amnesic at once.
+    Crash,
+    /// The lowest-id node starts only after the others have decided values.
+    LateJoin,
+    /// Moderate loss and duplication, partitions, crashes, and a late join in half the seeds.
+    Mixed,
+}
+
+impl FaultMix {
+    /// Every preset, for sweeps.
+    pub const ALL: [FaultMix; 6] = [
+        FaultMix::None,
+        FaultMix::Loss,
+        FaultMix::Partition,
+        FaultMix::Crash,
+        FaultMix::LateJoin,
+        FaultMix::Mixed,
+    ];
+
+    /// The name used in `ABCAST_SIM_MIX` and in replay lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultMix::None => "none",
+            FaultMix::Loss => "loss",
+            FaultMix::Partition => "partition",
+            FaultMix::Crash => "crash",
+            FaultMix::LateJoin => "late_join",
+            FaultMix::Mixed => "mixed",
+        }
+    }
+}
+
+impl fmt::Display for FaultMix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for FaultMix {
+    type Err = String;
+    fn from_str(s: &str) -> Result<FaultMix, String> {
+        FaultMix::ALL
+            .iter()
+            .copied()
+            .find(|m| m.name() == s.trim())
+            .ok_or_else(|| {
+                let names: Vec<&str> = FaultMix::ALL.iter().map(|m| m.name()).collect();
+                format!(
+                    "unknown fault mix {s:?}; expected one of {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// Where the replay line points: the cargo package and integration-test target that hold a
+/// test named `replay` calling [`crate::replay_from_env`], and an optional scenario name the
+/// test can use to pick among several base configurations or factories.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplayTarget {
+    pub package: String,
+    pub test: String,
+    pub scenario: String,
+}
+
+impl Default for ReplayTarget {
+    fn default() -> Self {
+        ReplayTarget {
+            package: "abcast-sim".into(),
+            test: "sim".into(),
+            scenario: String::new(),
+        }
+    }
+}
+
+/// One run's configuration. Build it with [`SimConfig::new`] and adjust fields; every field
+/// is public so a protocol's test can tune the schedule to its timeouts.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// The nodes, in ring order (the factory is called with these ids).
+    pub nodes: Vec<NodeId>,
+    /// The nodes whose failures count against f = (acceptors - 1) / 2 in the crash mixes.
+    pub acceptors: Vec<NodeId>,
+    /// The nodes whose deliveries must converge (every node delivers; only these are
+    /// required to have delivered everything at the end).
+    pub learners: Vec<NodeId>,
+    /// Nodes the crash mixes never crash (for a protocol that does not yet survive some
+    /// crash; empty by default: everybody, the coordinator included, can crash).
+    pub crash_exempt: Vec<NodeId>,
+    pub seed: u64,
+    pub mix: FaultMix,
+    /// Length of the fault phase, from t = 0 to the heal.
+    pub fault_phase_us: Micros,
+    /// After the heal, clients keep proposing this long, so that values proposed on a healed
+    /// system are checked for validity too.
+    pub heal_load_us: Micros,
+    /// Every live learner must have delivered everything required within this long after
+    /// the heal, or the run fails with a liveness violation.
+    pub converge_bound_us: Micros,
+    /// After convergence the run continues this long with the checkers on, to catch a late
+    /// duplicate or a conflicting delivery.
+    pub settle_us: Micros,
+    /// Client proposals per second of virtual time, over all nodes.
+    pub rate_per_s: u32,
+    /// Payload size range of ordinary values (at least 8 bytes: the unique client number).
+    pub value_bytes_min: usize,
+    pub value_bytes_max: usize,
+    /// Share of values, in parts per million, that are large (`large_value_bytes`), so the
+    /// codec's zero-copy chunks are exercised.
+    pub large_value_ppm: u32,
+    pub large_value_bytes: usize,
+    /// A proposal refused with `Busy` is offered again (at a random live node) after this long.
+    pub busy_retry_us: Micros,
+    /// Deliver each directed link's messages in send order (TCP-like). Off by default: the
+    /// delay jitter reorders, as the brief of the network model asks.
+    pub fifo_links: bool,
+    /// Whether a node receives its own `multicasts` (IP_MULTICAST_LOOP defaults to on).
+    pub multicast_loopback: bool,
+    /// A node that starts fresh (incarnation 0, not amnesic), including a late joiner, must
+    /// deliver the common sequence from its first instance. Off: it may start anywhere, like
+    /// an amnesic restart.
+    pub fresh_learners_deliver_all: bool,
+    /// How many trace events a violation report shows.
+    pub trace_tail_events: usize,
+    /// Print every event as it happens (the replay mode).
+    pub verbose: bool,
+    /// Upper bound of events processed in one run; exceeding it is a liveness violation
+    /// (a message storm or a zero-delay loop).
+    pub event_budget: u64,
+    pub replay: ReplayTarget,
+}
+
+impl SimConfig {
+    /// `node_count` nodes with ids `0 .. node_count`, all acceptors and learners, and
+    /// defaults sized so 200 seeds of a small protocol run in seconds: a 2 s fault phase,
+    /// 0.5 s of load after the heal, a 20 s convergence bound, 1000 values/s.
+    pub fn new(node_count: u32, seed: u64, mix: FaultMix) -> SimConfig {
+        let nodes: Vec<NodeId> = (0..node_count).map(NodeId).collect();
+        SimConfig {
+            acceptors: nodes.clone(),
+            learners: nodes.clone(),
+            nodes,
+            crash_exempt: Vec::new(),
+            seed,
+            mix,
+            fault_phase_us: 2_000_000,
+            heal_load_us: 500_000,
+            converge_bound_us: 20_000_000,
+            settle_us: 100_000,
+            rate_per_s: 1000,
+            value_bytes_min: 8,
+            value_bytes_max: 64,
+            large_value_ppm: 10_000,
+            large_value_bytes: 3000,
+            busy_retry_us: 5_000,
+            fifo_links: false,
+            multicast_loopback: true,
+            fresh_learners_deliver_all: true,
+            trace_tail_events: 60,
+            verbose: false,
+            event_budget: 20_000_000,
+            replay: ReplayTarget::default(),
+        }
+    }
+
+    /// The same configuration with another seed and mix.
+    pub fn with_run(&self, seed: u64, mix: FaultMix) -> SimConfig {
+        SimConfig {
+            seed,
+            mix,
+            ..self.clone()
+        }
+    }
+
+    /// Sets the replay target (package, integration test file, scenario).
+    pub fn replay_target(mut self, package: &str, test: &str, scenario: &str) -> SimConfig {
+        self.replay = ReplayTarget {
+            package: package.into(),
+            test: test.into(),
+            scenario: scenario.into(),
+        };
+        self
+    }
+
+    /// f: how many acceptors may be down or amnesic at once.
+    pub fn max_faulty_acceptors(&self) -> usize {
+        self.acceptors.len().saturating_sub(1) / 2
+    }
+
+    /// The shell command that replays this run with a verbose trace. It carries the fields a
+    /// sweep varies (seed, mix, node count, fault phase, rate, scenario); the rest comes from
+    /// the base configuration in the target's `replay` test.
+    pub fn replay_line(&self) -> String {
+        let mut line = format!(
+            "ABCAST_SIM_SEED={} ABCAST_SIM_MIX={} ABCAST_SIM_NODES={} ABCAST_SIM_FAULT_US={} ABCAST_SIM_RATE={}",
+            self.seed,
+            self.mix,
+            self.nodes.len(),
+            self.fault_phase_us,
+            self.rate_per_s
+        );
+        if !self.replay.scenario.is_empty() {
+            line.push_str(&format!(" ABCAST_SIM_SCENARIO={}", self.replay.scenario));
+        }
+        line.push_str(&format!(
+            " cargo test -p {} --test {} replay -- --exact --nocapture",
+            self.replay.package, self.replay.test
+        ));
+        line
+    }
+
+    /// Applies the replay environment (`ABCAST_SIM_SEED`, required; `ABCAST_SIM_MIX`,
+    /// `ABCAST_SIM_NODES`, `ABCAST_SIM_FAULT_US`, `ABCAST_SIM_RATE`, `ABCAST_SIM_SCENARIO`,
+    /// `ABCAST_SIM_VERBOSE=0|1`, default 1) to `base`. `Ok(None)` when no seed is set.
+    pub fn from_env(base: &SimConfig) -> Result<Option<SimConfig>, String> {
+        Self::from_vars(base, |k| std::env::var(k).ok())
+    }
+
+    /// [`SimConfig::from_env`] with the variables given by a function (testable).
+    pub fn from_vars(
+        base: &SimConfig,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<SimConfig>, String> {
+        fn num(name: &str, v: &str) -> Result<u64, String> {
+            v.trim()
+                .parse::<u64>()
+                .map_err(|e| format!("{name}={v:?}: {e}"))
+        }
+        let Some(seed) = var("ABCAST_SIM_SEED") else {
+            return Ok(None);
+        };
+        let mut cfg = base.clone();
+        cfg.seed = num("ABCAST_SIM_SEED", &seed)?;
+        cfg.verbose = true;
+        if let Some(m) = var("ABCAST_SIM_MIX") {
+            cfg.mix = m.parse()?;
+        }
+        if let Some(n) = var("ABCAST_SIM_NODES") {
+            let n = num("ABCAST_SIM_NODES", &n)?;
+            if n == 0 || n > 64 {
+                return Err(format!("ABCAST_SIM_NODES={n}: expected 1..=64"));
+            }
+            if n as usize != cfg.nodes.len() {
+                let nodes: Vec<NodeId> = (0..n as u32).map(NodeId).collect();
+                cfg.acceptors = nodes.clone();
+                cfg.learners = nodes.clone();
+                cfg.crash_exempt.retain(|x| nodes.contains(x));
+                cfg.nodes = nodes;
+            }
+        }
+        if let Some(v) = var("ABCAST_SIM_FAULT_US") {
+            cfg.fault_phase_us = num("ABCAST_SIM_FAULT_US", &v)?;
+        }
+        if let Some(v) = var("ABCAST_SIM_RATE") {
+            let rate = num("ABCAST_SIM_RATE", &v)?;
+            cfg.rate_per_s =
+                u32::try_from(rate).map_err(|_| format!("ABCAST_SIM_RATE={rate}: too large"))?;
+        }
+        if let Some(s) = var("ABCAST_SIM_SCENARIO") {
+            cfg.replay.scenario = s;
+        }
+        if let Some(v) = var("ABCAST_SIM_VERBOSE") {
+            cfg.verbose = v.trim() != "0";
+        }
+        Ok(Some(cfg))
+    }
+
+    /// Checks the configuration's own consistency (not the protocol's).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.nodes.is_empty() {
+            return Err("nodes: empty".into());
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            if self.nodes[..i].contains(n) {
+                return Err(format!("nodes: {n} appears twice"));
+            }
+        }
+        for (field, list) in [
+            ("acceptors", &self.acceptors),
+            ("learners", &self.learners),
+            ("crash_exempt", &self.crash_exempt),
+        ] {
+            if let Some(x) = list.iter().find(|x| !self.nodes.contains(x)) {
+                return Err(format!("{field}: {x} is not in nodes"));
+            }
+        }
+        if self.value_bytes_min < 8 || self.value_bytes_max < self.value_bytes_min {
+            return Err("value_bytes_min must be >= 8 and <= value_bytes_max".into());
+        }
+        if self.large_value_bytes < 8 {
+            return Err("large_value_bytes must be >= 8".into());
+        }
+        if self.converge_bound_us == 0 {
+            return Err("converge_bound_us must be > 0".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mix_names_round_trip() {
+        for m in FaultMix::ALL {
+            assert_eq!(m.name().parse::<FaultMix>(), Ok(m));
+        }
+        assert!("nope".parse::<FaultMix>().is_err());
+    }
+
+    #[test]
+    fn replay_line_round_trips_through_the_environment() {
+        let base = SimConfig::new(3, 0, FaultMix::None).replay_target("abcast-sim", "toy", "");
+        let mut run = base.with_run(1234, FaultMix::Crash);
+        run.nodes = (0..5).map(NodeId).collect();
+        run.fault_phase_us = 777;
+        let line = run.replay_line();
+        assert!(
+            line.ends_with("cargo test -p abcast-sim --test toy replay -- --exact --nocapture"),
+            "{line}"
+        );
+        let vars: Vec<(String, String)> = line
+            .split_whitespace()
+            .filter_map(|w| w.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let got = SimConfig::from_vars(&base, |k| {
+            vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+        })
+        .expect("parses")
+        .expect("seed set");
+        assert_eq!(got.seed, 1234);
+        assert_eq!(got.mix, FaultMix::Crash);
+        assert_eq!(got.nodes.len(), 5);
+        assert_eq!(got.acceptors.len(), 5);
+        assert_eq!(got.fault_phase_us, 777);
+        assert!(got.verbose);
+        assert_eq!(
+            SimConfig::from_vars(&base, |_| None)
+                .expect("ok")
+                .map(|c| c.seed),
+            None
+        );
+    }
+}

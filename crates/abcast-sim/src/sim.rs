@@ -1,0 +1,1110 @@
+//! The world: one seed, one virtual clock, many nodes, one network, and the driver loop that
+//! carries out every protocol's [`Outbox`] as `docs/CONTRACTS.md` says.
+//!
+//! Everything that happens is an event in one priority queue ordered by (time, insertion
+//! number), so ties break the same way on every machine, and every random choice comes from
+//! one [`SimRng`] in event order. A run is a pure function of its configuration, its
+//! factory and the protocol code.
+//!
+//! Schedule: the *fault phase* (`0 .. fault_phase_us`) with the faults of the mix and client
+//! load; the *heal* (links up, no loss or duplication, every crashed node restarted, every
+//! late node started); *heal load* (clients keep proposing for `heal_load_us`); then the
+//! *convergence* wait, until the checkers say every live learner has everything
+//! (`Checker::converged`) or the bound `converge_bound_us` after the heal runs out.
+
+use crate::checker::{Checker, Failure, LearnerId, ViolationKind};
+use crate::config::{FaultMix, SimConfig};
+use crate::plan::FaultPlan;
+use crate::rng::SimRng;
+use crate::trace::{DropReason, Trace, TraceEvent};
+use abcast_core::codec::{Encoder, WireMessage};
+use abcast_core::uring::StartInfo;
+use abcast_core::{Micros, NodeId, Outbox, ProposeError, Protocol};
+use bytes::{Bytes, BytesMut};
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::fmt;
+
+/// A property broken in one run, with everything needed to understand and replay it.
+#[derive(Clone, Debug)]
+pub struct Violation {
+    pub kind: ViolationKind,
+    pub seed: u64,
+    pub mix: FaultMix,
+    /// Virtual time of the event that broke the property.
+    pub at_us: Micros,
+    pub node: Option<NodeId>,
+    pub incarnation: Option<u64>,
+    pub instance: Option<abcast_core::Instance>,
+    pub value: Option<abcast_core::ValueId>,
+    pub detail: String,
+    /// The shell command that replays the run with a verbose trace.
+    pub replay: String,
+    pub plan: Option<FaultPlan>,
+    /// The last events before the violation, formatted.
+    pub trace_tail: Vec<String>,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "abcast-sim: {} violation {:?} at t={}us seed={} mix={}",
+            self.kind.property(),
+            self.kind,
+            self.at_us,
+            self.seed,
+            self.mix
+        )?;
+        if let Some(n) = self.node {
+            write!(f, " node={n}")?;
+            if let Some(i) = self.incarnation {
+                write!(f, "#{i}")?;
+            }
+        }
+        if let Some(i) = self.instance {
+            write!(f, " instance={i}")?;
+        }
+        if let Some(v) = self.value {
+            write!(f, " value={v}")?;
+        }
+        writeln!(f)?;
+        writeln!(f, "  {}", self.detail)?;
+        if let Some(p) = &self.plan {
+            writeln!(f, "  plan: {p:?}")?;
+        }
+        if !self.trace_tail.is_empty() {
+            writeln!(f, "  last {} events:", self.trace_tail.len())?;
+            for line in &self.trace_tail {
+                writeln!(f, "    {line}")?;
+            }
+        }
+        write!(f, "replay: {}", self.replay)
+    }
+}
+
+impl Violation {
+    /// The first line of the report and the replay line, for a test's panic message when
+    /// the full report was printed already (as [`crate::run_seeds`] does).
+    pub fn headline(&self) -> String {
+        let full = self.to_string();
+        let first = full.lines().next().unwrap_or_default();
+        format!("{first}\nreplay: {}", self.replay)
+    }
+}
+
+impl std::error::Error for Violation {}
+
+/// What a run did, for the test log and for comparing protocol variants.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimReport {
+    pub seed: u64,
+    pub mix: FaultMix,
+    pub plan: FaultPlan,
+    /// Values `propose` accepted.
+    pub proposed_values: u64,
+    /// `propose` calls answered `Busy` (each payload is offered again later).
+    pub busy_rejections: u64,
+    /// `propose` calls answered with another error.
+    pub other_rejections: u64,
+    pub acked_values: u64,
+    /// Values delivered per node, over all its incarnations.
+    pub delivered_values_by_node: BTreeMap<NodeId, u64>,
+    /// Instances that delivered a batch (no-ops are not counted).
+    pub decided_instances: u64,
+    pub messages_sent: u64,
+    pub messages_delivered: u64,
+    pub messages_dropped: u64,
+    pub messages_duplicated: u64,
+    pub bytes_sent: u64,
+    /// Outboxes that asked for a storage sync.
+    pub syncs: u64,
+    pub crashes: u64,
+    pub restarts: u64,
+    pub partition_changes: u64,
+    pub heal_at_us: Micros,
+    pub converged_at_us: Micros,
+    /// From the heal to convergence (so it includes `heal_load_us`: values proposed during
+    /// the heal load must be delivered too).
+    pub time_to_converge_us: Micros,
+    pub events_processed: u64,
+    /// When the late joiner of the plan started, if there was one.
+    pub late_join_at_us: Option<Micros>,
+    /// Equal for two runs that did exactly the same things (a determinism check).
+    pub fingerprint: u64,
+}
+
+/// Runs one simulation. `factory` builds a node's protocol at its (re)start: it chooses the
+/// store, and is called with the node's id and its [`StartInfo`] (`StartInfo::FRESH` on the
+/// first start, `{incarnation: k, amnesic: true, start_seq: k << 40}` on the k-th restart).
+pub fn run<P, F>(cfg: &SimConfig, factory: &F) -> Result<SimReport, Box<Violation>>
+where
+    P: Protocol,
+    F: Fn(NodeId, StartInfo) -> P,
+{
+    World::new(cfg, factory)?.run()
+}
+
+#[derive(Debug)]
+enum Action {
+    Message {
+        from: NodeId,
+        to: usize,
+        to_epoch: u64,
+        kind: u8,
+        body: Bytes,
+    },
+    Tick {
+        node: usize,
+        epoch: u64,
+    },
+    Propose {
+        retry: Option<Bytes>,
+    },
+    Partition,
+    Crash,
+    Restart {
+        node: usize,
+        incarnation: u64,
+    },
+    LateStart {
+        node: usize,
+    },
+    Heal,
+}
+
+#[derive(Debug)]
+struct Event {
+    at_us: Micros,
+    seq: u64,
+    action: Action,
+}
+
+impl PartialEq for Event {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at_us, self.seq) == (other.at_us, other.seq)
+    }
+}
+impl Eq for Event {}
+impl PartialOrd for Event {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Event {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.at_us, self.seq).cmp(&(other.at_us, other.seq))
+    }
+}
+
+struct Slot<P> {
+    id: NodeId,
+    proto: Option<P>,
+    incarnation: u64,
+    started: bool,
+    /// Grows at every start and crash: a message or tick addressed to an older epoch is
+    /// for a process that no longer exists.
+    epoch: u64,
+    acceptor: bool,
+    learner: bool,
+    crash_exempt: bool,
+}
+
+/// Once a late node waits for a first decision, it looks again this often.
+const LATE_JOIN_RETRY_US: Micros = 20_000;
+
+struct World<'a, P: Protocol, F> {
+    cfg: &'a SimConfig,
+    factory: &'a F,
+    rng: SimRng,
+    plan: FaultPlan,
+    now_us: Micros,
+    queue: BinaryHeap<Reverse<Event>>,
+    next_seq: u64,
+    nodes: Vec<Slot<P>>,
+    index: BTreeMap<NodeId, usize>,
+    blocked: BTreeSet<(NodeId, NodeId)>,
+    loss_ppm: u32,
+    dup_ppm: u32,
+    link_clock_us: BTreeMap<(NodeId, usize), Micros>,
+    checker: Checker,
+    trace: Trace,
+    outbox: Outbox<P::Message>,
+    next_client_value: u64,
+    heal_at_us: Micros,
+    load_end_us: Micros,
+    converged_at_us: Option<Micros>,
+    report: SimReport,
+}
+
+type SimResult<T> = Result<T, Box<Violation>>;
+
+impl<'a, P, F> World<'a, P, F>
+where
+    P: Protocol,
+    F: Fn(NodeId, StartInfo) -> P,
+{
+    fn new(cfg: &'a SimConfig, factory: &'a F) -> SimResult<World<'a, P, F>> {
+        let mut rng = SimRng::new(cfg.seed);
+        let plan = FaultPlan::draw(cfg, &mut rng);
+        let nodes = cfg
+            .nodes
+            .iter()
+            .map(|&id| Slot {
+                id,
+                proto: None,
+                incarnation: 0,
+                started: false,
+                epoch: 0,
+                acceptor: cfg.acceptors.contains(&id),
+                learner: cfg.learners.contains(&id),
+                crash_exempt: cfg.crash_exempt.contains(&id),
+            })
+            .collect();
+        let heal_at_us = cfg.fault_phase_us;
+        let w = World {
+            cfg,
+            factory,
+            rng,
+            now_us: 0,
+            queue: BinaryHeap::new(),
+            next_seq: 0,
+            nodes,
+            index: cfg
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, &id)| (id, i))
+                .collect(),
+            blocked: BTreeSet::new(),
+            loss_ppm: plan.loss_ppm,
+            dup_ppm: plan.dup_ppm,
+            link_clock_us: BTreeMap::new(),
+            checker: Checker::new(cfg.fresh_learners_deliver_all),
+            trace: Trace::new(cfg.trace_tail_events, cfg.verbose),
+            outbox: Outbox::new(),
+            next_client_value: 0,
+            heal_at_us,
+            load_end_us: heal_at_us.saturating_add(cfg.heal_load_us),
+            converged_at_us: None,
+            report: SimReport {
+                seed: cfg.seed,
+                mix: cfg.mix,
+                plan: plan.clone(),
+                proposed_values: 0,
+                busy_rejections: 0,
+                other_rejections: 0,
+                acked_values: 0,
+                delivered_values_by_node: BTreeMap::new(),
+                decided_instances: 0,
+                messages_sent: 0,
+                messages_delivered: 0,
+                messages_dropped: 0,
+                messages_duplicated: 0,
+                bytes_sent: 0,
+                syncs: 0,
+                crashes: 0,
+                restarts: 0,
+                partition_changes: 0,
+                heal_at_us,
+                converged_at_us: 0,
+                time_to_converge_us: 0,
+                events_processed: 0,
+                late_join_at_us: None,
+                fingerprint: 0,
+            },
+            plan,
+        };
+        if let Err(e) = cfg.validate() {
+            return Err(w.violation(Failure::new(ViolationKind::BadConfig, e)));
+        }
+        Ok(w)
+    }
+
+    fn run(mut self) -> SimResult<SimReport> {
+        self.trace.record(
+            0,
+            TraceEvent::Note(format!(
+                "seed {} mix {} plan {:?}",
+                self.cfg.seed, self.cfg.mix, self.plan
+            )),
+        );
+        let late = self
+            .plan
+            .late_join
+            .and_then(|(id, at)| self.index.get(&id).map(|&i| (i, at)));
+        for i in 0..self.nodes.len() {
+            match late {
+                Some((l, at)) if l == i => self.schedule(at, Action::LateStart { node: i }),
+                _ => self.start_node(i, StartInfo::FRESH)?,
+            }
+        }
+        let first = self.proposal_gap_us();
+        self.schedule(first, Action::Propose { retry: None });
+        if let Some((lo, hi)) = self.plan.partition_every_us {
+            let at = self.rng.between(lo, hi);
+            self.schedule(at, Action::Partition);
+        }
+        if let Some((lo, hi)) = self.plan.crash_every_us {
+            let at = self.rng.between(lo, hi);
+            self.schedule(at, Action::Crash);
+        }
+        self.schedule(self.heal_at_us, Action::Heal);
+
+        let deadline_us = self
+            .heal_at_us
+            .saturating_add(self.cfg.converge_bound_us)
+            .max(self.load_end_us);
+        loop {
+            let Some(Reverse(ev)) = self.queue.pop() else {
+                if self.converged_at_us.is_some() {
+                    break;
+                }
+                return Err(self.liveness_violation("the event queue ran dry (every node down?)"));
+            };
+            if ev.at_us > deadline_us && self.converged_at_us.is_none() {
+                self.now_us = deadline_us;
+                return Err(self.liveness_violation("no convergence within the bound"));
+            }
+            self.now_us = ev.at_us;
+            self.report.events_processed += 1;
+            if self.report.events_processed > self.cfg.event_budget {
+                return Err(self.violation(Failure::new(
+                    ViolationKind::EventBudget,
+                    format!(
+                        "more than {} events; a message storm or a zero-delay loop?",
+                        self.cfg.event_budget
+                    ),
+                )));
+            }
+            self.handle(ev.action)?;
+            if self.now_us >= self.load_end_us {
+                match self.converged_at_us {
+                    None => {
+                        if self.is_converged() {
+                            self.converged_at_us = Some(self.now_us);
+                            self.trace.record(self.now_us, TraceEvent::Converged);
+                        }
+                    }
+                    Some(c) => {
+                        if self.now_us >= c.saturating_add(self.cfg.settle_us) {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        let converged_at_us = self.converged_at_us.unwrap_or(self.now_us);
+        let mut report = self.report.clone();
+        report.proposed_values = self.checker.proposed_values();
+        report.acked_values = self.checker.acked_values();
+        report.delivered_values_by_node = self.checker.delivered_values().clone();
+        report.decided_instances = self.checker.decided_instances();
+        report.converged_at_us = converged_at_us;
+        report.time_to_converge_us = converged_at_us.saturating_sub(self.heal_at_us);
+        report.fingerprint = self.trace.fingerprint();
+        Ok(report)
+    }
+
+    fn schedule(&mut self, at_us: Micros, action: Action) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.queue.push(Reverse(Event { at_us, seq, action }));
+    }
+
+    fn handle(&mut self, action: Action) -> SimResult<()> {
+        match action {
+            Action::Message {
+                from,
+                to,
+                to_epoch,
+                kind,
+                body,
+            } => self.on_message(from, to, to_epoch, kind, body),
+            Action::Tick { node, epoch } => {
+                if self.nodes[node].proto.is_none() || self.nodes[node].epoch != epoch {
+                    return Ok(());
+                }
+                self.call(node, |p, now, out| p.tick(now, out))?;
+                self.schedule_tick(node, false);
+                Ok(())
+            }
+            Action::Propose { retry } => self.on_propose(retry),
+            Action::Partition => {
+                self.on_partition();
+                Ok(())
+            }
+            Action::Crash => self.on_crash(),
+            Action::Restart { node, incarnation } => {
+                let s = &self.nodes[node];
+                if s.proto.is_none() && s.started && s.incarnation == incarnation {
+                    self.restart(node)?;
+                }
+                Ok(())
+            }
+            Action::LateStart { node } => {
+                if self.nodes[node].started {
+                    return Ok(());
+                }
+                let retry_at = self.now_us.saturating_add(LATE_JOIN_RETRY_US);
+                if self.checker.max_decided() == 0 && retry_at < self.heal_at_us {
+                    self.schedule(retry_at, Action::LateStart { node });
+                    return Ok(());
+                }
+                self.report.late_join_at_us = Some(self.now_us);
+                self.start_node(node, StartInfo::FRESH)
+            }
+            Action::Heal => self.on_heal(),
+        }
+    }
+
+    // ---- nodes -------------------------------------------------------------------------
+
+    fn start_node(&mut self, i: usize, start: StartInfo) -> SimResult<()> {
+        let id = self.nodes[i].id;
+        let proto = (self.factory)(id, start);
+        let s = &mut self.nodes[i];
+        s.proto = Some(proto);
+        s.incarnation = start.incarnation;
+        s.started = true;
+        s.epoch += 1;
+        self.checker.start(
+            id,
+            start.incarnation,
+            !start.amnesic && start.incarnation == 0,
+        );
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Start {
+                node: id,
+                incarnation: start.incarnation,
+                amnesic: start.amnesic,
+            },
+        );
+        self.call(i, |p, now, out| p.tick(now, out))?;
+        self.schedule_tick(i, true);
+        Ok(())
+    }
+
+    fn restart(&mut self, i: usize) -> SimResult<()> {
+        let incarnation = self.nodes[i].incarnation + 1;
+        self.report.restarts += 1;
+        self.start_node(
+            i,
+            StartInfo {
+                incarnation,
+                amnesic: true,
+                start_seq: incarnation << 40,
+            },
+        )
+    }
+
+    fn crash(&mut self, i: usize) {
+        let s = &mut self.nodes[i];
+        s.proto = None;
+        s.epoch += 1;
+        let (id, incarnation) = (s.id, s.incarnation);
+        self.checker.crash(id, incarnation);
+        self.report.crashes += 1;
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Crash {
+                node: id,
+                incarnation,
+            },
+        );
+    }
+
+    /// Schedules the node's next periodic tick; the first one at a random phase so that
+    /// nodes do not tick in lockstep.
+    fn schedule_tick(&mut self, i: usize, first: bool) {
+        let Some(p) = self.nodes[i].proto.as_ref() else {
+            return;
+        };
+        let interval_us = p.tick_interval_us().max(1);
+        let delay_us = if first {
+            self.rng.between(1, interval_us)
+        } else {
+            interval_us
+        };
+        let epoch = self.nodes[i].epoch;
+        self.schedule(
+            self.now_us.saturating_add(delay_us),
+            Action::Tick { node: i, epoch },
+        );
+    }
+
+    /// Calls one protocol input and carries out its outbox.
+    fn call(
+        &mut self,
+        i: usize,
+        input: impl FnOnce(&mut P, Micros, &mut Outbox<P::Message>),
+    ) -> SimResult<()> {
+        let mut out = std::mem::take(&mut self.outbox);
+        out.clear();
+        let now = self.now_us;
+        let Some(p) = self.nodes[i].proto.as_mut() else {
+            self.outbox = out;
+            return Ok(());
+        };
+        input(p, now, &mut out);
+        let r = self.carry_out(i, &mut out);
+        out.clear();
+        self.outbox = out;
+        r
+    }
+
+    /// The contract's order: sync, then sends and multicasts, then deliveries and acks.
+    fn carry_out(&mut self, i: usize, out: &mut Outbox<P::Message>) -> SimResult<()> {
+        let (id, incarnation) = (self.nodes[i].id, self.nodes[i].incarnation);
+        if out.needs_sync {
+            // The factory's store syncs inside the protocol's own store handle; the in-memory
+            // world has nothing to flush, so a sync is only counted.
+            self.report.syncs += 1;
+        }
+        for (to, msg) in out.sends.drain(..) {
+            let (kind, body) = encode(&msg);
+            self.send(id, to, kind, body);
+        }
+        for msg in out.multicasts.drain(..) {
+            let (kind, body) = encode(&msg);
+            for k in 0..self.nodes.len() {
+                let to = self.nodes[k].id;
+                if to != id || self.cfg.multicast_loopback {
+                    self.send(id, to, kind, body.clone());
+                }
+            }
+        }
+        for d in out.deliveries.drain(..) {
+            self.trace.record(
+                self.now_us,
+                TraceEvent::Deliver {
+                    node: id,
+                    incarnation,
+                    instance: d.instance,
+                    key: d.batch.key(),
+                    count: d.batch.len(),
+                },
+            );
+            if let Err(f) = self.checker.deliver(self.now_us, id, incarnation, &d) {
+                return Err(self.violation(f));
+            }
+        }
+        for a in out.acks.drain(..) {
+            self.trace.record(
+                self.now_us,
+                TraceEvent::Ack {
+                    node: id,
+                    key: a.key,
+                    count: a.count,
+                },
+            );
+            if let Err(f) = self.checker.ack(self.now_us, id, incarnation, &a) {
+                return Err(self.violation(f));
+            }
+        }
+        for text in out.events.drain(..) {
+            self.trace
+                .record(self.now_us, TraceEvent::Protocol { node: id, text });
+        }
+        Ok(())
+    }
+
+    // ---- network -----------------------------------------------------------------------
+
+    fn send(&mut self, from: NodeId, to_id: NodeId, kind: u8, body: Bytes) {
+        self.report.messages_sent += 1;
+        self.report.bytes_sent += body.len() as u64;
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Send {
+                from,
+                to: to_id,
+                kind,
+                bytes: body.len(),
+            },
+        );
+        let Some(&to) = self.index.get(&to_id) else {
+            self.drop_msg(from, to_id, kind, DropReason::UnknownDestination);
+            return;
+        };
+        let to_epoch = self.nodes[to].epoch;
+        if to_id == from {
+            // Local delivery: no network, no loss, right after the current event.
+            self.schedule(
+                self.now_us,
+                Action::Message {
+                    from,
+                    to,
+                    to_epoch,
+                    kind,
+                    body,
+                },
+            );
+            return;
+        }
+        if self.blocked.contains(&(from, to_id)) {
+            self.drop_msg(from, to_id, kind, DropReason::Partition);
+            return;
+        }
+        if self.rng.chance_ppm(self.loss_ppm) {
+            self.drop_msg(from, to_id, kind, DropReason::Loss);
+            return;
+        }
+        let copies = if self.rng.chance_ppm(self.dup_ppm) {
+            self.report.messages_duplicated += 1;
+            self.trace.record(
+                self.now_us,
+                TraceEvent::Duplicate {
+                    from,
+                    to: to_id,
+                    kind,
+                },
+            );
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let mut at_us = self.now_us
+                + self
+                    .rng
+                    .between(self.plan.delay_us_min, self.plan.delay_us_max);
+            if self.cfg.fifo_links {
+                let clock = self.link_clock_us.entry((from, to)).or_insert(0);
+                at_us = at_us.max(*clock);
+                *clock = at_us;
+            }
+            self.schedule(
+                at_us,
+                Action::Message {
+                    from,
+                    to,
+                    to_epoch,
+                    kind,
+                    body: body.clone(),
+                },
+            );
+        }
+    }
+
+    fn drop_msg(&mut self, from: NodeId, to: NodeId, kind: u8, why: DropReason) {
+        self.report.messages_dropped += 1;
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Drop {
+                from,
+                to,
+                kind,
+                why,
+            },
+        );
+    }
+
+    fn on_message(
+        &mut self,
+        from: NodeId,
+        to: usize,
+        to_epoch: u64,
+        kind: u8,
+        body: Bytes,
+    ) -> SimResult<()> {
+        let to_id = self.nodes[to].id;
+        if self.nodes[to].proto.is_none() || self.nodes[to].epoch != to_epoch {
+            self.drop_msg(from, to_id, kind, DropReason::DestinationDown);
+            return Ok(());
+        }
+        if from != to_id && self.blocked.contains(&(from, to_id)) {
+            self.drop_msg(from, to_id, kind, DropReason::Partition);
+            return Ok(());
+        }
+        let msg = match P::Message::decode(kind, body.clone()) {
+            Ok(m) => m,
+            Err(e) => {
+                return Err(self.violation(
+                    Failure::new(
+                        ViolationKind::Decode,
+                        format!(
+                            "message {from}->{to_id} kind {kind} of {} bytes does not decode: {e}; body starts {:02x?}",
+                            body.len(),
+                            &body[..body.len().min(32)]
+                        ),
+                    )
+                    .at(to_id, self.nodes[to].incarnation),
+                ));
+            }
+        };
+        let (kind_again, body_again) = encode(&msg);
+        if kind_again != kind || body_again != body {
+            return Err(self.violation(
+                Failure::new(
+                    ViolationKind::CodecMismatch,
+                    format!(
+                        "message {from}->{to_id} kind {kind} ({} bytes) decodes to {msg:?}, which encodes to kind \
+                         {kind_again} ({} bytes)",
+                        body.len(),
+                        body_again.len()
+                    ),
+                )
+                .at(to_id, self.nodes[to].incarnation),
+            ));
+        }
+        self.report.messages_delivered += 1;
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Receive {
+                from,
+                to: to_id,
+                kind,
+                bytes: body.len(),
+            },
+        );
+        self.trace.detail(|| format!("{msg:?}"));
+        self.call(to, |p, now, out| p.receive(now, from, msg, out))?;
+        self.call(to, |p, now, out| p.tick(now, out))
+    }
+
+    // ---- workload ----------------------------------------------------------------------
+
+    fn proposal_gap_us(&mut self) -> Micros {
+        let mean_us = 1_000_000 / u64::from(self.cfg.rate_per_s.max(1));
+        self.rng.between(0, 2 * mean_us).max(1)
+    }
+
+    /// A unique payload: the client's value number, little-endian, then filler derived
+    /// from it, so a swapped or corrupted payload never looks right by accident.
+    fn make_payload(&mut self) -> Bytes {
+        self.next_client_value += 1;
+        let n = self.next_client_value;
+        let len = if self.rng.chance_ppm(self.cfg.large_value_ppm) {
+            self.cfg.large_value_bytes
+        } else {
+            self.rng.between(
+                self.cfg.value_bytes_min as u64,
+                self.cfg.value_bytes_max as u64,
+            ) as usize
+        };
+        let mut b = BytesMut::with_capacity(len);
+        b.extend_from_slice(&n.to_le_bytes());
+        b.extend((8..len).map(|j| (n as u8).wrapping_mul(31).wrapping_add(j as u8)));
+        b.freeze()
+    }
+
+    fn live_nodes(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].proto.is_some())
+            .collect()
+    }
+
+    fn on_propose(&mut self, retry: Option<Bytes>) -> SimResult<()> {
+        if self.now_us >= self.load_end_us {
+            return Ok(());
+        }
+        let is_retry = retry.is_some();
+        if !is_retry {
+            let gap = self.proposal_gap_us();
+            self.schedule(self.now_us + gap, Action::Propose { retry: None });
+        }
+        let payload = match retry {
+            Some(p) => p,
+            None => self.make_payload(),
+        };
+        let live = self.live_nodes();
+        let Some(&i) = self.rng.pick(&live) else {
+            let at = self.now_us + self.cfg.busy_retry_us.max(1);
+            self.schedule(
+                at,
+                Action::Propose {
+                    retry: Some(payload),
+                },
+            );
+            return Ok(());
+        };
+        let (id, incarnation) = (self.nodes[i].id, self.nodes[i].incarnation);
+        let mut out = std::mem::take(&mut self.outbox);
+        out.clear();
+        let now = self.now_us;
+        let result = match self.nodes[i].proto.as_mut() {
+            Some(p) => p.propose(now, payload.clone(), &mut out),
+            None => Err(ProposeError::Busy),
+        };
+        // Record the proposal before carrying out the outbox: it may deliver the value.
+        let recorded = match result {
+            Ok(vid) => {
+                self.trace.record(
+                    now,
+                    TraceEvent::Propose {
+                        node: id,
+                        id: vid,
+                        bytes: payload.len(),
+                    },
+                );
+                self.checker
+                    .propose(now, id, incarnation, vid, payload)
+                    .map_err(|f| self.violation(f))
+            }
+            Err(ProposeError::Busy) => {
+                self.report.busy_rejections += 1;
+                self.trace.record(now, TraceEvent::Busy { node: id });
+                let at = now + self.cfg.busy_retry_us.max(1);
+                self.schedule(
+                    at,
+                    Action::Propose {
+                        retry: Some(payload),
+                    },
+                );
+                Ok(())
+            }
+            Err(e) => {
+                self.report.other_rejections += 1;
+                self.trace.record(
+                    now,
+                    TraceEvent::Note(format!("propose at {id} refused: {e}")),
+                );
+                Ok(())
+            }
+        };
+        let carried = recorded.and_then(|()| self.carry_out(i, &mut out));
+        out.clear();
+        self.outbox = out;
+        carried?;
+        self.call(i, |p, now, out| p.tick(now, out))
+    }
+
+    // ---- faults ------------------------------------------------------------------------
+
+    fn on_partition(&mut self) {
+        if self.now_us >= self.heal_at_us {
+            return;
+        }
+        let Some((lo, hi)) = self.plan.partition_every_us else {
+            return;
+        };
+        let next = self.now_us + self.rng.between(lo, hi);
+        self.schedule(next, Action::Partition);
+        let ids: Vec<NodeId> = self.cfg.nodes.clone();
+        let mut blocked = BTreeSet::new();
+        let roll = self.rng.below(100);
+        let pick = |rng: &mut SimRng| rng.pick(&ids).copied().unwrap_or_default();
+        if roll < 30 {
+            // All links up for a while.
+        } else if roll < 55 {
+            let a = pick(&mut self.rng);
+            for &b in &ids {
+                if b != a {
+                    blocked.insert((a, b));
+                    blocked.insert((b, a));
+                }
+            }
+        } else if roll < 75 {
+            // One-way: `a` can no longer send, or no longer receive.
+            let a = pick(&mut self.rng);
+            let outgoing = self.rng.chance_ppm(500_000);
+            for &b in &ids {
+                if b != a {
+                    blocked.insert(if outgoing { (a, b) } else { (b, a) });
+                }
+            }
+        } else if roll < 90 {
+            let side: Vec<bool> = ids.iter().map(|_| self.rng.chance_ppm(500_000)).collect();
+            for (x, &a) in ids.iter().enumerate() {
+                for (y, &b) in ids.iter().enumerate() {
+                    if side[x] != side[y] {
+                        blocked.insert((a, b));
+                    }
+                }
+            }
+        } else {
+            let links = self.rng.between(1, ids.len() as u64);
+            for _ in 0..links {
+                let (a, b) = (pick(&mut self.rng), pick(&mut self.rng));
+                if a != b {
+                    blocked.insert((a, b));
+                }
+            }
+        }
+        self.blocked = blocked;
+        self.report.partition_changes += 1;
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Partition {
+                blocked: self.blocked.iter().copied().collect(),
+            },
+        );
+    }
+
+    /// The coordinator most live nodes believe in (ties: the lowest id).
+    fn believed_coordinator(&self) -> Option<NodeId> {
+        let mut votes: BTreeMap<NodeId, usize> = BTreeMap::new();
+        for s in &self.nodes {
+            if let Some(c) = s.proto.as_ref().and_then(|p| p.status().coordinator) {
+                *votes.entry(c).or_insert(0) += 1;
+            }
+        }
+        let mut best: Option<(NodeId, usize)> = None;
+        for (c, n) in votes {
+            if best.is_none_or(|(_, m)| n > m) {
+                best = Some((c, n));
+            }
+        }
+        best.map(|(c, _)| c)
+    }
+
+    /// Acceptors down (crashed or not started) or amnesic, other than `except`.
+    fn faulty_acceptors(&self, except: usize) -> usize {
+        (0..self.nodes.len())
+            .filter(|&k| k != except && self.nodes[k].acceptor)
+            .filter(|&k| match self.nodes[k].proto.as_ref() {
+                None => true,
+                Some(p) => p.status().amnesic,
+            })
+            .count()
+    }
+
+    fn on_crash(&mut self) -> SimResult<()> {
+        if self.now_us >= self.heal_at_us {
+            return Ok(());
+        }
+        let Some((lo, hi)) = self.plan.crash_every_us else {
+            return Ok(());
+        };
+        let next = self.now_us + self.rng.between(lo, hi);
+        self.schedule(next, Action::Crash);
+        let candidates: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].proto.is_some() && !self.nodes[i].crash_exempt)
+            .collect();
+        let coordinator = if self.rng.chance_ppm(self.plan.coordinator_bias_ppm) {
+            self.believed_coordinator()
+                .and_then(|c| self.index.get(&c).copied())
+                .filter(|i| candidates.contains(i))
+        } else {
+            None
+        };
+        let target = match coordinator {
+            Some(i) => i,
+            None => match self.rng.pick(&candidates) {
+                Some(&i) => i,
+                None => return Ok(()),
+            },
+        };
+        let f = self.cfg.max_faulty_acceptors();
+        if self.nodes[target].acceptor && self.faulty_acceptors(target) + 1 > f {
+            let id = self.nodes[target].id;
+            self.trace.record(
+                self.now_us,
+                TraceEvent::Note(format!(
+                    "crash of {id} skipped: f = {f} acceptors already down or amnesic"
+                )),
+            );
+            return Ok(());
+        }
+        let incarnation = self.nodes[target].incarnation;
+        self.crash(target);
+        let (lo, hi) = self.plan.downtime_us;
+        let at = self.now_us + self.rng.between(lo, hi);
+        self.schedule(
+            at,
+            Action::Restart {
+                node: target,
+                incarnation,
+            },
+        );
+        Ok(())
+    }
+
+    fn on_heal(&mut self) -> SimResult<()> {
+        self.blocked.clear();
+        self.loss_ppm = 0;
+        self.dup_ppm = 0;
+        self.trace.record(self.now_us, TraceEvent::Heal);
+        for i in 0..self.nodes.len() {
+            if !self.nodes[i].started {
+                self.report.late_join_at_us = Some(self.now_us);
+                self.start_node(i, StartInfo::FRESH)?;
+            } else if self.nodes[i].proto.is_none() {
+                self.restart(i)?;
+            }
+        }
+        Ok(())
+    }
+
+    // ---- verdicts ----------------------------------------------------------------------
+
+    fn live_learners(&self) -> Vec<LearnerId> {
+        self.nodes
+            .iter()
+            .filter(|s| s.learner && s.proto.is_some())
+            .map(|s| (s.id, s.incarnation))
+            .collect()
+    }
+
+    fn is_converged(&self) -> bool {
+        self.nodes.iter().all(|s| s.proto.is_some())
+            && self.checker.converged(&self.live_learners())
+    }
+
+    fn liveness_violation(&mut self, why: &str) -> Box<Violation> {
+        let live = self.live_learners();
+        let mut f = self.checker.liveness_failure(&live).unwrap_or_else(|| {
+            Failure::new(
+                ViolationKind::NotConverged,
+                format!("{why}, yet the checkers found nothing missing"),
+            )
+        });
+        f.detail.push_str(&format!(
+            " [{why}; heal at {}us, bound {}us; node status:",
+            self.heal_at_us, self.cfg.converge_bound_us
+        ));
+        for s in &self.nodes {
+            match s.proto.as_ref() {
+                Some(p) => {
+                    let st = p.status();
+                    f.detail.push_str(&format!(
+                        " {}#{}: coordinator {:?} leading {} delivered_upto {} decided_max {} in_flight {} amnesic {};",
+                        s.id,
+                        s.incarnation,
+                        st.coordinator.map(|c| c.0),
+                        st.leading,
+                        st.delivered_upto,
+                        st.decided_max,
+                        st.values_in_flight,
+                        st.amnesic
+                    ));
+                }
+                None => f.detail.push_str(&format!(" {}: down;", s.id)),
+            }
+        }
+        f.detail.push(']');
+        self.violation(f)
+    }
+
+    fn violation(&self, f: Failure) -> Box<Violation> {
+        Box::new(Violation {
+            kind: f.kind,
+            seed: self.cfg.seed,
+            mix: self.cfg.mix,
+            at_us: self.now_us,
+            node: f.node,
+            incarnation: f.incarnation,
+            instance: f.instance,
+            value: f.value,
+            detail: f.detail,
+            replay: self.cfg.replay_line(),
+            plan: Some(self.plan.clone()),
+            trace_tail: self.trace.tail(),
+        })
+    }
+}
+
+/// Encodes a message the way the runtime does (body chunks for one vectored write) and
+/// joins the chunks, as the receiving side sees them in one frame.
+pub fn encode<M: WireMessage>(msg: &M) -> (u8, Bytes) {
+    let mut enc = Encoder::new();
+    msg.encode(&mut enc);
+    let chunks = enc.finish();
+    let mut body = BytesMut::with_capacity(chunks.iter().map(|c| c.len()).sum());
+    for c in &chunks {
+        body.extend_from_slice(c);
+    }
+    (msg.kind(), body.freeze())
+}

@@ -1,0 +1,126 @@
+//! Many seeds, and the replay of one.
+
+use crate::checker::{Failure, ViolationKind};
+use crate::config::{FaultMix, SimConfig};
+use crate::sim::{SimReport, Violation, run};
+use abcast_core::uring::StartInfo;
+use abcast_core::{Micros, NodeId, Protocol};
+use std::ops::Range;
+
+/// Totals over a sweep of seeds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    pub runs: u64,
+    pub proposed_values: u64,
+    pub acked_values: u64,
+    pub busy_rejections: u64,
+    pub messages_sent: u64,
+    pub messages_dropped: u64,
+    pub crashes: u64,
+    pub partition_changes: u64,
+    /// The slowest convergence after the heal, and its seed.
+    pub time_to_converge_us_max: Micros,
+    pub slowest_seed: u64,
+}
+
+impl SweepReport {
+    fn add(&mut self, r: &SimReport) {
+        self.runs += 1;
+        self.proposed_values += r.proposed_values;
+        self.acked_values += r.acked_values;
+        self.busy_rejections += r.busy_rejections;
+        self.messages_sent += r.messages_sent;
+        self.messages_dropped += r.messages_dropped;
+        self.crashes += r.crashes;
+        self.partition_changes += r.partition_changes;
+        if r.time_to_converge_us >= self.time_to_converge_us_max {
+            self.time_to_converge_us_max = r.time_to_converge_us;
+            self.slowest_seed = r.seed;
+        }
+    }
+}
+
+/// Runs `base` with `mix` for every seed in `seeds`, in order, and stops at the first
+/// violation, which it prints (with its replay line) to stderr and returns.
+pub fn run_seeds<P, F>(
+    base: &SimConfig,
+    mix: FaultMix,
+    seeds: Range<u64>,
+    factory: &F,
+) -> Result<SweepReport, Box<Violation>>
+where
+    P: Protocol,
+    F: Fn(NodeId, StartInfo) -> P,
+{
+    let mut sweep = SweepReport::default();
+    for seed in seeds {
+        let cfg = base.with_run(seed, mix);
+        match run(&cfg, factory) {
+            Ok(r) => sweep.add(&r),
+            Err(v) => {
+                eprintln!("{v}");
+                return Err(v);
+            }
+        }
+    }
+    Ok(sweep)
+}
+
+/// The body of a test named `replay`: when `ABCAST_SIM_SEED` is set, runs that one seed of
+/// `base` (with the overrides of [`SimConfig::from_env`]) with a verbose trace of every
+/// event; otherwise returns `None` and the test passes without doing anything.
+///
+/// `setup` builds the factory from the final configuration, and may adjust it: the replayed
+/// run can have another node count or scenario than `base`, and the factory usually depends
+/// on both (the ring's members, the variant under test). Sweeps should build their factory
+/// with the same `setup`, so that a replay is the run that failed.
+///
+/// ```ignore
+/// #[test]
+/// fn replay() {
+///     if let Some(Err(v)) = abcast_sim::replay_from_env(&base_config(), setup) {
+///         panic!("replayed violation {:?} (report above)", v.kind);
+///     }
+/// }
+/// ```
+pub fn replay_from_env<P, F, S>(
+    base: &SimConfig,
+    setup: S,
+) -> Option<Result<SimReport, Box<Violation>>>
+where
+    P: Protocol,
+    F: Fn(NodeId, StartInfo) -> P,
+    S: FnOnce(&mut SimConfig) -> F,
+{
+    let mut cfg = match SimConfig::from_env(base) {
+        Ok(Some(cfg)) => cfg,
+        Ok(None) => {
+            eprintln!("replay: ABCAST_SIM_SEED is not set; nothing to replay");
+            return None;
+        }
+        Err(e) => {
+            let f = Failure::new(ViolationKind::BadConfig, e);
+            return Some(Err(Box::new(Violation {
+                kind: f.kind,
+                seed: base.seed,
+                mix: base.mix,
+                at_us: 0,
+                node: None,
+                incarnation: None,
+                instance: None,
+                value: None,
+                detail: f.detail,
+                replay: base.replay_line(),
+                plan: None,
+                trace_tail: Vec::new(),
+            })));
+        }
+    };
+    let factory = setup(&mut cfg);
+    let r = run(&cfg, &factory);
+    match &r {
+        Ok(rep) => eprintln!("replay: seed {} mix {} passed: {rep:?}", cfg.seed, cfg.mix),
+        Err(v) => eprintln!("{v}"),
+    }
+    Some(r)
+}

@@ -1,0 +1,594 @@
+//! The `abcast node` process: reads the cluster config, builds the protocol with an
+//! in-memory acceptor store, runs the event loop, and prints the stats lines of
+//! docs/CONTRACTS.md ("Node stats lines") on stdout. Logs go to stderr.
+//!
+//! Life of a node: start (incarnation marker bumped), run with the optional built-in load
+//! generator until SIGTERM/SIGINT or `--duration-s`, stop the load, keep delivering for
+//! `--drain-ms`, print the `"final"` line, exit 0.
+
+use crate::nodeconfig::{self, MarkerError, NodeConfig, NodeConfigError};
+use crate::runtime::transport::bind_listener;
+use crate::runtime::{Application, Driver, DriverConfig, DriverError, Listeners, LoadConfig};
+use abcast_core::protocol::Ack;
+use abcast_core::storage::MemoryStore;
+use abcast_core::uring::{ConfigError, StartInfo, URing};
+use abcast_core::{Delivery, Instance, Micros, NodeId, Protocol, Status, ValueId};
+use base64::Engine;
+use hdrhistogram::Histogram;
+use hdrhistogram::serialization::{Serializer, V2Serializer};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::io::{self, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Arguments of `abcast node`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct NodeArgs {
+    /// Cluster configuration file (TOML).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// This node's id (overrides `node_id` in the file).
+    #[arg(long)]
+    pub id: Option<u32>,
+    /// Print a stats line every this many milliseconds (0 = only the final line).
+    #[arg(long, default_value_t = 1000)]
+    pub stats_ms: u64,
+    /// Print stats as one JSON object per line (for `abcast demo` and `abcast bench`).
+    #[arg(long)]
+    pub json_stats: bool,
+    /// Run the built-in load generator at this many values per second (0 = as fast as the
+    /// window allows).
+    #[arg(long)]
+    pub load_rate: Option<u64>,
+    /// Payload size of generated values, in bytes.
+    #[arg(long, default_value_t = 1024)]
+    pub load_value_size: usize,
+    /// Most generated values in flight (default: the ring's `window_values`).
+    #[arg(long)]
+    pub load_window: Option<usize>,
+    /// Stop after this many seconds (default: run until SIGTERM or SIGINT).
+    #[arg(long)]
+    pub duration_s: Option<f64>,
+    /// After stopping the load, keep delivering this long before the final line.
+    #[arg(long, default_value_t = 1000)]
+    pub drain_ms: u64,
+}
+
+impl NodeArgs {
+    /// Arguments with defaults for `config` (for programs that start nodes themselves).
+    pub fn new(config: PathBuf) -> NodeArgs {
+        NodeArgs {
+            config,
+            id: None,
+            stats_ms: 1000,
+            json_stats: false,
+            load_rate: None,
+            load_value_size: 1024,
+            load_window: None,
+            duration_s: None,
+            drain_ms: 1000,
+        }
+    }
+}
+
+/// Why a node could not run.
+#[derive(Debug)]
+pub enum NodeError {
+    Config(NodeConfigError),
+    Marker(MarkerError),
+    /// The protocol refused the configuration.
+    Protocol(ConfigError),
+    /// A command-line argument is out of its space.
+    Args(String),
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        source: io::Error,
+    },
+    Signal(io::Error),
+    Driver(DriverError),
+    Output(io::Error),
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeError::Config(e) => write!(f, "{e}"),
+            NodeError::Marker(e) => write!(f, "{e}"),
+            NodeError::Protocol(e) => write!(f, "{e}"),
+            NodeError::Args(m) => write!(f, "{m}"),
+            NodeError::Bind { what, addr, source } => {
+                write!(f, "cannot listen for {what} on {addr}: {source}")
+            }
+            NodeError::Signal(e) => write!(f, "cannot install signal handlers: {e}"),
+            NodeError::Driver(e) => write!(f, "event loop failed: {e}"),
+            NodeError::Output(e) => write!(f, "cannot write stats: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for NodeError {}
+
+impl From<DriverError> for NodeError {
+    fn from(e: DriverError) -> Self {
+        NodeError::Driver(e)
+    }
+}
+
+/// Runs `abcast node` with U-Ring Paxos over an in-memory store until SIGTERM/SIGINT or
+/// `--duration-s`, printing stats on stdout.
+pub fn run_node(args: NodeArgs) -> Result<(), NodeError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, Arc::clone(&stop)).map_err(NodeError::Signal)?;
+    }
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    run_node_with(&args, &stop, &mut out, |cfg, start| {
+        let store = MemoryStore::new(
+            cfg.ring.store_capacity_instances,
+            cfg.ring.store_capacity_bytes,
+        );
+        URing::new(cfg.ring.clone(), cfg.node_id, start, Box::new(store))
+    })?;
+    Ok(())
+}
+
+/// What a node run ends with (the numbers of its final line).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeReport {
+    pub node: NodeId,
+    pub incarnation: u64,
+    pub delivered_values: u64,
+    pub order_hash: u64,
+    pub duplicate_deliveries: u64,
+    pub proposed_values: u64,
+    pub acked_values: u64,
+}
+
+/// The node process with any protocol: `make` builds it from the config and the start
+/// info. Stops when `stop` is set or after `--duration-s`; stats lines go to `out`.
+pub fn run_node_with<P, F>(
+    args: &NodeArgs,
+    stop: &AtomicBool,
+    out: &mut dyn Write,
+    make: F,
+) -> Result<NodeReport, NodeError>
+where
+    P: Protocol,
+    F: FnOnce(&NodeConfig, StartInfo) -> Result<P, ConfigError>,
+{
+    let cfg = nodeconfig::load(&args.config, args.id).map_err(NodeError::Config)?;
+    if args.duration_s.is_some_and(|d| !d.is_finite() || d < 0.0) {
+        return Err(NodeError::Args(
+            "--duration-s must be a non-negative number of seconds".into(),
+        ));
+    }
+    let roles = cfg.my_roles();
+    if args.load_rate.is_some() && args.load_value_size > cfg.ring.max_value_bytes {
+        return Err(NodeError::Args(format!(
+            "--load-value-size {} exceeds the ring's max_value_bytes {}",
+            args.load_value_size, cfg.ring.max_value_bytes
+        )));
+    }
+    let me = cfg
+        .me()
+        .cloned()
+        .ok_or_else(|| NodeError::Args(format!("node {} has no address", cfg.node_id.0)))?;
+    let start =
+        nodeconfig::start_info(&cfg.storage.node_dir(cfg.node_id)).map_err(NodeError::Marker)?;
+    let protocol = make(&cfg, start).map_err(NodeError::Protocol)?;
+
+    let peer = bind_listener(me.addr, &cfg.transport).map_err(|source| NodeError::Bind {
+        what: "peers",
+        addr: me.addr,
+        source,
+    })?;
+    let client = match me.client_addr {
+        Some(addr) => {
+            Some(
+                bind_listener(addr, &cfg.transport).map_err(|source| NodeError::Bind {
+                    what: "clients",
+                    addr,
+                    source,
+                })?,
+            )
+        }
+        None => None,
+    };
+    let mut dcfg = DriverConfig::new(cfg.node_id, cfg.cluster_id, cfg.peer_addrs());
+    dcfg.incarnation = start.incarnation;
+    dcfg.transport = cfg.transport.clone();
+    dcfg.periodic_us = args.stats_ms.saturating_mul(1000);
+    let mut driver = Driver::new(dcfg, protocol, Listeners { peer, client })?;
+    eprintln!(
+        "[{}] node starting: incarnation {}{}, peers on {}, clients on {}",
+        cfg.node_id,
+        start.incarnation,
+        if start.amnesic {
+            " (amnesic: in-memory acceptor state was lost)"
+        } else {
+            ""
+        },
+        me.addr,
+        me.client_addr
+            .map_or_else(|| "-".to_string(), |a| a.to_string()),
+    );
+
+    let mut app = NodeStats::new(
+        cfg.node_id,
+        start.incarnation,
+        args.json_stats,
+        roles.learner,
+        out,
+    )?;
+    if let Some(rate) = args.load_rate {
+        if roles.proposer {
+            driver.start_load(LoadConfig {
+                rate_per_s: rate,
+                value_bytes: args.load_value_size,
+                window_values: args.load_window.unwrap_or(cfg.ring.window_values).max(1),
+                max_values: None,
+            });
+        } else {
+            eprintln!("[{}] not a proposer: --load-rate ignored", cfg.node_id);
+        }
+    }
+
+    let duration_us = args.duration_s.map(|s| (s * 1e6) as Micros);
+    driver.run(&mut app, |now| {
+        stop.load(Ordering::Relaxed) || duration_us.is_some_and(|d| now >= d)
+    })?;
+    driver.stop_load();
+    let drain_end = driver
+        .now()
+        .saturating_add(args.drain_ms.saturating_mul(1000));
+    driver.run(&mut app, |now| now >= drain_end)?;
+    let status = driver.protocol().status();
+    app.print("final", driver.now(), &status);
+    if let Some(e) = app.write_error.take() {
+        return Err(NodeError::Output(e));
+    }
+    Ok(NodeReport {
+        node: cfg.node_id,
+        incarnation: start.incarnation,
+        delivered_values: app.delivered_values,
+        order_hash: app.order_hash,
+        duplicate_deliveries: app.duplicate_deliveries,
+        proposed_values: app.proposed_values,
+        acked_values: app.acked_values,
+    })
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+/// FNV-1a 64 of one value id (node id u32 LE, seq u64 LE) appended to `hash`.
+pub fn order_hash_step(mut hash: u64, id: ValueId) -> u64 {
+    for b in id
+        .node
+        .0
+        .to_le_bytes()
+        .into_iter()
+        .chain(id.seq.to_le_bytes())
+    {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(FNV_PRIME);
+    }
+    hash
+}
+
+/// The sequence numbers delivered from one origin, as disjoint, non-adjacent intervals
+/// `[start, end)`. Values of one origin arrive mostly in order, so this stays a handful of
+/// intervals however long the node runs.
+#[derive(Debug, Default, Clone)]
+pub struct SeqIntervals {
+    map: BTreeMap<u64, u64>,
+}
+
+impl SeqIntervals {
+    /// Adds `first .. first + count`; returns how many of them were already present.
+    pub fn insert(&mut self, first: u64, count: u64) -> u64 {
+        let end = first.saturating_add(count);
+        let (mut lo, mut hi, mut dup) = (first, end, 0);
+        let mut merged = Vec::new();
+        for (&s, &e) in self.map.range(..=end).rev() {
+            if e < first {
+                break;
+            }
+            dup += e.min(end).saturating_sub(s.max(first));
+            lo = lo.min(s);
+            hi = hi.max(e);
+            merged.push(s);
+        }
+        for s in merged {
+            self.map.remove(&s);
+        }
+        self.map.insert(lo, hi);
+        dup
+    }
+
+    pub fn intervals(&self) -> usize {
+        self.map.len()
+    }
+}
+
+/// The node's application: counts, order hash, duplicates and latency, printed as stats.
+struct NodeStats<'w> {
+    me: NodeId,
+    incarnation: u64,
+    json: bool,
+    learner: bool,
+    out: &'w mut dyn Write,
+    write_error: Option<io::Error>,
+    delivered_values: u64,
+    delivered_bytes: u64,
+    delivered_instance: Instance,
+    order_hash: u64,
+    proposed_values: u64,
+    acked_values: u64,
+    busy_rejections: u64,
+    delivered_by_origin: BTreeMap<u32, u64>,
+    acked_by_origin: BTreeMap<u32, u64>,
+    seen: HashMap<NodeId, SeqIntervals>,
+    duplicate_deliveries: u64,
+    latency_us: Histogram<u64>,
+    /// Propose time of the load generator's values not yet delivered here.
+    proposed_at: HashMap<u64, Micros>,
+}
+
+#[derive(Serialize)]
+struct StatsLine<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    node: u32,
+    incarnation: u64,
+    t_us: u64,
+    delivered_values: u64,
+    delivered_bytes: u64,
+    delivered_instance: u64,
+    order_hash: String,
+    proposed_values: u64,
+    acked_values: u64,
+    busy_rejections: u64,
+    coordinator: Option<u32>,
+    cpu_user_ms: u64,
+    cpu_sys_ms: u64,
+    rss_kib: u64,
+    lat_count: u64,
+    lat_us_p50: u64,
+    lat_us_p99: u64,
+    lat_us_p999: u64,
+    lat_hist: String,
+    delivered_by_origin: &'a BTreeMap<u32, u64>,
+    acked_by_origin: &'a BTreeMap<u32, u64>,
+    duplicate_deliveries: u64,
+}
+
+impl<'w> NodeStats<'w> {
+    fn new(
+        me: NodeId,
+        incarnation: u64,
+        json: bool,
+        learner: bool,
+        out: &'w mut dyn Write,
+    ) -> Result<Self, NodeError> {
+        // One hour in microseconds at 3 significant digits: a few tens of KiB.
+        let latency_us = Histogram::new_with_bounds(1, 3_600_000_000, 3)
+            .map_err(|e| NodeError::Args(format!("latency histogram: {e}")))?;
+        Ok(NodeStats {
+            me,
+            incarnation,
+            json,
+            learner,
+            out,
+            write_error: None,
+            delivered_values: 0,
+            delivered_bytes: 0,
+            delivered_instance: 0,
+            order_hash: FNV_OFFSET,
+            proposed_values: 0,
+            acked_values: 0,
+            busy_rejections: 0,
+            delivered_by_origin: BTreeMap::new(),
+            acked_by_origin: BTreeMap::new(),
+            seen: HashMap::new(),
+            duplicate_deliveries: 0,
+            latency_us,
+            proposed_at: HashMap::new(),
+        })
+    }
+
+    fn print(&mut self, kind: &str, now: Micros, status: &Status) {
+        if self.write_error.is_some() {
+            return;
+        }
+        let (cpu_user_ms, cpu_sys_ms) = cpu_ms();
+        let h = &self.latency_us;
+        let line = if self.json {
+            let mut hist = Vec::new();
+            let lat_hist = match V2Serializer::new().serialize(h, &mut hist) {
+                Ok(_) => base64::engine::general_purpose::STANDARD.encode(&hist),
+                Err(_) => String::new(),
+            };
+            let line = StatsLine {
+                kind,
+                node: self.me.0,
+                incarnation: self.incarnation,
+                t_us: now,
+                delivered_values: self.delivered_values,
+                delivered_bytes: self.delivered_bytes,
+                delivered_instance: self.delivered_instance,
+                order_hash: format!("{:016x}", self.order_hash),
+                proposed_values: self.proposed_values,
+                acked_values: self.acked_values,
+                busy_rejections: self.busy_rejections,
+                coordinator: status.coordinator.map(|c| c.0),
+                cpu_user_ms,
+                cpu_sys_ms,
+                rss_kib: rss_kib(),
+                lat_count: h.len(),
+                lat_us_p50: h.value_at_quantile(0.5),
+                lat_us_p99: h.value_at_quantile(0.99),
+                lat_us_p999: h.value_at_quantile(0.999),
+                lat_hist,
+                delivered_by_origin: &self.delivered_by_origin,
+                acked_by_origin: &self.acked_by_origin,
+                duplicate_deliveries: self.duplicate_deliveries,
+            };
+            match serde_json::to_string(&line) {
+                Ok(s) => s,
+                Err(e) => format!("{{\"type\":\"error\",\"error\":\"{e}\"}}"),
+            }
+        } else {
+            format!(
+                "{kind} {} t={:.1}s delivered={} ({:.1} MiB) instance={} proposed={} acked={} busy={} \
+                 coordinator={} lat_us p50={} p99={} n={} dup={} hash={:016x}",
+                self.me,
+                now as f64 / 1e6,
+                self.delivered_values,
+                self.delivered_bytes as f64 / (1 << 20) as f64,
+                self.delivered_instance,
+                self.proposed_values,
+                self.acked_values,
+                self.busy_rejections,
+                status
+                    .coordinator
+                    .map_or_else(|| "-".to_string(), |c| c.to_string()),
+                h.value_at_quantile(0.5),
+                h.value_at_quantile(0.99),
+                h.len(),
+                self.duplicate_deliveries,
+                self.order_hash,
+            )
+        };
+        if let Err(e) = writeln!(self.out, "{line}").and_then(|_| self.out.flush()) {
+            eprintln!("[{}] cannot write stats: {e}", self.me);
+            self.write_error = Some(e);
+        }
+    }
+}
+
+impl Application for NodeStats<'_> {
+    fn deliver(&mut self, now: Micros, d: &Delivery) {
+        let b = &d.batch;
+        let n = b.len() as u64;
+        self.delivered_values += n;
+        self.delivered_bytes += b.payload_bytes() as u64;
+        self.delivered_instance = self.delivered_instance.max(d.instance);
+        *self.delivered_by_origin.entry(b.origin().0).or_default() += n;
+        self.duplicate_deliveries += self
+            .seen
+            .entry(b.origin())
+            .or_default()
+            .insert(b.first_seq(), n);
+        let mine = b.origin() == self.me && !self.proposed_at.is_empty();
+        for id in b.ids() {
+            self.order_hash = order_hash_step(self.order_hash, id);
+            if mine && let Some(t) = self.proposed_at.remove(&id.seq) {
+                self.latency_us
+                    .saturating_record(now.saturating_sub(t).max(1));
+            }
+        }
+    }
+
+    fn ack(&mut self, _now: Micros, a: &Ack) {
+        self.acked_values += u64::from(a.count);
+        *self.acked_by_origin.entry(a.key.origin.0).or_default() += u64::from(a.count);
+    }
+
+    fn proposed(&mut self, now: Micros, id: ValueId, by_load: bool) {
+        self.proposed_values += 1;
+        if by_load && self.learner {
+            self.proposed_at.insert(id.seq, now);
+        }
+    }
+
+    fn busy(&mut self, _now: Micros) {
+        self.busy_rejections += 1;
+    }
+
+    fn periodic(&mut self, now: Micros, status: &Status) {
+        self.print("stats", now, status);
+    }
+}
+
+/// User and system CPU time of this process, in milliseconds.
+fn cpu_ms() -> (u64, u64) {
+    // SAFETY: `rusage` is a plain C struct of integers, for which all-zero is valid, and
+    // `getrusage` only writes into the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    if rc != 0 {
+        return (0, 0);
+    }
+    let ms =
+        |tv: libc::timeval| (tv.tv_sec.max(0) as u64) * 1000 + (tv.tv_usec.max(0) as u64) / 1000;
+    (ms(ru.ru_utime), ms(ru.ru_stime))
+}
+
+/// Resident set size in KiB, from /proc/self/statm (0 where it does not exist).
+fn rss_kib() -> u64 {
+    let Ok(text) = std::fs::read_to_string("/proc/self/statm") else {
+        return 0;
+    };
+    let pages: u64 = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * (page.max(0) as u64) / 1024
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_count_duplicates_and_merge() {
+        let mut s = SeqIntervals::default();
+        assert_eq!(s.insert(10, 5), 0); // [10,15)
+        assert_eq!(s.insert(15, 5), 0); // adjacent: [10,20)
+        assert_eq!(s.intervals(), 1);
+        assert_eq!(s.insert(30, 2), 0);
+        assert_eq!(s.intervals(), 2);
+        assert_eq!(s.insert(18, 14), 4); // 18,19 and 30,31 again; fills the gap
+        assert_eq!(s.intervals(), 1);
+        assert_eq!(s.insert(10, 22), 22);
+        assert_eq!(s.insert(0, 1), 0);
+        assert_eq!(s.intervals(), 2);
+    }
+
+    #[test]
+    fn order_hash_is_fnv1a_over_ids() {
+        // FNV-1a of the 12 bytes 01 00 00 00 02 00 00 00 00 00 00 00, computed by hand.
+        let mut h = FNV_OFFSET;
+        for b in [1u8, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0] {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(FNV_PRIME);
+        }
+        assert_eq!(
+            order_hash_step(
+                FNV_OFFSET,
+                ValueId {
+                    node: NodeId(1),
+                    seq: 2
+                }
+            ),
+            h
+        );
+    }
+
+    #[test]
+    fn resource_probes_answer() {
+        let (u, s) = cpu_ms();
+        assert!(u + s < u64::MAX);
+        assert!(rss_kib() > 0);
+    }
+}

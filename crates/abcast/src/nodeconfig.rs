@@ -1,0 +1,697 @@
+//! The node's configuration file (TOML) and its incarnation marker.
+//!
+//! One file describes the whole cluster, so every node can be started from the same file
+//! with `--id N`:
+//!
+//! ```toml
+//! cluster_id = 1
+//! [[members]]                       # ring order
+//! id = 0
+//! addr = "127.0.0.1:7400"           # peer port
+//! client_addr = "127.0.0.1:7500"    # client port (propose/learn), optional
+//! roles = ["proposer", "acceptor", "learner"]   # default: all three
+//! [ring]        # every field optional, defaults from RingConfig; times in ms except batch_linger_us
+//! [transport]   # buffer_size, tcp_nodelay, send_queue_bytes, client_queue_bytes, backoff_ms_min, backoff_ms_max
+//! [storage]     # kind = "memory", dir = "abcast-data"
+//! ```
+//!
+//! Every error names the field and the reason. Durations in `[ring]` are in milliseconds,
+//! the unit seed 000 table 4.1 uses (`p1_resend_ms`, `value_resend_ms`, ...), except
+//! `batch_linger_us`, which is far below a millisecond.
+
+use crate::runtime::TransportConfig;
+use abcast_core::NodeId;
+use abcast_core::uring::{Member, RingConfig, Roles, StartInfo};
+use serde::Deserialize;
+use std::fmt;
+use std::fs;
+use std::io::Write;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The node's view of the configuration file, checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeConfig {
+    pub cluster_id: u64,
+    /// This node.
+    pub node_id: NodeId,
+    /// The ring, validated by `RingConfig::validate`.
+    pub ring: RingConfig,
+    /// Addresses of every member, in ring order.
+    pub members: Vec<MemberAddr>,
+    pub transport: TransportConfig,
+    pub storage: StorageConfig,
+}
+
+impl NodeConfig {
+    /// This node's addresses.
+    pub fn me(&self) -> Option<&MemberAddr> {
+        self.members.iter().find(|m| m.id == self.node_id)
+    }
+
+    /// This node's roles.
+    pub fn my_roles(&self) -> Roles {
+        self.ring
+            .members
+            .iter()
+            .find(|m| m.id == self.node_id)
+            .map(|m| m.roles)
+            .unwrap_or(Roles::PAL)
+    }
+
+    /// Peer addresses for the driver.
+    pub fn peer_addrs(&self) -> Vec<(NodeId, SocketAddr)> {
+        self.members.iter().map(|m| (m.id, m.addr)).collect()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberAddr {
+    pub id: NodeId,
+    pub addr: SocketAddr,
+    pub client_addr: Option<SocketAddr>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StorageConfig {
+    /// Where the node keeps its incarnation marker: `<dir>/node-<id>/incarnation`. Relative
+    /// paths are taken from the config file's directory.
+    pub dir: PathBuf,
+}
+
+impl StorageConfig {
+    /// This node's own directory under the shared data root.
+    pub fn node_dir(&self, id: NodeId) -> PathBuf {
+        self.dir.join(format!("node-{}", id.0))
+    }
+}
+
+/// What is wrong with a configuration, naming the field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeConfigError {
+    /// The file could not be read.
+    Io { path: PathBuf, reason: String },
+    /// Not valid TOML, or a field of the wrong type or unknown name (the TOML parser's
+    /// message names the field and the line).
+    Syntax(String),
+    /// A field holds a value outside its space.
+    Invalid { field: String, reason: String },
+}
+
+impl fmt::Display for NodeConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeConfigError::Io { path, reason } => {
+                write!(f, "cannot read config {}: {reason}", path.display())
+            }
+            NodeConfigError::Syntax(m) => write!(f, "config: {m}"),
+            NodeConfigError::Invalid { field, reason } => write!(f, "config: {field}: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for NodeConfigError {}
+
+fn invalid<T>(field: impl Into<String>, reason: impl Into<String>) -> Result<T, NodeConfigError> {
+    Err(NodeConfigError::Invalid {
+        field: field.into(),
+        reason: reason.into(),
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    cluster_id: u64,
+    node_id: Option<u32>,
+    members: Vec<FileMember>,
+    #[serde(default)]
+    ring: FileRing,
+    #[serde(default)]
+    transport: FileTransport,
+    #[serde(default)]
+    storage: FileStorage,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileMember {
+    id: u32,
+    addr: String,
+    client_addr: Option<String>,
+    roles: Option<Vec<String>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileRing {
+    p1_preexecution_number: Option<u64>,
+    p1_resend_ms: Option<u64>,
+    p2_resend_ms: Option<u64>,
+    value_resend_ms: Option<u64>,
+    batch_max_bytes: Option<usize>,
+    batch_linger_us: Option<u64>,
+    window_values: Option<usize>,
+    window_bytes: Option<usize>,
+    max_value_bytes: Option<usize>,
+    max_open_instances: Option<usize>,
+    coordinator_queue_bytes: Option<usize>,
+    heartbeat_interval_ms: Option<u64>,
+    failure_timeout_ms: Option<u64>,
+    retrieve_timeout_ms: Option<u64>,
+    retrieve_max_instances: Option<u64>,
+    store_capacity_instances: Option<usize>,
+    store_capacity_bytes: Option<usize>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileTransport {
+    buffer_size: Option<usize>,
+    tcp_nodelay: Option<bool>,
+    send_queue_bytes: Option<usize>,
+    client_queue_bytes: Option<usize>,
+    backoff_ms_min: Option<u64>,
+    backoff_ms_max: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileStorage {
+    kind: Option<String>,
+    dir: Option<String>,
+}
+
+/// Where the data root is when `[storage] dir` is not given.
+pub const DEFAULT_DATA_DIR: &str = "abcast-data";
+
+/// Reads and checks a config file. `node_id` (from `--id`) overrides the file's `node_id`.
+pub fn load(path: &Path, node_id: Option<u32>) -> Result<NodeConfig, NodeConfigError> {
+    let text = fs::read_to_string(path).map_err(|e| NodeConfigError::Io {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    parse(&text, node_id, &base)
+}
+
+fn ms_to_us(field: &str, ms: u64) -> Result<u64, NodeConfigError> {
+    match ms.checked_mul(1000) {
+        Some(us) => Ok(us),
+        None => invalid(format!("ring.{field}"), format!("{ms} ms is too large")),
+    }
+}
+
+fn parse_addr(field: String, text: &str) -> Result<SocketAddr, NodeConfigError> {
+    if let Ok(a) = text.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    match text.to_socket_addrs() {
+        Ok(mut it) => match it.next() {
+            Some(a) => Ok(a),
+            None => invalid(field, format!("{text:?} resolves to no address")),
+        },
+        Err(e) => invalid(field, format!("{text:?} is not a host:port address ({e})")),
+    }
+}
+
+/// Parses and checks config text. Relative storage paths are taken from `base_dir`.
+pub fn parse(
+    text: &str,
+    node_id: Option<u32>,
+    base_dir: &Path,
+) -> Result<NodeConfig, NodeConfigError> {
+    let file: FileConfig =
+        toml::from_str(text).map_err(|e| NodeConfigError::Syntax(e.to_string()))?;
+    let Some(me) = node_id.or(file.node_id) else {
+        return invalid("node_id", "no node id: give --id or a top-level node_id");
+    };
+    if file.members.is_empty() {
+        return invalid("members", "the ring has no members");
+    }
+
+    let mut ring = RingConfig::default();
+    let mut members = Vec::new();
+    let mut used: Vec<(SocketAddr, String)> = Vec::new();
+    for (i, m) in file.members.iter().enumerate() {
+        let field = |name: &str| format!("members[{i}].{name}");
+        if file.members[..i].iter().any(|o| o.id == m.id) {
+            return invalid(field("id"), format!("node id {} appears twice", m.id));
+        }
+        let addr = parse_addr(field("addr"), &m.addr)?;
+        let client_addr = match &m.client_addr {
+            Some(a) => Some(parse_addr(field("client_addr"), a)?),
+            None => None,
+        };
+        for (a, name) in [(Some(addr), "addr"), (client_addr, "client_addr")] {
+            let Some(a) = a else { continue };
+            if let Some((_, by)) = used.iter().find(|(u, _)| *u == a) {
+                return invalid(field(name), format!("{a} is already used by {by}"));
+            }
+            used.push((a, field(name)));
+        }
+        let roles = match &m.roles {
+            None => Roles::PAL,
+            Some(list) => {
+                let mut r = Roles {
+                    proposer: false,
+                    acceptor: false,
+                    learner: false,
+                };
+                for name in list {
+                    match name.as_str() {
+                        "proposer" => r.proposer = true,
+                        "acceptor" => r.acceptor = true,
+                        "learner" => r.learner = true,
+                        other => {
+                            return invalid(
+                                field("roles"),
+                                format!(
+                                    "unknown role {other:?} (expected proposer, acceptor or learner)"
+                                ),
+                            );
+                        }
+                    }
+                }
+                r
+            }
+        };
+        ring.members.push(Member {
+            id: NodeId(m.id),
+            roles,
+        });
+        members.push(MemberAddr {
+            id: NodeId(m.id),
+            addr,
+            client_addr,
+        });
+    }
+    if !members.iter().any(|m| m.id == NodeId(me)) {
+        return invalid("node_id", format!("node {me} is not among the members"));
+    }
+
+    let r = &file.ring;
+    macro_rules! set {
+        ($file:ident => $cfg:ident) => {
+            if let Some(v) = r.$file {
+                ring.$cfg = v;
+            }
+        };
+        ($file:ident => $cfg:ident ms) => {
+            if let Some(v) = r.$file {
+                ring.$cfg = ms_to_us(stringify!($file), v)?;
+            }
+        };
+    }
+    set!(p1_preexecution_number => p1_preexecution_number);
+    set!(p1_resend_ms => p1_resend_us ms);
+    set!(p2_resend_ms => p2_resend_us ms);
+    set!(value_resend_ms => value_resend_us ms);
+    set!(batch_max_bytes => batch_max_bytes);
+    set!(batch_linger_us => batch_linger_us);
+    set!(window_values => window_values);
+    set!(window_bytes => window_bytes);
+    set!(max_value_bytes => max_value_bytes);
+    set!(max_open_instances => max_open_instances);
+    set!(coordinator_queue_bytes => coordinator_queue_bytes);
+    set!(heartbeat_interval_ms => heartbeat_interval_us ms);
+    set!(failure_timeout_ms => failure_timeout_us ms);
+    set!(retrieve_timeout_ms => retrieve_timeout_us ms);
+    set!(retrieve_max_instances => retrieve_max_instances);
+    set!(store_capacity_instances => store_capacity_instances);
+    set!(store_capacity_bytes => store_capacity_bytes);
+    if let Err(e) = ring.validate() {
+        // RingConfig names its fields in microseconds; the file names them in ms.
+        let field = match e.field {
+            f if f.ends_with("_us") && f != "batch_linger_us" => {
+                format!("ring.{}_ms", &f[..f.len() - 3])
+            }
+            "members" | "members.roles" => e.field.to_string(),
+            f => format!("ring.{f}"),
+        };
+        return invalid(field, e.reason);
+    }
+
+    let t = &file.transport;
+    let mut transport = TransportConfig::default();
+    if let Some(v) = t.buffer_size {
+        transport.buffer_size = v;
+    }
+    if let Some(v) = t.tcp_nodelay {
+        transport.tcp_nodelay = v;
+    }
+    if let Some(v) = t.send_queue_bytes {
+        transport.send_queue_bytes = v;
+    }
+    if let Some(v) = t.client_queue_bytes {
+        transport.client_queue_bytes = v;
+    }
+    if let Some(v) = t.backoff_ms_min {
+        transport.backoff_ms_min = v;
+    }
+    if let Some(v) = t.backoff_ms_max {
+        transport.backoff_ms_max = v;
+    }
+    if transport.buffer_size > (1 << 30) {
+        return invalid("transport.buffer_size", "at most 1 GiB");
+    }
+    if transport.send_queue_bytes == 0 {
+        return invalid("transport.send_queue_bytes", "must be greater than zero");
+    }
+    if transport.client_queue_bytes == 0 {
+        return invalid("transport.client_queue_bytes", "must be greater than zero");
+    }
+    if transport.backoff_ms_min == 0 {
+        return invalid("transport.backoff_ms_min", "must be greater than zero");
+    }
+    if transport.backoff_ms_max < transport.backoff_ms_min {
+        return invalid(
+            "transport.backoff_ms_max",
+            "must be at least backoff_ms_min",
+        );
+    }
+
+    match file.storage.kind.as_deref() {
+        None | Some("memory") => {}
+        Some(other) => {
+            return invalid(
+                "storage.kind",
+                format!("{other:?}: durable storage is not available yet; only \"memory\" is"),
+            );
+        }
+    }
+    let dir = PathBuf::from(file.storage.dir.as_deref().unwrap_or(DEFAULT_DATA_DIR));
+    let dir = if dir.is_relative() {
+        base_dir.join(dir)
+    } else {
+        dir
+    };
+
+    Ok(NodeConfig {
+        cluster_id: file.cluster_id,
+        node_id: NodeId(me),
+        ring,
+        members,
+        transport,
+        storage: StorageConfig { dir },
+    })
+}
+
+/// A config for `n` nodes on 127.0.0.1: node `i` listens for peers on `base_port + i` and
+/// for clients on `base_port + 100 + i`. Every ring and transport field keeps its default.
+pub fn local_cluster(n: usize, base_port: u16) -> String {
+    let mut s = String::new();
+    s.push_str(
+        "# abcast cluster on one machine; start node i with `abcast node --config FILE --id i`.\n",
+    );
+    s.push_str("cluster_id = 1\n\n");
+    for i in 0..n {
+        let peer = u32::from(base_port) + i as u32;
+        let client = peer + 100;
+        s.push_str("[[members]]\n");
+        s.push_str(&format!("id = {i}\n"));
+        s.push_str(&format!("addr = \"127.0.0.1:{peer}\"\n"));
+        s.push_str(&format!("client_addr = \"127.0.0.1:{client}\"\n"));
+        s.push_str("roles = [\"proposer\", \"acceptor\", \"learner\"]\n\n");
+    }
+    s.push_str(
+        "[ring]\n# every field optional; see RingConfig (times in ms, batch_linger_us in us)\n\n",
+    );
+    s.push_str(
+        "[transport]\nbuffer_size = 2097152\ntcp_nodelay = true\nsend_queue_bytes = 67108864\n\n",
+    );
+    s.push_str(&format!(
+        "[storage]\nkind = \"memory\"\ndir = \"{DEFAULT_DATA_DIR}\"\n"
+    ));
+    s
+}
+
+/// Why the incarnation marker could not be read or written.
+#[derive(Debug)]
+pub struct MarkerError {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+impl fmt::Display for MarkerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "incarnation marker {}: {}",
+            self.path.display(),
+            self.reason
+        )
+    }
+}
+
+impl std::error::Error for MarkerError {}
+
+/// Reads, bumps and rewrites this node's incarnation marker, and returns what the node
+/// knows about itself. No marker: first start (incarnation 0, not amnesic). A marker: a
+/// restart, and since the store is in memory the acceptor forgot its votes (amnesic). The
+/// start sequence is the wall clock in microseconds times 1000, so it grows across restarts
+/// as long as a node proposes fewer than 1000 values per microsecond of downtime.
+pub fn start_info(node_dir: &Path) -> Result<StartInfo, MarkerError> {
+    let path = node_dir.join("incarnation");
+    let err = |reason: String| MarkerError {
+        path: path.clone(),
+        reason,
+    };
+    fs::create_dir_all(node_dir).map_err(|e| err(format!("cannot create directory: {e}")))?;
+    let (incarnation, amnesic) = match fs::read_to_string(&path) {
+        Ok(text) => {
+            let prev: u64 = text
+                .trim()
+                .parse()
+                .map_err(|e| err(format!("holds {:?}, not a number: {e}", text.trim())))?;
+            (
+                prev.checked_add(1)
+                    .ok_or_else(|| err("incarnation overflow".into()))?,
+                true,
+            )
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (0, false),
+        Err(e) => return Err(err(format!("cannot read: {e}"))),
+    };
+    write_marker(&path, incarnation).map_err(|e| err(format!("cannot write: {e}")))?;
+    let now_us = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_err(|e| err(format!("the clock is before 1970: {e}")))?
+        .as_micros();
+    let start_seq = u64::try_from(now_us.saturating_mul(1000))
+        .map_err(|_| err("clock too far in the future".into()))?;
+    Ok(StartInfo {
+        incarnation,
+        amnesic,
+        start_seq: start_seq.max(1),
+    })
+}
+
+/// Writes the marker atomically: a temporary file, fsync, rename, fsync of the directory,
+/// so a crash leaves either the old or the new number, never a torn one.
+fn write_marker(path: &Path, incarnation: u64) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = fs::File::create(&tmp)?;
+        writeln!(f, "{incarnation}")?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        // Making the rename durable; not every file system supports syncing a directory.
+        if let Ok(d) = fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+cluster_id = 7
+[[members]]
+id = 0
+addr = "127.0.0.1:7400"
+client_addr = "127.0.0.1:7500"
+[[members]]
+id = 1
+addr = "127.0.0.1:7401"
+roles = ["acceptor", "learner"]
+[[members]]
+id = 2
+addr = "localhost:7402"
+[ring]
+p1_resend_ms = 800
+batch_linger_us = 50
+[transport]
+buffer_size = 1048576
+tcp_nodelay = false
+[storage]
+kind = "memory"
+dir = "data"
+"#;
+
+    fn field_of(text: &str, id: Option<u32>) -> String {
+        match parse(text, id, Path::new("/etc/abcast")) {
+            Err(NodeConfigError::Invalid { field, .. }) => field,
+            other => panic!("expected an Invalid error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_good_config_parses_with_units_converted() {
+        let c = parse(GOOD, Some(1), Path::new("/etc/abcast")).unwrap();
+        assert_eq!(c.cluster_id, 7);
+        assert_eq!(c.node_id, NodeId(1));
+        assert_eq!(c.ring.p1_resend_us, 800_000);
+        assert_eq!(c.ring.batch_linger_us, 50);
+        assert_eq!(
+            c.ring.members[1].roles,
+            Roles {
+                proposer: false,
+                acceptor: true,
+                learner: true
+            }
+        );
+        assert_eq!(c.ring.members[0].roles, Roles::PAL);
+        assert_eq!(c.transport.buffer_size, 1 << 20);
+        assert!(!c.transport.tcp_nodelay);
+        assert_eq!(c.transport.send_queue_bytes, 64 << 20);
+        assert_eq!(c.storage.dir, PathBuf::from("/etc/abcast/data"));
+        assert_eq!(
+            c.members[0].client_addr,
+            Some("127.0.0.1:7500".parse().unwrap())
+        );
+        assert_eq!(c.members[2].addr.port(), 7402);
+    }
+
+    #[test]
+    fn local_cluster_renders_a_valid_config() {
+        let text = local_cluster(3, 7400);
+        let c = parse(&text, Some(2), Path::new("/tmp")).unwrap();
+        assert_eq!(c.members.len(), 3);
+        assert_eq!(c.members[2].addr, "127.0.0.1:7402".parse().unwrap());
+        assert_eq!(
+            c.members[2].client_addr,
+            Some("127.0.0.1:7502".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_by_name() {
+        let text = GOOD.replace("p1_resend_ms = 800", "p1_resend_time = 800");
+        match parse(&text, Some(0), Path::new("/")) {
+            Err(NodeConfigError::Syntax(m)) => assert!(m.contains("p1_resend_time"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        let text = GOOD.replace("cluster_id = 7", "cluster_id = 7\ncolour = 1");
+        assert!(
+            matches!(parse(&text, Some(0), Path::new("/")), Err(NodeConfigError::Syntax(m)) if m.contains("colour"))
+        );
+    }
+
+    #[test]
+    fn unknown_role_is_refused() {
+        let text = GOOD.replace("[\"acceptor\", \"learner\"]", "[\"acceptor\", \"leader\"]");
+        assert_eq!(field_of(&text, Some(0)), "members[1].roles");
+    }
+
+    #[test]
+    fn duplicate_id_is_refused() {
+        let text = GOOD.replace("id = 2", "id = 1");
+        assert_eq!(field_of(&text, Some(0)), "members[2].id");
+    }
+
+    #[test]
+    fn duplicate_address_is_refused() {
+        let text = GOOD.replace("127.0.0.1:7401", "127.0.0.1:7400");
+        assert_eq!(field_of(&text, Some(0)), "members[1].addr");
+    }
+
+    #[test]
+    fn unparsable_address_is_refused() {
+        let text = GOOD.replace("127.0.0.1:7401", "127.0.0.1");
+        assert_eq!(field_of(&text, Some(0)), "members[1].addr");
+        let text = GOOD.replace("127.0.0.1:7500", "nowhere:x");
+        assert_eq!(field_of(&text, Some(0)), "members[0].client_addr");
+    }
+
+    #[test]
+    fn node_id_must_be_a_member_and_given() {
+        assert_eq!(field_of(GOOD, Some(9)), "node_id");
+        assert_eq!(field_of(GOOD, None), "node_id");
+        let text = GOOD.replace("cluster_id = 7", "cluster_id = 7\nnode_id = 2");
+        assert_eq!(
+            parse(&text, None, Path::new("/")).unwrap().node_id,
+            NodeId(2)
+        );
+        assert_eq!(
+            parse(&text, Some(0), Path::new("/")).unwrap().node_id,
+            NodeId(0)
+        );
+    }
+
+    #[test]
+    fn ring_validation_errors_name_the_file_field() {
+        let text = GOOD.replace(
+            "p1_resend_ms = 800",
+            "heartbeat_interval_ms = 200\nfailure_timeout_ms = 300",
+        );
+        assert_eq!(field_of(&text, Some(0)), "ring.failure_timeout_ms");
+        let text = GOOD.replace("p1_resend_ms = 800", "window_values = 0");
+        assert_eq!(field_of(&text, Some(0)), "ring.window_values");
+        let text = GOOD.replace("p1_resend_ms = 800", "p1_resend_ms = 0");
+        assert_eq!(field_of(&text, Some(0)), "ring.p1_resend_ms");
+        let text = GOOD.replace("roles = [\"acceptor\", \"learner\"]", "roles = []");
+        assert_eq!(field_of(&text, Some(0)), "members.roles");
+    }
+
+    #[test]
+    fn durable_storage_is_refused_clearly() {
+        let text = GOOD.replace("kind = \"memory\"", "kind = \"disk\"");
+        match parse(&text, Some(0), Path::new("/")) {
+            Err(NodeConfigError::Invalid { field, reason }) => {
+                assert_eq!(field, "storage.kind");
+                assert!(reason.contains("not available yet"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn transport_bounds_are_checked() {
+        let text = GOOD.replace("tcp_nodelay = false", "send_queue_bytes = 0");
+        assert_eq!(field_of(&text, Some(0)), "transport.send_queue_bytes");
+    }
+
+    #[test]
+    fn wrong_types_are_syntax_errors() {
+        let text = GOOD.replace("cluster_id = 7", "cluster_id = \"seven\"");
+        assert!(matches!(
+            parse(&text, Some(0), Path::new("/")),
+            Err(NodeConfigError::Syntax(_))
+        ));
+    }
+
+    #[test]
+    fn incarnation_marker_counts_restarts() {
+        let dir = std::env::temp_dir().join(format!("abcast-marker-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let first = start_info(&dir).unwrap();
+        assert_eq!((first.incarnation, first.amnesic), (0, false));
+        let second = start_info(&dir).unwrap();
+        assert_eq!((second.incarnation, second.amnesic), (1, true));
+        assert!(second.start_seq > first.start_seq);
+        assert_eq!(
+            fs::read_to_string(dir.join("incarnation")).unwrap().trim(),
+            "1"
+        );
+        fs::write(dir.join("incarnation"), "garbage").unwrap();
+        assert!(start_info(&dir).is_err());
+        let _ = fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,1353 @@
+//! The event loop of one node: one thread, one `mio::Poll`, everything else in between.
+//!
+//! Per iteration: poll with a timeout that ends at the next deadline (protocol tick,
+//! reconnect, load token, stats); handle every ready socket (each message goes to
+//! `protocol.receive` and its outbox is carried out at once); run self-addressed messages;
+//! let the load generator propose; `protocol.tick(now)`; fire due timers; flush every
+//! outbound queue that has data with vectored writes.
+//!
+//! Carrying out an outbox follows docs/CONTRACTS.md: sync the store if `needs_sync`, then
+//! queue `sends` and `multicasts`, then hand `deliveries` and `acks` to the application and
+//! to the client port. Queued frames leave at the next flush, at the latest at the end of the
+//! iteration, so one syscall carries the messages of many protocol calls.
+//!
+//! Connections. Each node dials every peer it sends to (lazily, on the first send) and uses
+//! that connection only to write; it reads what peers send on the connections they dialed
+//! to it. The dialer's first frame is a `Hello` (cluster id, node id, incarnation), which the
+//! acceptor checks before it reads anything else. A frame or message that fails to decode
+//! closes its connection with a log line; the protocol recovers through its own
+//! retransmissions, which is also why frames for a peer that is down are dropped once its
+//! queue is full, and why a broken connection's queue is cleared (a half-written frame cannot
+//! continue on a new connection).
+
+use super::Application;
+use super::clientwire::{ClientFrame, KIND_DELIVERED};
+use super::frame::{self, Frame, KIND_CLIENT_MIN, KIND_HELLO, KIND_PROTOCOL_MAX};
+use super::loadgen::{LoadConfig, LoadGen};
+use super::transport::{self, Backoff, OutQueue, PushError, ReadOutcome, TransportConfig};
+use abcast_core::codec::{Decoder, Encoder, WireMessage};
+use abcast_core::protocol::Ack;
+use abcast_core::storage::StorageError;
+use abcast_core::{
+    DecodeError, Delivery, Instance, Micros, NodeId, Outbox, ProposeError, Protocol,
+};
+use bytes::{Bytes, BytesMut};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+const PEER_LISTENER: Token = Token(0);
+const CLIENT_LISTENER: Token = Token(1);
+const FIRST_CONN_TOKEN: usize = 2;
+/// Reads from one socket per readiness event before the loop serves the others; the socket
+/// is revisited in the next iteration.
+const READS_PER_EVENT: usize = 16;
+/// Most open inbound connections (peers and clients); more are refused at accept.
+const MAX_CONNS: usize = 1024;
+/// Most proposals of the load generator per iteration, so sockets are served in between.
+const LOAD_PER_ITERATION: usize = 4096;
+/// Most of one client's values waiting to be decided; more are answered `Busy`.
+const MAX_CLIENT_PENDING_VALUES: usize = 1 << 16;
+/// Longest poll: the loop re-checks its stop condition at least this often.
+const POLL_MAX: Duration = Duration::from_millis(50);
+/// Largest body accepted as the first frame of a peer connection (a `Hello` is 20 bytes).
+const MAX_HELLO_BODY_BYTES: usize = 256;
+/// A connect attempt that has not completed after this long is abandoned and retried.
+const CONNECT_TIMEOUT_US: Micros = 3_000_000;
+/// Shortest interval between two "dropped frames" log lines about one peer.
+const DROP_LOG_INTERVAL_US: Micros = 1_000_000;
+/// Kernel events fetched per poll.
+const EVENTS_CAPACITY: usize = 1024;
+
+/// Everything the driver needs to know besides the protocol.
+#[derive(Clone, Debug)]
+pub struct DriverConfig {
+    pub me: NodeId,
+    /// Peers with a different cluster id are refused at `Hello`.
+    pub cluster_id: u64,
+    /// Sent in `Hello`; grows on every restart.
+    pub incarnation: u64,
+    /// The group id carried in frames of this protocol instance.
+    pub group: u16,
+    /// Peer addresses (this node's own entry, if present, is ignored: sends to self are
+    /// looped back in-process).
+    pub peers: Vec<(NodeId, SocketAddr)>,
+    pub transport: TransportConfig,
+    /// How often `Application::periodic` runs; 0 = never.
+    pub periodic_us: Micros,
+    /// Recent deliveries kept for `Subscribe` requests that start in the past, in payload
+    /// bytes.
+    pub history_bytes: usize,
+}
+
+impl DriverConfig {
+    pub fn new(me: NodeId, cluster_id: u64, peers: Vec<(NodeId, SocketAddr)>) -> DriverConfig {
+        DriverConfig {
+            me,
+            cluster_id,
+            incarnation: 0,
+            group: 0,
+            peers,
+            transport: TransportConfig::default(),
+            periodic_us: 0,
+            history_bytes: 16 << 20,
+        }
+    }
+}
+
+/// The bound listening sockets. Binding is the caller's job so tests can use port 0 and
+/// learn the addresses before any driver starts.
+#[derive(Debug)]
+pub struct Listeners {
+    pub peer: std::net::TcpListener,
+    pub client: Option<std::net::TcpListener>,
+}
+
+/// A failure that stops the driver. Everything a peer or a client can cause is handled
+/// inside the loop and never becomes one of these.
+#[derive(Debug)]
+pub enum DriverError {
+    Io {
+        what: &'static str,
+        source: io::Error,
+    },
+    /// The store could not be synced: continuing could send messages that depend on state
+    /// that is not durable.
+    Storage(StorageError),
+}
+
+impl fmt::Display for DriverError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DriverError::Io { what, source } => write!(f, "{what}: {source}"),
+            DriverError::Storage(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for DriverError {}
+
+fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> DriverError {
+    move |source| DriverError::Io { what, source }
+}
+
+/// Counters of the transport, for tests and logs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TransportStats {
+    pub frames_queued: u64,
+    /// Frames dropped because a peer's queue was full (or the peer is unknown).
+    pub frames_dropped: u64,
+    pub frames_received: u64,
+    /// Connections closed because of a bad frame, a message that failed to decode, or a
+    /// refused `Hello`.
+    pub bad_input_closes: u64,
+    /// Outbound connections established.
+    pub connects: u64,
+    /// Outbound connections lost after being established.
+    pub disconnects: u64,
+    /// Inbound peer connections accepted after a valid `Hello`.
+    pub hellos_accepted: u64,
+}
+
+/// The transport's first frame on a peer connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hello {
+    pub cluster_id: u64,
+    pub node: NodeId,
+    pub incarnation: u64,
+}
+
+impl Hello {
+    pub fn encode(&self) -> Bytes {
+        let mut e = Encoder::new();
+        e.put_u64(self.cluster_id);
+        e.put_u32(self.node.0);
+        e.put_u64(self.incarnation);
+        e.to_bytes()
+    }
+    pub fn decode(body: Bytes) -> Result<Hello, DecodeError> {
+        let mut d = Decoder::new(body);
+        let h = Hello {
+            cluster_id: d.u64("hello cluster_id")?,
+            node: NodeId(d.u32("hello node")?),
+            incarnation: d.u64("hello incarnation")?,
+        };
+        d.finish()?;
+        Ok(h)
+    }
+}
+
+/// The state of the outbound connection to one peer.
+#[derive(Debug)]
+enum Link {
+    /// No connection and none wanted until something is sent.
+    Idle,
+    /// Waiting before the next connect attempt.
+    Backoff { until: Micros },
+    /// A connect in progress since `since`.
+    Connecting {
+        stream: TcpStream,
+        token: Token,
+        since: Micros,
+    },
+    Up {
+        stream: TcpStream,
+        token: Token,
+        since: Micros,
+    },
+}
+
+#[derive(Debug)]
+struct Peer {
+    id: NodeId,
+    addr: SocketAddr,
+    link: Link,
+    queue: OutQueue,
+    backoff: Backoff,
+    /// A failure was logged and no connection succeeded since: stay quiet.
+    down_logged: bool,
+    /// Frames dropped since the last log line about it.
+    dropped_unlogged: u64,
+    last_drop_log_us: Micros,
+    dirty: bool,
+}
+
+#[derive(Debug)]
+enum Role {
+    /// A peer's connection to us; `None` until its `Hello`.
+    PeerIn {
+        peer: Option<NodeId>,
+    },
+    Client(ClientState),
+}
+
+#[derive(Debug, Default)]
+struct ClientState {
+    /// Deliveries from this instance on are streamed to the client.
+    subscribed_from: Option<Instance>,
+    /// Sequence numbers of this client's values (this node's own ids) not yet decided.
+    pending: BTreeSet<u64>,
+}
+
+#[derive(Debug)]
+struct Conn {
+    stream: TcpStream,
+    addr: SocketAddr,
+    rbuf: BytesMut,
+    out: OutQueue,
+    role: Role,
+    dirty: bool,
+}
+
+/// The event loop of one node, generic over the protocol it drives.
+pub struct Driver<P: Protocol> {
+    cfg: DriverConfig,
+    protocol: P,
+    poll: Poll,
+    start: Instant,
+    peer_listener: TcpListener,
+    client_listener: Option<TcpListener>,
+    peers: Vec<Peer>,
+    peer_index: HashMap<NodeId, usize>,
+    /// Outbound connection tokens -> peer index.
+    out_tokens: HashMap<Token, usize>,
+    /// Inbound peer connections and client connections.
+    conns: HashMap<Token, Conn>,
+    next_token: usize,
+    outbox: Outbox<P::Message>,
+    loopback: VecDeque<P::Message>,
+    /// Sockets that still had data when their read budget ran out.
+    ready_again: Vec<Token>,
+    dirty_peers: Vec<usize>,
+    dirty_conns: Vec<Token>,
+    frames: Vec<Frame>,
+    load: Option<LoadGen>,
+    history: VecDeque<Delivery>,
+    history_bytes: usize,
+    sync: Box<dyn FnMut() -> Result<(), StorageError> + Send>,
+    stats: TransportStats,
+    last_tick_us: Micros,
+    next_periodic_us: Micros,
+    unknown_logged: HashSet<NodeId>,
+    conn_limit_logged: bool,
+}
+
+impl<P: Protocol> Driver<P> {
+    /// Registers the listeners; connects to nothing until the protocol sends.
+    pub fn new(
+        cfg: DriverConfig,
+        protocol: P,
+        listeners: Listeners,
+    ) -> Result<Driver<P>, DriverError> {
+        let poll = Poll::new().map_err(io_err("creating the poller"))?;
+        listeners
+            .peer
+            .set_nonblocking(true)
+            .map_err(io_err("peer listener"))?;
+        let mut peer_listener = TcpListener::from_std(listeners.peer);
+        poll.registry()
+            .register(&mut peer_listener, PEER_LISTENER, Interest::READABLE)
+            .map_err(io_err("registering the peer listener"))?;
+        let client_listener = match listeners.client {
+            Some(l) => {
+                l.set_nonblocking(true).map_err(io_err("client listener"))?;
+                let mut l = TcpListener::from_std(l);
+                poll.registry()
+                    .register(&mut l, CLIENT_LISTENER, Interest::READABLE)
+                    .map_err(io_err("registering the client listener"))?;
+                Some(l)
+            }
+            None => None,
+        };
+        let mut peers = Vec::new();
+        let mut peer_index = HashMap::new();
+        for &(id, addr) in &cfg.peers {
+            if id == cfg.me || peer_index.contains_key(&id) {
+                continue;
+            }
+            peer_index.insert(id, peers.len());
+            peers.push(Peer {
+                id,
+                addr,
+                link: Link::Idle,
+                queue: OutQueue::new(cfg.transport.send_queue_bytes),
+                backoff: Backoff::new(cfg.transport.backoff_ms_min, cfg.transport.backoff_ms_max),
+                down_logged: false,
+                dropped_unlogged: 0,
+                last_drop_log_us: 0,
+                dirty: false,
+            });
+        }
+        let last_tick_us = 0;
+        Ok(Driver {
+            next_periodic_us: cfg.periodic_us,
+            cfg,
+            protocol,
+            poll,
+            start: Instant::now(),
+            peer_listener,
+            client_listener,
+            peers,
+            peer_index,
+            out_tokens: HashMap::new(),
+            conns: HashMap::new(),
+            next_token: FIRST_CONN_TOKEN,
+            outbox: Outbox::new(),
+            loopback: VecDeque::new(),
+            ready_again: Vec::new(),
+            dirty_peers: Vec::new(),
+            dirty_conns: Vec::new(),
+            frames: Vec::new(),
+            load: None,
+            history: VecDeque::new(),
+            history_bytes: 0,
+            sync: Box::new(|| Ok(())),
+            stats: TransportStats::default(),
+            last_tick_us,
+            unknown_logged: HashSet::new(),
+            conn_limit_logged: false,
+        })
+    }
+
+    /// Sets the hook that makes the protocol's store durable when an outbox asks for it.
+    /// The default does nothing (in-memory stores).
+    pub fn set_sync(&mut self, sync: Box<dyn FnMut() -> Result<(), StorageError> + Send>) {
+        self.sync = sync;
+    }
+
+    /// Starts (or replaces) the built-in load generator.
+    pub fn start_load(&mut self, cfg: LoadConfig) {
+        self.load = Some(LoadGen::new(cfg, self.now()));
+    }
+
+    /// Stops the load generator; values in flight are still delivered.
+    pub fn stop_load(&mut self) {
+        self.load = None;
+    }
+
+    /// Microseconds since the driver was created (monotonic).
+    pub fn now(&self) -> Micros {
+        self.start.elapsed().as_micros() as Micros
+    }
+
+    pub fn protocol(&self) -> &P {
+        &self.protocol
+    }
+
+    pub fn protocol_mut(&mut self) -> &mut P {
+        &mut self.protocol
+    }
+
+    pub fn transport_stats(&self) -> TransportStats {
+        self.stats
+    }
+
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.peer_listener.local_addr()
+    }
+
+    pub fn client_addr(&self) -> Option<SocketAddr> {
+        self.client_listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+    }
+
+    fn log(&self, msg: fmt::Arguments<'_>) {
+        let t = self.start.elapsed().as_secs_f64();
+        eprintln!("[{} {t:.3}s] {msg}", self.cfg.me);
+    }
+
+    fn new_token(&mut self) -> Token {
+        let t = Token(self.next_token);
+        self.next_token = self.next_token.wrapping_add(1).max(FIRST_CONN_TOKEN);
+        t
+    }
+
+    /// Runs the loop until `until(now)` returns true. Can be called again to continue (the
+    /// node runs, stops its load, then runs again to drain).
+    pub fn run<A: Application + ?Sized>(
+        &mut self,
+        app: &mut A,
+        mut until: impl FnMut(Micros) -> bool,
+    ) -> Result<(), DriverError> {
+        let mut events = Events::with_capacity(EVENTS_CAPACITY);
+        loop {
+            let now = self.now();
+            if until(now) {
+                self.flush_all(now);
+                return Ok(());
+            }
+            let timeout = self.poll_timeout(now);
+            match self.poll.poll(&mut events, Some(timeout)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(DriverError::Io {
+                        what: "polling",
+                        source: e,
+                    });
+                }
+            }
+            let now = self.now();
+            for ev in events.iter() {
+                let token = ev.token();
+                let problem = ev.is_error() || ev.is_read_closed() || ev.is_write_closed();
+                self.on_event(
+                    now,
+                    app,
+                    token,
+                    ev.is_readable() || problem,
+                    ev.is_writable() || problem,
+                )?;
+                self.flush_all(now);
+            }
+            for token in std::mem::take(&mut self.ready_again) {
+                self.on_event(now, app, token, true, false)?;
+            }
+            self.run_loopback(now, app)?;
+            self.run_load(now, app)?;
+            self.protocol.tick(now, &mut self.outbox);
+            self.last_tick_us = now;
+            self.carry_out(now, app)?;
+            self.fire_timers(now, app);
+            self.flush_all(now);
+        }
+    }
+
+    fn poll_timeout(&self, now: Micros) -> Duration {
+        if !self.loopback.is_empty() || !self.ready_again.is_empty() {
+            return Duration::ZERO;
+        }
+        let mut deadline = self
+            .last_tick_us
+            .saturating_add(self.protocol.tick_interval_us().max(1));
+        if let Some(load) = &self.load {
+            if load.wants_one() && self.protocol.can_propose() {
+                return Duration::ZERO;
+            }
+            if let Some(w) = load.wait_us() {
+                deadline = deadline.min(now.saturating_add(w));
+            }
+        }
+        if self.cfg.periodic_us > 0 {
+            deadline = deadline.min(self.next_periodic_us);
+        }
+        for p in &self.peers {
+            if let Link::Backoff { until } = p.link {
+                deadline = deadline.min(until);
+            }
+        }
+        Duration::from_micros(deadline.saturating_sub(now)).min(POLL_MAX)
+    }
+
+    fn fire_timers<A: Application + ?Sized>(&mut self, now: Micros, app: &mut A) {
+        for idx in 0..self.peers.len() {
+            match self.peers[idx].link {
+                Link::Backoff { until } if until <= now => {
+                    self.peers[idx].link = Link::Idle;
+                    if !self.peers[idx].queue.is_empty() {
+                        self.connect(idx, now);
+                    }
+                }
+                // A SYN into a black hole would otherwise wait for the kernel's timeout
+                // (minutes) while frames pile up.
+                Link::Connecting { since, .. }
+                    if now.saturating_sub(since) >= CONNECT_TIMEOUT_US =>
+                {
+                    self.link_failed(idx, now, format_args!("connect timed out"));
+                }
+                _ => {}
+            }
+        }
+        if self.cfg.periodic_us > 0 && now >= self.next_periodic_us {
+            app.periodic(now, &self.protocol.status());
+            self.next_periodic_us = self.next_periodic_us.saturating_add(self.cfg.periodic_us);
+            if self.next_periodic_us <= now {
+                self.next_periodic_us = now + self.cfg.periodic_us;
+            }
+        }
+        for p in &mut self.peers {
+            // At most one line per second per peer, and only while connected: drops while
+            // a peer is down are expected and its disconnect was already logged.
+            if p.dropped_unlogged > 0
+                && matches!(p.link, Link::Up { .. })
+                && now.saturating_sub(p.last_drop_log_us) >= DROP_LOG_INTERVAL_US
+            {
+                let (id, n) = (p.id, p.dropped_unlogged);
+                p.dropped_unlogged = 0;
+                p.last_drop_log_us = now;
+                let t = self.start.elapsed().as_secs_f64();
+                eprintln!(
+                    "[{} {t:.3}s] dropped {n} frames for {id}: its send queue was full",
+                    self.cfg.me
+                );
+            }
+        }
+    }
+
+    // ----- protocol effects -------------------------------------------------------------
+
+    /// Carries out the outbox in the contract's order: sync, sends, deliveries and acks.
+    fn carry_out<A: Application + ?Sized>(
+        &mut self,
+        now: Micros,
+        app: &mut A,
+    ) -> Result<(), DriverError> {
+        if self.outbox.is_empty() {
+            return Ok(());
+        }
+        let mut out = std::mem::take(&mut self.outbox);
+        if out.needs_sync {
+            (self.sync)().map_err(DriverError::Storage)?;
+        }
+        for (to, msg) in out.sends.drain(..) {
+            self.send_to(now, to, msg);
+        }
+        for msg in out.multicasts.drain(..) {
+            // A multicast reaches every member, this node included (as IP multicast with
+            // loopback enabled would).
+            for idx in 0..self.peers.len() {
+                let to = self.peers[idx].id;
+                self.send_to(now, to, msg.clone());
+            }
+            self.loopback.push_back(msg);
+        }
+        for d in &out.deliveries {
+            app.deliver(now, d);
+            self.deliver_to_clients(d);
+        }
+        for a in &out.acks {
+            if a.key.origin == self.cfg.me
+                && let Some(load) = &mut self.load
+            {
+                load.on_acked(a.count as usize);
+            }
+            app.ack(now, a);
+            self.ack_to_clients(a);
+        }
+        for e in &out.events {
+            self.log(format_args!("{e}"));
+        }
+        out.clear();
+        self.outbox = out;
+        Ok(())
+    }
+
+    fn send_to(&mut self, now: Micros, to: NodeId, msg: P::Message) {
+        if to == self.cfg.me {
+            self.loopback.push_back(msg);
+            return;
+        }
+        let Some(&idx) = self.peer_index.get(&to) else {
+            self.stats.frames_dropped += 1;
+            if self.unknown_logged.insert(to) {
+                self.log(format_args!(
+                    "protocol sent to {to}, which is not a configured peer; dropped"
+                ));
+            }
+            return;
+        };
+        let mut enc = Encoder::new();
+        msg.encode(&mut enc);
+        let chunks = enc.finish();
+        let kind = msg.kind();
+        let group = self.cfg.group;
+        let mut pushed = self.peers[idx].queue.push_frame(kind, group, &chunks);
+        if matches!(pushed, Err(PushError::Full(_)))
+            && matches!(self.peers[idx].link, Link::Up { .. })
+        {
+            // Make room by writing what the socket takes now, then try once more.
+            self.flush_peer(idx, now);
+            pushed = self.peers[idx].queue.push_frame(kind, group, &chunks);
+        }
+        match pushed {
+            Ok(()) => {
+                self.stats.frames_queued += 1;
+                self.mark_peer_dirty(idx);
+            }
+            Err(PushError::Full(_)) => {
+                self.stats.frames_dropped += 1;
+                self.peers[idx].dropped_unlogged += 1;
+            }
+            Err(PushError::Frame(e)) => {
+                self.stats.frames_dropped += 1;
+                self.log(format_args!("cannot send message kind {kind} to {to}: {e}"));
+            }
+        }
+        if matches!(self.peers[idx].link, Link::Idle) {
+            self.connect(idx, now);
+        }
+    }
+
+    fn mark_peer_dirty(&mut self, idx: usize) {
+        if !self.peers[idx].dirty {
+            self.peers[idx].dirty = true;
+            self.dirty_peers.push(idx);
+        }
+    }
+
+    fn run_loopback<A: Application + ?Sized>(
+        &mut self,
+        now: Micros,
+        app: &mut A,
+    ) -> Result<(), DriverError> {
+        // Only what is queued now: a protocol that answers itself cannot starve the sockets.
+        let n = self.loopback.len();
+        for _ in 0..n {
+            let Some(msg) = self.loopback.pop_front() else {
+                break;
+            };
+            let me = self.cfg.me;
+            self.protocol.receive(now, me, msg, &mut self.outbox);
+            self.carry_out(now, app)?;
+        }
+        Ok(())
+    }
+
+    fn run_load<A: Application + ?Sized>(
+        &mut self,
+        now: Micros,
+        app: &mut A,
+    ) -> Result<(), DriverError> {
+        if let Some(load) = self.load.as_mut() {
+            load.refill(now);
+        }
+        for _ in 0..LOAD_PER_ITERATION {
+            let Some(load) = self.load.as_mut() else {
+                break;
+            };
+            if !load.wants_one() || !self.protocol.can_propose() {
+                break;
+            }
+            let payload = load.next_payload();
+            match self.protocol.propose(now, payload, &mut self.outbox) {
+                Ok(id) => {
+                    load.on_proposed();
+                    app.proposed(now, id, true);
+                }
+                Err(ProposeError::Busy) => {
+                    app.busy(now);
+                    return self.carry_out(now, app);
+                }
+                Err(e) => {
+                    self.load = None;
+                    self.log(format_args!("load generator stopped: {e}"));
+                    return self.carry_out(now, app);
+                }
+            }
+            self.carry_out(now, app)?;
+        }
+        Ok(())
+    }
+
+    // ----- client port -------------------------------------------------------------------
+
+    fn deliver_to_clients(&mut self, d: &Delivery) {
+        if self.cfg.history_bytes > 0 {
+            self.history_bytes += d.batch.wire_bytes();
+            self.history.push_back(d.clone());
+            while self.history_bytes > self.cfg.history_bytes || self.history.len() > (1 << 16) {
+                let Some(old) = self.history.pop_front() else {
+                    break;
+                };
+                self.history_bytes = self.history_bytes.saturating_sub(old.batch.wire_bytes());
+            }
+        }
+        let mut too_slow = Vec::new();
+        for (&token, conn) in self.conns.iter_mut() {
+            let Role::Client(st) = &conn.role else {
+                continue;
+            };
+            if st.subscribed_from.is_none_or(|from| d.instance < from) {
+                continue;
+            }
+            let f = ClientFrame::Delivered {
+                instance: d.instance,
+                batch: d.batch.clone(),
+            };
+            if conn.out.push_frame(KIND_DELIVERED, 0, &f.encode()).is_err() {
+                too_slow.push(token);
+            } else if !conn.dirty {
+                conn.dirty = true;
+                self.dirty_conns.push(token);
+            }
+        }
+        for token in too_slow {
+            let limit = self.cfg.transport.client_queue_bytes;
+            self.close_conn(
+                token,
+                format_args!("learn client too slow ({limit} bytes queued)"),
+            );
+        }
+    }
+
+    fn ack_to_clients(&mut self, a: &Ack) {
+        if a.key.origin != self.cfg.me {
+            return;
+        }
+        let me = self.cfg.me;
+        let (from, to) = (
+            a.key.first_seq,
+            a.key.first_seq.saturating_add(u64::from(a.count)),
+        );
+        for (&token, conn) in self.conns.iter_mut() {
+            let Role::Client(st) = &mut conn.role else {
+                continue;
+            };
+            if st.pending.is_empty() {
+                continue;
+            }
+            let seqs: Vec<u64> = st.pending.range(from..to).copied().collect();
+            if seqs.is_empty() {
+                continue;
+            }
+            for s in &seqs {
+                st.pending.remove(s);
+            }
+            let ids = seqs
+                .into_iter()
+                .map(|seq| abcast_core::ValueId { node: me, seq })
+                .collect();
+            let f = ClientFrame::Decided { ids };
+            // A client that does not read its answers is not served more: its queue bound
+            // drops the notification, and it sees its propose time out.
+            if conn.out.push_frame(f.kind(), 0, &f.encode()).is_ok() && !conn.dirty {
+                conn.dirty = true;
+                self.dirty_conns.push(token);
+            }
+        }
+    }
+
+    fn reply(&mut self, token: Token, f: &ClientFrame) {
+        let Some(conn) = self.conns.get_mut(&token) else {
+            return;
+        };
+        if conn.out.push_frame(f.kind(), 0, &f.encode()).is_ok() && !conn.dirty {
+            conn.dirty = true;
+            self.dirty_conns.push(token);
+        }
+    }
+
+    fn on_client_frame<A: Application + ?Sized>(
+        &mut self,
+        now: Micros,
+        app: &mut A,
+        token: Token,
+        frame: Frame,
+    ) -> Result<Result<(), String>, DriverError> {
+        let f = match ClientFrame::decode(frame.kind, frame.body) {
+            Ok(f) => f,
+            Err(e) => return Ok(Err(format!("bad client frame kind {}: {e}", frame.kind))),
+        };
+        match f {
+            ClientFrame::Propose { payloads } => {
+                let mut ids = Vec::new();
+                let mut refusal = None;
+                for p in payloads {
+                    let pending = match self.conns.get(&token) {
+                        Some(Conn {
+                            role: Role::Client(st),
+                            ..
+                        }) => st.pending.len(),
+                        _ => return Ok(Ok(())),
+                    };
+                    if pending >= MAX_CLIENT_PENDING_VALUES {
+                        refusal = Some(ClientFrame::Busy);
+                        break;
+                    }
+                    match self.protocol.propose(now, p, &mut self.outbox) {
+                        Ok(id) => {
+                            if let Some(Conn {
+                                role: Role::Client(st),
+                                ..
+                            }) = self.conns.get_mut(&token)
+                            {
+                                st.pending.insert(id.seq);
+                            }
+                            app.proposed(now, id, false);
+                            ids.push(id);
+                        }
+                        Err(ProposeError::Busy) => {
+                            app.busy(now);
+                            refusal = Some(ClientFrame::Busy);
+                        }
+                        Err(e) => {
+                            refusal = Some(ClientFrame::Error {
+                                text: e.to_string(),
+                            })
+                        }
+                    }
+                    self.carry_out(now, app)?;
+                    if refusal.is_some() {
+                        break;
+                    }
+                }
+                let answer = match refusal {
+                    Some(r) if ids.is_empty() => r,
+                    _ => ClientFrame::Proposed { ids },
+                };
+                self.reply(token, &answer);
+            }
+            ClientFrame::Subscribe { from_instance } => {
+                let Some(Conn {
+                    role: Role::Client(st),
+                    out,
+                    dirty,
+                    ..
+                }) = self.conns.get_mut(&token)
+                else {
+                    return Ok(Ok(()));
+                };
+                st.subscribed_from = Some(from_instance);
+                for d in self.history.iter().filter(|d| d.instance >= from_instance) {
+                    let f = ClientFrame::Delivered {
+                        instance: d.instance,
+                        batch: d.batch.clone(),
+                    };
+                    if out.push_frame(KIND_DELIVERED, 0, &f.encode()).is_err() {
+                        return Ok(Err(
+                            "learn client too slow to take the delivery history".into()
+                        ));
+                    }
+                }
+                if !*dirty {
+                    *dirty = true;
+                    self.dirty_conns.push(token);
+                }
+            }
+            other => {
+                return Ok(Err(format!(
+                    "unexpected client frame kind {}",
+                    other.kind()
+                )));
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    // ----- peer connections ---------------------------------------------------------------
+
+    fn on_peer_frame<A: Application + ?Sized>(
+        &mut self,
+        now: Micros,
+        app: &mut A,
+        token: Token,
+        frame: Frame,
+    ) -> Result<Result<(), String>, DriverError> {
+        let Some(conn) = self.conns.get_mut(&token) else {
+            return Ok(Ok(()));
+        };
+        let Role::PeerIn { peer } = &mut conn.role else {
+            return Ok(Ok(()));
+        };
+        match (*peer, frame.kind) {
+            (None, KIND_HELLO) => {
+                let h = match Hello::decode(frame.body) {
+                    Ok(h) => h,
+                    Err(e) => return Ok(Err(format!("bad Hello: {e}"))),
+                };
+                if h.cluster_id != self.cfg.cluster_id {
+                    return Ok(Err(format!(
+                        "Hello from cluster {} (this is cluster {})",
+                        h.cluster_id, self.cfg.cluster_id
+                    )));
+                }
+                if !self.peer_index.contains_key(&h.node) {
+                    return Ok(Err(format!("Hello from unknown node id {}", h.node.0)));
+                }
+                *peer = Some(h.node);
+                let addr = conn.addr;
+                self.stats.hellos_accepted += 1;
+                // A newer connection from the same node replaces the old one: the peer
+                // restarted or reconnected, and the old socket only holds stale bytes.
+                let old: Vec<Token> = self
+                    .conns
+                    .iter()
+                    .filter(|(t, c)| {
+                        **t != token
+                            && matches!(c.role, Role::PeerIn { peer: Some(p) } if p == h.node)
+                    })
+                    .map(|(t, _)| *t)
+                    .collect();
+                for t in old {
+                    self.close_conn(
+                        t,
+                        format_args!("replaced by a new connection from {}", h.node),
+                    );
+                }
+                self.log(format_args!(
+                    "accepted connection from {} (incarnation {}) at {addr}",
+                    h.node, h.incarnation
+                ));
+                Ok(Ok(()))
+            }
+            (None, k) => Ok(Err(format!("first frame has kind {k}, expected Hello"))),
+            (Some(_), KIND_HELLO) => Ok(Err("second Hello on one connection".into())),
+            (Some(from), k) if k <= KIND_PROTOCOL_MAX => {
+                if frame.group != self.cfg.group {
+                    return Ok(Err(format!(
+                        "frame for group {}, this node runs group {}",
+                        frame.group, self.cfg.group
+                    )));
+                }
+                match P::Message::decode(k, frame.body) {
+                    Ok(msg) => {
+                        self.protocol.receive(now, from, msg, &mut self.outbox);
+                        self.carry_out(now, app)?;
+                        Ok(Ok(()))
+                    }
+                    Err(e) => Ok(Err(format!("cannot decode message kind {k}: {e}"))),
+                }
+            }
+            (Some(_), k) => Ok(Err(format!("client frame kind {k} on the peer port"))),
+        }
+    }
+
+    fn on_event<A: Application + ?Sized>(
+        &mut self,
+        now: Micros,
+        app: &mut A,
+        token: Token,
+        readable: bool,
+        writable: bool,
+    ) -> Result<(), DriverError> {
+        match token {
+            PEER_LISTENER => self.accept(now, false),
+            CLIENT_LISTENER => self.accept(now, true),
+            t if self.out_tokens.contains_key(&t) => {
+                if let Some(&idx) = self.out_tokens.get(&t) {
+                    self.on_outbound_event(now, idx, readable, writable);
+                }
+            }
+            t => {
+                if writable {
+                    self.flush_conn(t);
+                }
+                if readable {
+                    self.read_conn(now, app, t)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn accept(&mut self, _now: Micros, client: bool) {
+        loop {
+            let listener = if client {
+                self.client_listener.as_ref()
+            } else {
+                Some(&self.peer_listener)
+            };
+            let Some(listener) = listener else { return };
+            let (mut stream, addr) = match listener.accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // E.g. EMFILE or a connection reset before accept: log, keep serving.
+                    self.log(format_args!("accept failed: {e}"));
+                    return;
+                }
+            };
+            if self.conns.len() >= MAX_CONNS {
+                if !self.conn_limit_logged {
+                    self.conn_limit_logged = true;
+                    self.log(format_args!(
+                        "refusing connection from {addr}: {MAX_CONNS} connections open"
+                    ));
+                }
+                continue;
+            }
+            if let Err(e) = transport::configure_stream(&stream, &self.cfg.transport) {
+                self.log(format_args!("cannot set socket options for {addr}: {e}"));
+            }
+            let token = self.new_token();
+            if let Err(e) = self.poll.registry().register(
+                &mut stream,
+                token,
+                Interest::READABLE | Interest::WRITABLE,
+            ) {
+                self.log(format_args!("cannot register connection from {addr}: {e}"));
+                continue;
+            }
+            let (role, limit) = if client {
+                (
+                    Role::Client(ClientState::default()),
+                    self.cfg.transport.client_queue_bytes,
+                )
+            } else {
+                (Role::PeerIn { peer: None }, 1 << 10)
+            };
+            self.conns.insert(
+                token,
+                Conn {
+                    stream,
+                    addr,
+                    rbuf: BytesMut::new(),
+                    out: OutQueue::new(limit),
+                    role,
+                    dirty: false,
+                },
+            );
+        }
+    }
+
+    fn read_conn<A: Application + ?Sized>(
+        &mut self,
+        now: Micros,
+        app: &mut A,
+        token: Token,
+    ) -> Result<(), DriverError> {
+        let min_free = self.cfg.transport.read_buffer_bytes;
+        for _ in 0..READS_PER_EVENT {
+            let Some(conn) = self.conns.get_mut(&token) else {
+                return Ok(());
+            };
+            let outcome = transport::read_into(&conn.stream, &mut conn.rbuf, min_free);
+            let mut frames = std::mem::take(&mut self.frames);
+            let mut bad: Option<String> = None;
+            match outcome {
+                Ok(ReadOutcome::Data(_)) => loop {
+                    // Before its Hello a connection is nobody: it may not make this node
+                    // buffer a large frame.
+                    if frames.is_empty()
+                        && matches!(conn.role, Role::PeerIn { peer: None })
+                        && frame::peek_body_len(&conn.rbuf)
+                            .is_some_and(|n| n > MAX_HELLO_BODY_BYTES)
+                    {
+                        bad = Some(format!(
+                            "first frame longer than {MAX_HELLO_BODY_BYTES} bytes, expected Hello"
+                        ));
+                        break;
+                    }
+                    match frame::decode(&mut conn.rbuf) {
+                        Ok(Some(f)) => frames.push(f),
+                        Ok(None) => break,
+                        Err(e) => {
+                            bad = Some(e.to_string());
+                            break;
+                        }
+                    }
+                },
+                Ok(ReadOutcome::WouldBlock) => {
+                    self.frames = frames;
+                    return Ok(());
+                }
+                Ok(ReadOutcome::Eof) => {
+                    self.frames = frames;
+                    let quiet = matches!(conn.role, Role::Client(_));
+                    if quiet {
+                        self.drop_conn(token);
+                    } else {
+                        self.close_conn(token, format_args!("closed by the peer"));
+                    }
+                    return Ok(());
+                }
+                Err(e) => {
+                    self.frames = frames;
+                    self.close_conn(token, format_args!("read failed: {e}"));
+                    return Ok(());
+                }
+            }
+            let is_client = matches!(conn.role, Role::Client(_));
+            self.stats.frames_received += frames.len() as u64;
+            let mut closed = false;
+            for f in frames.drain(..) {
+                let verdict = if is_client {
+                    if f.kind < KIND_CLIENT_MIN {
+                        Err(format!("peer frame kind {} on the client port", f.kind))
+                    } else {
+                        self.on_client_frame(now, app, token, f)?
+                    }
+                } else {
+                    self.on_peer_frame(now, app, token, f)?
+                };
+                if let Err(reason) = verdict {
+                    self.stats.bad_input_closes += 1;
+                    self.close_conn(token, format_args!("{reason}"));
+                    closed = true;
+                    break;
+                }
+            }
+            frames.clear();
+            self.frames = frames;
+            if closed {
+                return Ok(());
+            }
+            if let Some(e) = bad {
+                self.stats.bad_input_closes += 1;
+                self.close_conn(token, format_args!("{e}"));
+                return Ok(());
+            }
+        }
+        // Budget used up with data possibly left: come back next iteration.
+        self.ready_again.push(token);
+        Ok(())
+    }
+
+    fn close_conn(&mut self, token: Token, reason: fmt::Arguments<'_>) {
+        if let Some(conn) = self.conns.get(&token) {
+            let who = match &conn.role {
+                Role::PeerIn { peer: Some(p) } => format!("{p} at {}", conn.addr),
+                Role::PeerIn { peer: None } => format!("unidentified peer at {}", conn.addr),
+                Role::Client(_) => format!("client at {}", conn.addr),
+            };
+            self.log(format_args!("closing connection from {who}: {reason}"));
+        }
+        self.drop_conn(token);
+    }
+
+    fn drop_conn(&mut self, token: Token) {
+        if let Some(mut conn) = self.conns.remove(&token) {
+            // Deregistering can only fail if the socket is already gone from the poller.
+            let _ = self.poll.registry().deregister(&mut conn.stream);
+        }
+    }
+
+    fn flush_conn(&mut self, token: Token) {
+        let Some(conn) = self.conns.get_mut(&token) else {
+            return;
+        };
+        conn.dirty = false;
+        if let Err(e) = conn.out.flush(&mut conn.stream) {
+            self.close_conn(token, format_args!("write failed: {e}"));
+        }
+    }
+
+    // ----- outbound peer links ------------------------------------------------------------
+
+    fn connect(&mut self, idx: usize, now: Micros) {
+        let addr = self.peers[idx].addr;
+        match transport::start_connect(addr, &self.cfg.transport) {
+            Ok(mut stream) => {
+                let token = self.new_token();
+                if let Err(e) = self.poll.registry().register(
+                    &mut stream,
+                    token,
+                    Interest::READABLE | Interest::WRITABLE,
+                ) {
+                    self.link_failed(idx, now, format_args!("cannot register socket: {e}"));
+                    return;
+                }
+                self.out_tokens.insert(token, idx);
+                self.peers[idx].link = Link::Connecting {
+                    stream,
+                    token,
+                    since: now,
+                };
+            }
+            Err(e) => self.link_failed(idx, now, format_args!("{e}")),
+        }
+    }
+
+    fn on_outbound_event(&mut self, now: Micros, idx: usize, readable: bool, writable: bool) {
+        match &mut self.peers[idx].link {
+            Link::Connecting { stream, .. } => {
+                match stream.take_error() {
+                    Ok(None) => {}
+                    Ok(Some(e)) | Err(e) => {
+                        self.link_failed(idx, now, format_args!("{e}"));
+                        return;
+                    }
+                }
+                match stream.peer_addr() {
+                    Ok(_) => self.link_up(idx, now),
+                    Err(e) if e.kind() == io::ErrorKind::NotConnected => {}
+                    Err(e) => self.link_failed(idx, now, format_args!("{e}")),
+                }
+            }
+            Link::Up { stream, .. } => {
+                if readable {
+                    // Peers never write on a connection we dialed; drain to notice a close.
+                    let mut scratch = BytesMut::new();
+                    for _ in 0..READS_PER_EVENT {
+                        scratch.clear();
+                        match transport::read_into(stream, &mut scratch, 4096) {
+                            Ok(ReadOutcome::Data(_)) => continue,
+                            Ok(ReadOutcome::WouldBlock) => break,
+                            Ok(ReadOutcome::Eof) => {
+                                self.link_lost(idx, now, format_args!("closed by the peer"));
+                                return;
+                            }
+                            Err(e) => {
+                                self.link_lost(idx, now, format_args!("{e}"));
+                                return;
+                            }
+                        }
+                    }
+                }
+                if writable {
+                    self.flush_peer(idx, now);
+                }
+            }
+            Link::Idle | Link::Backoff { .. } => {}
+        }
+    }
+
+    fn link_up(&mut self, idx: usize, now: Micros) {
+        let hello = Hello {
+            cluster_id: self.cfg.cluster_id,
+            node: self.cfg.me,
+            incarnation: self.cfg.incarnation,
+        }
+        .encode();
+        let peer = &mut self.peers[idx];
+        let Link::Connecting {
+            stream,
+            token,
+            since,
+        } = std::mem::replace(&mut peer.link, Link::Idle)
+        else {
+            return;
+        };
+        if let Err(e) = peer
+            .queue
+            .push_front_frame(KIND_HELLO, self.cfg.group, hello)
+        {
+            // Unreachable in practice (a Hello is 20 bytes); treat it as a failed attempt.
+            peer.link = Link::Connecting {
+                stream,
+                token,
+                since,
+            };
+            self.link_failed(idx, now, format_args!("cannot encode Hello: {e}"));
+            return;
+        }
+        peer.link = Link::Up {
+            stream,
+            token,
+            since: now,
+        };
+        peer.down_logged = false;
+        self.stats.connects += 1;
+        let (id, addr) = (peer.id, peer.addr);
+        self.log(format_args!("connected to {id} at {addr}"));
+        self.mark_peer_dirty(idx);
+        self.flush_peer(idx, now);
+    }
+
+    /// A connect attempt failed: keep the queue (nothing of it was written) and retry later.
+    fn link_failed(&mut self, idx: usize, now: Micros, reason: fmt::Arguments<'_>) {
+        self.close_link(idx);
+        let peer = &mut self.peers[idx];
+        let delay = peer.backoff.next_delay();
+        peer.link = Link::Backoff {
+            until: now.saturating_add(delay.as_micros() as Micros),
+        };
+        if !peer.down_logged {
+            peer.down_logged = true;
+            let (id, addr) = (peer.id, peer.addr);
+            self.log(format_args!(
+                "cannot reach {id} at {addr}: {reason}; retrying with backoff"
+            ));
+        }
+    }
+
+    /// An established connection broke: frames in its queue may be half written, so the
+    /// queue is cleared and the protocol's retransmissions fill the gap.
+    fn link_lost(&mut self, idx: usize, now: Micros, reason: fmt::Arguments<'_>) {
+        let up_since = match self.peers[idx].link {
+            Link::Up { since, .. } => Some(since),
+            _ => None,
+        };
+        self.close_link(idx);
+        self.stats.disconnects += 1;
+        let peer = &mut self.peers[idx];
+        peer.queue.clear();
+        // A connection that lived a while resets the backoff; one that dies at once (a
+        // refused Hello) keeps doubling it, so it cannot turn into a reconnect storm.
+        if up_since
+            .is_some_and(|s| now.saturating_sub(s) >= peer.backoff.max().as_micros() as Micros)
+        {
+            peer.backoff.reset();
+        }
+        let delay = peer.backoff.next_delay();
+        peer.link = Link::Backoff {
+            until: now.saturating_add(delay.as_micros() as Micros),
+        };
+        let (id, addr) = (peer.id, peer.addr);
+        if !peer.down_logged {
+            peer.down_logged = true;
+            self.log(format_args!("lost connection to {id} at {addr}: {reason}"));
+        }
+    }
+
+    fn close_link(&mut self, idx: usize) {
+        match std::mem::replace(&mut self.peers[idx].link, Link::Idle) {
+            Link::Connecting {
+                mut stream, token, ..
+            }
+            | Link::Up {
+                mut stream, token, ..
+            } => {
+                let _ = self.poll.registry().deregister(&mut stream);
+                self.out_tokens.remove(&token);
+            }
+            Link::Idle | Link::Backoff { .. } => {}
+        }
+    }
+
+    fn flush_peer(&mut self, idx: usize, now: Micros) {
+        let peer = &mut self.peers[idx];
+        peer.dirty = false;
+        let Link::Up { stream, .. } = &mut peer.link else {
+            return;
+        };
+        if let Err(e) = peer.queue.flush(stream) {
+            self.link_lost(idx, now, format_args!("write failed: {e}"));
+        }
+    }
+
+    fn flush_all(&mut self, now: Micros) {
+        for idx in std::mem::take(&mut self.dirty_peers) {
+            self.flush_peer(idx, now);
+        }
+        for token in std::mem::take(&mut self.dirty_conns) {
+            self.flush_conn(token);
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! The real-I/O runtime: frames on TCP, one event loop per node, timers, the client port
+//! and a built-in load generator, driving any sans-io [`abcast_core::Protocol`] unchanged.
+//!
+//! - `frame`: the 16-byte header of every message (docs/CONTRACTS.md).
+//! - `transport`: bounded outbound queues flushed with vectored writes, reads into a large
+//!   buffer, socket options, reconnect backoff.
+//! - `clientwire`: the client protocol on the client port (`abcast propose`, `abcast learn`).
+//! - `driver`: the event loop. One thread runs everything of one node, so the protocol
+//!   needs no locks and its effects are carried out in the order the contract gives.
+
+pub mod clientwire;
+pub mod driver;
+pub mod frame;
+pub mod loadgen;
+pub mod transport;
+
+pub use driver::{Driver, DriverConfig, DriverError, Listeners, TransportStats};
+pub use loadgen::LoadConfig;
+pub use transport::TransportConfig;
+
+use abcast_core::protocol::Ack;
+use abcast_core::{Delivery, Micros, Status, ValueId};
+
+/// What the node does with the protocol's output: statistics, latency measurement. The
+/// driver calls it from its one thread, after the protocol's sends are queued (so a slow
+/// application callback delays the next input, never a message that is ready to leave).
+pub trait Application {
+    /// Values decided in `d.instance`, in instance order.
+    fn deliver(&mut self, now: Micros, d: &Delivery);
+    /// Some of this node's own values are decided.
+    fn ack(&mut self, _now: Micros, _a: &Ack) {}
+    /// A value was taken by `propose`; `by_load` tells the built-in load generator's values
+    /// from the client port's.
+    fn proposed(&mut self, _now: Micros, _id: ValueId, _by_load: bool) {}
+    /// `propose` answered `Busy`.
+    fn busy(&mut self, _now: Micros) {}
+    /// Called every `DriverConfig::periodic_us` with the protocol's status (stats lines).
+    fn periodic(&mut self, _now: Micros, _status: &Status) {}
+}
+
+/// An application that ignores everything (a node that only relays and serves clients).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoApplication;
+
+impl Application for NoApplication {
+    fn deliver(&mut self, _now: Micros, _d: &Delivery) {}
+}

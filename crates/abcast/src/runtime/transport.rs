@@ -1,0 +1,465 @@
+//! The socket-level pieces of the runtime: a bounded outbound queue written with vectored
+//! writes, the read path into a large shared buffer, socket options, and reconnect backoff.
+//! The event loop that uses them is in `driver.rs`.
+//!
+//! Cost sketch of the data path per frame: the header (16 bytes) and small bodies are
+//! copied once into a staging buffer so that many small frames leave in one iovec; body
+//! chunks of [`COPY_MAX_BYTES`] or more (payloads) are queued as shared `Bytes` and handed to
+//! the kernel without a copy. One `writev` carries up to [`MAX_IOV`] slices, so a burst of
+//! small messages costs one syscall, not one per message.
+
+use super::frame::{self, FrameError, HEADER_BYTES};
+use bytes::{Buf, Bytes, BytesMut};
+use mio::net::TcpStream;
+use socket2::{Domain, Protocol as SockProtocol, SockRef, Socket, Type};
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, Write};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Slices per `writev`. Linux's IOV_MAX is 1024.
+pub const MAX_IOV: usize = 1024;
+/// Body chunks smaller than this are copied next to their header; larger ones are queued
+/// as their own slice. Equal to the codec's zero-copy threshold, so the encoder's small head
+/// chunk is the only thing copied.
+pub const COPY_MAX_BYTES: usize = abcast_core::codec::ZERO_COPY_MIN_BYTES;
+/// Initial size of the staging buffer that collects headers and small bodies.
+const STAGING_BYTES: usize = 64 << 10;
+
+/// Socket settings of the transport (`[transport]` in the node config).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransportConfig {
+    /// SO_SNDBUF and SO_RCVBUF in bytes (seed 000 table 4.1 `buffer_size`, 2 MiB); 0 keeps
+    /// the kernel's default and its autotuning.
+    pub buffer_size: usize,
+    /// TCP_NODELAY: the runtime batches itself, so Nagle only adds latency.
+    pub tcp_nodelay: bool,
+    /// Bound of one peer's outbound queue. Frames that do not fit are dropped (the protocol
+    /// retransmits), so a dead or slow peer never grows memory without limit.
+    pub send_queue_bytes: usize,
+    /// Bound of one client connection's outbound queue; a learn client that falls this far
+    /// behind is disconnected.
+    pub client_queue_bytes: usize,
+    /// First reconnect delay after a peer connection fails; doubles up to `backoff_ms_max`.
+    pub backoff_ms_min: u64,
+    pub backoff_ms_max: u64,
+    /// The read buffer of a connection grows to at least this much free space per read.
+    pub read_buffer_bytes: usize,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        TransportConfig {
+            buffer_size: 2 << 20,
+            tcp_nodelay: true,
+            send_queue_bytes: 64 << 20,
+            client_queue_bytes: 16 << 20,
+            backoff_ms_min: 10,
+            backoff_ms_max: 1000,
+            read_buffer_bytes: 1 << 20,
+        }
+    }
+}
+
+/// The frame did not fit in a bounded queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueFull;
+
+/// A bounded queue of outbound frames for one connection, flushed with vectored writes.
+///
+/// `segments` are ready for the kernel; `staging` collects headers and small bodies and is
+/// sealed into a segment before every flush. Frames are only ever enqueued whole, so the
+/// stream stays framed as long as the queue is written front to back; after a broken
+/// connection the caller clears the queue, because a half-written frame cannot be resumed
+/// on a new connection.
+#[derive(Debug)]
+pub struct OutQueue {
+    segments: VecDeque<Bytes>,
+    staging: BytesMut,
+    queued_bytes: usize,
+    limit_bytes: usize,
+}
+
+impl OutQueue {
+    pub fn new(limit_bytes: usize) -> OutQueue {
+        OutQueue {
+            segments: VecDeque::new(),
+            staging: BytesMut::new(),
+            queued_bytes: 0,
+            limit_bytes,
+        }
+    }
+
+    /// Bytes waiting to be written.
+    pub fn queued_bytes(&self) -> usize {
+        self.queued_bytes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queued_bytes == 0
+    }
+
+    /// Appends one frame. Fails, enqueuing nothing, when the frame would exceed the bound.
+    pub fn push_frame(&mut self, kind: u8, group: u16, chunks: &[Bytes]) -> Result<(), PushError> {
+        let header = frame::encode_header(kind, group, chunks).map_err(PushError::Frame)?;
+        let len = HEADER_BYTES + chunks.iter().map(|c| c.len()).sum::<usize>();
+        if self.queued_bytes + len > self.limit_bytes && !self.is_empty() {
+            // An empty queue takes any frame, so a frame larger than the bound is not
+            // silently undeliverable forever.
+            return Err(PushError::Full(QueueFull));
+        }
+        self.append(&header, chunks);
+        self.queued_bytes += len;
+        Ok(())
+    }
+
+    /// Puts a frame in front of everything queued, ignoring the bound. Used for `Hello`,
+    /// which must be the first frame on a new connection. Precondition: nothing of the
+    /// queue was written on this connection yet.
+    pub fn push_front_frame(
+        &mut self,
+        kind: u8,
+        group: u16,
+        body: Bytes,
+    ) -> Result<(), FrameError> {
+        let whole = frame::encode_to_bytes(kind, group, &[body])?;
+        self.queued_bytes += whole.len();
+        self.segments.push_front(whole);
+        Ok(())
+    }
+
+    fn append(&mut self, header: &[u8; HEADER_BYTES], chunks: &[Bytes]) {
+        if self.staging.capacity() - self.staging.len() < HEADER_BYTES {
+            self.staging.reserve(STAGING_BYTES);
+        }
+        self.staging.extend_from_slice(header);
+        for c in chunks {
+            if c.len() < COPY_MAX_BYTES {
+                self.staging.extend_from_slice(c);
+            } else {
+                self.seal();
+                self.segments.push_back(c.clone());
+            }
+        }
+    }
+
+    /// Moves the staging bytes into a segment (no copy: the staging buffer is split).
+    fn seal(&mut self) {
+        if !self.staging.is_empty() {
+            self.segments.push_back(self.staging.split().freeze());
+        }
+    }
+
+    /// Drops everything queued.
+    pub fn clear(&mut self) {
+        self.segments.clear();
+        self.staging.clear();
+        self.queued_bytes = 0;
+    }
+
+    /// Writes as much as the socket takes. Returns `Ok(true)` when the queue is empty,
+    /// `Ok(false)` when the socket would block (wait for a writable event), or the error
+    /// that broke the connection. Bounded: stops at the first short write.
+    pub fn flush<W: Write>(&mut self, w: &mut W) -> io::Result<bool> {
+        self.seal();
+        while !self.segments.is_empty() {
+            let slices: Vec<IoSlice<'_>> = self
+                .segments
+                .iter()
+                .take(MAX_IOV)
+                .map(|s| IoSlice::new(s))
+                .collect();
+            let offered: usize = slices.iter().map(|s| s.len()).sum();
+            match w.write_vectored(&slices) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        "connection wrote zero bytes",
+                    ));
+                }
+                Ok(n) => {
+                    self.consume(n);
+                    if n < offered {
+                        // The socket buffer is full: a retry now would almost surely block.
+                        return Ok(self.segments.is_empty());
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    fn consume(&mut self, mut n: usize) {
+        self.queued_bytes = self.queued_bytes.saturating_sub(n);
+        while n > 0 {
+            let Some(front) = self.segments.front_mut() else {
+                break;
+            };
+            if front.len() <= n {
+                n -= front.len();
+                self.segments.pop_front();
+            } else {
+                front.advance(n);
+                n = 0;
+            }
+        }
+    }
+}
+
+/// Why a frame was not queued.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PushError {
+    Full(QueueFull),
+    Frame(FrameError),
+}
+
+/// What a read from a socket produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadOutcome {
+    /// This many bytes were appended to the buffer.
+    Data(usize),
+    /// Nothing to read now.
+    WouldBlock,
+    /// The peer closed its side.
+    Eof,
+}
+
+/// Reads once from `stream` into the free space of `buf`, growing it to at least
+/// `min_free_bytes` of free space first, without zero-filling the new space.
+pub fn read_into(
+    stream: &TcpStream,
+    buf: &mut BytesMut,
+    min_free_bytes: usize,
+) -> io::Result<ReadOutcome> {
+    if buf.capacity() - buf.len() < min_free_bytes / 2 {
+        buf.reserve(min_free_bytes);
+    }
+    let sock = SockRef::from(stream);
+    loop {
+        let spare = buf.spare_capacity_mut();
+        let free = spare.len();
+        match sock.recv(spare) {
+            Ok(0) => return Ok(ReadOutcome::Eof),
+            Ok(n) => {
+                let n = n.min(free);
+                let new_len = buf.len() + n;
+                // SAFETY: `recv` initialised the first `n` bytes of the spare capacity (it
+                // returns how many bytes it wrote, never more than the slice it was given),
+                // so the buffer's first `new_len` bytes are initialised.
+                unsafe { buf.set_len(new_len) };
+                return Ok(ReadOutcome::Data(n));
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(ReadOutcome::WouldBlock),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn set_options(sock: &SockRef<'_>, cfg: &TransportConfig) -> io::Result<()> {
+    if cfg.buffer_size > 0 {
+        sock.set_send_buffer_size(cfg.buffer_size)?;
+        sock.set_recv_buffer_size(cfg.buffer_size)?;
+    }
+    sock.set_tcp_nodelay(cfg.tcp_nodelay)?;
+    Ok(())
+}
+
+/// Applies the transport's socket options to an accepted or connected stream.
+pub fn configure_stream(stream: &TcpStream, cfg: &TransportConfig) -> io::Result<()> {
+    set_options(&SockRef::from(stream), cfg)
+}
+
+/// Binds a listening socket with SO_REUSEADDR (a restarted node must get its port back while
+/// old connections sit in TIME_WAIT) and the receive buffer set before `listen`, so accepted
+/// connections inherit it and negotiate a matching TCP window scale.
+pub fn bind_listener(addr: SocketAddr, cfg: &TransportConfig) -> io::Result<std::net::TcpListener> {
+    let sock = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM,
+        Some(SockProtocol::TCP),
+    )?;
+    sock.set_reuse_address(true)?;
+    if cfg.buffer_size > 0 {
+        sock.set_recv_buffer_size(cfg.buffer_size)?;
+        sock.set_send_buffer_size(cfg.buffer_size)?;
+    }
+    sock.bind(&addr.into())?;
+    sock.listen(1024)?;
+    sock.set_nonblocking(true)?;
+    Ok(sock.into())
+}
+
+/// Starts a non-blocking connect with the socket options set before the SYN (the receive
+/// buffer decides the window scale). Completion is reported by a writable event.
+pub fn start_connect(addr: SocketAddr, cfg: &TransportConfig) -> io::Result<TcpStream> {
+    let sock = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM,
+        Some(SockProtocol::TCP),
+    )?;
+    sock.set_nonblocking(true)?;
+    set_options(&SockRef::from(&sock), cfg)?;
+    match sock.connect(&addr.into()) {
+        Ok(()) => {}
+        Err(e)
+            if e.raw_os_error() == Some(libc::EINPROGRESS)
+                || e.kind() == io::ErrorKind::WouldBlock => {}
+        Err(e) => return Err(e),
+    }
+    let std_stream: std::net::TcpStream = sock.into();
+    Ok(TcpStream::from_std(std_stream))
+}
+
+/// Exponential reconnect backoff: `min`, doubling to `max`.
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    min_ms: u64,
+    max_ms: u64,
+    next_ms: u64,
+}
+
+impl Backoff {
+    pub fn new(min_ms: u64, max_ms: u64) -> Backoff {
+        let min_ms = min_ms.max(1);
+        Backoff {
+            min_ms,
+            max_ms: max_ms.max(min_ms),
+            next_ms: min_ms,
+        }
+    }
+    /// The delay before the next attempt; doubles the one after.
+    pub fn next_delay(&mut self) -> Duration {
+        let d = self.next_ms;
+        self.next_ms = (self.next_ms.saturating_mul(2)).min(self.max_ms);
+        Duration::from_millis(d)
+    }
+    pub fn reset(&mut self) {
+        self.next_ms = self.min_ms;
+    }
+    pub fn max(&self) -> Duration {
+        Duration::from_millis(self.max_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer that takes at most `per_call` bytes per call and records what it got.
+    struct Trickle {
+        got: Vec<u8>,
+        per_call: usize,
+        calls: usize,
+        block_every: usize,
+    }
+
+    impl Write for Trickle {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.write_vectored(&[IoSlice::new(buf)])
+        }
+        fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+            self.calls += 1;
+            if self.block_every > 0 && self.calls.is_multiple_of(self.block_every) {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            assert!(bufs.len() <= MAX_IOV);
+            let mut left = self.per_call;
+            for b in bufs {
+                let n = b.len().min(left);
+                self.got.extend_from_slice(&b[..n]);
+                left -= n;
+                if left == 0 {
+                    break;
+                }
+            }
+            Ok(self.per_call - left)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn partial_writes_preserve_the_byte_stream() {
+        let mut q = OutQueue::new(1 << 30);
+        let mut expected = BytesMut::new();
+        for i in 0..3000u32 {
+            let body = if i % 7 == 0 {
+                vec![i as u8; 5000]
+            } else {
+                vec![i as u8; (i % 50) as usize]
+            };
+            let chunks = [Bytes::from_static(b"hd"), Bytes::from(body)];
+            q.push_frame(1, 0, &chunks).unwrap();
+            expected.extend_from_slice(&frame::encode_to_bytes(1, 0, &chunks).unwrap());
+        }
+        let mut w = Trickle {
+            got: Vec::new(),
+            per_call: 7777,
+            calls: 0,
+            block_every: 5,
+        };
+        for _ in 0..100_000 {
+            if q.flush(&mut w).unwrap() {
+                break;
+            }
+        }
+        assert!(q.is_empty());
+        assert_eq!(w.got, &expected[..]);
+        let mut buf = BytesMut::from(&w.got[..]);
+        let mut n = 0;
+        while let Some(f) = frame::decode(&mut buf).unwrap() {
+            assert_eq!(f.kind, 1);
+            n += 1;
+        }
+        assert_eq!(n, 3000);
+    }
+
+    #[test]
+    fn a_full_queue_refuses_whole_frames() {
+        let mut q = OutQueue::new(100);
+        q.push_frame(1, 0, &[Bytes::from(vec![0u8; 60])]).unwrap();
+        assert_eq!(
+            q.push_frame(1, 0, &[Bytes::from(vec![0u8; 60])]),
+            Err(PushError::Full(QueueFull))
+        );
+        assert_eq!(q.queued_bytes(), 76);
+    }
+
+    #[test]
+    fn hello_goes_in_front() {
+        let mut q = OutQueue::new(1 << 20);
+        q.push_frame(1, 0, &[Bytes::from_static(b"later")]).unwrap();
+        q.push_front_frame(0, 0, Bytes::from_static(b"hello"))
+            .unwrap();
+        let mut w = Trickle {
+            got: Vec::new(),
+            per_call: 1 << 20,
+            calls: 0,
+            block_every: 0,
+        };
+        assert!(q.flush(&mut w).unwrap());
+        let mut buf = BytesMut::from(&w.got[..]);
+        assert_eq!(
+            &frame::decode(&mut buf).unwrap().unwrap().body[..],
+            b"hello"
+        );
+        assert_eq!(
+            &frame::decode(&mut buf).unwrap().unwrap().body[..],
+            b"later"
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_to_the_cap() {
+        let mut b = Backoff::new(10, 1000);
+        let d: Vec<u64> = (0..9).map(|_| b.next_delay().as_millis() as u64).collect();
+        assert_eq!(d, [10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
+        b.reset();
+        assert_eq!(b.next_delay().as_millis(), 10);
+    }
+}

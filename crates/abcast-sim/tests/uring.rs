@@ -5,9 +5,6 @@
 //! `ABCAST_SIM_SEED=0 ABCAST_SIM_MIX=partition ABCAST_SIM_NODES=3 ... cargo test -p abcast-sim
 //! --test uring replay -- --exact --nocapture` (every event, every decoded message, to stderr).
 //!
-//! The sweeps marked `#[ignore]` failed when this file was written, against the U-Ring Paxos
-//! then in progress; run them with `cargo test -p abcast-sim --test uring -- --ignored` and
-//! remove the attribute once they pass.
 
 use abcast_core::NodeId;
 use abcast_core::storage::MemoryStore;
@@ -70,20 +67,16 @@ fn uring_late_joiner_becomes_coordinator_and_delivers_everything() {
 }
 
 #[test]
-#[ignore = "seed 0 fails: after n0 leads with ballot 5.0 re-proposing 959..=1341, instance 1342 \
-            (accepted under ballot 3.0) is never decided; learners retrieve 1342..1406 forever"]
 fn uring_survives_partitions_including_one_way() {
     sweep(3, FaultMix::Partition, 0..200);
 }
 
 #[test]
-#[ignore = "seed 67 fails: every learner stuck at instance 779 with decided_max 2450 (LostAckedValue)"]
 fn uring_survives_crashes_with_amnesic_restarts() {
     sweep(3, FaultMix::Crash, 0..200);
 }
 
 #[test]
-#[ignore = "seed 5 fails: every learner stuck at instance 597 with decided_max 2729 (LostAckedValue)"]
 fn uring_five_nodes_survive_the_mixed_preset() {
     sweep(5, FaultMix::Mixed, 0..200);
 }

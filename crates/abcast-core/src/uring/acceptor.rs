@@ -166,7 +166,9 @@ impl URing {
                 out.needs_sync = true;
             }
             let mut bytes = 0usize;
-            for (instance, a) in acc.store.range(m.from.max(decided_upto + 1), m.to) {
+            // Decided entries too: a coordinator backfilling below its phase 1 needs them, and
+            // an entry reported as decided is never re-proposed.
+            for (instance, a) in acc.store.range(m.from, m.to) {
                 bytes += a.decree.wire_bytes();
                 if bytes > REPLY_MAX_BYTES && !accepted.is_empty() {
                     covered_to = instance;
@@ -199,7 +201,7 @@ impl URing {
     /// A learner asks for decided instances (seed 000 §3.1.4). Acceptors answer with what
     /// they know decided; the coordinator also re-runs what is still open.
     pub(crate) fn on_retrieve(&mut self, from_pos: usize, m: Retrieve, out: &mut Out) {
-        self.coordinator_on_retrieve(&m);
+        self.coordinator_on_retrieve(&m, out);
         let Some(acc) = self.acc.as_ref() else { return };
         let to =
             m.to.min(m.from.saturating_add(super::messages::MAX_ENTRIES as u64));

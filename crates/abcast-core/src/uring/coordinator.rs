@@ -88,6 +88,10 @@ pub struct CoordinatorState {
     /// Epoch fingerprint the current ballot's phase 1 runs in.
     epoch_fp: u64,
     prepare: Option<Prepare>,
+    /// Phase 1 under the current ballot over instances below `p1_lo` (see `start_backfill`).
+    backfill: Option<Prepare>,
+    /// Phase 1 of the current ballot began here; below it, instances are decided by hearsay.
+    p1_lo: Instance,
     /// Phase 1 holds for every instance below this.
     p1_hi: Instance,
     next_instance: Instance,
@@ -107,6 +111,8 @@ impl CoordinatorState {
             ballot: Ballot::ZERO,
             epoch_fp: 0,
             prepare: None,
+            backfill: None,
+            p1_lo: 1,
             p1_hi: 1,
             next_instance: 1,
             open: BTreeMap::new(),
@@ -164,8 +170,16 @@ impl URing {
         self.coord.preset.clear();
         let from = self.learn.next.max(self.cluster_delivered_max + 1);
         let to = from + self.cfg.p1_preexecution_number;
-        self.coord.phase = super::coordinator::Phase::Preparing;
+        self.coord.phase = Phase::Preparing;
         self.coord.ballot = ballot;
+        // Phase 1 of the old ballot says nothing for the new one: every instance from `from`
+        // on must be prepared again (an old `p1_hi` would let phase 2 run unprepared), and
+        // holes the old ballot left between the new phase 1's highest instance and the old
+        // `next_instance` must be filled, so numbering restarts at `from`.
+        self.coord.p1_hi = from;
+        self.coord.p1_lo = from;
+        self.coord.next_instance = from;
+        self.coord.backfill = None;
         self.coord.epoch_fp = self.view.epoch_fp();
         self.coord.prepare = Some(Prepare::new(from, to, self.now));
         out.events.push(format!(
@@ -208,7 +222,17 @@ impl URing {
             return;
         }
         let quorum = self.quorum;
-        let Some(p) = self.coord.prepare.as_mut() else {
+        let is_backfill = self
+            .coord
+            .backfill
+            .as_ref()
+            .is_some_and(|b| b.from == m.from && b.to == m.to);
+        let slot = if is_backfill {
+            self.coord.backfill.as_mut()
+        } else {
+            self.coord.prepare.as_mut()
+        };
+        let Some(p) = slot else {
             return;
         };
         if m.from != p.from || m.to != p.to {
@@ -237,10 +261,57 @@ impl URing {
         if (p.oks.count_ones() as usize) < quorum {
             return;
         }
+        if is_backfill {
+            if let Some(p) = self.coord.backfill.take() {
+                self.backfill_done(p, out);
+            }
+            return;
+        }
         let Some(p) = self.coord.prepare.take() else {
             return;
         };
         self.phase1_done(p, out);
+    }
+
+    /// Phase 1 below `p1_lo`. A ballot begins its phase 1 at an instance some node reported
+    /// delivered; if that node then failed, nobody alive may know those decisions, and
+    /// acceptors that voted without seeing the decision cannot answer a retrieve. So a learner
+    /// stuck below `p1_lo` makes the coordinator run phase 1 there too, under the same ballot
+    /// (the promise covers every instance), and re-propose what it finds.
+    fn start_backfill(&mut self, from: Instance, out: &mut Out) {
+        if self.coord.phase != Phase::Leading
+            || self.coord.backfill.is_some()
+            || from >= self.coord.p1_lo
+        {
+            return;
+        }
+        let to = self.coord.p1_lo.min(from + self.cfg.retrieve_max_instances);
+        self.coord.backfill = Some(Prepare::new(from, to, self.now));
+        out.events.push(format!(
+            "{} backfills instances {from}..{to} with ballot {}",
+            self.me, self.coord.ballot
+        ));
+        self.send_phase1a(from, to, out);
+    }
+
+    fn backfill_done(&mut self, p: Prepare, out: &mut Out) {
+        let ballot = self.coord.ballot;
+        for i in p.from..p.covered {
+            if self.learn.knows(i) || self.coord.open.contains_key(&i) {
+                continue;
+            }
+            match p.votes.get(&i) {
+                Some((_, decree, true)) => {
+                    let key = decree.key();
+                    self.record_decision(i, ballot, Some(decree.clone()), key, out);
+                }
+                Some((_, decree, false)) => self.open_instance(i, decree.clone(), 0, out),
+                // An acceptor of the quorum knows it decided but no longer holds it: learners
+                // retrieve it from there; a proposal here could not win anyway.
+                None if i <= p.floor => {}
+                None => self.open_instance(i, Decree::Noop, 0, out),
+            }
+        }
     }
 
     /// Phase 1 holds for `[p.from, p.covered)` (seed 003 Task 3).
@@ -292,6 +363,7 @@ impl URing {
                 }
             }
         }
+        debug_assert!(p.from <= self.coord.p1_hi, "phase 1 ranges are contiguous");
         self.coord.p1_hi = self.coord.p1_hi.max(p.covered);
         if p.hi >= p.covered {
             // Votes beyond the range: run phase 1 over them too before going further.
@@ -416,9 +488,12 @@ impl URing {
     }
 
     /// A learner is missing `m.from..m.to`: open instances there are re-circulated now.
-    pub(crate) fn coordinator_on_retrieve(&mut self, m: &Retrieve) {
+    pub(crate) fn coordinator_on_retrieve(&mut self, m: &Retrieve, out: &mut Out) {
         if self.coord.phase != Phase::Leading {
             return;
+        }
+        if m.from < self.coord.p1_lo && !self.learn.knows(m.from) {
+            self.start_backfill(m.from, out);
         }
         let to =
             m.to.min(m.from.saturating_add(self.cfg.retrieve_max_instances));
@@ -458,6 +533,20 @@ impl URing {
         if self.coord.phase != Phase::Leading {
             return;
         }
+        if let Some(b) = self.coord.backfill.as_mut()
+            && self.now >= b.sent_us + self.cfg.p1_resend_us
+        {
+            b.sent_us = self.now;
+            let (from, to) = (b.from, b.to);
+            self.send_phase1a(from, to, out);
+        }
+        // This node's own learner is stuck below the ballot's phase 1: backfill it.
+        if self.learn.next < self.coord.p1_lo
+            && self.now >= self.learn.last_progress_us + 4 * self.cfg.retrieve_timeout_us
+        {
+            let from = self.learn.next;
+            self.start_backfill(from, out);
+        }
         let due: Vec<Instance> = self
             .coord
             .open
@@ -476,6 +565,7 @@ impl URing {
         let c = &mut self.coord;
         c.phase = Phase::Follower;
         c.prepare = None;
+        c.backfill = None;
         c.open.clear();
         c.preset.clear();
         c.queue.clear();

@@ -432,7 +432,7 @@ impl WireMessage for Message {
                 let max_instance = d.u64("phase1b.max_instance")?;
                 let covered_to = d.u64("phase1b.covered_to")?;
                 let epoch = get_epoch(&mut d)?;
-                let n = d.count("phase1b.accepted", MAX_ENTRIES, 22)?;
+                let n = d.count("phase1b.accepted", MAX_ENTRIES, 18)?;
                 let mut accepted = Vec::with_capacity(n);
                 for _ in 0..n {
                     let instance = d.u64("phase1b.entry.instance")?;
@@ -593,6 +593,32 @@ mod tests {
                     },
                     P1Entry {
                         instance: 5,
+                        ballot: bal,
+                        decree: Decree::Noop,
+                        decided: true,
+                    },
+                    // No-ops in a row: the smallest entries (18 bytes each) must pass the
+                    // decoder's size pre-check (the simulator caught a pre-check of 22).
+                    P1Entry {
+                        instance: 6,
+                        ballot: bal,
+                        decree: Decree::Noop,
+                        decided: true,
+                    },
+                    P1Entry {
+                        instance: 7,
+                        ballot: bal,
+                        decree: Decree::Noop,
+                        decided: false,
+                    },
+                    P1Entry {
+                        instance: 8,
+                        ballot: bal,
+                        decree: Decree::Noop,
+                        decided: true,
+                    },
+                    P1Entry {
+                        instance: 9,
                         ballot: bal,
                         decree: Decree::Noop,
                         decided: true,

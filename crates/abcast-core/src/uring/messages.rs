@@ -597,8 +597,7 @@ mod tests {
                         decree: Decree::Noop,
                         decided: true,
                     },
-                    // No-ops in a row: the smallest entries (18 bytes each) must pass the
-                    // decoder's size pre-check (the simulator caught a pre-check of 22).
+                    // No-ops in a row, the smallest entries (18 bytes each).
                     P1Entry {
                         instance: 6,
                         ballot: bal,
@@ -676,6 +675,35 @@ mod tests {
             let back = Message::decode(m.kind(), body).expect("decodes");
             assert_eq!(back, m);
         }
+    }
+
+    #[test]
+    fn a_phase1b_of_only_noops_decodes() {
+        // The smallest entries (18 bytes): the decoder's size pre-check must not exceed them.
+        let bal = Ballot::new(1, NodeId(0));
+        let m = Message::Phase1b(Phase1b {
+            ballot: bal,
+            from: 1,
+            to: 100,
+            ok: true,
+            promised: bal,
+            amnesic: false,
+            decided_upto: 0,
+            max_instance: 50,
+            covered_to: 100,
+            epoch: vec![0; 3],
+            accepted: (1..=50)
+                .map(|i| P1Entry {
+                    instance: i,
+                    ballot: bal,
+                    decree: Decree::Noop,
+                    decided: i % 2 == 0,
+                })
+                .collect(),
+        });
+        let mut e = Encoder::new();
+        m.encode(&mut e);
+        assert_eq!(Message::decode(m.kind(), e.to_bytes()), Ok(m));
     }
 
     #[test]

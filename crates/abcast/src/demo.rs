@@ -31,6 +31,11 @@ pub const NODES_MAX: u32 = 64;
 /// Stats period asked of every node: four samples a second give a readable timeline and a
 /// throughput estimate without flooding the parent.
 pub const STATS_MS: u64 = 250;
+/// Longest wait, after the load stops, for every learner to report the same count.
+const QUIESCE_MAX: Duration = Duration::from_secs(20);
+/// The counts must stay equal this long (a few stats intervals) to count as caught up.
+const QUIESCE_STABLE: Duration = Duration::from_millis(600);
+
 /// How long a node may take, after SIGTERM, to drain and print its `final` line.
 pub const STOP_GRACE: Duration = Duration::from_secs(15);
 /// How long a killed node stays down before its restart.
@@ -650,13 +655,17 @@ impl Cluster {
     }
 
     fn terminate_all(&mut self) {
+        self.signal_all(libc::SIGTERM);
+    }
+
+    fn signal_all(&mut self, sig: libc::c_int) {
         for slot in &self.slots {
             if let Some(child) = &slot.child {
                 // The pid of a child we have not yet waited for cannot have been reused.
                 if let Ok(pid) = libc::pid_t::try_from(child.id()) {
                     // SAFETY: kill(2) with a valid signal number has no memory effects.
                     unsafe {
-                        libc::kill(pid, libc::SIGTERM);
+                        libc::kill(pid, sig);
                     }
                 }
             }
@@ -981,6 +990,39 @@ pub fn run_cluster(spec: &ClusterSpec) -> Result<ClusterRun, DemoError> {
     }
     let stop = Instant::now();
     let stop_at_s = cluster.elapsed_s(stop);
+    bar.set_message("load stopped; waiting for every learner to catch up".to_string());
+    // Stop the load everywhere but keep every node serving, until every learner reports the
+    // same delivered count twice in a row after the stop (or QUIESCE_MAX passes): a node that
+    // exited first would stop voting and forwarding for the others.
+    cluster.signal_all(libc::SIGUSR1);
+    let mut agreed_since: Option<Instant> = None;
+    while stop.elapsed() < QUIESCE_MAX {
+        if let Ok(ev) = rx.recv_timeout(Duration::from_millis(20)) {
+            cluster.handle(ev);
+        }
+        while let Ok(ev) = rx.try_recv() {
+            cluster.handle(ev);
+        }
+        let counts: Vec<Option<u64>> = cluster
+            .slots
+            .iter()
+            .map(|s| {
+                s.record
+                    .incarnations
+                    .last()
+                    .and_then(|inc| inc.samples.last())
+                    .filter(|smp| smp.at_s > stop_at_s)
+                    .map(|smp| smp.line.delivered_values)
+            })
+            .collect();
+        let same = counts.iter().all(|c| c.is_some()) && counts.windows(2).all(|w| w[0] == w[1]);
+        match (same, agreed_since) {
+            (true, None) => agreed_since = Some(Instant::now()),
+            (true, Some(t)) if t.elapsed() >= QUIESCE_STABLE => break,
+            (false, _) => agreed_since = None,
+            _ => {}
+        }
+    }
     bar.set_message("load stopped; waiting for final stats".to_string());
     cluster.terminate_all();
     loop {

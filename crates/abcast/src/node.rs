@@ -123,6 +123,8 @@ impl From<DriverError> for NodeError {
 /// `--duration-s`, printing stats on stdout.
 pub fn run_node(args: NodeArgs) -> Result<(), NodeError> {
     let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGUSR1, Arc::clone(&STOP_LOAD))
+        .map_err(NodeError::Signal)?;
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, Arc::clone(&stop)).map_err(NodeError::Signal)?;
     }
@@ -241,9 +243,17 @@ where
 
     let duration_us = args.duration_s.map(|s| (s * 1e6) as Micros);
     driver.run(&mut app, |now| {
-        stop.load(Ordering::Relaxed) || duration_us.is_some_and(|d| now >= d)
+        stop.load(Ordering::Relaxed)
+            || STOP_LOAD.load(Ordering::Relaxed)
+            || duration_us.is_some_and(|d| now >= d)
     })?;
     driver.stop_load();
+    // SIGUSR1 stops the load but keeps the node serving (acceptor, forwarding, learning) so
+    // the others can finish what is in flight; the demo waits until every learner delivered
+    // the same count, then sends SIGTERM.
+    if STOP_LOAD.load(Ordering::Relaxed) && duration_us.is_none() {
+        driver.run(&mut app, |_| stop.load(Ordering::Relaxed))?;
+    }
     let drain_end = driver
         .now()
         .saturating_add(args.drain_ms.saturating_mul(1000));
@@ -263,6 +273,10 @@ where
         acked_values: app.acked_values,
     })
 }
+
+/// Set by SIGUSR1: stop the load generator, keep serving until SIGTERM.
+static STOP_LOAD: std::sync::LazyLock<Arc<AtomicBool>> =
+    std::sync::LazyLock::new(|| Arc::new(AtomicBool::new(false)));
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;

@@ -225,6 +225,7 @@ impl URing {
     }
 
     pub(crate) fn on_decided_reply(&mut self, m: Decided, out: &mut Out) {
+        let next_before = self.learn.next;
         for (instance, decree) in m.entries {
             if let Decree::Values(b) = &decree {
                 self.cache.insert(b);
@@ -240,6 +241,14 @@ impl URing {
                 self.learn.next, m.log_start
             ));
             self.learn.jump_to(m.log_start);
+        }
+        // Catching up: ask for the next range at once instead of after a timeout, so a
+        // restarted learner (and an amnesic acceptor's repair) moves at network speed.
+        // Only when the answer moved the learner on: otherwise the timeout rotates to
+        // another acceptor.
+        self.after_input(out);
+        if self.learn.next > next_before && self.learn.behind() {
+            self.send_retrieve(out);
         }
     }
 

@@ -205,7 +205,7 @@ impl Default for RingConfig {
             heartbeat_interval_us: 50_000,
             failure_timeout_us: 300_000,
             retrieve_timeout_us: 100_000,
-            retrieve_max_instances: 64,
+            retrieve_max_instances: 1024,
             store_capacity_instances: 15_000,
             store_capacity_bytes: 1 << 30,
         }

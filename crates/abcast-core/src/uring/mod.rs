@@ -311,7 +311,7 @@ impl URing {
     }
 
     /// Work common to every input: deliver what is ready, repair progress.
-    fn after_input(&mut self, out: &mut Out) {
+    pub(crate) fn after_input(&mut self, out: &mut Out) {
         let acc = &mut self.acc;
         self.learn.drain(
             self.now,
@@ -357,6 +357,11 @@ impl URing {
         {
             return;
         }
+        self.send_retrieve(out);
+    }
+
+    /// Asks the next acceptor (coordinator first) for the instances after the last delivered.
+    pub(crate) fn send_retrieve(&mut self, out: &mut Out) {
         let targets = self.retrieve_targets();
         if targets.is_empty() {
             return;

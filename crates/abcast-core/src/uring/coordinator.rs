@@ -102,6 +102,9 @@ pub struct CoordinatorState {
     queue_bytes: usize,
     /// Keys queued or open, so a re-sent batch is not proposed twice at once.
     known: HashSet<BatchKey>,
+    /// What the takeover's phase 1 told amnesic acceptors (see `acceptor.rs`, repair); kept
+    /// for an amnesic acceptor whose reply came after the quorum.
+    repair: Option<Repair>,
 }
 
 impl CoordinatorState {
@@ -120,6 +123,7 @@ impl CoordinatorState {
             queue: VecDeque::new(),
             queue_bytes: 0,
             known: HashSet::new(),
+            repair: None,
         }
     }
     pub fn is_leading(&self) -> bool {
@@ -180,6 +184,7 @@ impl URing {
         self.coord.p1_lo = from;
         self.coord.next_instance = from;
         self.coord.backfill = None;
+        self.coord.repair = None;
         self.coord.epoch_fp = self.view.epoch_fp();
         self.coord.prepare = Some(Prepare::new(from, to, self.now));
         out.events.push(format!(
@@ -357,6 +362,7 @@ impl URing {
                 decided_floor: p.floor,
                 upto: p.hi.max(p.floor),
             };
+            self.coord.repair = Some(repair.clone());
             for pos in 0..self.cfg.members.len() {
                 if p.amnesic_oks & bit(pos) != 0 {
                     out.send(self.node_at(pos), Message::Repair(repair.clone()));
@@ -566,10 +572,29 @@ impl URing {
         c.phase = Phase::Follower;
         c.prepare = None;
         c.backfill = None;
+        c.repair = None;
         c.open.clear();
         c.preset.clear();
         c.queue.clear();
         c.queue_bytes = 0;
         c.known.clear();
+    }
+
+    /// An amnesic acceptor in this ballot's epoch that missed the takeover's `Repair` (its
+    /// phase 1 reply came after the quorum) asks again through its heartbeats. The target is
+    /// still valid: the phase 1 that found it ran in an epoch that includes the acceptor's
+    /// restart, so every reply it counted was given after that restart.
+    pub(crate) fn coordinator_on_amnesic_heartbeat(
+        &mut self,
+        from_pos: usize,
+        epoch_fp: u64,
+        out: &mut Out,
+    ) {
+        if self.coord.phase != Phase::Leading || epoch_fp != self.coord.epoch_fp {
+            return;
+        }
+        if let Some(r) = self.coord.repair.clone() {
+            out.send(self.node_at(from_pos), Message::Repair(r));
+        }
     }
 }

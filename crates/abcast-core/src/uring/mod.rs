@@ -276,16 +276,18 @@ impl URing {
         self.decided(m.instance, m.ballot, m.decree, m.seen, m.has_payload, out);
     }
 
-    fn on_heartbeat(&mut self, from_pos: usize, m: Heartbeat) {
+    fn on_heartbeat(&mut self, from_pos: usize, m: Heartbeat, out: &mut Out) {
         self.note_ballot(m.ballot);
         self.view.merge_epoch(&m.epoch);
+        if m.amnesic {
+            self.coordinator_on_amnesic_heartbeat(from_pos, ring::fingerprint(&m.epoch), out);
+        }
         self.cluster_delivered_max = self.cluster_delivered_max.max(m.delivered_upto);
         self.learn.decided_max = self
             .learn
             .decided_max
             .max(m.decided_max)
             .max(m.delivered_upto);
-        let _ = from_pos;
     }
 
     fn send_heartbeats(&mut self, out: &mut Out) {
@@ -411,7 +413,7 @@ impl Protocol for URing {
             Message::Nack(m) => self.on_nack(from_pos, m, out),
             Message::Retrieve(m) => self.on_retrieve(from_pos, m, out),
             Message::Decided(m) => self.on_decided_reply(m, out),
-            Message::Heartbeat(m) => self.on_heartbeat(from_pos, m),
+            Message::Heartbeat(m) => self.on_heartbeat(from_pos, m, out),
             Message::Repair(m) => self.on_repair(from_pos, m, out),
         }
         self.after_input(out);

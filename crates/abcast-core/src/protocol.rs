@@ -47,6 +47,10 @@ pub struct Outbox<M> {
     pub acks: Vec<Ack>,
     /// Storage was written; sync it before carrying out `sends` and `multicasts`.
     pub needs_sync: bool,
+    /// The learner passed over instances `[from, to)` that no acceptor holds any more (an
+    /// in-memory learner restarted after they were trimmed everywhere). Nothing in them
+    /// will be delivered here.
+    pub skips: Vec<(Instance, Instance)>,
     /// Rare control-plane events worth a log line (coordinator change, view change).
     pub events: Vec<String>,
 }
@@ -59,6 +63,7 @@ impl<M> Default for Outbox<M> {
             deliveries: Vec::new(),
             acks: Vec::new(),
             needs_sync: false,
+            skips: Vec::new(),
             events: Vec::new(),
         }
     }
@@ -77,6 +82,7 @@ impl<M> Outbox<M> {
             && self.deliveries.is_empty()
             && self.acks.is_empty()
             && self.events.is_empty()
+            && self.skips.is_empty()
             && !self.needs_sync
     }
     pub fn clear(&mut self) {
@@ -85,6 +91,7 @@ impl<M> Outbox<M> {
         self.deliveries.clear();
         self.acks.clear();
         self.events.clear();
+        self.skips.clear();
         self.needs_sync = false;
     }
 }

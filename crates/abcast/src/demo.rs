@@ -285,6 +285,11 @@ pub struct ClusterRun {
     pub kept_dir: Option<PathBuf>,
     /// The load phase was cut short by Ctrl-C.
     pub interrupted: bool,
+    /// Every learner incarnation's delivery log (`node --delivery-log`), for the
+    /// instance-by-instance comparison; empty if none could be read.
+    pub delivery_logs: Vec<crate::deliverylog::LearnerLog>,
+    /// Why the delivery logs could not be read, if they could not.
+    pub delivery_log_error: Option<String>,
 }
 
 /// Set by the first Ctrl-C: the run stops its load early and still reports, since the
@@ -602,6 +607,7 @@ impl Cluster {
             .arg("--id")
             .arg(slot.id.to_string())
             .arg("--json-stats")
+            .arg("--delivery-log")
             .arg("--stats-ms")
             .arg(STATS_MS.to_string())
             .arg("--load-rate")
@@ -1025,6 +1031,7 @@ pub fn run_cluster(spec: &ClusterSpec) -> Result<ClusterRun, DemoError> {
     }
     bar.set_message("load stopped; waiting for final stats".to_string());
     cluster.terminate_all();
+    let terminated = Instant::now();
     loop {
         while let Ok(ev) = rx.try_recv() {
             cluster.handle(ev);
@@ -1033,7 +1040,7 @@ pub fn run_cluster(spec: &ClusterSpec) -> Result<ClusterRun, DemoError> {
         if cluster.slots.iter().all(|s| s.child.is_none()) {
             break;
         }
-        if stop.elapsed() >= STOP_GRACE {
+        if terminated.elapsed() >= STOP_GRACE {
             for i in 0..cluster.slots.len() {
                 cluster.kill(i, Ended::KilledAfterTimeout);
             }
@@ -1078,6 +1085,17 @@ pub fn run_cluster(spec: &ClusterSpec) -> Result<ClusterRun, DemoError> {
     if failed {
         dir.keep = true;
     }
+    let mut delivery_logs = Vec::new();
+    let mut delivery_log_error = None;
+    for slot in &cluster.slots {
+        match crate::deliverylog::read_node(slot.id, &data_dir.join(format!("node-{}", slot.id))) {
+            Ok(logs) => delivery_logs.extend(logs),
+            Err(e) => delivery_log_error = Some(e),
+        }
+    }
+    if delivery_log_error.is_some() {
+        delivery_logs.clear();
+    }
     let kept_dir = dir.keep.then(|| dir.path.clone());
     let nodes = cluster.slots.iter().map(|s| s.record.clone()).collect();
     Ok(ClusterRun {
@@ -1088,6 +1106,8 @@ pub fn run_cluster(spec: &ClusterSpec) -> Result<ClusterRun, DemoError> {
         end_at_s,
         kept_dir,
         interrupted: interrupted.load(std::sync::atomic::Ordering::Relaxed),
+        delivery_logs,
+        delivery_log_error,
     })
 }
 
@@ -1143,6 +1163,11 @@ pub struct Report {
     pub latency: LatencySummary,
     pub per_node: Vec<NodeReport>,
     pub learners_agree: bool,
+    /// Instances compared one by one across learners (from the delivery logs), 0 if the
+    /// comparison was by whole-sequence hash.
+    pub instances_compared: u64,
+    /// Instances restarted in-memory learners passed over (trimmed at every acceptor).
+    pub trimmed_skipped: u64,
     /// Values delivered by the most advanced learner.
     pub delivered: u64,
     pub agreement: Vec<String>,
@@ -1470,6 +1495,26 @@ pub fn analyse(run: &ClusterRun) -> Report {
             }
         }
     }
+    // With delivery logs, compare learners instance by instance: a learner restarted on
+    // in-memory storage starts from the oldest instance still held, so whole-sequence counts
+    // and hashes cannot match, but every instance it delivered must.
+    let mut instances_compared = 0;
+    let mut trimmed_skipped = 0;
+    if !run.delivery_logs.is_empty() {
+        let verdict = crate::deliverylog::compare(&run.delivery_logs, &acked_by_origin);
+        instances_compared = verdict.instances_compared;
+        trimmed_skipped = verdict.trimmed_skipped;
+        agreement.retain(|a| a.contains("printed no final stats line"));
+        learners_agree = agreement.is_empty() && verdict.disagreements.is_empty();
+        agreement.extend(verdict.disagreements);
+        duplicates.extend(verdict.duplicates.iter().cloned());
+        duplicates_total += verdict.duplicates.len() as u64;
+        lost = verdict.lost;
+    } else if let Some(e) = &run.delivery_log_error {
+        agreement.push(format!(
+            "delivery logs unreadable ({e}); compared whole sequences only"
+        ));
+    }
     Report {
         nodes: spec.nodes,
         value_size_bytes: spec.value_size_bytes,
@@ -1482,6 +1527,8 @@ pub fn analyse(run: &ClusterRun) -> Report {
         latency,
         per_node,
         learners_agree,
+        instances_compared,
+        trimmed_skipped,
         delivered,
         agreement,
         duplicates_total,
@@ -1601,7 +1648,19 @@ pub fn render_summary(r: &Report) -> String {
         );
     }
     s += "\nAgreement (same values, same order at every learner):\n";
-    if r.learners_agree {
+    if r.learners_agree && r.instances_compared > 0 {
+        s += &format!(
+            "  yes: {} instances compared one by one across {} learners: the same batch at\n  every instance each learner delivered, no gap, all caught up to the end.\n",
+            group(r.instances_compared),
+            r.per_node.len()
+        );
+        if r.trimmed_skipped > 0 {
+            s += &format!(
+                "  note: restarted learners skipped {} instance(s) that every acceptor had\n  already trimmed (in-memory storage keeps a bounded log; snapshots come with\n  durable storage).\n",
+                group(r.trimmed_skipped)
+            );
+        }
+    } else if r.learners_agree {
         let hash = r.per_node.first().map_or("", |n| n.order_hash.as_str());
         s += &format!(
             "  yes: {} learners delivered {} values,\n  order hash {hash} at each.\n",
@@ -1883,6 +1942,8 @@ mod tests {
             end_at_s: 4.0,
             kept_dir: None,
             interrupted: false,
+            delivery_logs: Vec::new(),
+            delivery_log_error: None,
         }
     }
 

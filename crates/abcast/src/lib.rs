@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod client;
+pub mod deliverylog;
 pub mod demo;
 pub mod node;
 pub mod nodeconfig;

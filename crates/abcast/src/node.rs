@@ -56,6 +56,12 @@ pub struct NodeArgs {
     /// After stopping the load, keep delivering this long before the final line.
     #[arg(long, default_value_t = 1000)]
     pub drain_ms: u64,
+    /// Write one line per delivered instance (`instance origin first_seq count`) to
+    /// `deliveries-<incarnation>.log` in the node's storage directory, so a harness can compare
+    /// learners instance by instance (a restarted in-memory learner starts from the oldest
+    /// instance still retained, so whole-sequence hashes cannot match).
+    #[arg(long)]
+    pub delivery_log: bool,
 }
 
 impl NodeArgs {
@@ -71,6 +77,7 @@ impl NodeArgs {
             load_window: None,
             duration_s: None,
             drain_ms: 1000,
+            delivery_log: false,
         }
     }
 }
@@ -228,6 +235,19 @@ where
         roles.learner,
         out,
     )?;
+    if args.delivery_log {
+        let path = cfg
+            .storage
+            .node_dir(cfg.node_id)
+            .join(format!("deliveries-{}.log", start.incarnation));
+        let file = std::fs::File::create(&path).map_err(|e| {
+            NodeError::Args(format!(
+                "cannot create delivery log {}: {e}",
+                path.display()
+            ))
+        })?;
+        app.delivery_log = Some(std::io::BufWriter::with_capacity(1 << 20, file));
+    }
     if let Some(rate) = args.load_rate {
         if roles.proposer {
             driver.start_load(LoadConfig {
@@ -258,6 +278,12 @@ where
         .now()
         .saturating_add(args.drain_ms.saturating_mul(1000));
     driver.run(&mut app, |now| now >= drain_end)?;
+    if let Some(mut log) = app.delivery_log.take() {
+        use std::io::Write as _;
+        if let Err(e) = log.flush() {
+            eprintln!("[{}] delivery log flush failed: {e}", cfg.node_id);
+        }
+    }
     let status = driver.protocol().status();
     app.print("final", driver.now(), &status);
     if let Some(e) = app.write_error.take() {
@@ -339,6 +365,8 @@ struct NodeStats<'w> {
     learner: bool,
     out: &'w mut dyn Write,
     write_error: Option<io::Error>,
+    /// `--delivery-log`: one line per delivered instance.
+    delivery_log: Option<io::BufWriter<std::fs::File>>,
     delivered_values: u64,
     delivered_bytes: u64,
     delivered_instance: Instance,
@@ -401,6 +429,7 @@ impl<'w> NodeStats<'w> {
             learner,
             out,
             write_error: None,
+            delivery_log: None,
             delivered_values: 0,
             delivered_bytes: 0,
             delivered_instance: 0,
@@ -490,6 +519,20 @@ impl<'w> NodeStats<'w> {
 impl Application for NodeStats<'_> {
     fn deliver(&mut self, now: Micros, d: &Delivery) {
         let b = &d.batch;
+        if let Some(log) = self.delivery_log.as_mut() {
+            use std::io::Write as _;
+            if let Err(e) = writeln!(
+                log,
+                "{} {} {} {}",
+                d.instance,
+                b.origin().0,
+                b.first_seq(),
+                b.len()
+            ) {
+                eprintln!("[{}] delivery log write failed, log disabled: {e}", self.me);
+                self.delivery_log = None;
+            }
+        }
         let n = b.len() as u64;
         self.delivered_values += n;
         self.delivered_bytes += b.payload_bytes() as u64;
@@ -506,6 +549,16 @@ impl Application for NodeStats<'_> {
             if mine && let Some(t) = self.proposed_at.remove(&id.seq) {
                 self.latency_us
                     .saturating_record(now.saturating_sub(t).max(1));
+            }
+        }
+    }
+
+    fn skipped(&mut self, _now: Micros, from: u64, to: u64) {
+        if let Some(log) = self.delivery_log.as_mut() {
+            use std::io::Write as _;
+            if let Err(e) = writeln!(log, "skip {from} {to}") {
+                eprintln!("[{}] delivery log write failed, log disabled: {e}", self.me);
+                self.delivery_log = None;
             }
         }
     }

@@ -224,7 +224,7 @@ impl URing {
         );
     }
 
-    pub(crate) fn on_decided_reply(&mut self, m: Decided, out: &mut Out) {
+    pub(crate) fn on_decided_reply(&mut self, from_pos: usize, m: Decided, out: &mut Out) {
         let next_before = self.learn.next;
         for (instance, decree) in m.entries {
             if let Decree::Values(b) = &decree {
@@ -235,12 +235,30 @@ impl URing {
         }
         // Nobody can serve what lies below the responder's log start (trimmed after every
         // node delivered it, or this node restarted after it was trimmed): skip over it.
-        if self.learn.next < m.log_start && !self.learn.knows(self.learn.next) {
-            out.events.push(format!(
-                "learner jumps from instance {} to {}: trimmed everywhere (snapshots come with durable storage)",
-                self.learn.next, m.log_start
-            ));
-            self.learn.jump_to(m.log_start);
+        let next = self.learn.next;
+        if next < m.log_start && !self.learn.knows(next) {
+            let l = &mut self.learn;
+            if l.trimmed_at != next {
+                l.trimmed_at = next;
+                l.trimmed_mask = 0;
+                l.trimmed_floor = m.log_start;
+            }
+            l.trimmed_mask |= super::ring::bit(from_pos);
+            l.trimmed_floor = l.trimmed_floor.min(m.log_start);
+            let mask = self.learn.trimmed_mask;
+            // Only when every live acceptor said so: one that still holds it will serve it.
+            if self
+                .retrieve_targets()
+                .iter()
+                .all(|&p| mask & super::ring::bit(p) != 0)
+            {
+                let to = self.learn.trimmed_floor;
+                out.events.push(format!(
+                    "learner skips instances {next}..{to}: trimmed at every acceptor (snapshots come with durable storage)"
+                ));
+                out.skips.push((next, to));
+                self.learn.jump_to(to);
+            }
         }
         // Catching up: ask for the next range at once instead of after a timeout, so a
         // restarted learner (and an amnesic acceptor's repair) moves at network speed.

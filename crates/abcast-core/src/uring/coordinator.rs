@@ -100,8 +100,11 @@ pub struct CoordinatorState {
     preset: BTreeMap<Instance, Decree>,
     queue: VecDeque<(Batch, u64)>,
     queue_bytes: usize,
-    /// Keys queued or open, so a re-sent batch is not proposed twice at once.
+    /// Keys queued, so a re-sent batch is not queued twice.
     known: HashSet<BatchKey>,
+    /// Keys of open instances (phase 1 re-proposals included): a re-sent batch that is open
+    /// already must not get a second instance, or it would be decided twice.
+    open_keys: HashSet<BatchKey>,
     /// What the takeover's phase 1 told amnesic acceptors (see `acceptor.rs`, repair); kept
     /// for an amnesic acceptor whose reply came after the quorum.
     repair: Option<Repair>,
@@ -123,6 +126,7 @@ impl CoordinatorState {
             queue: VecDeque::new(),
             queue_bytes: 0,
             known: HashSet::new(),
+            open_keys: HashSet::new(),
             repair: None,
         }
     }
@@ -143,8 +147,31 @@ impl Default for CoordinatorState {
 
 impl URing {
     pub(crate) fn coordinator_enqueue(&mut self, batch: Batch, path: u64, out: &mut Out) {
+        let key = batch.key();
+        if self.coord.open_keys.contains(&key) {
+            return; // in an open instance already
+        }
+        if let Some(instance) = self.learn.decided_at(key) {
+            // Decided already: the proposer missed the decision. Tell it instead of deciding
+            // the batch a second time.
+            if key.origin == self.me {
+                if let Some(ack) = self.prop.as_mut().and_then(|p| p.on_decided(key)) {
+                    out.acks.push(ack);
+                }
+            } else {
+                let entries = vec![(instance, Decree::Values(batch))];
+                out.send(
+                    key.origin,
+                    Message::Decided(super::messages::Decided {
+                        log_start: 0,
+                        entries,
+                    }),
+                );
+            }
+            return;
+        }
         let c = &mut self.coord;
-        if !c.known.insert(batch.key()) {
+        if !c.known.insert(key) {
             return;
         }
         if c.queue_bytes + batch.wire_bytes() > self.cfg.coordinator_queue_bytes {
@@ -165,6 +192,7 @@ impl URing {
         // Open proposals go back to the queue: they are re-proposed in new instances if
         // phase 1 does not find them (learners skip a batch decided twice).
         let open = std::mem::take(&mut self.coord.open);
+        self.coord.open_keys.clear();
         for (_, o) in open.into_iter().rev() {
             if let Decree::Values(b) = o.decree {
                 self.coord.queue_bytes += b.wire_bytes();
@@ -384,6 +412,9 @@ impl URing {
     /// coordinator votes first, then phase 2 starts around the ring.
     fn open_instance(&mut self, instance: Instance, decree: Decree, path: u64, out: &mut Out) {
         debug_assert!(self.coord.phase != Phase::Follower);
+        if let Some(k) = decree.key() {
+            self.coord.open_keys.insert(k);
+        }
         self.coord.open.insert(
             instance,
             Open {
@@ -436,6 +467,13 @@ impl URing {
                 (d, 0)
             } else if let Some((b, path)) = self.coord.queue.pop_front() {
                 self.coord.queue_bytes -= b.wire_bytes();
+                let k = b.key();
+                self.coord.known.remove(&k);
+                if self.coord.open_keys.contains(&k) || self.learn.decided_at(k).is_some() {
+                    // Open or decided meanwhile (phase 1 re-proposed it, or its first copy
+                    // was decided): a second instance would decide it twice.
+                    continue;
+                }
                 (Decree::Values(b), path)
             } else {
                 break;
@@ -466,10 +504,14 @@ impl URing {
     pub(crate) fn coordinator_on_decided(&mut self, instance: Instance, key: Option<BatchKey>) {
         if let Some(k) = key {
             self.coord.known.remove(&k);
+            self.coord.open_keys.remove(&k);
         }
         let Some(o) = self.coord.open.remove(&instance) else {
             return;
         };
+        if let Some(k) = o.decree.key() {
+            self.coord.open_keys.remove(&k);
+        }
         if let Decree::Values(b) = o.decree
             && Some(b.key()) != key
         {
@@ -578,6 +620,7 @@ impl URing {
         c.queue.clear();
         c.queue_bytes = 0;
         c.known.clear();
+        c.open_keys.clear();
     }
 
     /// An amnesic acceptor in this ballot's epoch that missed the takeover's `Repair` (its

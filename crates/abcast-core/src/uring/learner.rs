@@ -15,7 +15,7 @@
 
 use crate::protocol::Delivery;
 use crate::types::{Batch, BatchKey, Decree, Instance, Micros, NodeId};
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 /// Batches remembered per origin for de-duplication. A re-sent batch is decided within a
 /// few resend periods of the first, far fewer batches than this.
@@ -23,16 +23,18 @@ pub const DEDUP_BATCHES_PER_ORIGIN: usize = 1 << 16;
 
 #[derive(Debug, Default)]
 pub struct Dedup {
-    per_origin: HashMap<NodeId, (HashSet<u64>, VecDeque<u64>)>,
+    /// Per origin: first_seq -> the instance it was first delivered in.
+    per_origin: HashMap<NodeId, (HashMap<u64, Instance>, VecDeque<u64>)>,
 }
 
 impl Dedup {
-    /// True the first time a batch key is seen.
-    pub fn first_time(&mut self, key: BatchKey) -> bool {
+    /// True the first time a batch key is seen (decided in `instance`).
+    pub fn first_time(&mut self, key: BatchKey, instance: Instance) -> bool {
         let (set, order) = self.per_origin.entry(key.origin).or_default();
-        if !set.insert(key.first_seq) {
+        if set.contains_key(&key.first_seq) {
             return false;
         }
+        set.insert(key.first_seq, instance);
         order.push_back(key.first_seq);
         if order.len() > DEDUP_BATCHES_PER_ORIGIN
             && let Some(old) = order.pop_front()
@@ -40,6 +42,13 @@ impl Dedup {
             set.remove(&old);
         }
         true
+    }
+
+    /// The instance a batch was first decided in, if it is remembered.
+    pub fn decided_at(&self, key: BatchKey) -> Option<Instance> {
+        self.per_origin
+            .get(&key.origin)
+            .and_then(|(m, _)| m.get(&key.first_seq).copied())
     }
 }
 
@@ -124,6 +133,12 @@ pub struct LearnerState {
     max_pending: usize,
     /// Decided instances waiting for their payload, by batch key.
     waiting: HashMap<BatchKey, Instance>,
+    /// Acceptors (ring positions) that answered a retrieve for `trimmed_at` with a log start
+    /// above it, and the lowest such log start: once every live acceptor has, the instance is
+    /// gone everywhere and the learner skips to there.
+    pub trimmed_at: Instance,
+    pub trimmed_mask: u64,
+    pub trimmed_floor: Instance,
 }
 
 impl LearnerState {
@@ -139,6 +154,9 @@ impl LearnerState {
             retrieve_round: 0,
             max_pending,
             waiting: HashMap::new(),
+            trimmed_at: 0,
+            trimmed_mask: 0,
+            trimmed_floor: 0,
         }
     }
 
@@ -256,7 +274,7 @@ impl LearnerState {
             on_decided(instance, &decree);
             if let Decree::Values(batch) = decree {
                 cache.remove(&batch.key());
-                if self.dedup.first_time(batch.key()) && self.deliver {
+                if self.dedup.first_time(batch.key(), instance) && self.deliver {
                     deliveries.push(Delivery { instance, batch });
                 }
             }
@@ -268,6 +286,11 @@ impl LearnerState {
             self.retrieve_round = 0;
         }
         passed
+    }
+
+    /// The instance a batch was decided in, if this node delivered it recently.
+    pub fn decided_at(&self, key: BatchKey) -> Option<Instance> {
+        self.dedup.decided_at(key)
     }
 
     /// Whether the learner is behind what it knows to be decided.

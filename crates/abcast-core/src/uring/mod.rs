@@ -412,7 +412,7 @@ impl Protocol for URing {
             Message::Decision(m) => self.on_decision(m, out),
             Message::Nack(m) => self.on_nack(from_pos, m, out),
             Message::Retrieve(m) => self.on_retrieve(from_pos, m, out),
-            Message::Decided(m) => self.on_decided_reply(m, out),
+            Message::Decided(m) => self.on_decided_reply(from_pos, m, out),
             Message::Heartbeat(m) => self.on_heartbeat(from_pos, m, out),
             Message::Repair(m) => self.on_repair(from_pos, m, out),
         }

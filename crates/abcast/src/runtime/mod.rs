@@ -29,6 +29,8 @@ pub trait Application {
     fn deliver(&mut self, now: Micros, d: &Delivery);
     /// Some of this node's own values are decided.
     fn ack(&mut self, _now: Micros, _a: &Ack) {}
+    /// The learner passed over instances `[from, to)` that no acceptor holds any more.
+    fn skipped(&mut self, _now: Micros, _from: u64, _to: u64) {}
     /// A value was taken by `propose`; `by_load` tells the built-in load generator's values
     /// from the client port's.
     fn proposed(&mut self, _now: Micros, _id: ValueId, _by_load: bool) {}

@@ -1,0 +1,341 @@
+//! Instance-by-instance comparison of learners from their delivery logs (`abcast node
+//! --delivery-log`: one line `instance origin first_seq count` per delivered batch).
+//!
+//! Whole-sequence counts and hashes compare learners that delivered from instance 1. A learner
+//! restarted on in-memory storage starts from the oldest instance its peers still hold, so the
+//! demo compares what every learner delivered *at each instance* instead:
+//!
+//! * agreement: one batch per instance across every learner and incarnation;
+//! * no gap: inside the span an incarnation covered, it delivered every instance any learner
+//!   delivered there, and every node's last incarnation reached the last instance delivered;
+//! * integrity: no value id twice within one incarnation;
+//! * nothing lost: every acknowledged value of an origin is among the values delivered.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// One delivered batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    pub instance: u64,
+    pub origin: u32,
+    pub first_seq: u64,
+    pub count: u64,
+}
+
+/// The log of one incarnation of one learner.
+#[derive(Debug, Clone)]
+pub struct LearnerLog {
+    pub node: u32,
+    pub incarnation: u64,
+    pub entries: Vec<Entry>,
+    /// Instances `[from, to)` passed over: trimmed at every acceptor.
+    pub skipped: Vec<(u64, u64)>,
+}
+
+/// Reads every `deliveries-<incarnation>.log` of a node's directory.
+pub fn read_node(node: u32, dir: &Path) -> Result<Vec<LearnerLog>, String> {
+    let mut logs = Vec::new();
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) => return Err(format!("cannot read {}: {e}", dir.display())),
+    };
+    for item in rd.flatten() {
+        let name = item.file_name().to_string_lossy().to_string();
+        let Some(inc) = name
+            .strip_prefix("deliveries-")
+            .and_then(|r| r.strip_suffix(".log"))
+        else {
+            continue;
+        };
+        let incarnation: u64 = inc
+            .parse()
+            .map_err(|_| format!("bad delivery log name {name}"))?;
+        let text =
+            std::fs::read_to_string(item.path()).map_err(|e| format!("cannot read {name}: {e}"))?;
+        let (entries, skipped) = parse_log(&text).map_err(|e| format!("{name}: {e}"))?;
+        logs.push(LearnerLog {
+            node,
+            incarnation,
+            entries,
+            skipped,
+        });
+    }
+    logs.sort_by_key(|l| l.incarnation);
+    Ok(logs)
+}
+
+pub fn parse(text: &str) -> Result<Vec<Entry>, String> {
+    parse_log(text).map(|(e, _)| e)
+}
+
+/// Parses delivered batches and `skip FROM TO` lines (instances the learner passed over
+/// because every acceptor had trimmed them).
+/// Delivered batches and skipped instance ranges of one log.
+pub type ParsedLog = (Vec<Entry>, Vec<(u64, u64)>);
+
+pub fn parse_log(text: &str) -> Result<ParsedLog, String> {
+    let mut out = Vec::new();
+    let mut skips = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let bad = || {
+            format!(
+                "line {}: {line:?} is neither 4 numbers nor `skip FROM TO`",
+                i + 1
+            )
+        };
+        let num = |k: usize| -> Result<u64, String> {
+            f.get(k).and_then(|v| v.parse().ok()).ok_or_else(bad)
+        };
+        if f.first() == Some(&"skip") {
+            if f.len() != 3 {
+                return Err(bad());
+            }
+            skips.push((num(1)?, num(2)?));
+            continue;
+        }
+        if f.len() != 4 {
+            return Err(bad());
+        }
+        let origin =
+            u32::try_from(num(1)?).map_err(|_| format!("line {}: origin out of range", i + 1))?;
+        out.push(Entry {
+            instance: num(0)?,
+            origin,
+            first_seq: num(2)?,
+            count: num(3)?,
+        });
+    }
+    Ok((out, skips))
+}
+
+/// What the comparison found.
+#[derive(Debug, Default, Clone)]
+pub struct Verdict {
+    pub instances_compared: u64,
+    pub last_instance: u64,
+    /// Instances learners passed over because every acceptor had trimmed them (in-memory
+    /// storage without snapshots): not a disagreement, reported apart.
+    pub trimmed_skipped: u64,
+    pub disagreements: Vec<String>,
+    pub duplicates: Vec<String>,
+    pub lost: Vec<String>,
+    /// Values per origin among all delivered batches.
+    pub delivered_by_origin: BTreeMap<u32, u64>,
+}
+
+/// Compares the logs of every learner. `final_incarnation` names each node's last one;
+/// `acked_by_origin` is what proposers were told was decided.
+pub fn compare(logs: &[LearnerLog], acked_by_origin: &BTreeMap<u32, u64>) -> Verdict {
+    let mut v = Verdict::default();
+    let mut global: BTreeMap<u64, (Entry, u32, u64)> = BTreeMap::new();
+    for log in logs {
+        let mut prev = 0u64;
+        for e in &log.entries {
+            if e.instance <= prev {
+                v.disagreements.push(format!(
+                    "node {} (incarnation {}) delivered instance {} after {prev}",
+                    log.node, log.incarnation, e.instance
+                ));
+            }
+            prev = e.instance;
+            match global.get(&e.instance) {
+                None => {
+                    global.insert(e.instance, (*e, log.node, log.incarnation));
+                }
+                Some((g, n, inc)) if g != e => v.disagreements.push(format!(
+                    "ORDER DIFFERS at instance {}: node {} (incarnation {}) delivered {}:{}+{}, node {n} (incarnation {inc}) delivered {}:{}+{}",
+                    e.instance, log.node, log.incarnation, e.origin, e.first_seq, e.count, g.origin, g.first_seq, g.count
+                )),
+                Some(_) => {}
+            }
+        }
+        // Integrity: no value id twice within this incarnation.
+        let mut by_origin: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
+        for e in &log.entries {
+            by_origin
+                .entry(e.origin)
+                .or_default()
+                .push((e.first_seq, e.first_seq.saturating_add(e.count)));
+        }
+        for (origin, mut spans) in by_origin {
+            spans.sort_unstable();
+            for w in spans.windows(2) {
+                if w[1].0 < w[0].1 {
+                    v.duplicates.push(format!(
+                        "node {} (incarnation {}) delivered values of origin {origin} from seq {} twice",
+                        log.node, log.incarnation, w[1].0
+                    ));
+                    break;
+                }
+            }
+        }
+    }
+    v.instances_compared = global.len() as u64;
+    v.last_instance = global.keys().next_back().copied().unwrap_or(0);
+    // No gap inside the span each incarnation covered.
+    for log in logs {
+        let (Some(first), Some(last)) = (log.entries.first(), log.entries.last()) else {
+            continue;
+        };
+        let have: std::collections::BTreeSet<u64> =
+            log.entries.iter().map(|e| e.instance).collect();
+        let batches: std::collections::BTreeSet<(u32, u64)> = log
+            .entries
+            .iter()
+            .map(|e| (e.origin, e.first_seq))
+            .collect();
+        // A batch decided in two instances is delivered at the first only (learners skip the
+        // copy); a learner that restarted between the two delivers the second. Either way the
+        // learner has the batch: skipping that instance is the de-duplication rule at work.
+        let in_skip = |i: u64| log.skipped.iter().any(|&(f, t)| f <= i && i < t);
+        let mut reported = false;
+        for (i, (g, _, _)) in global.range(first.instance..=last.instance) {
+            if have.contains(i) || batches.contains(&(g.origin, g.first_seq)) {
+                continue;
+            }
+            if in_skip(*i) {
+                v.trimmed_skipped += 1;
+            } else if !reported {
+                reported = true;
+                v.disagreements.push(format!(
+                    "node {} (incarnation {}) skipped instance {i}, delivered by others",
+                    log.node, log.incarnation
+                ));
+            }
+        }
+    }
+    // Every node's last incarnation reached the end.
+    let mut last_by_node: BTreeMap<u32, &LearnerLog> = BTreeMap::new();
+    for log in logs {
+        let keep = last_by_node
+            .get(&log.node)
+            .is_none_or(|l| l.incarnation < log.incarnation);
+        if keep {
+            last_by_node.insert(log.node, log);
+        }
+    }
+    for (node, log) in last_by_node {
+        let reached = log.entries.last().map_or(0, |e| e.instance);
+        if reached < v.last_instance {
+            v.disagreements.push(format!(
+                "node {node} is behind: delivered up to instance {reached}, others up to {}",
+                v.last_instance
+            ));
+        }
+    }
+    let mut distinct: BTreeMap<(u32, u64), u64> = BTreeMap::new();
+    for (e, _, _) in global.values() {
+        distinct.insert((e.origin, e.first_seq), e.count);
+    }
+    for ((origin, _), count) in distinct {
+        *v.delivered_by_origin.entry(origin).or_default() += count;
+    }
+    for (&origin, &acked) in acked_by_origin {
+        let got = v.delivered_by_origin.get(&origin).copied().unwrap_or(0);
+        if got < acked {
+            v.lost.push(format!(
+                "origin {origin}: {acked} values acknowledged, {got} delivered"
+            ));
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log(node: u32, inc: u64, text: &str) -> LearnerLog {
+        let (entries, skipped) = parse_log(text).expect("parses");
+        LearnerLog {
+            node,
+            incarnation: inc,
+            entries,
+            skipped,
+        }
+    }
+
+    #[test]
+    fn a_restarted_learner_that_starts_late_agrees() {
+        let full = "1 0 1 10\n2 1 1 5\n4 0 11 10\n";
+        let logs = vec![
+            log(0, 0, full),
+            log(1, 0, full),
+            log(2, 0, "1 0 1 10\n"),
+            log(2, 1, "4 0 11 10\n"),
+        ];
+        let acked = BTreeMap::from([(0, 20), (1, 5)]);
+        let v = compare(&logs, &acked);
+        assert!(
+            v.disagreements.is_empty() && v.duplicates.is_empty() && v.lost.is_empty(),
+            "{v:?}"
+        );
+        assert_eq!(v.last_instance, 4);
+    }
+
+    #[test]
+    fn order_gap_duplicate_and_loss_are_reported() {
+        let logs = vec![
+            log(0, 0, "1 0 1 10\n2 1 1 5\n3 0 5 10\n"),
+            log(1, 0, "1 0 1 10\n2 1 2 5\n"),
+            log(2, 0, "1 0 1 10\n3 0 5 10\n"),
+        ];
+        let acked = BTreeMap::from([(1, 50)]);
+        let v = compare(&logs, &acked);
+        assert!(
+            v.disagreements
+                .iter()
+                .any(|d| d.contains("ORDER DIFFERS at instance 2")),
+            "{v:?}"
+        );
+        assert!(
+            v.disagreements
+                .iter()
+                .any(|d| d.contains("node 2 (incarnation 0) skipped instance 2")),
+            "{v:?}"
+        );
+        assert!(
+            v.disagreements
+                .iter()
+                .any(|d| d.contains("node 1 is behind")),
+            "{v:?}"
+        );
+        assert!(v.duplicates.iter().any(|d| d.contains("node 0")), "{v:?}");
+        assert!(v.lost.iter().any(|d| d.contains("origin 1")), "{v:?}");
+    }
+
+    #[test]
+    fn a_batch_decided_twice_is_not_a_gap() {
+        // Batch 1:1 decided in instances 2 and 5: learners that saw 2 skip 5; node 2 restarted
+        // at 4 and delivers it at 5.
+        let logs = vec![
+            log(0, 0, "1 0 1 10\n2 1 1 5\n4 0 11 1\n6 0 12 1\n"),
+            log(1, 0, "1 0 1 10\n2 1 1 5\n4 0 11 1\n6 0 12 1\n"),
+            log(2, 1, "4 0 11 1\n5 1 1 5\n6 0 12 1\n"),
+        ];
+        let v = compare(&logs, &BTreeMap::from([(1, 5)]));
+        assert!(v.disagreements.is_empty(), "{v:?}");
+        assert_eq!(v.delivered_by_origin.get(&1), Some(&5));
+    }
+
+    #[test]
+    fn instances_trimmed_everywhere_are_counted_apart() {
+        let logs = vec![
+            log(0, 0, "1 0 1 1\n2 0 2 1\n3 0 3 1\n4 0 4 1\n"),
+            log(1, 1, "1 0 1 1\nskip 2 4\n4 0 4 1\n"),
+        ];
+        let v = compare(&logs, &BTreeMap::new());
+        assert!(v.disagreements.is_empty(), "{v:?}");
+        assert_eq!(v.trimmed_skipped, 2);
+    }
+
+    #[test]
+    fn garbage_lines_are_errors() {
+        assert!(parse_log("skip 1\n").is_err());
+        assert!(parse("1 2 3\n").is_err());
+        assert!(parse("a b c d\n").is_err());
+        assert!(parse("1 99999999999 1 1\n").is_err());
+    }
+}

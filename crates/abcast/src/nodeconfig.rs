@@ -419,7 +419,7 @@ pub fn local_cluster(n: usize, base_port: u16) -> String {
         "[ring]\n# every field optional; see RingConfig (times in ms, batch_linger_us in us)\n\n",
     );
     s.push_str(
-        "[transport]\nbuffer_size = 2097152\ntcp_nodelay = true\nsend_queue_bytes = 67108864\n\n",
+        "[transport]\nbuffer_size = 2097152\ntcp_nodelay = true\nsend_queue_bytes = 268435456\n\n",
     );
     s.push_str(&format!(
         "[storage]\nkind = \"memory\"\ndir = \"{DEFAULT_DATA_DIR}\"\n"
@@ -560,7 +560,7 @@ dir = "data"
         assert_eq!(c.ring.members[0].roles, Roles::PAL);
         assert_eq!(c.transport.buffer_size, 1 << 20);
         assert!(!c.transport.tcp_nodelay);
-        assert_eq!(c.transport.send_queue_bytes, 64 << 20);
+        assert_eq!(c.transport.send_queue_bytes, 256 << 20);
         assert_eq!(c.storage.dir, PathBuf::from("/etc/abcast/data"));
         assert_eq!(
             c.members[0].client_addr,

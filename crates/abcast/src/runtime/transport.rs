@@ -52,7 +52,7 @@ impl Default for TransportConfig {
         TransportConfig {
             buffer_size: 2 << 20,
             tcp_nodelay: true,
-            send_queue_bytes: 64 << 20,
+            send_queue_bytes: 256 << 20,
             client_queue_bytes: 16 << 20,
             backoff_ms_min: 10,
             backoff_ms_max: 1000,

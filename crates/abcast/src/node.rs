@@ -16,7 +16,6 @@ use abcast_core::{Delivery, Instance, Micros, NodeId, Protocol, Status, ValueId}
 use base64::Engine;
 use hdrhistogram::Histogram;
 use hdrhistogram::serialization::{Serializer, V2Serializer};
-use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io::{self, Write};
@@ -383,34 +382,6 @@ struct NodeStats<'w> {
     proposed_at: HashMap<u64, Micros>,
 }
 
-#[derive(Serialize)]
-struct StatsLine<'a> {
-    #[serde(rename = "type")]
-    kind: &'a str,
-    node: u32,
-    incarnation: u64,
-    t_us: u64,
-    delivered_values: u64,
-    delivered_bytes: u64,
-    delivered_instance: u64,
-    order_hash: String,
-    proposed_values: u64,
-    acked_values: u64,
-    busy_rejections: u64,
-    coordinator: Option<u32>,
-    cpu_user_ms: u64,
-    cpu_sys_ms: u64,
-    rss_kib: u64,
-    lat_count: u64,
-    lat_us_p50: u64,
-    lat_us_p99: u64,
-    lat_us_p999: u64,
-    lat_hist: String,
-    delivered_by_origin: &'a BTreeMap<u32, u64>,
-    acked_by_origin: &'a BTreeMap<u32, u64>,
-    duplicate_deliveries: u64,
-}
-
 impl<'w> NodeStats<'w> {
     fn new(
         me: NodeId,
@@ -458,8 +429,10 @@ impl<'w> NodeStats<'w> {
                 Ok(_) => base64::engine::general_purpose::STANDARD.encode(&hist),
                 Err(_) => String::new(),
             };
-            let line = StatsLine {
-                kind,
+            let origins =
+                |m: &BTreeMap<u32, u64>| m.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+            let line = crate::stats::WireLine {
+                kind: kind.to_string(),
                 node: self.me.0,
                 incarnation: self.incarnation,
                 t_us: now,
@@ -475,12 +448,12 @@ impl<'w> NodeStats<'w> {
                 cpu_sys_ms,
                 rss_kib: rss_kib(),
                 lat_count: h.len(),
-                lat_us_p50: h.value_at_quantile(0.5),
-                lat_us_p99: h.value_at_quantile(0.99),
-                lat_us_p999: h.value_at_quantile(0.999),
-                lat_hist,
-                delivered_by_origin: &self.delivered_by_origin,
-                acked_by_origin: &self.acked_by_origin,
+                lat_us_p50: h.value_at_quantile(0.5) as f64,
+                lat_us_p99: h.value_at_quantile(0.99) as f64,
+                lat_us_p999: h.value_at_quantile(0.999) as f64,
+                lat_hist: Some(lat_hist),
+                delivered_by_origin: origins(&self.delivered_by_origin),
+                acked_by_origin: origins(&self.acked_by_origin),
                 duplicate_deliveries: self.duplicate_deliveries,
             };
             match serde_json::to_string(&line) {

@@ -9,7 +9,7 @@
 use base64::Engine as _;
 use hdrhistogram::Histogram;
 use hdrhistogram::serialization::Deserializer;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -78,34 +78,37 @@ pub struct StatsLine {
     pub duplicate_deliveries: u64,
 }
 
-/// The wire shape; converted into [`StatsLine`] after checks serde cannot express.
-#[derive(Deserialize)]
-struct RawLine {
+/// The wire shape of a stats line (docs/CONTRACTS.md): the node serializes it, the parent
+/// deserializes it and converts it into [`StatsLine`] after checks serde cannot express. One
+/// definition for both sides, so they cannot drift apart.
+#[derive(Serialize, Deserialize)]
+pub struct WireLine {
     #[serde(rename = "type")]
-    kind: String,
-    node: u32,
-    incarnation: u64,
-    t_us: u64,
-    delivered_values: u64,
-    delivered_bytes: u64,
-    delivered_instance: u64,
-    order_hash: String,
-    proposed_values: u64,
-    acked_values: u64,
-    busy_rejections: u64,
-    coordinator: Option<u32>,
-    cpu_user_ms: u64,
-    cpu_sys_ms: u64,
-    rss_kib: u64,
-    lat_count: u64,
-    lat_us_p50: f64,
-    lat_us_p99: f64,
-    lat_us_p999: f64,
+    pub kind: String,
+    pub node: u32,
+    pub incarnation: u64,
+    pub t_us: u64,
+    pub delivered_values: u64,
+    pub delivered_bytes: u64,
+    pub delivered_instance: u64,
+    pub order_hash: String,
+    pub proposed_values: u64,
+    pub acked_values: u64,
+    pub busy_rejections: u64,
+    pub coordinator: Option<u32>,
+    pub cpu_user_ms: u64,
+    pub cpu_sys_ms: u64,
+    pub rss_kib: u64,
+    pub lat_count: u64,
+    pub lat_us_p50: f64,
+    pub lat_us_p99: f64,
+    pub lat_us_p999: f64,
     #[serde(default)]
-    lat_hist: Option<String>,
-    delivered_by_origin: BTreeMap<String, u64>,
-    acked_by_origin: BTreeMap<String, u64>,
-    duplicate_deliveries: u64,
+    pub lat_hist: Option<String>,
+    /// JSON object keys are strings: node ids as decimal text.
+    pub delivered_by_origin: BTreeMap<String, u64>,
+    pub acked_by_origin: BTreeMap<String, u64>,
+    pub duplicate_deliveries: u64,
 }
 
 fn origins(field: &str, raw: BTreeMap<String, u64>) -> Result<BTreeMap<u32, u64>, StatsError> {
@@ -131,7 +134,7 @@ pub fn parse_line(line: &str) -> Result<StatsLine, StatsError> {
         let shown: String = line.chars().take(60).collect();
         return bad(format!("not a JSON object: {shown:?}"));
     }
-    let raw: RawLine = match serde_json::from_str(line) {
+    let raw: WireLine = match serde_json::from_str(line) {
         Ok(raw) => raw,
         Err(e) => return bad(e.to_string()),
     };

@@ -5,33 +5,24 @@
 mod runtime_support;
 
 use abcast::client::{Client, ClientError};
-use abcast::runtime::{LoadConfig, TransportConfig};
+use abcast::runtime::TransportConfig;
 use abcast_core::storage::MemoryStore;
 use abcast_core::uring::{RingConfig, StartInfo, URing};
 use bytes::Bytes;
 use runtime_support::*;
 
 fn uring_cluster(n: usize, values_per_node: u64, ring: RingConfig) -> Vec<RunningNode<URing>> {
-    local_specs(n, TransportConfig::default(), true, |_, _, a| a)
-        .into_iter()
-        .map(|(cfg, listeners)| {
+    cluster(
+        n,
+        load_of(values_per_node, 256, 64),
+        TransportConfig::default(),
+        true,
+        |_, _, a| a,
+        |me| {
             let store = MemoryStore::new(ring.store_capacity_instances, ring.store_capacity_bytes);
-            let protocol =
-                URing::new(ring.clone(), cfg.me, StartInfo::FRESH, Box::new(store)).unwrap();
-            let load = (values_per_node > 0).then_some(LoadConfig {
-                rate_per_s: 0,
-                value_bytes: 256,
-                window_values: 64,
-                max_values: Some(values_per_node),
-            });
-            start(NodeSpec {
-                cfg,
-                protocol,
-                listeners,
-                load,
-            })
-        })
-        .collect()
+            URing::new(ring.clone(), me, StartInfo::FRESH, Box::new(store)).unwrap()
+        },
+    )
 }
 
 #[test]

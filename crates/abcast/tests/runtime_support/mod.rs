@@ -439,6 +439,42 @@ pub fn local_specs(
         .collect()
 }
 
+/// Starts `n` nodes of the protocol `make` builds, each running `load` (if any).
+pub fn cluster<P: Protocol + Send + 'static>(
+    n: usize,
+    load: Option<LoadConfig>,
+    transport: TransportConfig,
+    with_client_port: bool,
+    route: impl Fn(usize, usize, SocketAddr) -> SocketAddr,
+    make: impl Fn(NodeId) -> P,
+) -> Vec<RunningNode<P>>
+where
+    P::Message: Send,
+{
+    local_specs(n, transport, with_client_port, route)
+        .into_iter()
+        .map(|(cfg, listeners)| {
+            start(NodeSpec {
+                protocol: make(cfg.me),
+                cfg,
+                listeners,
+                load: load.clone(),
+            })
+        })
+        .collect()
+}
+
+/// The built-in load generator proposing `values` values of `value_bytes`, at most
+/// `window_values` in flight; `None` for no load.
+pub fn load_of(values: u64, value_bytes: usize, window_values: usize) -> Option<LoadConfig> {
+    (values > 0).then_some(LoadConfig {
+        rate_per_s: 0,
+        value_bytes,
+        window_values,
+        max_values: Some(values),
+    })
+}
+
 /// Starts `n` sequencer-broadcast nodes; node `i` proposes `values_per_node` values.
 pub fn seq_cluster(
     n: usize,
@@ -448,24 +484,14 @@ pub fn seq_cluster(
     route: impl Fn(usize, usize, SocketAddr) -> SocketAddr,
 ) -> Vec<RunningNode<SeqBcast>> {
     let members: Vec<NodeId> = (0..n as u32).map(NodeId).collect();
-    local_specs(n, transport, with_client_port, route)
-        .into_iter()
-        .map(|(cfg, listeners)| {
-            let protocol = SeqBcast::new(cfg.me, members.clone(), 1);
-            let load = (values_per_node > 0).then_some(LoadConfig {
-                rate_per_s: 0,
-                value_bytes: 100,
-                window_values: 32,
-                max_values: Some(values_per_node),
-            });
-            start(NodeSpec {
-                cfg,
-                protocol,
-                listeners,
-                load,
-            })
-        })
-        .collect()
+    cluster(
+        n,
+        load_of(values_per_node, 100, 32),
+        transport,
+        with_client_port,
+        route,
+        |me| SeqBcast::new(me, members.clone(), 1),
+    )
 }
 
 /// Waits until `cond` holds, checking every 20 ms, for at most `limit`.

@@ -159,6 +159,4 @@ pub trait WireMessage: Sized {
     fn encode(&self, enc: &mut Encoder);
     /// Decodes a body of the given kind. Must reject, never panic on, any byte string.
     fn decode(kind: u8, body: Bytes) -> Result<Self, DecodeError>;
-    /// A rough size of the encoded body, for queue accounting.
-    fn size_hint(&self) -> usize;
 }

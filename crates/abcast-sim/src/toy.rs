@@ -169,13 +169,6 @@ impl WireMessage for ToyMsg {
         d.finish()?;
         Ok(msg)
     }
-
-    fn size_hint(&self) -> usize {
-        match self {
-            ToyMsg::Submit(b) | ToyMsg::Order { batch: b, .. } => 32 + b.wire_bytes(),
-            ToyMsg::Sync { .. } | ToyMsg::Heartbeat { .. } => 8,
-        }
-    }
 }
 
 /// One toy node: proposer, learner, and the sequencer if it is `cfg.sequencer`.

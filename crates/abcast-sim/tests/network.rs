@@ -38,9 +38,6 @@ impl WireMessage for Ping {
         d.finish()?;
         Ok(ping)
     }
-    fn size_hint(&self) -> usize {
-        20
-    }
 }
 
 /// What one node incarnation saw.

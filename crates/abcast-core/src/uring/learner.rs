@@ -240,6 +240,7 @@ impl LearnerState {
     }
 
     /// Whether the next instance waits only for its payload.
+    #[cfg(test)]
     pub fn next_missing_payload(&self) -> Option<BatchKey> {
         self.pending
             .get(&self.next)

@@ -515,35 +515,6 @@ impl WireMessage for Message {
         d.finish()?;
         Ok(m)
     }
-
-    fn size_hint(&self) -> usize {
-        match self {
-            Message::Forward(m) => 40 + m.batch.wire_bytes(),
-            Message::Phase2(Phase2 {
-                decree: WireDecree::Full(b),
-                ..
-            })
-            | Message::Decision(Decision {
-                decree: WireDecree::Full(b),
-                ..
-            }) => 80 + b.wire_bytes(),
-            Message::Phase1b(m) => {
-                96 + m
-                    .accepted
-                    .iter()
-                    .map(|a| 32 + a.decree.wire_bytes())
-                    .sum::<usize>()
-            }
-            Message::Decided(m) => {
-                16 + m
-                    .entries
-                    .iter()
-                    .map(|(_, d)| 32 + d.wire_bytes())
-                    .sum::<usize>()
-            }
-            _ => 80,
-        }
-    }
 }
 
 #[cfg(test)]

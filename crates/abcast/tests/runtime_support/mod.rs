@@ -103,9 +103,6 @@ impl WireMessage for SeqMsg {
         d.finish()?;
         Ok(m)
     }
-    fn size_hint(&self) -> usize {
-        32
-    }
 }
 
 /// Node `members[0]` orders everything. Proposers resend unordered values, learners ask

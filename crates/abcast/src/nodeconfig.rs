@@ -13,13 +13,22 @@
 //! [ring]        # every field optional, defaults from RingConfig; times in ms except batch_linger_us
 //! [transport]   # buffer_size, tcp_nodelay, send_queue_bytes, client_queue_bytes, backoff_ms_min, backoff_ms_max
 //! [storage]     # kind = "memory", dir = "abcast-data"
+//! [[link_faults]]   # optional, repeatable: injected delay/loss on links, for experiments
+//! from = 0          # sending node; omitted = every node
+//! to = 1            # receiving node; omitted = every peer of `from`
+//! delay_us = 5000   # one-way delay per frame, default 0, at most 10 s
+//! loss_ppm = 1000   # frames lost per million, default 0, at most 1000000
 //! ```
 //!
 //! Every error names the field and the reason. Durations in `[ring]` are in milliseconds,
 //! the unit seed 000 table 4.1 uses (`p1_resend_ms`, `value_resend_ms`, ...), except
 //! `batch_linger_us`, which is far below a millisecond.
+//!
+//! `[[link_faults]]` is read by every node, which applies the rules of its own outgoing
+//! links (`runtime::linkfault`); each directed link may be named by one rule only.
 
 use crate::runtime::TransportConfig;
+use crate::runtime::linkfault::{self, LinkFault};
 use abcast_core::NodeId;
 use abcast_core::uring::{Member, RingConfig, Roles, StartInfo};
 use serde::Deserialize;
@@ -132,6 +141,19 @@ struct FileConfig {
     transport: FileTransport,
     #[serde(default)]
     storage: FileStorage,
+    #[serde(default)]
+    link_faults: Vec<FileLinkFault>,
+}
+
+/// One `[[link_faults]]` entry. Values are read as wide integers so that a value out of
+/// range is reported with its field and limit, not as a type error.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileLinkFault {
+    from: Option<u32>,
+    to: Option<u32>,
+    delay_us: Option<u64>,
+    loss_ppm: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -372,6 +394,8 @@ pub fn parse(
         );
     }
 
+    transport.link_faults = link_faults(&file.link_faults, &members)?;
+
     match file.storage.kind.as_deref() {
         None | Some("memory") => {}
         Some(other) => {
@@ -396,6 +420,61 @@ pub fn parse(
         transport,
         storage: StorageConfig { dir },
     })
+}
+
+/// Converts and checks the `[[link_faults]]` entries against the members.
+fn link_faults(
+    entries: &[FileLinkFault],
+    members: &[MemberAddr],
+) -> Result<Vec<LinkFault>, NodeConfigError> {
+    let mut rules = Vec::with_capacity(entries.len());
+    for (i, e) in entries.iter().enumerate() {
+        let delay_us = e.delay_us.unwrap_or(0);
+        let loss_ppm = e.loss_ppm.unwrap_or(0);
+        let Ok(loss_ppm) = u32::try_from(loss_ppm) else {
+            return invalid(
+                format!("link_faults[{i}].loss_ppm"),
+                format!("{loss_ppm}, at most {}", linkfault::MAX_LOSS_PPM),
+            );
+        };
+        rules.push(LinkFault {
+            from: e.from.map(NodeId),
+            to: e.to.map(NodeId),
+            delay_us,
+            loss_ppm,
+        });
+    }
+    let ids: Vec<NodeId> = members.iter().map(|m| m.id).collect();
+    // Resolving checks ids, ranges and overlaps for the whole cluster, so every node refuses
+    // the same file, not only the nodes whose links a bad rule shapes.
+    if let Err(e) = linkfault::resolve(&rules, &ids) {
+        return invalid(e.field, e.reason);
+    }
+    Ok(rules)
+}
+
+/// The `[[link_faults]]` array for `rules`, for programs that write node configs (set it
+/// with `demo::set_toml_key(table, "link_faults", value)`, or through
+/// `ClusterSpec::config_edits` as `("link_faults", value)`).
+pub fn link_faults_toml(rules: &[LinkFault]) -> toml::Value {
+    let int = |v: u64| toml::Value::Integer(i64::try_from(v).unwrap_or(i64::MAX));
+    toml::Value::Array(
+        rules
+            .iter()
+            .map(|r| {
+                let mut t = toml::Table::new();
+                if let Some(from) = r.from {
+                    t.insert("from".into(), int(u64::from(from.0)));
+                }
+                if let Some(to) = r.to {
+                    t.insert("to".into(), int(u64::from(to.0)));
+                }
+                t.insert("delay_us".into(), int(r.delay_us));
+                t.insert("loss_ppm".into(), int(u64::from(r.loss_ppm)));
+                toml::Value::Table(t)
+            })
+            .collect(),
+    )
 }
 
 /// A config for `n` nodes on 127.0.0.1: node `i` listens for peers on `base_port + i` and

@@ -23,6 +23,7 @@
 use super::Application;
 use super::clientwire::{ClientFrame, KIND_DELIVERED};
 use super::frame::{self, Frame, KIND_CLIENT_MIN, KIND_HELLO, KIND_PROTOCOL_MAX};
+use super::linkfault::{LinkFaults, QueueRoom, Verdict};
 use super::loadgen::{LoadConfig, LoadGen};
 use super::transport::{self, Backoff, OutQueue, PushError, ReadOutcome, TransportConfig};
 use abcast_core::codec::{Decoder, Encoder, WireMessage};
@@ -118,6 +119,8 @@ pub enum DriverError {
     /// The store could not be synced: continuing could send messages that depend on state
     /// that is not durable.
     Storage(StorageError),
+    /// The configuration cannot be run; `field` names the offending setting.
+    Config { field: String, reason: String },
 }
 
 impl fmt::Display for DriverError {
@@ -125,6 +128,7 @@ impl fmt::Display for DriverError {
         match self {
             DriverError::Io { what, source } => write!(f, "{what}: {source}"),
             DriverError::Storage(e) => write!(f, "{e}"),
+            DriverError::Config { field, reason } => write!(f, "{field}: {reason}"),
         }
     }
 }
@@ -141,6 +145,8 @@ pub struct TransportStats {
     pub frames_queued: u64,
     /// Frames dropped because a peer's queue was full (or the peer is unknown).
     pub frames_dropped: u64,
+    /// Frames dropped by injected link loss (`TransportConfig::link_faults`).
+    pub frames_lost: u64,
     pub frames_received: u64,
     /// Connections closed because of a bad frame, a message that failed to decode, or a
     /// refused `Hello`.
@@ -274,6 +280,8 @@ pub struct Driver<P: Protocol> {
     next_periodic_us: Micros,
     unknown_logged: HashSet<NodeId>,
     conn_limit_logged: bool,
+    /// Injected delay and loss on outgoing links; `None` unless configured.
+    faults: Option<LinkFaults>,
 }
 
 impl<P: Protocol> Driver<P> {
@@ -322,6 +330,21 @@ impl<P: Protocol> Driver<P> {
                 dirty: false,
             });
         }
+        let members: Vec<NodeId> = std::iter::once(cfg.me)
+            .chain(cfg.peers.iter().map(|&(id, _)| id))
+            .collect();
+        let peer_ids: Vec<NodeId> = peers.iter().map(|p| p.id).collect();
+        let faults = LinkFaults::new(
+            cfg.me,
+            cfg.cluster_id,
+            &cfg.transport.link_faults,
+            &members,
+            &peer_ids,
+        )
+        .map_err(|e| DriverError::Config {
+            field: format!("transport.{}", e.field),
+            reason: e.reason,
+        })?;
         let last_tick_us = 0;
         Ok(Driver {
             next_periodic_us: cfg.periodic_us,
@@ -350,6 +373,7 @@ impl<P: Protocol> Driver<P> {
             last_tick_us,
             unknown_logged: HashSet::new(),
             conn_limit_logged: false,
+            faults,
         })
     }
 
@@ -481,10 +505,16 @@ impl<P: Protocol> Driver<P> {
                 deadline = deadline.min(until);
             }
         }
+        if let Some(due) = self.faults.as_ref().and_then(LinkFaults::next_due_us) {
+            deadline = deadline.min(due);
+        }
         Duration::from_micros(deadline.saturating_sub(now)).min(POLL_MAX)
     }
 
     fn fire_timers<A: Application + ?Sized>(&mut self, now: Micros, app: &mut A) {
+        while let Some((idx, f)) = self.faults.as_mut().and_then(|lf| lf.pop_due(now)) {
+            self.queue_frame(now, idx, f.kind, f.group, &f.chunks);
+        }
         for idx in 0..self.peers.len() {
             match self.peers[idx].link {
                 Link::Backoff { until } if until <= now => {
@@ -596,16 +626,40 @@ impl<P: Protocol> Driver<P> {
         };
         let mut enc = Encoder::new();
         msg.encode(&mut enc);
-        let chunks = enc.finish();
+        let mut chunks = enc.finish();
         let kind = msg.kind();
         let group = self.cfg.group;
-        let mut pushed = self.peers[idx].queue.push_frame(kind, group, &chunks);
+        if let Some(faults) = self.faults.as_mut() {
+            let room = QueueRoom {
+                queued_bytes: self.peers[idx].queue.queued_bytes(),
+                limit_bytes: self.cfg.transport.send_queue_bytes,
+            };
+            match faults.on_send(idx, now, kind, group, chunks, room) {
+                Verdict::Pass(c) => chunks = c,
+                Verdict::Held => return,
+                Verdict::Lost => {
+                    self.stats.frames_lost += 1;
+                    return;
+                }
+                Verdict::Full => {
+                    self.stats.frames_dropped += 1;
+                    self.peers[idx].dropped_unlogged += 1;
+                    return;
+                }
+            }
+        }
+        self.queue_frame(now, idx, kind, group, &chunks);
+    }
+
+    /// Queues one encoded frame for peer `idx`'s socket, dialing the peer if needed.
+    fn queue_frame(&mut self, now: Micros, idx: usize, kind: u8, group: u16, chunks: &[Bytes]) {
+        let mut pushed = self.peers[idx].queue.push_frame(kind, group, chunks);
         if matches!(pushed, Err(PushError::Full(_)))
             && matches!(self.peers[idx].link, Link::Up { .. })
         {
             // Make room by writing what the socket takes now, then try once more.
             self.flush_peer(idx, now);
-            pushed = self.peers[idx].queue.push_frame(kind, group, &chunks);
+            pushed = self.peers[idx].queue.push_frame(kind, group, chunks);
         }
         match pushed {
             Ok(()) => {
@@ -618,6 +672,7 @@ impl<P: Protocol> Driver<P> {
             }
             Err(PushError::Frame(e)) => {
                 self.stats.frames_dropped += 1;
+                let to = self.peers[idx].id;
                 self.log(format_args!("cannot send message kind {kind} to {to}: {e}"));
             }
         }

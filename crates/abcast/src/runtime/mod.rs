@@ -5,16 +5,19 @@
 //! - `transport`: bounded outbound queues flushed with vectored writes, reads into a large
 //!   buffer, socket options, reconnect backoff.
 //! - `clientwire`: the client protocol on the client port (`abcast propose`, `abcast learn`).
+//! - `linkfault`: optional injected per-link delay and loss, for experiments.
 //! - `driver`: the event loop. One thread runs everything of one node, so the protocol
 //!   needs no locks and its effects are carried out in the order the contract gives.
 
 pub mod clientwire;
 pub mod driver;
 pub mod frame;
+pub mod linkfault;
 pub mod loadgen;
 pub mod transport;
 
 pub use driver::{Driver, DriverConfig, DriverError, Listeners, TransportStats};
+pub use linkfault::LinkFault;
 pub use loadgen::LoadConfig;
 pub use transport::TransportConfig;
 

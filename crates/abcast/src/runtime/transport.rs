@@ -9,6 +9,7 @@
 //! small messages costs one syscall, not one per message.
 
 use super::frame::{self, FrameError, HEADER_BYTES};
+use super::linkfault::LinkFault;
 use bytes::{Buf, Bytes, BytesMut};
 use mio::net::TcpStream;
 use socket2::{Domain, Protocol as SockProtocol, SockRef, Socket, Type};
@@ -45,6 +46,10 @@ pub struct TransportConfig {
     pub backoff_ms_max: u64,
     /// The read buffer of a connection grows to at least this much free space per read.
     pub read_buffer_bytes: usize,
+    /// Injected per-link delay and loss for experiments (`[[link_faults]]` in the node
+    /// config), for the whole cluster: each driver applies the rules of its own outgoing
+    /// links. Empty (the default) = real links only, and the send path is unchanged.
+    pub link_faults: Vec<LinkFault>,
 }
 
 impl Default for TransportConfig {
@@ -57,6 +62,7 @@ impl Default for TransportConfig {
             backoff_ms_min: 10,
             backoff_ms_max: 1000,
             read_buffer_bytes: 1 << 20,
+            link_faults: Vec::new(),
         }
     }
 }

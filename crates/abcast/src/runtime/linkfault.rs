@@ -1,0 +1,443 @@
+//! Injected per-link delay and loss, for experiments on one machine.
+//!
+//! `tc netem` is not available everywhere we measure, and seed 000's figures 4.7/4.10 need
+//! rings whose throughput is bounded by link delay, so the runtime can emulate a slow or
+//! lossy link itself. A rule shapes the directed link `from -> to`:
+//!
+//! - `delay_us`: every frame the protocol sends on the link is held that long before it is
+//!   queued for the socket. All frames of a delayed link take the same path, so the link
+//!   stays FIFO, as a TCP connection is.
+//! - `loss_ppm`: each frame is dropped, independently, with probability `loss_ppm / 10^6`.
+//!   On TCP this is an application-level stand-in for packet loss: the protocols' own
+//!   retransmissions must repair it, which is what the experiments exercise.
+//!
+//! The dice come from one splitmix64 stream per link, seeded from the cluster id and the
+//! link's two node ids, so the loss pattern of a link is a function of the configuration
+//! (which frames it hits still depends on the order the protocol sends them).
+//!
+//! Held frames count against the link's send-queue budget together with the frames already
+//! queued for the socket: a delayed link holds no more than an undelayed one may queue, and
+//! a frame that does not fit is dropped like one that meets a full queue.
+//!
+//! A held frame is on the emulated wire: a broken connection clears the socket queue but not
+//! the held frames, which go out on the next connection. The delay is a lower bound: the
+//! event loop wakes for the next due frame, but its poll timeout has millisecond
+//! granularity, so a frame can leave up to about a millisecond late.
+//!
+//! Frames to the node itself never pass here (the driver loops them back in-process), and
+//! neither does the transport's `Hello`, which is not a protocol message.
+//!
+//! With no rule for a node, the driver holds no [`LinkFaults`] at all and its send path
+//! costs one branch more than without this module.
+
+use abcast_core::{Micros, NodeId};
+use bytes::Bytes;
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+
+/// Longest injected one-way delay. Longer delays would hold frames past every protocol
+/// timeout, which measures the timeouts, not the link.
+pub const MAX_DELAY_US: Micros = 10_000_000;
+/// Loss probability of one in one: every frame is lost.
+pub const MAX_LOSS_PPM: u32 = 1_000_000;
+
+/// One rule as written in the config (`[[link_faults]]`): `None` stands for every node
+/// (`from`) or every peer (`to`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkFault {
+    pub from: Option<NodeId>,
+    pub to: Option<NodeId>,
+    /// One-way delay added to every frame, at most [`MAX_DELAY_US`].
+    pub delay_us: Micros,
+    /// Probability of losing a frame in parts per million, at most [`MAX_LOSS_PPM`].
+    pub loss_ppm: u32,
+}
+
+impl LinkFault {
+    /// A rule for every link of the cluster.
+    pub fn everywhere(delay_us: Micros, loss_ppm: u32) -> LinkFault {
+        LinkFault {
+            from: None,
+            to: None,
+            delay_us,
+            loss_ppm,
+        }
+    }
+
+    /// A rule for the one directed link `from -> to`.
+    pub fn link(from: NodeId, to: NodeId, delay_us: Micros, loss_ppm: u32) -> LinkFault {
+        LinkFault {
+            from: Some(from),
+            to: Some(to),
+            delay_us,
+            loss_ppm,
+        }
+    }
+}
+
+/// What is wrong with a rule; `field` is the config's name for it, e.g.
+/// `link_faults[2].loss_ppm`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkFaultError {
+    pub field: String,
+    pub reason: String,
+}
+
+impl fmt::Display for LinkFaultError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.reason)
+    }
+}
+
+impl std::error::Error for LinkFaultError {}
+
+/// The fault of one directed link, after the rules are resolved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkShape {
+    pub delay_us: Micros,
+    pub loss_ppm: u32,
+}
+
+/// Checks `rules` against the cluster's `members` and expands them into one shape per
+/// directed link `(from, to)`, `from != to`. Errors name the rule's field: an id that is not
+/// a member, a value out of range, a link to the node itself, two rules for one link (after
+/// expanding omitted ids; overlapping rules would make the outcome depend on their order).
+/// Links whose rule has neither delay nor loss are left out.
+pub fn resolve(
+    rules: &[LinkFault],
+    members: &[NodeId],
+) -> Result<Vec<(NodeId, NodeId, LinkShape)>, LinkFaultError> {
+    let err = |i: usize, name: &str, reason: String| {
+        Err(LinkFaultError {
+            field: if name.is_empty() {
+                format!("link_faults[{i}]")
+            } else {
+                format!("link_faults[{i}].{name}")
+            },
+            reason,
+        })
+    };
+    // The driver's member list may name a node twice (itself among its peers).
+    let mut unique: Vec<NodeId> = Vec::with_capacity(members.len());
+    for &m in members {
+        if !unique.contains(&m) {
+            unique.push(m);
+        }
+    }
+    let members = &unique[..];
+    let mut owner: HashMap<(NodeId, NodeId), usize> = HashMap::new();
+    let mut shapes = Vec::new();
+    for (i, r) in rules.iter().enumerate() {
+        for (name, id) in [("from", r.from), ("to", r.to)] {
+            if let Some(id) = id
+                && !members.contains(&id)
+            {
+                return err(i, name, format!("node {} is not among the members", id.0));
+            }
+        }
+        if r.from.is_some() && r.from == r.to {
+            return err(
+                i,
+                "to",
+                "a node's frames to itself never cross a link and are never delayed".into(),
+            );
+        }
+        if r.delay_us > MAX_DELAY_US {
+            return err(
+                i,
+                "delay_us",
+                format!("{} us, at most {MAX_DELAY_US} us (10 s)", r.delay_us),
+            );
+        }
+        if r.loss_ppm > MAX_LOSS_PPM {
+            return err(
+                i,
+                "loss_ppm",
+                format!("{}, at most {MAX_LOSS_PPM} (every frame lost)", r.loss_ppm),
+            );
+        }
+        let froms: Vec<NodeId> = r.from.map_or_else(|| members.to_vec(), |f| vec![f]);
+        for &from in &froms {
+            let tos: Vec<NodeId> = r.to.map_or_else(|| members.to_vec(), |t| vec![t]);
+            for to in tos.into_iter().filter(|&t| t != from) {
+                if let Some(first) = owner.insert((from, to), i) {
+                    return err(
+                        i,
+                        "",
+                        format!(
+                            "link {} -> {} is already shaped by link_faults[{first}]; give each link one rule",
+                            from.0, to.0
+                        ),
+                    );
+                }
+                if r.delay_us > 0 || r.loss_ppm > 0 {
+                    shapes.push((
+                        from,
+                        to,
+                        LinkShape {
+                            delay_us: r.delay_us,
+                            loss_ppm: r.loss_ppm,
+                        },
+                    ));
+                }
+            }
+        }
+    }
+    Ok(shapes)
+}
+
+/// splitmix64 (Steele, Lea, Flood 2014): tiny, fast, and good enough to roll loss dice.
+#[derive(Clone, Debug)]
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+/// A frame waiting for its link's delay to pass.
+#[derive(Clone, Debug)]
+pub struct HeldFrame {
+    /// When the frame may be queued for the socket (driver clock).
+    pub due_us: Micros,
+    pub kind: u8,
+    pub group: u16,
+    pub chunks: Vec<Bytes>,
+}
+
+impl HeldFrame {
+    fn wire_bytes(&self) -> usize {
+        super::frame::HEADER_BYTES + self.chunks.iter().map(Bytes::len).sum::<usize>()
+    }
+}
+
+#[derive(Debug)]
+struct FaultyLink {
+    shape: LinkShape,
+    rng: SplitMix64,
+    /// Due times grow front to back: one delay per link and a clock that never goes back.
+    held: VecDeque<HeldFrame>,
+    held_bytes: usize,
+}
+
+/// The state of the peer's socket queue a held frame counts against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueRoom {
+    pub queued_bytes: usize,
+    pub limit_bytes: usize,
+}
+
+/// What became of a frame offered to [`LinkFaults::on_send`].
+#[derive(Debug)]
+pub enum Verdict {
+    /// No delay on this link and the frame was not lost: queue it now.
+    Pass(Vec<Bytes>),
+    /// Dropped by the injected loss.
+    Lost,
+    /// Held until its delay has passed; [`LinkFaults::pop_due`] returns it then.
+    Held,
+    /// The link's budget (held plus queued bytes) is used up: dropped.
+    Full,
+}
+
+/// The injected faults of one node's outgoing links, indexed like the driver's peers.
+#[derive(Debug)]
+pub struct LinkFaults {
+    links: Vec<Option<FaultyLink>>,
+}
+
+impl LinkFaults {
+    /// The faults of node `me`'s links to `peers` (in the driver's peer order) under
+    /// `rules`; `members` are all node ids the rules may name (`me` and `peers` at least).
+    /// `None` when no rule shapes any of this node's links, so the driver's send path keeps
+    /// its fast path. `seed` (the cluster id in the driver) varies the loss pattern between
+    /// clusters; the same seed and rules give the same pattern.
+    pub fn new(
+        me: NodeId,
+        seed: u64,
+        rules: &[LinkFault],
+        members: &[NodeId],
+        peers: &[NodeId],
+    ) -> Result<Option<LinkFaults>, LinkFaultError> {
+        let shapes = resolve(rules, members)?;
+        let mut any = false;
+        let links = peers
+            .iter()
+            .map(|&to| {
+                let shape = shapes
+                    .iter()
+                    .find(|(f, t, _)| *f == me && *t == to)
+                    .map(|&(_, _, s)| s)?;
+                any = true;
+                let link_id = (u64::from(me.0) << 32) | u64::from(to.0);
+                let mut mix = SplitMix64(seed ^ link_id.rotate_left(17));
+                // One throw-away round so neighbouring ids do not start with related states.
+                let state = mix.next_u64();
+                Some(FaultyLink {
+                    shape,
+                    rng: SplitMix64(state),
+                    held: VecDeque::new(),
+                    held_bytes: 0,
+                })
+            })
+            .collect();
+        Ok(any.then_some(LinkFaults { links }))
+    }
+
+    /// The shape of the link to peer `idx`, if it has one.
+    pub fn shape(&self, idx: usize) -> Option<LinkShape> {
+        self.links.get(idx)?.as_ref().map(|l| l.shape)
+    }
+
+    /// Offers a frame the protocol sends to peer `idx` at `now`. A frame to be held is
+    /// refused when the bytes held and the bytes in the peer's socket queue (`room`) would
+    /// together exceed the queue's bound, unless both are empty, so one frame larger than
+    /// the bound still gets through, as in `OutQueue`.
+    pub fn on_send(
+        &mut self,
+        idx: usize,
+        now: Micros,
+        kind: u8,
+        group: u16,
+        chunks: Vec<Bytes>,
+        room: QueueRoom,
+    ) -> Verdict {
+        let Some(Some(link)) = self.links.get_mut(idx) else {
+            return Verdict::Pass(chunks);
+        };
+        if link.shape.loss_ppm > 0
+            && link.rng.next_u64() % u64::from(MAX_LOSS_PPM) < u64::from(link.shape.loss_ppm)
+        {
+            return Verdict::Lost;
+        }
+        if link.shape.delay_us == 0 {
+            return Verdict::Pass(chunks);
+        }
+        let frame = HeldFrame {
+            due_us: now.saturating_add(link.shape.delay_us),
+            kind,
+            group,
+            chunks,
+        };
+        let len = frame.wire_bytes();
+        let used = link.held_bytes.saturating_add(room.queued_bytes);
+        if used > 0 && used.saturating_add(len) > room.limit_bytes {
+            return Verdict::Full;
+        }
+        link.held_bytes += len;
+        link.held.push_back(frame);
+        Verdict::Held
+    }
+
+    /// Removes and returns one frame whose delay has passed at `now`, with its peer index.
+    /// Frames of one link come out in the order they were sent.
+    pub fn pop_due(&mut self, now: Micros) -> Option<(usize, HeldFrame)> {
+        for (idx, link) in self.links.iter_mut().enumerate() {
+            let Some(link) = link else { continue };
+            if link.held.front().is_some_and(|f| f.due_us <= now) {
+                let f = link.held.pop_front()?;
+                link.held_bytes = link.held_bytes.saturating_sub(f.wire_bytes());
+                return Some((idx, f));
+            }
+        }
+        None
+    }
+
+    /// When the next held frame is due, for the event loop's poll timeout.
+    pub fn next_due_us(&self) -> Option<Micros> {
+        self.links
+            .iter()
+            .flatten()
+            .filter_map(|l| l.held.front().map(|f| f.due_us))
+            .min()
+    }
+
+    /// Frames held on all links.
+    pub fn held_frames(&self) -> usize {
+        self.links.iter().flatten().map(|l| l.held.len()).sum()
+    }
+
+    /// Bytes (headers included) held for peer `idx`.
+    pub fn held_bytes(&self, idx: usize) -> usize {
+        match self.links.get(idx) {
+            Some(Some(l)) => l.held_bytes,
+            _ => 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(n: u32) -> Vec<NodeId> {
+        (0..n).map(NodeId).collect()
+    }
+
+    #[test]
+    fn omitted_ids_expand_to_every_other_node() {
+        let shapes = resolve(&[LinkFault::everywhere(5, 0)], &ids(3)).unwrap();
+        assert_eq!(shapes.len(), 6);
+        assert!(shapes.iter().all(|(f, t, _)| f != t));
+        let shapes = resolve(
+            &[LinkFault {
+                from: Some(NodeId(1)),
+                ..LinkFault::everywhere(0, 7)
+            }],
+            &ids(3),
+        )
+        .unwrap();
+        let links: Vec<_> = shapes.iter().map(|(f, t, _)| (f.0, t.0)).collect();
+        assert_eq!(links, [(1, 0), (1, 2)]);
+    }
+
+    #[test]
+    fn rules_without_effect_leave_no_shape() {
+        let f = LinkFaults::new(
+            NodeId(0),
+            1,
+            &[LinkFault::everywhere(0, 0)],
+            &ids(2),
+            &[NodeId(1)],
+        )
+        .unwrap();
+        assert!(f.is_none());
+    }
+
+    #[test]
+    fn a_node_without_rules_gets_none() {
+        let rules = [LinkFault::link(NodeId(1), NodeId(0), 10, 0)];
+        let f = LinkFaults::new(NodeId(0), 1, &rules, &ids(2), &[NodeId(1)]).unwrap();
+        assert!(f.is_none());
+        let f = LinkFaults::new(NodeId(1), 1, &rules, &ids(2), &[NodeId(0)]).unwrap();
+        assert_eq!(
+            f.and_then(|f| f.shape(0)),
+            Some(LinkShape {
+                delay_us: 10,
+                loss_ppm: 0
+            })
+        );
+    }
+
+    #[test]
+    fn repeated_member_ids_do_not_look_like_overlaps() {
+        let members = [NodeId(0), NodeId(0), NodeId(1)];
+        assert_eq!(
+            resolve(&[LinkFault::everywhere(1, 0)], &members)
+                .unwrap()
+                .len(),
+            2
+        );
+    }
+
+    #[test]
+    fn a_self_link_is_refused() {
+        let e = resolve(&[LinkFault::link(NodeId(1), NodeId(1), 10, 0)], &ids(2)).unwrap_err();
+        assert_eq!(e.field, "link_faults[0].to");
+    }
+}

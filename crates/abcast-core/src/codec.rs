@@ -4,6 +4,7 @@
 //! The frame around a body (magic, version, kind, length, checksum) belongs to the runtime.
 
 use crate::error::DecodeError;
+use crate::types::GroupId;
 use bytes::{Buf, Bytes, BytesMut};
 
 /// Payloads at least this large travel as their own chunk instead of being copied into the
@@ -159,4 +160,20 @@ pub trait WireMessage: Sized {
     fn encode(&self, enc: &mut Encoder);
     /// Decodes a body of the given kind. Must reject, never panic on, any byte string.
     fn decode(kind: u8, body: Bytes) -> Result<Self, DecodeError>;
+    /// The protocol instance (group) the message belongs to, carried in the frame header.
+    /// A protocol that runs one instance leaves it at 0; a composite that runs several
+    /// (Multi-Ring Paxos: one group per ring) tags each message with its ring.
+    fn group(&self) -> GroupId {
+        GroupId(0)
+    }
+    /// Decodes a body that arrived in a frame of `group`. The default accepts group 0 only.
+    fn decode_in(group: GroupId, kind: u8, body: Bytes) -> Result<Self, DecodeError> {
+        if group != GroupId(0) {
+            return Err(DecodeError::Invalid {
+                what: "group",
+                detail: format!("group {} for a protocol that runs group 0 only", group.0),
+            });
+        }
+        Self::decode(kind, body)
+    }
 }

@@ -11,13 +11,16 @@
 
 pub mod codec;
 pub mod error;
+pub mod multiring;
 pub mod protocol;
+pub mod ringpaxos;
 pub mod storage;
 pub mod types;
 pub mod uring;
 
 pub use error::{DecodeError, ProposeError};
-pub use protocol::{Delivery, Outbox, Protocol, Status};
+pub use protocol::{Delivery, Outbox, Pass, Protocol, Status, Subscription};
 pub use types::{
-    Ballot, Batch, BatchKey, Decree, GroupId, Instance, Micros, NodeId, Value, ValueId,
+    Ballot, Batch, BatchKey, CONTROL_MAX_BYTES, Decree, GroupId, Instance, Micros, NodeId, Value,
+    ValueId,
 };

@@ -14,14 +14,53 @@
 
 use crate::ProposeError;
 use crate::codec::WireMessage;
-use crate::types::{Ballot, Batch, BatchKey, Instance, Micros, NodeId, ValueId};
+use crate::types::{Ballot, Batch, BatchKey, GroupId, Instance, Micros, NodeId, ValueId};
 use bytes::Bytes;
 
-/// Values delivered in order: everything in `batch`, decided in `instance`.
+/// Values delivered in order: everything in `batch`, decided in `instance` of `group`
+/// (group 0 for a protocol that runs one instance; the ring for Multi-Ring Paxos).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Delivery {
+    pub group: GroupId,
     pub instance: Instance,
     pub batch: Batch,
+}
+
+impl Delivery {
+    /// A delivery of group 0.
+    pub fn new(instance: Instance, batch: Batch) -> Delivery {
+        Delivery {
+            group: GroupId(0),
+            instance,
+            batch,
+        }
+    }
+}
+
+/// A decided instance that hands nothing to the application: a no-op, a batch decided a
+/// second time (skipped by the de-duplication rule), a Multi-Ring skip or control decree.
+/// A single-ring driver ignores these; the Multi-Ring merge counts them, because every
+/// decided instance takes its place in the deterministic merge (seed 000 §2.4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pass {
+    pub instance: Instance,
+    /// Merge slots the instance stands for: 1, or `k` for a skip of `k`.
+    pub slots: u64,
+    /// The payload of a control decree (Multi-Ring subscribe / unsubscribe).
+    pub control: Option<Bytes>,
+}
+
+/// A learner starts or stops delivering a group's values (Multi-Ring subscribe and
+/// unsubscribe, decided at a point every learner agrees on). Single-ring protocols never
+/// emit it. The simulator's checkers use it to know which groups a learner must follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Subscription {
+    pub group: GroupId,
+    pub subscribed: bool,
+    /// The learner follows the group from its first instance (a subscription at start-up).
+    pub from_start: bool,
+    /// How many of the same outbox's `deliveries` come before this change.
+    pub position: usize,
 }
 
 /// The proposer learns that the values `key.first_seq .. key.first_seq + count` of its own
@@ -53,6 +92,11 @@ pub struct Outbox<M> {
     pub skips: Vec<(Instance, Instance)>,
     /// Rare control-plane events worth a log line (coordinator change, view change).
     pub events: Vec<String>,
+    /// Decided instances that deliver nothing, in instance order (see [`Pass`]). Filled only
+    /// by protocols asked to (`URing::set_report_passes`), for the Multi-Ring merge.
+    pub passes: Vec<Pass>,
+    /// Groups this learner starts or stops delivering (Multi-Ring only).
+    pub subscriptions: Vec<Subscription>,
 }
 
 impl<M> Default for Outbox<M> {
@@ -65,6 +109,8 @@ impl<M> Default for Outbox<M> {
             needs_sync: false,
             skips: Vec::new(),
             events: Vec::new(),
+            passes: Vec::new(),
+            subscriptions: Vec::new(),
         }
     }
 }
@@ -83,6 +129,8 @@ impl<M> Outbox<M> {
             && self.acks.is_empty()
             && self.events.is_empty()
             && self.skips.is_empty()
+            && self.passes.is_empty()
+            && self.subscriptions.is_empty()
             && !self.needs_sync
     }
     pub fn clear(&mut self) {
@@ -92,6 +140,8 @@ impl<M> Outbox<M> {
         self.acks.clear();
         self.events.clear();
         self.skips.clear();
+        self.passes.clear();
+        self.subscriptions.clear();
         self.needs_sync = false;
     }
 }

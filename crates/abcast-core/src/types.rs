@@ -323,20 +323,31 @@ pub enum Decree {
     /// Nothing: decided for an instance left open by a failed coordinator (seed 000 §3.1.4,
     /// "a learner proposes a null value for an outstanding instance").
     Noop,
+    /// A Multi-Ring skip (seed 000 §2.4, §3.1.4): the ring had less traffic than λ, so its
+    /// coordinator decides one instance that stands for `k` merge slots with nothing in
+    /// them. "Several skip messages are batched and learned in one single Paxos instance."
+    Skip(u32),
+    /// A small control value the coordinator proposes for a learner (Multi-Ring subscribe
+    /// and unsubscribe), opaque to the ring; at most [`CONTROL_MAX_BYTES`].
+    Control(Bytes),
 }
+
+/// Upper bound of a [`Decree::Control`] payload.
+pub const CONTROL_MAX_BYTES: usize = 256;
 
 impl Decree {
     /// The id consensus runs on: the batch key, or `None` for a no-op.
     pub fn key(&self) -> Option<BatchKey> {
         match self {
             Decree::Values(b) => Some(b.key()),
-            Decree::Noop => None,
+            Decree::Noop | Decree::Skip(_) | Decree::Control(_) => None,
         }
     }
     pub fn wire_bytes(&self) -> usize {
         match self {
             Decree::Values(b) => b.wire_bytes(),
-            Decree::Noop => 0,
+            Decree::Noop | Decree::Skip(_) => 0,
+            Decree::Control(c) => c.len(),
         }
     }
 }

@@ -25,15 +25,23 @@
 //!   within the bound ([`ViolationKind::NotDelivered`]), and all live learners end at the
 //!   same instance ([`ViolationKind::NotConverged`]).
 //!
+//! - **Merge order (atomic multicast).** Any two learners deliver the batches they both
+//!   deliver in the same relative order ([`ViolationKind::MergeOrder`]), whatever groups
+//!   each follows: the Multi-Ring guarantee (seed 000 §2.4). Checked incrementally on every
+//!   delivery against every other learner incarnation.
+//!
 //! Per-sender FIFO is not checked: U-Ring Paxos does not promise it.
 //!
-//! Instance numbers are the common language: two learners agree exactly when they map the
-//! same instances to the same batches. No-op instances deliver nothing and are invisible.
+//! Instance numbers of a group (a ring) are the common language: two learners agree exactly
+//! when they map the same `(group, instance)` to the same batches. No-op instances deliver
+//! nothing and are invisible. A learner follows group 0 from its start; a protocol with
+//! several groups says which ones a learner follows with `Outbox::subscriptions`, and the
+//! gap and convergence checks apply to a group only while the learner follows it.
 
 use abcast_core::protocol::Ack;
-use abcast_core::{BatchKey, Delivery, Instance, Micros, NodeId, ValueId};
+use abcast_core::{BatchKey, Delivery, GroupId, Instance, Micros, NodeId, Subscription, ValueId};
 use bytes::Bytes;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
 /// What went wrong, precisely enough for a test to assert on it.
@@ -41,6 +49,10 @@ use std::fmt;
 pub enum ViolationKind {
     /// Two learners delivered different batches in one instance.
     ConflictingDecision,
+    /// Two learners delivered two batches in opposite orders (Multi-Ring merge).
+    MergeOrder,
+    /// A learner delivered from a group it had unsubscribed from.
+    NotSubscribed,
     /// A learner jumped over an instance that another learner delivered.
     SkippedInstance,
     /// A learner delivered an instance not above the last one it delivered.
@@ -79,7 +91,8 @@ impl ViolationKind {
     pub fn property(self) -> &'static str {
         use ViolationKind::*;
         match self {
-            ConflictingDecision | SkippedInstance | OutOfOrder => "agreement",
+            ConflictingDecision | SkippedInstance | OutOfOrder | NotSubscribed => "agreement",
+            MergeOrder => "merge order",
             DuplicateDelivery | ValueInTwoInstances | NeverProposed | PayloadMismatch
             | BadValueId | UnknownAck => "integrity",
             LostAckedValue => "durability",
@@ -168,14 +181,44 @@ struct Decided {
     at_us: Micros,
 }
 
+/// One learner's progress in one group.
 #[derive(Debug)]
-struct Learner {
+struct Cursor {
     /// The learner's sequence covers every decided instance above `floor` up to `last`.
     /// `None` until the first delivery of a learner that may start anywhere.
     floor: Option<Instance>,
     last: Instance,
+    /// Whether the learner follows the group now.
+    subscribed: bool,
+}
+
+#[derive(Debug)]
+struct Learner {
+    /// Started fresh: follows the groups it starts with from their first instance.
+    fresh: bool,
+    groups: BTreeMap<GroupId, Cursor>,
     delivered: BTreeMap<ValueId, Instance>,
+    /// Position of each delivered batch in this learner's sequence.
+    order: HashMap<BatchKey, u64>,
+    next_pos: u64,
+    /// Per other learner: the highest position, in that learner's sequence, of a batch both
+    /// have delivered (see `Checker::check_merge_order`).
+    pair_last: HashMap<LearnerId, u64>,
     alive: bool,
+}
+
+impl Learner {
+    fn new(fresh: bool) -> Learner {
+        Learner {
+            fresh,
+            groups: BTreeMap::new(),
+            delivered: BTreeMap::new(),
+            order: HashMap::new(),
+            next_pos: 0,
+            pair_last: HashMap::new(),
+            alive: true,
+        }
+    }
 }
 
 /// The checkers' state for one run. Feed it every event through `start`, `crash`,
@@ -184,7 +227,7 @@ struct Learner {
 pub struct Checker {
     fresh_learners_deliver_all: bool,
     proposals: BTreeMap<ValueId, Proposal>,
-    decided: BTreeMap<Instance, Decided>,
+    decided: BTreeMap<(GroupId, Instance), Decided>,
     learners: BTreeMap<LearnerId, Learner>,
     /// Values that must be delivered (acked, or from a live proposer incarnation) and that no
     /// learner has delivered yet. "Decided" below means "delivered by some learner": the
@@ -211,20 +254,41 @@ impl Checker {
 
     /// A node incarnation starts. `fresh`: first start with nothing forgotten.
     pub fn start(&mut self, node: NodeId, incarnation: u64, fresh: bool) {
-        let floor = if fresh && self.fresh_learners_deliver_all {
-            Some(0)
-        } else {
-            None
+        let mut l = Learner::new(fresh && self.fresh_learners_deliver_all);
+        l.groups.insert(GroupId(0), self.cursor(l.fresh, true));
+        self.learners.insert((node, incarnation), l);
+    }
+
+    fn cursor(&self, fresh: bool, from_start: bool) -> Cursor {
+        Cursor {
+            floor: (fresh && from_start).then_some(0),
+            last: 0,
+            subscribed: true,
+        }
+    }
+
+    /// A learner starts or stops following a group (Multi-Ring subscribe / unsubscribe).
+    pub fn subscription(&mut self, node: NodeId, incarnation: u64, sub: &Subscription) {
+        let me = (node, incarnation);
+        if !self.learners.contains_key(&me) {
+            self.start(node, incarnation, incarnation == 0);
+        }
+        let fresh = self.learners.get(&me).is_some_and(|l| l.fresh);
+        let fresh_cursor = self.cursor(fresh, sub.from_start);
+        let Some(l) = self.learners.get_mut(&me) else {
+            return;
         };
-        self.learners.insert(
-            (node, incarnation),
-            Learner {
-                floor,
-                last: 0,
-                delivered: BTreeMap::new(),
-                alive: true,
-            },
-        );
+        let c = l.groups.entry(sub.group).or_insert(fresh_cursor);
+        if sub.subscribed {
+            if !c.subscribed || !sub.from_start {
+                // Back after a pause: the stretch may start anywhere above what it had.
+                c.floor = if sub.from_start { c.floor } else { None };
+            }
+            c.subscribed = true;
+        } else {
+            c.subscribed = false;
+            c.floor = None;
+        }
     }
 
     /// A node incarnation crashes: its unacknowledged proposals are no longer required.
@@ -338,6 +402,8 @@ impl Checker {
     ) -> Result<(), Failure> {
         let me = (node, incarnation);
         let instance = delivery.instance;
+        let group = delivery.group;
+        let at = (group, instance);
         let batch = &delivery.batch;
         let key = batch.key();
         let fail = |kind, detail: String| {
@@ -353,6 +419,19 @@ impl Checker {
                 ViolationKind::BadConfig,
                 "learner state missing".into(),
             ));
+        };
+        let (last, floor) = match learner.groups.get(&group) {
+            Some(c) if !c.subscribed => {
+                return Err(fail(
+                    ViolationKind::NotSubscribed,
+                    format!(
+                        "delivers batch {key} of group {} after unsubscribing",
+                        group.0
+                    ),
+                ));
+            }
+            Some(c) => (c.last, c.floor),
+            None => (0, None),
         };
 
         // Integrity, value by value.
@@ -388,25 +467,26 @@ impl Checker {
         }
 
         // Order within this learner.
-        if instance == 0 || instance <= learner.last {
+        if instance == 0 || instance <= last {
             return Err(fail(
                 ViolationKind::OutOfOrder,
                 format!(
-                    "delivered instance {instance} after instance {}",
-                    learner.last
+                    "delivered instance {instance} of group {} after instance {last}",
+                    group.0
                 ),
             ));
         }
 
         // Agreement across learners.
-        match self.decided.get(&instance) {
+        match self.decided.get(&at) {
             Some(d) => {
                 if d.key != key || d.count != batch.len() {
                     return Err(fail(
                         ViolationKind::ConflictingDecision,
                         format!(
-                            "delivers batch {key} x{}; {}#{} delivered batch {} x{} in this instance at t={}us",
+                            "delivers batch {key} x{} in group {}; {}#{} delivered batch {} x{} in this instance at t={}us",
                             batch.len(),
+                            group.0,
                             d.by.0,
                             d.by.1,
                             d.key,
@@ -431,16 +511,19 @@ impl Checker {
                     if (other, other_inc) == me {
                         continue;
                     }
-                    if let Some(floor) = l.floor
+                    let Some(c) = l.groups.get(&group) else {
+                        continue;
+                    };
+                    if let Some(floor) = c.floor
                         && floor < instance
-                        && instance < l.last
+                        && instance < c.last
                     {
                         return Err(Failure::new(
                             ViolationKind::SkippedInstance,
                             format!(
                                 "{node}#{incarnation} delivers batch {key} in instance {instance}, which \
                                  {other}#{other_inc} jumped over (it delivered up to {} without it)",
-                                l.last
+                                c.last
                             ),
                         )
                         .at(other, other_inc)
@@ -451,15 +534,15 @@ impl Checker {
         }
 
         // A gap in this learner's own sequence.
-        if let Some(floor) = learner.floor {
-            let from = learner.last.max(floor) + 1;
-            if let Some((&j, d)) = self.decided.range(from..instance).next() {
+        if let Some(floor) = floor {
+            let from = last.max(floor) + 1;
+            if let Some((&(_, j), d)) = self.decided.range((group, from)..at).next() {
                 return Err(Failure::new(
                     ViolationKind::SkippedInstance,
                     format!(
-                        "delivered instance {instance} after {}, jumping over instance {j} where {}#{} delivered \
+                        "delivered instance {instance} after {last}, jumping over instance {j} where {}#{} delivered \
                          batch {} x{} at t={}us",
-                        learner.last, d.by.0, d.by.1, d.key, d.count, d.at_us
+                        d.by.0, d.by.1, d.key, d.count, d.at_us
                     ),
                 )
                 .at(node, incarnation)
@@ -467,8 +550,11 @@ impl Checker {
             }
         }
 
+        self.check_merge_order(me, key)
+            .map_err(|detail| fail(ViolationKind::MergeOrder, detail))?;
+
         // Record.
-        if let std::collections::btree_map::Entry::Vacant(slot) = self.decided.entry(instance) {
+        if let std::collections::btree_map::Entry::Vacant(slot) = self.decided.entry(at) {
             slot.insert(Decided {
                 key,
                 count: batch.len(),
@@ -482,34 +568,100 @@ impl Checker {
                 self.pending.remove(&v);
             }
         }
+        let fresh_cursor = Cursor {
+            floor: None,
+            last: 0,
+            subscribed: true,
+        };
         if let Some(l) = self.learners.get_mut(&me) {
-            if l.floor.is_none() {
-                l.floor = Some(instance);
+            let c = l.groups.entry(group).or_insert(fresh_cursor);
+            if c.floor.is_none() {
+                c.floor = Some(instance);
             }
-            l.last = instance;
+            c.last = instance;
             for v in batch.ids() {
                 l.delivered.insert(v, instance);
             }
+            l.order.insert(key, l.next_pos);
+            l.next_pos += 1;
         }
         *self.delivered_values.entry(node).or_insert(0) += batch.len() as u64;
         Ok(())
     }
 
-    /// The highest instance any learner delivered.
+    /// Pairwise merge order, incrementally. `me` delivers batch `key` at its next position
+    /// `p`. For every other learner `o` that delivered `key` at position `q`: the batches
+    /// both delivered must come in increasing positions of `o` in `me`'s order, so `q`
+    /// must exceed the highest `o`-position of a batch common so far; and `o`'s later common
+    /// batches must come after `p` in `me`'s order. Whichever delivery completes an inverted
+    /// pair fails here, so every inversion between any two learners is caught.
+    fn check_merge_order(&mut self, me: LearnerId, key: BatchKey) -> Result<(), String> {
+        let Some(p) = self.learners.get(&me).map(|l| l.next_pos) else {
+            return Ok(());
+        };
+        let mut seen: Vec<(LearnerId, u64)> = Vec::new();
+        for (&o, l) in &self.learners {
+            if o == me {
+                continue;
+            }
+            if let Some(&q) = l.order.get(&key) {
+                seen.push((o, q));
+            }
+        }
+        for (o, q) in seen {
+            if let Some(l) = self.learners.get_mut(&me) {
+                if let Some(&last) = l.pair_last.get(&o)
+                    && last >= q
+                {
+                    return Err(format!(
+                        "batch {key} is at position {q} of {}#{}, which delivered a batch that this learner \
+                         delivered before it later (at position {last})",
+                        o.0, o.1
+                    ));
+                }
+                l.pair_last.insert(o, q);
+            }
+            if let Some(l) = self.learners.get_mut(&o) {
+                let last = l.pair_last.entry(me).or_insert(p);
+                *last = (*last).max(p);
+            }
+        }
+        Ok(())
+    }
+
+    /// The highest instance any learner delivered, in any group.
     pub fn max_decided(&self) -> Instance {
-        self.decided.keys().next_back().copied().unwrap_or(0)
+        self.decided.keys().map(|k| k.1).max().unwrap_or(0)
+    }
+
+    fn max_decided_in(&self, group: GroupId) -> Instance {
+        self.decided
+            .range((group, 0)..=(group, Instance::MAX))
+            .next_back()
+            .map_or(0, |(k, _)| k.1)
+    }
+
+    /// The first group a learner follows and has not delivered to its end: (group, last,
+    /// max).
+    fn behind(&self, k: &LearnerId) -> Option<(GroupId, Instance, Instance)> {
+        let Some(l) = self.learners.get(k) else {
+            let max = self.max_decided_in(GroupId(0));
+            return (max != 0).then_some((GroupId(0), 0, max));
+        };
+        l.groups.iter().find_map(|(&g, c)| {
+            let max = self.max_decided_in(g);
+            (c.subscribed && c.last != max).then_some((g, c.last, max))
+        })
     }
 
     /// Whether every required value is decided and every listed live learner has delivered
-    /// up to the highest decided instance (so, by agreement, everything).
+    /// up to the highest decided instance of every group it follows (so, by agreement,
+    /// everything).
     pub fn converged(&self, live_learners: &[LearnerId]) -> bool {
         if !self.pending.is_empty() {
             return false;
         }
-        let max = self.max_decided();
-        live_learners
-            .iter()
-            .all(|k| self.learners.get(k).map_or(max == 0, |l| l.last == max))
+        live_learners.iter().all(|k| self.behind(k).is_none())
     }
 
     /// Why the run has not converged, the most serious reason first: a lost acknowledged
@@ -557,14 +709,15 @@ impl Checker {
                 .value(*id),
             );
         }
-        let max = self.max_decided();
         for &(node, inc) in live_learners {
-            let last = self.learners.get(&(node, inc)).map_or(0, |l| l.last);
-            if last == max {
+            let Some((group, last, max)) = self.behind(&(node, inc)) else {
                 continue;
-            }
+            };
             // The first required value decided above what this learner delivered.
-            for (&i, d) in self.decided.range(last + 1..) {
+            for (&(_, i), d) in self
+                .decided
+                .range((group, last + 1)..=(group, Instance::MAX))
+            {
                 let required = (0..d.count as u64).find_map(|k| {
                     let id = ValueId {
                         node: d.key.origin,
@@ -582,9 +735,10 @@ impl Checker {
                         Failure::new(
                             ViolationKind::NotDelivered,
                             format!(
-                                "{} {id}, decided in instance {i}, not delivered here: this learner is at instance \
-                                 {last}, the others reached {max}",
-                                if acked { "acknowledged value" } else { "value of a live proposer" }
+                                "{} {id}, decided in instance {i} of group {}, not delivered here: this learner is at \
+                                 instance {last}, the others reached {max}",
+                                if acked { "acknowledged value" } else { "value of a live proposer" },
+                                group.0
                             ),
                         )
                         .at(node, inc)
@@ -596,7 +750,10 @@ impl Checker {
             return Some(
                 Failure::new(
                     ViolationKind::NotConverged,
-                    format!("this learner delivered up to instance {last}, others up to {max}"),
+                    format!(
+                        "this learner delivered up to instance {last} of group {}, others up to {max}",
+                        group.0
+                    ),
                 )
                 .at(node, inc)
                 .instance(last + 1),
@@ -645,10 +802,7 @@ mod tests {
     }
 
     fn one(id: ValueId, instance: Instance) -> Delivery {
-        Delivery {
-            instance,
-            batch: Batch::single(id, pay(id)),
-        }
+        Delivery::new(instance, Batch::single(id, pay(id)))
     }
 
     fn vid(node: NodeId, seq: u64) -> ValueId {
@@ -817,10 +971,7 @@ mod tests {
         let mut c = world(1);
         let f = c.deliver(1, A, 0, &one(vid(B, 9), 1)).expect_err("unknown");
         assert_eq!(f.kind, ViolationKind::NeverProposed);
-        let bad = Delivery {
-            instance: 1,
-            batch: Batch::single(vid(A, 1), Bytes::from_static(b"forged")),
-        };
+        let bad = Delivery::new(1, Batch::single(vid(A, 1), Bytes::from_static(b"forged")));
         let f = c.deliver(1, A, 0, &bad).expect_err("forged");
         assert_eq!(f.kind, ViolationKind::PayloadMismatch);
     }

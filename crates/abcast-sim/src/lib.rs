@@ -53,6 +53,6 @@ pub use checker::{Checker, Failure, ViolationKind};
 pub use config::{FaultMix, ReplayTarget, SimConfig};
 pub use plan::FaultPlan;
 pub use rng::SimRng;
-pub use sim::{SimReport, Violation, encode, run};
+pub use sim::{SimReport, Violation, decode, encode, run};
 pub use sweep::{SweepReport, replay_from_env, run_seeds};
 pub use trace::{DropReason, Trace, TraceEvent, TraceRecord};

@@ -575,7 +575,20 @@ where
                 }
             }
         }
-        for d in out.deliveries.drain(..) {
+        let mut subs = std::mem::take(&mut out.subscriptions)
+            .into_iter()
+            .peekable();
+        for (n, d) in out.deliveries.drain(..).enumerate() {
+            while let Some(sub) = subs.next_if(|s| s.position <= n) {
+                self.trace.record(
+                    self.now_us,
+                    TraceEvent::Protocol {
+                        node: id,
+                        text: format!("subscription {sub:?}"),
+                    },
+                );
+                self.checker.subscription(id, incarnation, &sub);
+            }
             self.trace.record(
                 self.now_us,
                 TraceEvent::Deliver {
@@ -589,6 +602,16 @@ where
             if let Err(f) = self.checker.deliver(self.now_us, id, incarnation, &d) {
                 return Err(self.violation(f));
             }
+        }
+        for sub in subs {
+            self.trace.record(
+                self.now_us,
+                TraceEvent::Protocol {
+                    node: id,
+                    text: format!("subscription {sub:?}"),
+                },
+            );
+            self.checker.subscription(id, incarnation, &sub);
         }
         for a in out.acks.drain(..) {
             self.trace.record(
@@ -718,7 +741,7 @@ where
             self.drop_msg(from, to_id, kind, DropReason::Partition);
             return Ok(());
         }
-        let msg = match P::Message::decode(kind, body.clone()) {
+        let msg = match decode::<P::Message>(kind, &body) {
             Ok(m) => m,
             Err(e) => {
                 return Err(self.violation(
@@ -1098,13 +1121,26 @@ where
 
 /// Encodes a message the way the runtime does (body chunks for one vectored write) and
 /// joins the chunks, as the receiving side sees them in one frame.
+///
+/// The simulator's network carries the frame header's group (the protocol instance, see
+/// `WireMessage::group`) as the first two bytes of the body; [`decode`] takes them off.
 pub fn encode<M: WireMessage>(msg: &M) -> (u8, Bytes) {
     let mut enc = Encoder::new();
     msg.encode(&mut enc);
     let chunks = enc.finish();
-    let mut body = BytesMut::with_capacity(chunks.iter().map(|c| c.len()).sum());
+    let mut body = BytesMut::with_capacity(2 + chunks.iter().map(|c| c.len()).sum::<usize>());
+    body.extend_from_slice(&msg.group().0.to_le_bytes());
     for c in &chunks {
         body.extend_from_slice(c);
     }
     (msg.kind(), body.freeze())
+}
+
+/// Decodes what [`encode`] made: the group, then the body.
+pub fn decode<M: WireMessage>(kind: u8, body: &Bytes) -> Result<M, abcast_core::DecodeError> {
+    if body.len() < 2 {
+        return Err(abcast_core::DecodeError::Truncated { what: "sim group" });
+    }
+    let group = abcast_core::GroupId(u16::from_le_bytes([body[0], body[1]]));
+    M::decode_in(group, kind, body.slice(2..))
 }

@@ -327,7 +327,7 @@ impl Toy {
                 count: b.len() as u32,
             });
         }
-        out.deliveries.push(Delivery { instance, batch });
+        out.deliveries.push(Delivery::new(instance, batch));
     }
 }
 
@@ -490,17 +490,18 @@ mod tests {
         ];
         for m in msgs {
             let (kind, body) = crate::encode(&m);
-            let back = ToyMsg::decode(kind, body).expect("decodes");
+            let back: ToyMsg = crate::decode(kind, &body).expect("decodes");
             assert_eq!(back, m);
         }
     }
 
     #[test]
     fn decode_rejects_garbage_without_panicking() {
-        let (kind, body) = crate::encode(&ToyMsg::Order {
+        let (kind, framed) = crate::encode(&ToyMsg::Order {
             instance: 1,
             batch: batch(2, false),
         });
+        let body = framed.slice(2..);
         for cut in 0..body.len() {
             assert!(
                 ToyMsg::decode(kind, body.slice(..cut)).is_err(),

@@ -30,6 +30,9 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 /// Open instances re-circulated per tick at most (bounds a burst after a long stall).
 const RESEND_PER_TICK: usize = 64;
 
+/// Skip and control decrees waiting at the coordinator, at most (Multi-Ring).
+pub(crate) const META_QUEUE_MAX: usize = 64;
+
 #[derive(Debug)]
 pub(crate) struct Open {
     decree: Decree,
@@ -98,7 +101,7 @@ pub struct CoordinatorState {
     open: BTreeMap<Instance, Open>,
     /// Decrees phase 1 found for instances not yet reached by `next_instance`.
     preset: BTreeMap<Instance, Decree>,
-    queue: VecDeque<(Batch, u64)>,
+    pub(crate) queue: VecDeque<(Batch, u64)>,
     queue_bytes: usize,
     /// Keys queued, so a re-sent batch is not queued twice.
     known: HashSet<BatchKey>,
@@ -108,6 +111,11 @@ pub struct CoordinatorState {
     /// What the takeover's phase 1 told amnesic acceptors (see `acceptor.rs`, repair); kept
     /// for an amnesic acceptor whose reply came after the quorum.
     repair: Option<Repair>,
+    /// Skips and controls to propose (Multi-Ring), served before queued batches: they are
+    /// tiny and a late skip holds every learner of the merge back.
+    pub(crate) meta: VecDeque<Decree>,
+    /// Merge slots put in instances by this coordinator (see `URing::slots_assigned`).
+    pub(crate) slots_assigned: u64,
 }
 
 impl CoordinatorState {
@@ -128,6 +136,8 @@ impl CoordinatorState {
             known: HashSet::new(),
             open_keys: HashSet::new(),
             repair: None,
+            meta: VecDeque::new(),
+            slots_assigned: 0,
         }
     }
     pub fn is_leading(&self) -> bool {
@@ -412,6 +422,10 @@ impl URing {
     /// coordinator votes first, then phase 2 starts around the ring.
     fn open_instance(&mut self, instance: Instance, decree: Decree, path: u64, out: &mut Out) {
         debug_assert!(self.coord.phase != Phase::Follower);
+        self.coord.slots_assigned += match &decree {
+            Decree::Skip(k) => u64::from((*k).max(1)),
+            _ => 1,
+        };
         if let Some(k) = decree.key() {
             self.coord.open_keys.insert(k);
         }
@@ -464,6 +478,8 @@ impl URing {
             }
             let instance = c.next_instance;
             let (decree, path) = if let Some(d) = self.coord.preset.remove(&instance) {
+                (d, 0)
+            } else if let Some(d) = self.coord.meta.pop_front() {
                 (d, 0)
             } else if let Some((b, path)) = self.coord.queue.pop_front() {
                 self.coord.queue_bytes -= b.wire_bytes();
@@ -621,6 +637,7 @@ impl URing {
         c.queue_bytes = 0;
         c.known.clear();
         c.open_keys.clear();
+        c.meta.clear();
     }
 
     /// An amnesic acceptor in this ballot's epoch that missed the takeover's `Repair` (its

@@ -13,7 +13,7 @@
 //! the second one. The skip is a deterministic function of the decided sequence, so every
 //! learner skips the same instances and sequences stay equal.
 
-use crate::protocol::Delivery;
+use crate::protocol::{Delivery, Pass};
 use crate::types::{Batch, BatchKey, Decree, Instance, Micros, NodeId};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -139,6 +139,11 @@ pub struct LearnerState {
     pub trimmed_at: Instance,
     pub trimmed_mask: u64,
     pub trimmed_floor: Instance,
+    /// Report instances that deliver nothing as [`Pass`]es (the Multi-Ring merge counts them).
+    pub report_passes: bool,
+    /// Hold deliveries: the Multi-Ring merge's buffer for this ring is full. Decisions wait
+    /// in `pending` (bounded by `max_pending`; beyond, they are retrieved again later).
+    pub paused: bool,
 }
 
 impl LearnerState {
@@ -157,6 +162,8 @@ impl LearnerState {
             trimmed_at: 0,
             trimmed_mask: 0,
             trimmed_floor: 0,
+            report_passes: false,
+            paused: false,
         }
     }
 
@@ -253,10 +260,19 @@ impl LearnerState {
         now: Micros,
         cache: &mut PayloadCache,
         deliveries: &mut Vec<Delivery>,
+        passes: &mut Vec<Pass>,
         mut on_decided: impl FnMut(Instance, &Decree),
     ) -> u64 {
         let start = self.next;
+        // A Multi-Ring node counts every ring's slots, learner or not (a coordinator sizes
+        // its skips from them); the merge hands values to the application only where this
+        // node is a learner.
+        let report = self.report_passes;
+        let emit = self.deliver || report;
         loop {
+            if self.paused {
+                break;
+            }
             let ready = matches!(self.pending.first_key_value(), Some((&i, p)) if i == self.next && p.decree.is_some());
             if !ready {
                 // Drop stale entries below next (cannot happen by construction; cheap check).
@@ -273,11 +289,28 @@ impl LearnerState {
             }
             let Some(decree) = p.decree else { break };
             on_decided(instance, &decree);
-            if let Decree::Values(batch) = decree {
-                cache.remove(&batch.key());
-                if self.dedup.first_time(batch.key(), instance) && self.deliver {
-                    deliveries.push(Delivery { instance, batch });
+            let pass = |slots: u64, control: Option<bytes::Bytes>| Pass {
+                instance,
+                slots,
+                control,
+            };
+            match decree {
+                Decree::Values(batch) => {
+                    cache.remove(&batch.key());
+                    if self.dedup.first_time(batch.key(), instance) {
+                        if emit {
+                            deliveries.push(Delivery::new(instance, batch));
+                        }
+                    } else if report {
+                        passes.push(pass(1, None));
+                    }
                 }
+                // A skip of k stands for k merge slots (seed 000 §3.1.4); k = 0 never leaves a
+                // coordinator, and would still take the one slot its instance is.
+                Decree::Skip(k) if report => passes.push(pass(u64::from(k.max(1)), None)),
+                Decree::Control(c) if report => passes.push(pass(1, Some(c))),
+                Decree::Noop if report => passes.push(pass(1, None)),
+                _ => {}
             }
             self.next += 1;
         }
@@ -332,10 +365,16 @@ mod tests {
         let mut cache = PayloadCache::new(1 << 20);
         let mut out = Vec::new();
         l.on_decided(2, Some(Decree::Values(batch(1, 10))), None);
-        assert_eq!(l.drain(0, &mut cache, &mut out, |_, _| {}), 0);
+        assert_eq!(
+            l.drain(0, &mut cache, &mut out, &mut Vec::new(), |_, _| {}),
+            0
+        );
         assert!(out.is_empty());
         l.on_decided(1, Some(Decree::Values(batch(1, 1))), None);
-        assert_eq!(l.drain(0, &mut cache, &mut out, |_, _| {}), 2);
+        assert_eq!(
+            l.drain(0, &mut cache, &mut out, &mut Vec::new(), |_, _| {}),
+            2
+        );
         assert_eq!(
             out.iter().map(|d| d.instance).collect::<Vec<_>>(),
             vec![1, 2]
@@ -350,7 +389,7 @@ mod tests {
         l.on_decided(1, Some(Decree::Values(batch(1, 1))), None);
         l.on_decided(2, Some(Decree::Noop), None);
         l.on_decided(3, Some(Decree::Values(batch(1, 1))), None);
-        l.drain(0, &mut cache, &mut out, |_, _| {});
+        l.drain(0, &mut cache, &mut out, &mut Vec::new(), |_, _| {});
         assert_eq!(out.len(), 1);
         assert_eq!(l.next, 4);
     }
@@ -365,7 +404,7 @@ mod tests {
         assert_eq!(l.next_missing_payload(), Some(b.key()));
         cache.insert(&b);
         l.offer_payload(&b);
-        l.drain(0, &mut cache, &mut out, |_, _| {});
+        l.drain(0, &mut cache, &mut out, &mut Vec::new(), |_, _| {});
         assert_eq!(out.len(), 1);
         assert_eq!(cache.bytes(), 0);
     }

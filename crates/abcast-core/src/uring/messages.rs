@@ -11,7 +11,7 @@
 
 use crate::codec::{Decoder, Encoder, WireMessage};
 use crate::error::DecodeError;
-use crate::types::{Ballot, Batch, BatchKey, Decree, Instance, NodeId};
+use crate::types::{Ballot, Batch, BatchKey, CONTROL_MAX_BYTES, Decree, Instance, NodeId};
 
 /// Largest number of entries in one phase 1 reply or one retrieve answer.
 pub const MAX_ENTRIES: usize = 1 << 16;
@@ -22,7 +22,8 @@ pub const MAX_EPOCH_LEN: usize = crate::uring::config::MAX_RING_MEMBERS;
 /// it (seed 003 §4.1, consensus on value ids).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WireDecree {
-    Noop,
+    /// A decree without a batch (no-op, skip, control): small, always sent whole.
+    Meta(Decree),
     Key(BatchKey),
     Full(Batch),
 }
@@ -30,27 +31,27 @@ pub enum WireDecree {
 impl WireDecree {
     pub fn full(d: &Decree) -> WireDecree {
         match d {
-            Decree::Noop => WireDecree::Noop,
             Decree::Values(b) => WireDecree::Full(b.clone()),
+            other => WireDecree::Meta(other.clone()),
         }
     }
     pub fn key_only(d: &Decree) -> WireDecree {
         match d {
-            Decree::Noop => WireDecree::Noop,
             Decree::Values(b) => WireDecree::Key(b.key()),
+            other => WireDecree::Meta(other.clone()),
         }
     }
     /// The decree, if this carries all of it.
     pub fn decree(&self) -> Option<Decree> {
         match self {
-            WireDecree::Noop => Some(Decree::Noop),
+            WireDecree::Meta(d) => Some(d.clone()),
             WireDecree::Full(b) => Some(Decree::Values(b.clone())),
             WireDecree::Key(_) => None,
         }
     }
     pub fn key(&self) -> Option<BatchKey> {
         match self {
-            WireDecree::Noop => None,
+            WireDecree::Meta(_) => None,
             WireDecree::Key(k) => Some(*k),
             WireDecree::Full(b) => Some(b.key()),
         }
@@ -228,6 +229,8 @@ fn get_batch(d: &mut Decoder) -> Result<Batch, DecodeError> {
     let data = d.bytes(data_len, "batch.data")?;
     Batch::from_parts(origin, first_seq, lens, data)
 }
+/// Decree tags on the wire: 0 no-op, 1 batch key (wire decrees only), 2 batch, 3 skip,
+/// 4 control.
 fn put_decree(e: &mut Encoder, d: &Decree) {
     match d {
         Decree::Noop => e.put_u8(0),
@@ -235,21 +238,45 @@ fn put_decree(e: &mut Encoder, d: &Decree) {
             e.put_u8(2);
             put_batch(e, b);
         }
+        Decree::Skip(k) => {
+            e.put_u8(3);
+            e.put_u32(*k);
+        }
+        Decree::Control(c) => {
+            e.put_u8(4);
+            e.put_u16(c.len() as u16);
+            e.put_slice(c);
+        }
     }
 }
-fn get_decree(d: &mut Decoder) -> Result<Decree, DecodeError> {
-    match d.u8("decree.tag")? {
+fn get_decree_tagged(t: u8, d: &mut Decoder) -> Result<Decree, DecodeError> {
+    match t {
         0 => Ok(Decree::Noop),
         2 => Ok(Decree::Values(get_batch(d)?)),
+        3 => Ok(Decree::Skip(d.u32("skip.slots")?)),
+        4 => {
+            let len = d.u16("control.len")? as usize;
+            if len > CONTROL_MAX_BYTES {
+                return Err(DecodeError::Invalid {
+                    what: "control.len",
+                    detail: format!("{len} bytes (at most {CONTROL_MAX_BYTES})"),
+                });
+            }
+            Ok(Decree::Control(d.bytes(len, "control.data")?))
+        }
         t => Err(DecodeError::Invalid {
             what: "decree.tag",
-            detail: format!("{t} (expected 0 or 2)"),
+            detail: format!("{t} (expected 0, 2, 3 or 4)"),
         }),
     }
 }
+fn get_decree(d: &mut Decoder) -> Result<Decree, DecodeError> {
+    let t = d.u8("decree.tag")?;
+    get_decree_tagged(t, d)
+}
 fn put_wire_decree(e: &mut Encoder, w: &WireDecree) {
     match w {
-        WireDecree::Noop => e.put_u8(0),
+        WireDecree::Meta(m) => put_decree(e, m),
         WireDecree::Key(k) => {
             e.put_u8(1);
             e.put_u32(k.origin.0);
@@ -263,16 +290,12 @@ fn put_wire_decree(e: &mut Encoder, w: &WireDecree) {
 }
 fn get_wire_decree(d: &mut Decoder) -> Result<WireDecree, DecodeError> {
     match d.u8("decree.tag")? {
-        0 => Ok(WireDecree::Noop),
         1 => Ok(WireDecree::Key(BatchKey {
             origin: NodeId(d.u32("key.origin")?),
             first_seq: d.u64("key.first_seq")?,
         })),
         2 => Ok(WireDecree::Full(get_batch(d)?)),
-        t => Err(DecodeError::Invalid {
-            what: "decree.tag",
-            detail: format!("{t}"),
-        }),
+        t => Ok(WireDecree::Meta(get_decree_tagged(t, d)?)),
     }
 }
 fn put_epoch(e: &mut Encoder, v: &[u64]) {

@@ -118,6 +118,79 @@ impl URing {
         })
     }
 
+    // ---- hooks for the Multi-Ring layer (`multiring/`) ------------------------------------
+
+    /// Reports decided instances that deliver nothing as `Outbox::passes`, so a merge can
+    /// count every instance's slots (seed 000 §3.1.4, `MultiRingLearner`).
+    pub fn set_report_passes(&mut self, on: bool) {
+        self.learn.report_passes = on;
+    }
+
+    /// Holds (or resumes) deliveries: the merge above this ring has no room. Decisions keep
+    /// arriving and wait, bounded, in the learner; the ring itself does not slow down.
+    pub fn set_delivery_paused(&mut self, paused: bool) {
+        self.learn.paused = paused;
+    }
+
+    /// Whether this node is the ring's coordinator with phase 1 done.
+    pub fn is_leading(&self) -> bool {
+        self.coord.is_leading()
+    }
+
+    /// The coordinator this node believes in.
+    pub fn coordinator(&self) -> Option<NodeId> {
+        self.coordinator_pos().map(|p| self.node_at(p))
+    }
+
+    /// Merge slots this coordinator has put in instances (values, no-ops and controls 1
+    /// each, a skip of k k), counted since it started; the Multi-Ring skip rule compares
+    /// its growth per Δt with λ.
+    pub fn slots_assigned(&self) -> u64 {
+        self.coord.slots_assigned
+    }
+
+    /// Proposes a decree without a batch (a skip or a control value) in the next free
+    /// instance, ahead of queued batches. Only the leading coordinator takes it; returns
+    /// whether it did (a caller elsewhere retries at the coordinator it believes in).
+    pub fn propose_meta(&mut self, now: Micros, decree: Decree, out: &mut Out) -> bool {
+        self.now = self.now.max(now);
+        debug_assert!(
+            !matches!(decree, Decree::Values(_)),
+            "batches go through propose"
+        );
+        if !self.coord.is_leading() || matches!(decree, Decree::Values(_)) {
+            return false;
+        }
+        if self.coord.meta.len() >= coordinator::META_QUEUE_MAX {
+            return false;
+        }
+        self.coord.meta.push_back(decree);
+        self.assign(out);
+        self.after_input(out);
+        true
+    }
+
+    /// Whether this coordinator has no batch waiting for an instance: the ring is quiet, and
+    /// a skip costs nobody's values any latency.
+    pub fn coordinator_idle(&self) -> bool {
+        self.coord.queue.is_empty()
+    }
+
+    /// Whether this node is a proposer of the ring.
+    pub fn is_proposer(&self) -> bool {
+        self.prop.is_some()
+    }
+
+    /// Whether this node is a learner of the ring (hands values to the application).
+    pub fn is_learner(&self) -> bool {
+        self.learn.deliver
+    }
+
+    /// Decree-less decrees waiting at this coordinator.
+    pub fn meta_queued(&self) -> usize {
+        self.coord.meta.len()
+    }
+
     pub(crate) fn is_acceptor_pos(&self, p: usize) -> bool {
         self.acceptor_mask & bit(p) != 0
     }
@@ -319,6 +392,7 @@ impl URing {
             self.now,
             &mut self.cache,
             &mut out.deliveries,
+            &mut out.passes,
             |instance, decree| {
                 if let Some(a) = acc.as_mut() {
                     a.record_learned(instance, decree);

@@ -219,10 +219,8 @@ impl Protocol for SeqBcast {
                     self.pending.insert(instance, (id, payload));
                 }
                 while let Some((id, payload)) = self.pending.remove(&self.next_deliver) {
-                    out.deliveries.push(Delivery {
-                        instance: self.next_deliver,
-                        batch: Batch::single(id, payload),
-                    });
+                    out.deliveries
+                        .push(Delivery::new(self.next_deliver, Batch::single(id, payload)));
                     self.next_deliver += 1;
                 }
             }

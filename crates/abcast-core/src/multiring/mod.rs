@@ -1,0 +1,669 @@
+//! Multi-Ring Paxos: seed 000 §2.4 (figure 2.3), §3.1.2 (the coordinator's skips) and
+//! §3.1.4 (`MultiRingLearner`), over U-Ring Paxos rings.
+//!
+//! A node takes part in several rings at once, each an independent U-Ring Paxos instance
+//! (`uring::URing`) with its own roles, coordinator and instances; one ring is one group,
+//! and its messages carry the group in the frame header. Proposers propose to one ring.
+//! Learners follow a set of rings and deliver them merged (`merge.rs`): M slots from each
+//! followed ring in turn, in group order. Two learners that share rings deliver those rings'
+//! values in the same relative order (atomic multicast).
+//!
+//! **Skips** (`skip.rs`): a ring with less traffic than λ per Δt is topped up by its
+//! coordinator with one skip instance standing for the missing slots, so a quiet ring
+//! never holds a busy one back. λ adapts: learners report the value rate of the busiest
+//! ring they follow, and λ = 1.5 × that rate × Δt; a quiet ring that is still behind what a
+//! learner needs skips to there at once.
+//!
+//! **Subscribe and unsubscribe** at run time, at a point every learner agrees on: the
+//! learner asks the ring's coordinator to decide a control value in that ring. The change
+//! takes effect at turn `max(barrier, turn(slot of the control) + 1)`, where the barrier
+//! is the learner's turn when it asked (it does not start that turn before the control is
+//! decided). Both numbers are in the decided control, so anyone who reads the ring's log
+//! knows exactly which of its values the learner delivered.
+//!
+//! Departures from the seed: the merge counts *slots of instances* (one per instance of
+//! values, k per skip of k), not single values, because U-Ring Paxos batches many values
+//! into one instance; Δt defaults to 10 ms, not 100 ms (see `config.rs`); λ is measured,
+//! not configured.
+
+pub mod config;
+pub(crate) mod merge;
+pub mod messages;
+mod skip;
+
+pub use config::{MultiRingConfig, ProposeTo, RingSpec};
+pub use messages::{Body, Control, Message, Report};
+
+use crate::ProposeError;
+use crate::protocol::{Outbox, Protocol, Status, Subscription};
+use crate::storage::AcceptorStore;
+use crate::types::{Decree, GroupId, Micros, NodeId, ValueId};
+use crate::uring::{self, ConfigError, StartInfo, URing};
+use bytes::Bytes;
+use merge::{Follow, Merger, RingQueue};
+use skip::SkipState;
+use std::fmt;
+
+/// Why a subscribe or unsubscribe was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SubscribeError {
+    UnknownRing(GroupId),
+    /// This node is not a learner of that ring.
+    NotALearner(GroupId),
+    AlreadySubscribed(GroupId),
+    NotSubscribed(GroupId),
+    /// One change at a time: an earlier request is not decided yet.
+    Pending(GroupId),
+    /// This learner skipped instances of the ring that every acceptor had trimmed, so it no
+    /// longer knows the ring's slot count and cannot merge it (snapshots carry it, issue 4).
+    Misaligned(GroupId),
+}
+
+impl fmt::Display for SubscribeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SubscribeError::UnknownRing(g) => write!(f, "ring {} is not configured", g.0),
+            SubscribeError::NotALearner(g) => {
+                write!(f, "this node is not a learner of ring {}", g.0)
+            }
+            SubscribeError::AlreadySubscribed(g) => write!(f, "already following ring {}", g.0),
+            SubscribeError::NotSubscribed(g) => write!(f, "not following ring {}", g.0),
+            SubscribeError::Pending(g) => {
+                write!(
+                    f,
+                    "a subscription change for ring {} is not decided yet",
+                    g.0
+                )
+            }
+            SubscribeError::Misaligned(g) => write!(
+                f,
+                "ring {} was trimmed past this learner; it cannot be merged without a snapshot",
+                g.0
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SubscribeError {}
+
+/// A subscription change this learner asked for and has not seen decided.
+#[derive(Debug)]
+struct PendingControl {
+    ring: usize,
+    control: Control,
+    sent_us: Micros,
+}
+
+/// One ring at this node.
+struct Slot {
+    group: GroupId,
+    ring: URing,
+    /// Deliveries held because the merge queue is full.
+    paused: bool,
+    /// The ring's slot count here is unknown (trimmed instances skipped).
+    misaligned: bool,
+    skip: SkipState,
+}
+
+/// One node of a Multi-Ring Paxos deployment: every ring it is a member of, and the merge.
+pub struct MultiRing {
+    cfg: MultiRingConfig,
+    me: NodeId,
+    incarnation: u64,
+    /// In group order, aligned with `merger.rings`.
+    slots: Vec<Slot>,
+    merger: Merger,
+    scratch: Outbox<uring::Message>,
+    pending: Option<PendingControl>,
+    next_nonce: u64,
+    next_rr: usize,
+    announced: bool,
+    next_report_us: Micros,
+    now: Micros,
+}
+
+impl MultiRing {
+    /// Builds this node's rings. `store` is called once per ring this node is a member of.
+    /// Each ring's proposer numbers its values in its own space: the ring's group in the top
+    /// 8 bits of the sequence number, so ids never collide across rings.
+    pub fn new(
+        cfg: MultiRingConfig,
+        me: NodeId,
+        start: StartInfo,
+        mut store: impl FnMut(GroupId) -> Box<dyn AcceptorStore + Send>,
+    ) -> Result<MultiRing, ConfigError> {
+        cfg.validate()?;
+        let mut specs: Vec<&RingSpec> = cfg
+            .rings
+            .iter()
+            .filter(|r| r.ring.position(me).is_some())
+            .collect();
+        specs.sort_by_key(|r| r.group);
+        if specs.is_empty() {
+            return Err(ConfigError {
+                field: "rings",
+                reason: format!("node {} is a member of no ring", me.0),
+            });
+        }
+        let initial = cfg.initial_subscriptions(me);
+        let mut slots = Vec::new();
+        let mut queues = Vec::new();
+        for spec in specs {
+            let ring_start = StartInfo {
+                start_seq: (start.start_seq & ((1 << 56) - 1)) | (u64::from(spec.group.0) << 56),
+                ..start
+            };
+            let mut ring = URing::new(spec.ring.clone(), me, ring_start, store(spec.group))?;
+            ring.set_report_passes(true);
+            let learner = ring.is_learner();
+            let follow = if learner && initial.contains(&spec.group) {
+                Follow::On {
+                    from: 0,
+                    until: None,
+                }
+            } else {
+                Follow::Off
+            };
+            queues.push(RingQueue {
+                group: spec.group,
+                learner,
+                frontier: 0,
+                follow,
+                queue: Default::default(),
+                queued_bytes: 0,
+                value_slots: 0,
+            });
+            slots.push(Slot {
+                group: spec.group,
+                ring,
+                paused: false,
+                misaligned: false,
+                skip: SkipState::default(),
+            });
+        }
+        Ok(MultiRing {
+            merger: Merger::new(cfg.merge_m, queues),
+            cfg,
+            me,
+            incarnation: start.incarnation,
+            slots,
+            scratch: Outbox::new(),
+            pending: None,
+            next_nonce: 1,
+            next_rr: 0,
+            announced: false,
+            next_report_us: 0,
+            now: 0,
+        })
+    }
+
+    fn index(&self, group: GroupId) -> Option<usize> {
+        self.merger.ring_index(group)
+    }
+
+    /// The rings this node is a member of, in group order.
+    pub fn groups(&self) -> Vec<GroupId> {
+        self.slots.iter().map(|s| s.group).collect()
+    }
+
+    /// One ring's protocol state, for status pages and tests.
+    pub fn ring(&self, group: GroupId) -> Option<&URing> {
+        self.index(group).map(|i| &self.slots[i].ring)
+    }
+
+    /// Whether this learner follows the ring now (or will, once a decided subscribe takes
+    /// effect).
+    pub fn follows(&self, group: GroupId) -> bool {
+        self.index(group)
+            .is_some_and(|i| matches!(self.merger.rings[i].follow, Follow::On { until: None, .. }))
+    }
+
+    /// Instances of a ring decided here and waiting in the merge for the other rings (the
+    /// "values buffered at the learner" of seed 000 figure 4.6).
+    pub fn buffered(&self, group: GroupId) -> usize {
+        self.index(group)
+            .map_or(0, |i| self.merger.rings[i].queue.len())
+    }
+
+    /// The merge's current turn.
+    pub fn turn(&self) -> u64 {
+        self.merger.turn
+    }
+
+    /// Proposes a value to one ring.
+    pub fn propose_to(
+        &mut self,
+        now: Micros,
+        group: GroupId,
+        payload: Bytes,
+        out: &mut Outbox<Message>,
+    ) -> Result<ValueId, ProposeError> {
+        self.now = self.now.max(now);
+        let Some(i) = self.index(group) else {
+            return Err(ProposeError::NotProposer);
+        };
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let r = self.slots[i].ring.propose(self.now, payload, &mut scratch);
+        self.absorb(i, &mut scratch, out);
+        self.scratch = scratch;
+        self.finish(out);
+        r
+    }
+
+    /// Starts following a ring, at a turn decided in that ring (see the module comment).
+    pub fn subscribe(
+        &mut self,
+        now: Micros,
+        group: GroupId,
+        out: &mut Outbox<Message>,
+    ) -> Result<(), SubscribeError> {
+        self.change(now, group, true, out)
+    }
+
+    /// Stops following a ring, at a turn decided in that ring.
+    pub fn unsubscribe(
+        &mut self,
+        now: Micros,
+        group: GroupId,
+        out: &mut Outbox<Message>,
+    ) -> Result<(), SubscribeError> {
+        self.change(now, group, false, out)
+    }
+
+    fn change(
+        &mut self,
+        now: Micros,
+        group: GroupId,
+        subscribe: bool,
+        out: &mut Outbox<Message>,
+    ) -> Result<(), SubscribeError> {
+        self.now = self.now.max(now);
+        let i = self
+            .index(group)
+            .ok_or(SubscribeError::UnknownRing(group))?;
+        if let Some(p) = &self.pending {
+            return Err(SubscribeError::Pending(self.slots[p.ring].group));
+        }
+        let q = &self.merger.rings[i];
+        if !q.learner {
+            return Err(SubscribeError::NotALearner(group));
+        }
+        if self.slots[i].misaligned {
+            return Err(SubscribeError::Misaligned(group));
+        }
+        let following = matches!(q.follow, Follow::On { until: None, .. });
+        match (subscribe, following) {
+            (true, true) => return Err(SubscribeError::AlreadySubscribed(group)),
+            (false, false) => return Err(SubscribeError::NotSubscribed(group)),
+            _ => {}
+        }
+        if subscribe && matches!(q.follow, Follow::On { .. }) {
+            // Still delivering up to a decided unsubscribe: wait until it took effect.
+            return Err(SubscribeError::Pending(group));
+        }
+        let control = Control {
+            learner: self.me,
+            incarnation: self.incarnation,
+            nonce: self.next_nonce,
+            subscribe,
+            barrier_turn: self.merger.turn,
+        };
+        self.next_nonce += 1;
+        self.merger.barrier = Some(control.barrier_turn);
+        self.pending = Some(PendingControl {
+            ring: i,
+            control,
+            sent_us: self.now,
+        });
+        out.events.push(format!(
+            "{} asks ring {} to {} it from turn {}",
+            self.me,
+            group.0,
+            if subscribe {
+                "subscribe"
+            } else {
+                "unsubscribe"
+            },
+            control.barrier_turn
+        ));
+        self.send_control(out);
+        self.finish(out);
+        Ok(())
+    }
+
+    /// Sends the pending control request to the ring's coordinator (or proposes it, if
+    /// this node is the coordinator).
+    fn send_control(&mut self, out: &mut Outbox<Message>) {
+        let Some(p) = self.pending.as_mut() else {
+            return;
+        };
+        p.sent_us = self.now;
+        let (i, control) = (p.ring, p.control);
+        if self.slots[i].ring.is_leading() {
+            let mut scratch = std::mem::take(&mut self.scratch);
+            self.slots[i].ring.propose_meta(
+                self.now,
+                Decree::Control(control.encode()),
+                &mut scratch,
+            );
+            self.absorb(i, &mut scratch, out);
+            self.scratch = scratch;
+        } else if let Some(c) = self.slots[i].ring.coordinator() {
+            out.send(
+                c,
+                Message {
+                    group: self.slots[i].group,
+                    body: Body::ControlReq(control),
+                },
+            );
+        }
+    }
+
+    /// A control value decided in ring `i`, taking the slot `slot`.
+    fn on_control(&mut self, i: usize, slot: u64, raw: Bytes, out: &mut Outbox<Message>) {
+        let c = match Control::decode(raw) {
+            Ok(c) => c,
+            Err(e) => {
+                out.events.push(format!(
+                    "ring {}: undecodable control value: {e}",
+                    self.slots[i].group.0
+                ));
+                return;
+            }
+        };
+        let mine = c.learner == self.me && c.incarnation == self.incarnation;
+        let Some(p) = self.pending.as_ref() else {
+            return;
+        };
+        if !mine || p.ring != i || p.control.nonce != c.nonce {
+            return;
+        }
+        debug_assert!(
+            self.merger.turn <= c.barrier_turn,
+            "the merge passed its barrier"
+        );
+        let at = c.barrier_turn.max(slot / self.merger.m + 1);
+        let follow = if c.subscribe {
+            Follow::On {
+                from: at,
+                until: None,
+            }
+        } else {
+            match self.merger.rings[i].follow {
+                Follow::On { from, .. } => Follow::On {
+                    from,
+                    until: Some(at),
+                },
+                Follow::Off => Follow::Off,
+            }
+        };
+        self.merger.set_follow(i, follow);
+        self.pending = None;
+        self.merger.barrier = None;
+        out.events.push(format!(
+            "{} {} ring {} from turn {at} (decided at slot {slot})",
+            self.me,
+            if c.subscribe {
+                "subscribes to"
+            } else {
+                "unsubscribes from"
+            },
+            self.slots[i].group.0
+        ));
+    }
+
+    /// Carries a ring's effects into the node's outbox: messages tagged with the ring's
+    /// group, acknowledgements as they are, decided instances into the merge.
+    fn absorb(&mut self, i: usize, s: &mut Outbox<uring::Message>, out: &mut Outbox<Message>) {
+        let group = self.slots[i].group;
+        for (to, m) in s.sends.drain(..) {
+            out.send(
+                to,
+                Message {
+                    group,
+                    body: Body::Ring(m),
+                },
+            );
+        }
+        for m in s.multicasts.drain(..) {
+            out.multicasts.push(Message {
+                group,
+                body: Body::Ring(m),
+            });
+        }
+        out.acks.append(&mut s.acks);
+        out.needs_sync |= s.needs_sync;
+        for e in s.events.drain(..) {
+            out.events.push(format!("ring {}: {e}", group.0));
+        }
+        if !s.skips.is_empty() {
+            // Instances trimmed at every acceptor: their slots are unknown here, so this
+            // learner cannot place the ring's later values in the merge any more.
+            let (from, to) = (s.skips[0].0, s.skips[s.skips.len() - 1].1);
+            out.skips.append(&mut s.skips);
+            if !self.slots[i].misaligned {
+                self.slots[i].misaligned = true;
+                let was_following = matches!(self.merger.rings[i].follow, Follow::On { .. });
+                self.merger.set_follow(i, Follow::Off);
+                if was_following {
+                    out.subscriptions.push(Subscription {
+                        group,
+                        subscribed: false,
+                        from_start: false,
+                        position: out.deliveries.len(),
+                    });
+                }
+                if self.pending.as_ref().is_some_and(|p| p.ring == i) {
+                    self.pending = None;
+                    self.merger.barrier = None;
+                }
+                out.events.push(format!(
+                    "ring {}: instances {from}..{to} were trimmed everywhere; this learner stops \
+                     merging the ring (a snapshot would carry its slot count)",
+                    group.0
+                ));
+            }
+        }
+        // Deliveries and passes, each in instance order: interleave them by instance.
+        let mut passes = std::mem::take(&mut s.passes).into_iter().peekable();
+        for mut d in s.deliveries.drain(..) {
+            while let Some(p) = passes.next_if(|p| p.instance < d.instance) {
+                self.push_pass(i, p, out);
+            }
+            d.group = group;
+            if self.slots[i].misaligned {
+                continue;
+            }
+            self.merger.rings[i].value_slots += 1;
+            self.merger.push(i, 1, Some(d));
+        }
+        for p in passes {
+            self.push_pass(i, p, out);
+        }
+        s.clear();
+    }
+
+    fn push_pass(&mut self, i: usize, p: crate::protocol::Pass, out: &mut Outbox<Message>) {
+        if self.slots[i].misaligned {
+            return;
+        }
+        let slot = self.merger.rings[i].frontier;
+        self.merger.push(i, p.slots, None);
+        if let Some(c) = p.control {
+            self.on_control(i, slot, c, out);
+        }
+    }
+
+    /// After every input: run the merge, and pause or resume rings by their queue.
+    fn finish(&mut self, out: &mut Outbox<Message>) {
+        let (mut subs, mut dels) = (
+            std::mem::take(&mut out.subscriptions),
+            std::mem::take(&mut out.deliveries),
+        );
+        self.merger.run(&mut dels, &mut subs);
+        out.subscriptions = subs;
+        out.deliveries = dels;
+        for i in 0..self.slots.len() {
+            let q = &self.merger.rings[i];
+            let (n, b) = (q.queue.len(), q.queued_bytes);
+            let control_here = self.pending.as_ref().is_some_and(|p| p.ring == i);
+            let full = n >= self.cfg.merge_queue_instances || b >= self.cfg.merge_queue_bytes;
+            let low = n < self.cfg.merge_queue_instances / 2 && b < self.cfg.merge_queue_bytes / 2;
+            let s = &mut self.slots[i];
+            // A ring holding an undecided control of ours is never paused: the merge waits
+            // for that control, so pausing could wait forever. Its queue is then bounded by
+            // what its coordinator has open ahead of the control.
+            if full && !s.paused && !control_here {
+                s.paused = true;
+                s.ring.set_delivery_paused(true);
+            } else if s.paused && (low || control_here) {
+                s.paused = false;
+                s.ring.set_delivery_paused(false);
+            }
+        }
+    }
+
+    /// The subscriptions a learner starts with, announced once.
+    fn announce(&mut self, out: &mut Outbox<Message>) {
+        if self.announced {
+            return;
+        }
+        self.announced = true;
+        for q in &self.merger.rings {
+            if !q.learner {
+                continue;
+            }
+            out.subscriptions.push(Subscription {
+                group: q.group,
+                subscribed: matches!(q.follow, Follow::On { .. }),
+                from_start: true,
+                position: out.deliveries.len(),
+            });
+        }
+    }
+}
+
+impl Protocol for MultiRing {
+    type Message = Message;
+
+    fn node(&self) -> NodeId {
+        self.me
+    }
+
+    fn propose(
+        &mut self,
+        now: Micros,
+        payload: Bytes,
+        out: &mut Outbox<Message>,
+    ) -> Result<ValueId, ProposeError> {
+        let proposers: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.slots[i].ring.can_propose() || self.slots[i].ring.is_proposer())
+            .collect();
+        let target = match self.cfg.propose_to {
+            ProposeTo::Group(g) => self.index(g),
+            ProposeTo::FirstRing => proposers.first().copied(),
+            ProposeTo::RoundRobin => {
+                let n = proposers.len();
+                let start = self.next_rr;
+                self.next_rr = self.next_rr.wrapping_add(1);
+                (0..n)
+                    .map(|k| proposers[(start + k) % n])
+                    .find(|&i| self.slots[i].ring.can_propose())
+                    .or_else(|| proposers.get(start % n.max(1)).copied())
+            }
+        };
+        let Some(i) = target else {
+            return Err(ProposeError::NotProposer);
+        };
+        let group = self.slots[i].group;
+        self.propose_to(now, group, payload, out)
+    }
+
+    fn receive(&mut self, now: Micros, from: NodeId, msg: Message, out: &mut Outbox<Message>) {
+        self.now = self.now.max(now);
+        self.announce(out);
+        let Some(i) = self.index(msg.group) else {
+            // A ring this node is not in: ignore (a misrouted or stale message).
+            return;
+        };
+        match msg.body {
+            Body::Ring(m) => {
+                let mut scratch = std::mem::take(&mut self.scratch);
+                self.slots[i].ring.receive(self.now, from, m, &mut scratch);
+                self.absorb(i, &mut scratch, out);
+                self.scratch = scratch;
+            }
+            Body::Report(r) => self.slots[i].skip.on_report(self.now, &r),
+            Body::ControlReq(c) => {
+                if c.learner != from {
+                    return; // a node asks for itself only
+                }
+                if self.slots[i]
+                    .skip
+                    .should_propose_control(self.now, &c, &self.cfg)
+                {
+                    let mut scratch = std::mem::take(&mut self.scratch);
+                    self.slots[i].ring.propose_meta(
+                        self.now,
+                        Decree::Control(c.encode()),
+                        &mut scratch,
+                    );
+                    self.absorb(i, &mut scratch, out);
+                    self.scratch = scratch;
+                }
+            }
+        }
+        self.finish(out);
+    }
+
+    fn tick(&mut self, now: Micros, out: &mut Outbox<Message>) {
+        self.now = self.now.max(now);
+        self.announce(out);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        for i in 0..self.slots.len() {
+            self.slots[i].ring.tick(self.now, &mut scratch);
+            self.absorb(i, &mut scratch, out);
+        }
+        self.scratch = scratch;
+        self.skip_tick(out);
+        if self
+            .pending
+            .as_ref()
+            .is_some_and(|p| self.now >= p.sent_us + self.cfg.control_retry_us)
+        {
+            self.send_control(out);
+        }
+        self.finish(out);
+    }
+
+    fn tick_interval_us(&self) -> Micros {
+        self.slots
+            .iter()
+            .map(|s| s.ring.tick_interval_us())
+            .min()
+            .unwrap_or(1_000)
+            .min(self.cfg.skip_interval_us / 2)
+            .max(1)
+    }
+
+    fn can_propose(&self) -> bool {
+        match self.cfg.propose_to {
+            ProposeTo::Group(g) => self
+                .index(g)
+                .is_some_and(|i| self.slots[i].ring.can_propose()),
+            _ => self.slots.iter().any(|s| s.ring.can_propose()),
+        }
+    }
+
+    fn status(&self) -> Status {
+        let mut st = self.slots[0].ring.status();
+        st.amnesic = self.slots.iter().any(|s| s.ring.status().amnesic);
+        st.values_in_flight = self
+            .slots
+            .iter()
+            .map(|s| s.ring.status().values_in_flight)
+            .sum();
+        st.delivered_upto = self.merger.turn;
+        st
+    }
+}

@@ -1,0 +1,119 @@
+//! Learner: seed 003 §4.1 (learn a value once both its `Phase2a` and its decision are here),
+//! §4.2 (lost messages are asked of other processes; each learner has a preferred acceptor)
+//! and §6.1 (values wait in a buffer until they can be delivered in order).
+//!
+//! The learner state itself (instance order, payload matching, de-duplication of a batch
+//! decided twice) is U-Ring Paxos' `LearnerState`; every node keeps one (acceptors need the
+//! decisions to answer retransmissions and to be repaired), only learners deliver.
+//!
+//! Recovery: a learner behind what it knows decided, or holding a decision whose value it
+//! has not got, asks after `retrieve_timeout_us`, alternately the coordinator (its
+//! retransmission buffer) and its preferred acceptor (learner index mod ring size, §4.2),
+//! then the other live acceptors. Answers are unicast `Decided` messages with full values.
+
+use super::messages::{Decided, Retrieve};
+use super::{Message, Out, RingPaxos};
+use crate::types::{Ballot, Decree};
+use crate::uring::ring::bit;
+
+impl RingPaxos {
+    /// Whom to ask, in order: the coordinator, the preferred acceptor, the other live acceptors.
+    pub(crate) fn retrieve_targets(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = Vec::new();
+        let alive = |p: usize| p != self.pos && self.view.alive(p, self.now);
+        if let Some(c) = self.coordinator_pos().filter(|&c| alive(c)) {
+            v.push(c);
+        }
+        let ring: Vec<usize> = self
+            .ring
+            .ring
+            .iter()
+            .filter_map(|&n| self.cfg.position(n))
+            .collect();
+        if !ring.is_empty() {
+            let preferred = ring[self.learner_index % ring.len()];
+            if alive(preferred) && !v.contains(&preferred) {
+                v.push(preferred);
+            }
+        }
+        for &p in &self.acceptors {
+            if alive(p) && !v.contains(&p) {
+                v.push(p);
+            }
+        }
+        v
+    }
+
+    pub(crate) fn learner_tick(&mut self, out: &mut Out) {
+        if !(self.learn.behind() || self.learn.has_waiting()) {
+            return;
+        }
+        let t = self.cfg.retrieve_timeout_us;
+        if self.now < self.learn.last_progress_us + t || self.now < self.learn.last_retrieve_us + t
+        {
+            return;
+        }
+        self.send_retrieve(out);
+    }
+
+    pub(crate) fn send_retrieve(&mut self, out: &mut Out) {
+        let targets = self.retrieve_targets();
+        if targets.is_empty() {
+            return;
+        }
+        let target = targets[self.learn.retrieve_round % targets.len()];
+        self.learn.retrieve_round += 1;
+        self.learn.last_retrieve_us = self.now;
+        let from = self.learn.next;
+        let to = (from + self.cfg.retrieve_max_instances).min(self.learn.decided_max.max(from) + 1);
+        out.send(
+            self.node_at(target),
+            Message::Retrieve(Retrieve { from, to }),
+        );
+    }
+
+    /// Decided instances from the coordinator's buffer or an acceptor.
+    pub(crate) fn on_decided_reply(&mut self, from_pos: usize, m: Decided, out: &mut Out) {
+        let next_before = self.learn.next;
+        for (instance, decree) in m.entries {
+            if let Decree::Values(b) = &decree {
+                self.cache.insert(b);
+                self.learn.offer_payload(b);
+            }
+            let key = decree.key();
+            self.record_decision(instance, Ballot::ZERO, Some(decree), key, out);
+        }
+        // Nobody can serve what lies below every live acceptor's log start: skip it (the
+        // same rule as U-Ring Paxos; snapshots replace it with durable storage).
+        let next = self.learn.next;
+        if next < m.log_start && !self.learn.knows(next) && self.is_acceptor_pos(from_pos) {
+            let l = &mut self.learn;
+            if l.trimmed_at != next {
+                l.trimmed_at = next;
+                l.trimmed_mask = 0;
+                l.trimmed_floor = m.log_start;
+            }
+            l.trimmed_mask |= bit(from_pos);
+            l.trimmed_floor = l.trimmed_floor.min(m.log_start);
+            let mask = self.learn.trimmed_mask;
+            let everyone = self
+                .acceptors
+                .iter()
+                .filter(|&&p| p != self.pos && self.view.alive(p, self.now))
+                .all(|&p| mask & bit(p) != 0);
+            if everyone {
+                let to = self.learn.trimmed_floor;
+                out.events.push(format!(
+                    "learner skips instances {next}..{to}: trimmed at every acceptor"
+                ));
+                out.skips.push((next, to));
+                self.learn.jump_to(to);
+            }
+        }
+        // Catching up moves at network speed: ask for the next range at once.
+        self.after_input(out);
+        if self.learn.next > next_before && self.learn.behind() {
+            self.send_retrieve(out);
+        }
+    }
+}

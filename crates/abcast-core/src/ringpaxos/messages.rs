@@ -1,0 +1,662 @@
+//! Ring Paxos messages and their wire codec (seed 003 Algorithm 2 and §6.1).
+//!
+//! | message | from → to | transport | Algorithm 2 |
+//! | --- | --- | --- | --- |
+//! | `Submit` | proposer → coordinator | unicast | "value v from proposer" (Task 1) |
+//! | `Phase1a` / `Phase1b` | coordinator ↔ every acceptor | unicast | Tasks 1-3 |
+//! | `Phase2a` | coordinator → everybody | ip-multicast | Task 3 line 19 |
+//! | `Phase2b` | ring acceptor → successor | unicast | Tasks 4-5 |
+//! | `Decision` | coordinator → everybody | ip-multicast | Task 5 line 35 |
+//! | `Nack` | acceptor → coordinator | unicast | (a refusal, §4.2 "re-send ... with a bigger round") |
+//! | `Retrieve` / `Decided` | learner ↔ coordinator or preferred acceptor | unicast | §4.2 lost messages |
+//! | `Heartbeat`, `Repair` | everybody | unicast | §4.2 failure detection, amnesic repair |
+//!
+//! A `Phase2a` carries the decisions of earlier instances in its first part and the new
+//! proposed value with its id in the second (§6.1, §4.3 last paragraph); a `Decision`
+//! carries decisions alone, when nothing was proposed for a while.
+
+use crate::codec::{Decoder, Encoder, WireMessage};
+use crate::error::DecodeError;
+use crate::types::{Ballot, Batch, BatchKey, Decree, Instance, NodeId};
+
+/// Largest number of entries in one phase 1 reply, one retrieve answer, one decision list.
+pub const MAX_ENTRIES: usize = 1 << 16;
+/// Longest epoch vector and longest ring.
+pub const MAX_MEMBERS: usize = super::config::MAX_RING_MEMBERS;
+
+/// The unique id of a proposed value (seed 003 "c-vid"/"v-vid"): the batch key, or the
+/// no-op. A batch key names one batch forever (proposers never reuse value ids), so equal
+/// ids mean equal values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Vid {
+    Noop,
+    Key(BatchKey),
+}
+
+impl Vid {
+    pub fn of(d: &Decree) -> Vid {
+        match d.key() {
+            Some(k) => Vid::Key(k),
+            None => Vid::Noop,
+        }
+    }
+    pub fn key(self) -> Option<BatchKey> {
+        match self {
+            Vid::Noop => None,
+            Vid::Key(k) => Some(k),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Submit {
+    pub batch: Batch,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Phase1a {
+    pub ballot: Ballot,
+    /// Votes are asked for from this instance on; the promise covers every instance.
+    pub from: Instance,
+    pub epoch: Vec<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct P1Entry {
+    pub instance: Instance,
+    pub ballot: Ballot,
+    pub decree: Decree,
+    pub decided: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Phase1b {
+    pub ballot: Ballot,
+    pub from: Instance,
+    pub ok: bool,
+    pub promised: Ballot,
+    /// Lost its state in a restart and not yet repaired: its promise does not count.
+    pub amnesic: bool,
+    /// Every instance up to here is decided and this acceptor knows it (or trimmed it).
+    pub decided_upto: Instance,
+    pub max_instance: Instance,
+    /// Votes were reported for `[from, covered_to)` (the reply is bounded in size).
+    pub covered_to: Instance,
+    pub epoch: Vec<u64>,
+    pub accepted: Vec<P1Entry>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Phase2a {
+    pub ballot: Ballot,
+    /// Fingerprint of the epoch the ballot's phase 1 ran in (see `uring/ring.rs`).
+    pub epoch_fp: u64,
+    /// The ring of this ballot, coordinator last (Task 1 "c-ring").
+    pub ring: Vec<NodeId>,
+    /// Part one: decisions of earlier instances (§6.1).
+    pub decisions: Vec<(Instance, Vid)>,
+    /// Part two: the proposed value of `instance`; its id is `Vid::of(decree)`.
+    pub instance: Instance,
+    pub decree: Decree,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Phase2b {
+    pub ballot: Ballot,
+    pub instance: Instance,
+    pub vid: Vid,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub ballot: Ballot,
+    pub decisions: Vec<(Instance, Vid)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Nack {
+    pub promised: Ballot,
+    pub instance: Instance,
+    pub epoch: Vec<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Retrieve {
+    pub from: Instance,
+    pub to: Instance,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decided {
+    /// Below this the responder holds nothing any more.
+    pub log_start: Instance,
+    pub entries: Vec<(Instance, Decree)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Heartbeat {
+    pub ballot: Ballot,
+    pub delivered_upto: Instance,
+    pub decided_max: Instance,
+    pub amnesic: bool,
+    pub epoch: Vec<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Repair {
+    pub ballot: Ballot,
+    pub decided_floor: Instance,
+    /// The amnesic acceptor is repaired once it knows every decision up to here.
+    pub upto: Instance,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Message {
+    Submit(Submit),
+    Phase1a(Phase1a),
+    Phase1b(Phase1b),
+    Phase2a(Phase2a),
+    Phase2b(Phase2b),
+    Decision(Decision),
+    Nack(Nack),
+    Retrieve(Retrieve),
+    Decided(Decided),
+    Heartbeat(Heartbeat),
+    Repair(Repair),
+}
+
+const K_SUBMIT: u8 = 1;
+const K_PHASE1A: u8 = 2;
+const K_PHASE1B: u8 = 3;
+const K_PHASE2A: u8 = 4;
+const K_PHASE2B: u8 = 5;
+const K_DECISION: u8 = 6;
+const K_NACK: u8 = 7;
+const K_RETRIEVE: u8 = 8;
+const K_DECIDED: u8 = 9;
+const K_HEARTBEAT: u8 = 10;
+const K_REPAIR: u8 = 11;
+
+fn put_ballot(e: &mut Encoder, b: Ballot) {
+    e.put_u32(b.round);
+    e.put_u32(b.node.0);
+}
+fn get_ballot(d: &mut Decoder) -> Result<Ballot, DecodeError> {
+    Ok(Ballot {
+        round: d.u32("ballot.round")?,
+        node: NodeId(d.u32("ballot.node")?),
+    })
+}
+fn put_batch(e: &mut Encoder, b: &Batch) {
+    e.put_u32(b.origin().0);
+    e.put_u64(b.first_seq());
+    e.put_u32(b.len() as u32);
+    e.put_u32(b.payload_bytes() as u32);
+    e.put_slice(b.lens_raw());
+    e.put_bytes(b.data_raw());
+}
+fn get_batch(d: &mut Decoder) -> Result<Batch, DecodeError> {
+    let origin = NodeId(d.u32("batch.origin")?);
+    let first_seq = d.u64("batch.first_seq")?;
+    let count = d.u32("batch.count")? as usize;
+    let data_len = d.u32("batch.data_len")? as usize;
+    if count == 0 {
+        return Err(DecodeError::Invalid {
+            what: "batch.count",
+            detail: "zero".into(),
+        });
+    }
+    if count.saturating_mul(4).saturating_add(data_len) > d.remaining() {
+        return Err(DecodeError::Truncated { what: "batch body" });
+    }
+    let lens = d.bytes(count * 4, "batch.lens")?;
+    let data = d.bytes(data_len, "batch.data")?;
+    Batch::from_parts(origin, first_seq, lens, data)
+}
+/// Ring Paxos decides batches and no-ops only; any other decree kind travels as a no-op.
+fn put_decree(e: &mut Encoder, d: &Decree) {
+    match d {
+        Decree::Values(b) => {
+            e.put_u8(2);
+            put_batch(e, b);
+        }
+        _ => e.put_u8(0),
+    }
+}
+fn get_decree(d: &mut Decoder) -> Result<Decree, DecodeError> {
+    match d.u8("decree.tag")? {
+        0 => Ok(Decree::Noop),
+        2 => Ok(Decree::Values(get_batch(d)?)),
+        t => Err(DecodeError::Invalid {
+            what: "decree.tag",
+            detail: format!("{t} (expected 0 or 2)"),
+        }),
+    }
+}
+fn put_vid(e: &mut Encoder, v: Vid) {
+    match v {
+        Vid::Noop => e.put_u8(0),
+        Vid::Key(k) => {
+            e.put_u8(1);
+            e.put_u32(k.origin.0);
+            e.put_u64(k.first_seq);
+        }
+    }
+}
+fn get_vid(d: &mut Decoder) -> Result<Vid, DecodeError> {
+    match d.u8("vid.tag")? {
+        0 => Ok(Vid::Noop),
+        1 => Ok(Vid::Key(BatchKey {
+            origin: NodeId(d.u32("vid.origin")?),
+            first_seq: d.u64("vid.first_seq")?,
+        })),
+        t => Err(DecodeError::Invalid {
+            what: "vid.tag",
+            detail: format!("{t} (expected 0 or 1)"),
+        }),
+    }
+}
+fn put_u64s(e: &mut Encoder, v: &[u64]) {
+    e.put_u32(v.len() as u32);
+    for x in v {
+        e.put_u64(*x);
+    }
+}
+fn get_epoch(d: &mut Decoder) -> Result<Vec<u64>, DecodeError> {
+    let n = d.count("epoch.len", MAX_MEMBERS, 8)?;
+    (0..n).map(|_| d.u64("epoch.incarnation")).collect()
+}
+fn put_ring(e: &mut Encoder, ring: &[NodeId]) {
+    e.put_u32(ring.len() as u32);
+    for n in ring {
+        e.put_u32(n.0);
+    }
+}
+fn get_ring(d: &mut Decoder) -> Result<Vec<NodeId>, DecodeError> {
+    let n = d.count("ring.len", MAX_MEMBERS, 4)?;
+    (0..n).map(|_| Ok(NodeId(d.u32("ring.node")?))).collect()
+}
+fn put_decisions(e: &mut Encoder, v: &[(Instance, Vid)]) {
+    e.put_u32(v.len() as u32);
+    for (i, vid) in v {
+        e.put_u64(*i);
+        put_vid(e, *vid);
+    }
+}
+fn get_decisions(d: &mut Decoder) -> Result<Vec<(Instance, Vid)>, DecodeError> {
+    let n = d.count("decisions.len", MAX_ENTRIES, 9)?;
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let i = d.u64("decision.instance")?;
+        v.push((i, get_vid(d)?));
+    }
+    Ok(v)
+}
+fn get_bool(d: &mut Decoder, what: &'static str) -> Result<bool, DecodeError> {
+    match d.u8(what)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        v => Err(DecodeError::Invalid {
+            what,
+            detail: format!("{v} is not a boolean"),
+        }),
+    }
+}
+
+impl WireMessage for Message {
+    fn kind(&self) -> u8 {
+        match self {
+            Message::Submit(_) => K_SUBMIT,
+            Message::Phase1a(_) => K_PHASE1A,
+            Message::Phase1b(_) => K_PHASE1B,
+            Message::Phase2a(_) => K_PHASE2A,
+            Message::Phase2b(_) => K_PHASE2B,
+            Message::Decision(_) => K_DECISION,
+            Message::Nack(_) => K_NACK,
+            Message::Retrieve(_) => K_RETRIEVE,
+            Message::Decided(_) => K_DECIDED,
+            Message::Heartbeat(_) => K_HEARTBEAT,
+            Message::Repair(_) => K_REPAIR,
+        }
+    }
+
+    fn encode(&self, e: &mut Encoder) {
+        match self {
+            Message::Submit(m) => put_batch(e, &m.batch),
+            Message::Phase1a(m) => {
+                put_ballot(e, m.ballot);
+                e.put_u64(m.from);
+                put_u64s(e, &m.epoch);
+            }
+            Message::Phase1b(m) => {
+                put_ballot(e, m.ballot);
+                e.put_u64(m.from);
+                e.put_u8(m.ok as u8);
+                put_ballot(e, m.promised);
+                e.put_u8(m.amnesic as u8);
+                e.put_u64(m.decided_upto);
+                e.put_u64(m.max_instance);
+                e.put_u64(m.covered_to);
+                put_u64s(e, &m.epoch);
+                e.put_u32(m.accepted.len() as u32);
+                for a in &m.accepted {
+                    e.put_u64(a.instance);
+                    put_ballot(e, a.ballot);
+                    e.put_u8(a.decided as u8);
+                    put_decree(e, &a.decree);
+                }
+            }
+            Message::Phase2a(m) => {
+                put_ballot(e, m.ballot);
+                e.put_u64(m.epoch_fp);
+                put_ring(e, &m.ring);
+                put_decisions(e, &m.decisions);
+                e.put_u64(m.instance);
+                put_decree(e, &m.decree);
+            }
+            Message::Phase2b(m) => {
+                put_ballot(e, m.ballot);
+                e.put_u64(m.instance);
+                put_vid(e, m.vid);
+            }
+            Message::Decision(m) => {
+                put_ballot(e, m.ballot);
+                put_decisions(e, &m.decisions);
+            }
+            Message::Nack(m) => {
+                put_ballot(e, m.promised);
+                e.put_u64(m.instance);
+                put_u64s(e, &m.epoch);
+            }
+            Message::Retrieve(m) => {
+                e.put_u64(m.from);
+                e.put_u64(m.to);
+            }
+            Message::Decided(m) => {
+                e.put_u64(m.log_start);
+                e.put_u32(m.entries.len() as u32);
+                for (i, d) in &m.entries {
+                    e.put_u64(*i);
+                    put_decree(e, d);
+                }
+            }
+            Message::Heartbeat(m) => {
+                put_ballot(e, m.ballot);
+                e.put_u64(m.delivered_upto);
+                e.put_u64(m.decided_max);
+                e.put_u8(m.amnesic as u8);
+                put_u64s(e, &m.epoch);
+            }
+            Message::Repair(m) => {
+                put_ballot(e, m.ballot);
+                e.put_u64(m.decided_floor);
+                e.put_u64(m.upto);
+            }
+        }
+    }
+
+    fn decode(kind: u8, body: bytes::Bytes) -> Result<Message, DecodeError> {
+        let mut d = Decoder::new(body);
+        let m = match kind {
+            K_SUBMIT => Message::Submit(Submit {
+                batch: get_batch(&mut d)?,
+            }),
+            K_PHASE1A => Message::Phase1a(Phase1a {
+                ballot: get_ballot(&mut d)?,
+                from: d.u64("phase1a.from")?,
+                epoch: get_epoch(&mut d)?,
+            }),
+            K_PHASE1B => {
+                let ballot = get_ballot(&mut d)?;
+                let from = d.u64("phase1b.from")?;
+                let ok = get_bool(&mut d, "phase1b.ok")?;
+                let promised = get_ballot(&mut d)?;
+                let amnesic = get_bool(&mut d, "phase1b.amnesic")?;
+                let decided_upto = d.u64("phase1b.decided_upto")?;
+                let max_instance = d.u64("phase1b.max_instance")?;
+                let covered_to = d.u64("phase1b.covered_to")?;
+                if covered_to < from {
+                    return Err(DecodeError::Invalid {
+                        what: "phase1b.covered_to",
+                        detail: format!("{covered_to} below from {from}"),
+                    });
+                }
+                let epoch = get_epoch(&mut d)?;
+                let n = d.count("phase1b.accepted", MAX_ENTRIES, 18)?;
+                let mut accepted = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let instance = d.u64("phase1b.entry.instance")?;
+                    let ballot = get_ballot(&mut d)?;
+                    let decided = get_bool(&mut d, "phase1b.entry.decided")?;
+                    let decree = get_decree(&mut d)?;
+                    accepted.push(P1Entry {
+                        instance,
+                        ballot,
+                        decree,
+                        decided,
+                    });
+                }
+                Message::Phase1b(Phase1b {
+                    ballot,
+                    from,
+                    ok,
+                    promised,
+                    amnesic,
+                    decided_upto,
+                    max_instance,
+                    covered_to,
+                    epoch,
+                    accepted,
+                })
+            }
+            K_PHASE2A => Message::Phase2a(Phase2a {
+                ballot: get_ballot(&mut d)?,
+                epoch_fp: d.u64("phase2a.epoch_fp")?,
+                ring: get_ring(&mut d)?,
+                decisions: get_decisions(&mut d)?,
+                instance: d.u64("phase2a.instance")?,
+                decree: get_decree(&mut d)?,
+            }),
+            K_PHASE2B => Message::Phase2b(Phase2b {
+                ballot: get_ballot(&mut d)?,
+                instance: d.u64("phase2b.instance")?,
+                vid: get_vid(&mut d)?,
+            }),
+            K_DECISION => Message::Decision(Decision {
+                ballot: get_ballot(&mut d)?,
+                decisions: get_decisions(&mut d)?,
+            }),
+            K_NACK => Message::Nack(Nack {
+                promised: get_ballot(&mut d)?,
+                instance: d.u64("nack.instance")?,
+                epoch: get_epoch(&mut d)?,
+            }),
+            K_RETRIEVE => {
+                let from = d.u64("retrieve.from")?;
+                let to = d.u64("retrieve.to")?;
+                if from > to {
+                    return Err(DecodeError::Invalid {
+                        what: "retrieve range",
+                        detail: format!("from {from} > to {to}"),
+                    });
+                }
+                Message::Retrieve(Retrieve { from, to })
+            }
+            K_DECIDED => {
+                let log_start = d.u64("decided.log_start")?;
+                let n = d.count("decided.entries", MAX_ENTRIES, 9)?;
+                let mut entries = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let i = d.u64("decided.instance")?;
+                    entries.push((i, get_decree(&mut d)?));
+                }
+                Message::Decided(Decided { log_start, entries })
+            }
+            K_HEARTBEAT => Message::Heartbeat(Heartbeat {
+                ballot: get_ballot(&mut d)?,
+                delivered_upto: d.u64("heartbeat.delivered_upto")?,
+                decided_max: d.u64("heartbeat.decided_max")?,
+                amnesic: get_bool(&mut d, "heartbeat.amnesic")?,
+                epoch: get_epoch(&mut d)?,
+            }),
+            K_REPAIR => Message::Repair(Repair {
+                ballot: get_ballot(&mut d)?,
+                decided_floor: d.u64("repair.decided_floor")?,
+                upto: d.u64("repair.upto")?,
+            }),
+            k => return Err(DecodeError::UnknownKind(k)),
+        };
+        d.finish()?;
+        Ok(m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::BatchBuilder;
+    use bytes::Bytes;
+
+    fn batch() -> Batch {
+        let mut b = BatchBuilder::new(NodeId(2), 7, 64);
+        b.push(b"hello");
+        b.push(b"");
+        b.push(&[9u8; 3000]);
+        b.finish()
+    }
+
+    fn all() -> Vec<Message> {
+        let bal = Ballot::new(3, NodeId(1));
+        let key = batch().key();
+        vec![
+            Message::Submit(Submit { batch: batch() }),
+            Message::Phase1a(Phase1a {
+                ballot: bal,
+                from: 1,
+                epoch: vec![0, 2, 0],
+            }),
+            Message::Phase1b(Phase1b {
+                ballot: bal,
+                from: 1,
+                ok: true,
+                promised: bal,
+                amnesic: false,
+                decided_upto: 3,
+                max_instance: 9,
+                covered_to: 10,
+                epoch: vec![1, 2],
+                accepted: vec![
+                    P1Entry {
+                        instance: 4,
+                        ballot: bal,
+                        decree: Decree::Values(batch()),
+                        decided: false,
+                    },
+                    P1Entry {
+                        instance: 5,
+                        ballot: bal,
+                        decree: Decree::Noop,
+                        decided: true,
+                    },
+                ],
+            }),
+            Message::Phase2a(Phase2a {
+                ballot: bal,
+                epoch_fp: 99,
+                ring: vec![NodeId(2), NodeId(1)],
+                decisions: vec![(3, Vid::Noop), (4, Vid::Key(key))],
+                instance: 5,
+                decree: Decree::Values(batch()),
+            }),
+            Message::Phase2a(Phase2a {
+                ballot: bal,
+                epoch_fp: 1,
+                ring: vec![NodeId(1)],
+                decisions: vec![],
+                instance: 6,
+                decree: Decree::Noop,
+            }),
+            Message::Phase2b(Phase2b {
+                ballot: bal,
+                instance: 5,
+                vid: Vid::Key(key),
+            }),
+            Message::Decision(Decision {
+                ballot: bal,
+                decisions: vec![(5, Vid::Key(key)), (6, Vid::Noop)],
+            }),
+            Message::Nack(Nack {
+                promised: bal,
+                instance: 4,
+                epoch: vec![],
+            }),
+            Message::Retrieve(Retrieve { from: 1, to: 65 }),
+            Message::Decided(Decided {
+                log_start: 1,
+                entries: vec![(1, Decree::Noop), (2, Decree::Values(batch()))],
+            }),
+            Message::Heartbeat(Heartbeat {
+                ballot: bal,
+                delivered_upto: 3,
+                decided_max: 4,
+                amnesic: true,
+                epoch: vec![0, 0, 0],
+            }),
+            Message::Repair(Repair {
+                ballot: bal,
+                decided_floor: 2,
+                upto: 9,
+            }),
+        ]
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        for m in all() {
+            let mut e = Encoder::new();
+            m.encode(&mut e);
+            let back = Message::decode(m.kind(), e.to_bytes()).expect("decodes");
+            assert_eq!(back, m);
+        }
+    }
+
+    #[test]
+    fn truncated_and_garbage_bodies_are_errors_not_panics() {
+        for m in all() {
+            let mut e = Encoder::new();
+            m.encode(&mut e);
+            let body = e.to_bytes();
+            for cut in 0..body.len() {
+                assert!(
+                    Message::decode(m.kind(), body.slice(..cut)).is_err(),
+                    "cut {cut} of {m:?}"
+                );
+            }
+            let mut long = body.to_vec();
+            long.push(0);
+            assert!(Message::decode(m.kind(), Bytes::from(long)).is_err());
+        }
+        let mut x: u64 = 0x9e3779b97f4a7c15;
+        for kind in 0..=13u8 {
+            for len in 0..300usize {
+                let mut v = Vec::with_capacity(len);
+                for _ in 0..len {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    v.push(x as u8);
+                }
+                let _ = Message::decode(kind, Bytes::from(v));
+            }
+        }
+    }
+
+    #[test]
+    fn the_payload_of_a_phase2a_is_not_copied_into_the_header_chunk() {
+        let m = all().swap_remove(3);
+        let mut e = Encoder::new();
+        m.encode(&mut e);
+        let chunks = e.finish();
+        assert!(chunks.iter().any(|c| c.len() == 3005), "{chunks:?}");
+    }
+}

@@ -343,11 +343,44 @@ impl Decree {
             Decree::Noop | Decree::Skip(_) | Decree::Control(_) => None,
         }
     }
+    /// Whether two decrees are the same decision: batches by their key (a key names one
+    /// payload), everything else whole. Comparing `key()` alone would take a no-op, a skip
+    /// and a control for one another: all have no key.
+    pub fn same_as(&self, other: &Decree) -> bool {
+        match (self, other) {
+            (Decree::Values(a), Decree::Values(b)) => a.key() == b.key(),
+            (a, b) => a == b,
+        }
+    }
     pub fn wire_bytes(&self) -> usize {
         match self {
             Decree::Values(b) => b.wire_bytes(),
             Decree::Noop | Decree::Skip(_) => 0,
             Decree::Control(c) => c.len(),
         }
+    }
+}
+
+#[cfg(test)]
+mod decree_tests {
+    use super::*;
+
+    /// Regression: acceptors compared decrees by `key()`, which is `None` for every decree
+    /// without a batch, so an acceptor that had voted a no-op took a decided skip for it and
+    /// served the no-op (found by the Multi-Ring merge-order checker, partition seed 43).
+    #[test]
+    fn decrees_without_a_batch_are_compared_whole() {
+        assert!(Decree::Noop.same_as(&Decree::Noop));
+        assert!(!Decree::Noop.same_as(&Decree::Skip(51)));
+        assert!(!Decree::Skip(1).same_as(&Decree::Skip(2)));
+        assert!(!Decree::Skip(1).same_as(&Decree::Control(Bytes::from_static(b"c"))));
+        let id = ValueId {
+            node: NodeId(1),
+            seq: 7,
+        };
+        let a = Decree::Values(Batch::single(id, Bytes::from_static(b"x")));
+        let b = Decree::Values(Batch::single(id, Bytes::from_static(b"x")));
+        assert!(a.same_as(&b));
+        assert!(!a.same_as(&Decree::Noop));
     }
 }

@@ -55,7 +55,7 @@ impl AcceptorState {
     /// Stores a decided decree (a fact: safe to hold as a vote at any ballot).
     pub fn record_decided(&mut self, instance: Instance, ballot: Ballot, decree: &Decree) {
         match self.store.get(instance) {
-            Some(a) if a.decree.key() == decree.key() => {
+            Some(a) if a.decree.same_as(decree) => {
                 if !a.decided {
                     self.store.mark_decided(instance);
                 }
@@ -131,7 +131,7 @@ impl URing {
             && a.decided
         {
             // Decided already: a vote for the same decree is harmless, another is refused.
-            return a.decree.key() == decree.key();
+            return a.decree.same_as(decree);
         }
         if m.ballot > promised {
             acc.store.set_promised(m.ballot);

@@ -170,9 +170,8 @@ impl URing {
         true
     }
 
-    /// Whether this coordinator has no batch waiting for an instance: the ring is quiet, and
-    /// a skip costs nobody's values any latency.
-    pub fn coordinator_idle(&self) -> bool {
+    /// Whether no batch waits at this coordinator for an instance.
+    pub fn coordinator_queue_empty(&self) -> bool {
         self.coord.queue.is_empty()
     }
 

@@ -9,6 +9,7 @@
 //! -> node -> applications. Arrows point down only; this crate is the bottom two layers
 //! plus the storage trait.
 
+pub mod batcher;
 pub mod codec;
 pub mod error;
 pub mod multiring;

@@ -54,6 +54,7 @@ pub use config::{ConfigError, Member, RingPaxosConfig, Roles, StartInfo};
 pub use messages::Message;
 
 use crate::ProposeError;
+use crate::batcher::Batcher;
 use crate::protocol::{Outbox, Protocol, Status};
 use crate::storage::AcceptorStore;
 use crate::types::{Ballot, BatchKey, Decree, Instance, Micros, NodeId, ValueId};
@@ -64,7 +65,6 @@ use acceptor::RingMemory;
 use bytes::Bytes;
 use coordinator::CoordinatorState;
 use messages::{Heartbeat, Vid};
-use proposer::ProposerState;
 
 pub type Out = Outbox<Message>;
 
@@ -82,7 +82,7 @@ pub struct RingPaxos {
     pub(crate) learner_index: usize,
     pub(crate) view: RingView,
     pub(crate) now: Micros,
-    pub(crate) prop: Option<ProposerState>,
+    pub(crate) prop: Option<Batcher>,
     pub(crate) coord: CoordinatorState,
     pub(crate) acc: Option<AcceptorState>,
     pub(crate) ring: RingMemory,
@@ -133,9 +133,7 @@ impl RingPaxos {
             learner_index,
             view,
             now,
-            prop: roles
-                .proposer
-                .then(|| ProposerState::new(me, start.start_seq)),
+            prop: roles.proposer.then(|| Batcher::new(me, start.start_seq)),
             coord: CoordinatorState::new(),
             acc: roles
                 .acceptor
@@ -347,7 +345,9 @@ impl Protocol for RingPaxos {
     }
 
     fn can_propose(&self) -> bool {
-        self.prop.as_ref().is_some_and(|p| p.has_room(&self.cfg))
+        self.prop
+            .as_ref()
+            .is_some_and(|p| p.has_room(&self.cfg.batch_limits()))
     }
 
     fn status(&self) -> Status {

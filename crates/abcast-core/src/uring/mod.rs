@@ -30,6 +30,7 @@ pub use config::{ConfigError, Member, RingConfig, Roles, StartInfo};
 pub use messages::Message;
 
 use crate::ProposeError;
+use crate::batcher::Batcher;
 use crate::protocol::{Outbox, Protocol, Status};
 use crate::storage::AcceptorStore;
 use crate::types::{Ballot, Decree, Instance, Micros, NodeId, ValueId};
@@ -38,7 +39,6 @@ use bytes::Bytes;
 use coordinator::CoordinatorState;
 use learner::{LearnerState, PayloadCache};
 use messages::{Decision, Heartbeat, Phase2, WireDecree};
-use proposer::ProposerState;
 use ring::{RingView, bit};
 
 pub type Out = Outbox<Message>;
@@ -53,7 +53,7 @@ pub struct URing {
     pub(crate) acceptor_mask: u64,
     pub(crate) view: RingView,
     pub(crate) now: Micros,
-    pub(crate) prop: Option<ProposerState>,
+    pub(crate) prop: Option<Batcher>,
     pub(crate) coord: CoordinatorState,
     pub(crate) acc: Option<AcceptorState>,
     pub(crate) learn: LearnerState,
@@ -99,9 +99,7 @@ impl URing {
             acceptor_mask,
             view,
             now,
-            prop: roles
-                .proposer
-                .then(|| ProposerState::new(me, start.start_seq)),
+            prop: roles.proposer.then(|| Batcher::new(me, start.start_seq)),
             coord: CoordinatorState::new(),
             acc: roles
                 .acceptor
@@ -508,7 +506,9 @@ impl Protocol for URing {
     }
 
     fn can_propose(&self) -> bool {
-        self.prop.as_ref().is_some_and(|p| p.has_room(&self.cfg))
+        self.prop
+            .as_ref()
+            .is_some_and(|p| p.has_room(&self.cfg.batch_limits()))
     }
 
     fn status(&self) -> Status {

@@ -18,6 +18,7 @@ pub mod ringpaxos;
 pub mod storage;
 pub mod types;
 pub mod uring;
+pub mod wire;
 
 pub use error::{DecodeError, ProposeError};
 pub use protocol::{Delivery, Outbox, Pass, Protocol, Status, Subscription};

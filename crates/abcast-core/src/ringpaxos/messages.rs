@@ -18,6 +18,10 @@
 use crate::codec::{Decoder, Encoder, WireMessage};
 use crate::error::DecodeError;
 use crate::types::{Ballot, Batch, BatchKey, Decree, Instance, NodeId};
+use crate::wire::{
+    get_ballot, get_batch, get_bool, get_decree, get_u64s, put_ballot, put_batch, put_decree,
+    put_u64s,
+};
 
 /// Largest number of entries in one phase 1 reply, one retrieve answer, one decision list.
 pub const MAX_ENTRIES: usize = 1 << 16;
@@ -177,62 +181,6 @@ const K_DECIDED: u8 = 9;
 const K_HEARTBEAT: u8 = 10;
 const K_REPAIR: u8 = 11;
 
-fn put_ballot(e: &mut Encoder, b: Ballot) {
-    e.put_u32(b.round);
-    e.put_u32(b.node.0);
-}
-fn get_ballot(d: &mut Decoder) -> Result<Ballot, DecodeError> {
-    Ok(Ballot {
-        round: d.u32("ballot.round")?,
-        node: NodeId(d.u32("ballot.node")?),
-    })
-}
-fn put_batch(e: &mut Encoder, b: &Batch) {
-    e.put_u32(b.origin().0);
-    e.put_u64(b.first_seq());
-    e.put_u32(b.len() as u32);
-    e.put_u32(b.payload_bytes() as u32);
-    e.put_slice(b.lens_raw());
-    e.put_bytes(b.data_raw());
-}
-fn get_batch(d: &mut Decoder) -> Result<Batch, DecodeError> {
-    let origin = NodeId(d.u32("batch.origin")?);
-    let first_seq = d.u64("batch.first_seq")?;
-    let count = d.u32("batch.count")? as usize;
-    let data_len = d.u32("batch.data_len")? as usize;
-    if count == 0 {
-        return Err(DecodeError::Invalid {
-            what: "batch.count",
-            detail: "zero".into(),
-        });
-    }
-    if count.saturating_mul(4).saturating_add(data_len) > d.remaining() {
-        return Err(DecodeError::Truncated { what: "batch body" });
-    }
-    let lens = d.bytes(count * 4, "batch.lens")?;
-    let data = d.bytes(data_len, "batch.data")?;
-    Batch::from_parts(origin, first_seq, lens, data)
-}
-/// Ring Paxos decides batches and no-ops only; any other decree kind travels as a no-op.
-fn put_decree(e: &mut Encoder, d: &Decree) {
-    match d {
-        Decree::Values(b) => {
-            e.put_u8(2);
-            put_batch(e, b);
-        }
-        _ => e.put_u8(0),
-    }
-}
-fn get_decree(d: &mut Decoder) -> Result<Decree, DecodeError> {
-    match d.u8("decree.tag")? {
-        0 => Ok(Decree::Noop),
-        2 => Ok(Decree::Values(get_batch(d)?)),
-        t => Err(DecodeError::Invalid {
-            what: "decree.tag",
-            detail: format!("{t} (expected 0 or 2)"),
-        }),
-    }
-}
 fn put_vid(e: &mut Encoder, v: Vid) {
     match v {
         Vid::Noop => e.put_u8(0),
@@ -255,16 +203,6 @@ fn get_vid(d: &mut Decoder) -> Result<Vid, DecodeError> {
             detail: format!("{t} (expected 0 or 1)"),
         }),
     }
-}
-fn put_u64s(e: &mut Encoder, v: &[u64]) {
-    e.put_u32(v.len() as u32);
-    for x in v {
-        e.put_u64(*x);
-    }
-}
-fn get_epoch(d: &mut Decoder) -> Result<Vec<u64>, DecodeError> {
-    let n = d.count("epoch.len", MAX_MEMBERS, 8)?;
-    (0..n).map(|_| d.u64("epoch.incarnation")).collect()
 }
 fn put_ring(e: &mut Encoder, ring: &[NodeId]) {
     e.put_u32(ring.len() as u32);
@@ -291,16 +229,6 @@ fn get_decisions(d: &mut Decoder) -> Result<Vec<(Instance, Vid)>, DecodeError> {
         v.push((i, get_vid(d)?));
     }
     Ok(v)
-}
-fn get_bool(d: &mut Decoder, what: &'static str) -> Result<bool, DecodeError> {
-    match d.u8(what)? {
-        0 => Ok(false),
-        1 => Ok(true),
-        v => Err(DecodeError::Invalid {
-            what,
-            detail: format!("{v} is not a boolean"),
-        }),
-    }
 }
 
 impl WireMessage for Message {
@@ -404,7 +332,7 @@ impl WireMessage for Message {
             K_PHASE1A => Message::Phase1a(Phase1a {
                 ballot: get_ballot(&mut d)?,
                 from: d.u64("phase1a.from")?,
-                epoch: get_epoch(&mut d)?,
+                epoch: get_u64s(&mut d, "epoch", MAX_MEMBERS)?,
             }),
             K_PHASE1B => {
                 let ballot = get_ballot(&mut d)?;
@@ -421,7 +349,7 @@ impl WireMessage for Message {
                         detail: format!("{covered_to} below from {from}"),
                     });
                 }
-                let epoch = get_epoch(&mut d)?;
+                let epoch = get_u64s(&mut d, "epoch", MAX_MEMBERS)?;
                 let n = d.count("phase1b.accepted", MAX_ENTRIES, 18)?;
                 let mut accepted = Vec::with_capacity(n);
                 for _ in 0..n {
@@ -469,7 +397,7 @@ impl WireMessage for Message {
             K_NACK => Message::Nack(Nack {
                 promised: get_ballot(&mut d)?,
                 instance: d.u64("nack.instance")?,
-                epoch: get_epoch(&mut d)?,
+                epoch: get_u64s(&mut d, "epoch", MAX_MEMBERS)?,
             }),
             K_RETRIEVE => {
                 let from = d.u64("retrieve.from")?;
@@ -497,7 +425,7 @@ impl WireMessage for Message {
                 delivered_upto: d.u64("heartbeat.delivered_upto")?,
                 decided_max: d.u64("heartbeat.decided_max")?,
                 amnesic: get_bool(&mut d, "heartbeat.amnesic")?,
-                epoch: get_epoch(&mut d)?,
+                epoch: get_u64s(&mut d, "epoch", MAX_MEMBERS)?,
             }),
             K_REPAIR => Message::Repair(Repair {
                 ballot: get_ballot(&mut d)?,

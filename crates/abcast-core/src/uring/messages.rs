@@ -11,7 +11,11 @@
 
 use crate::codec::{Decoder, Encoder, WireMessage};
 use crate::error::DecodeError;
-use crate::types::{Ballot, Batch, BatchKey, CONTROL_MAX_BYTES, Decree, Instance, NodeId};
+use crate::types::{Ballot, Batch, BatchKey, Decree, Instance, NodeId};
+use crate::wire::{
+    get_ballot, get_batch, get_bool, get_decree, get_decree_tagged, get_u64s, put_ballot,
+    put_batch, put_decree, put_u64s,
+};
 
 /// Largest number of entries in one phase 1 reply or one retrieve answer.
 pub const MAX_ENTRIES: usize = 1 << 16;
@@ -193,87 +197,6 @@ const K_DECIDED: u8 = 8;
 const K_HEARTBEAT: u8 = 9;
 const K_REPAIR: u8 = 10;
 
-fn put_ballot(e: &mut Encoder, b: Ballot) {
-    e.put_u32(b.round);
-    e.put_u32(b.node.0);
-}
-fn get_ballot(d: &mut Decoder) -> Result<Ballot, DecodeError> {
-    Ok(Ballot {
-        round: d.u32("ballot.round")?,
-        node: NodeId(d.u32("ballot.node")?),
-    })
-}
-fn put_batch(e: &mut Encoder, b: &Batch) {
-    e.put_u32(b.origin().0);
-    e.put_u64(b.first_seq());
-    e.put_u32(b.len() as u32);
-    e.put_u32(b.payload_bytes() as u32);
-    e.put_slice(b.lens_raw());
-    e.put_bytes(b.data_raw());
-}
-fn get_batch(d: &mut Decoder) -> Result<Batch, DecodeError> {
-    let origin = NodeId(d.u32("batch.origin")?);
-    let first_seq = d.u64("batch.first_seq")?;
-    let count = d.u32("batch.count")? as usize;
-    let data_len = d.u32("batch.data_len")? as usize;
-    if count == 0 {
-        return Err(DecodeError::Invalid {
-            what: "batch.count",
-            detail: "zero".into(),
-        });
-    }
-    if count.saturating_mul(4).saturating_add(data_len) > d.remaining() {
-        return Err(DecodeError::Truncated { what: "batch body" });
-    }
-    let lens = d.bytes(count * 4, "batch.lens")?;
-    let data = d.bytes(data_len, "batch.data")?;
-    Batch::from_parts(origin, first_seq, lens, data)
-}
-/// Decree tags on the wire: 0 no-op, 1 batch key (wire decrees only), 2 batch, 3 skip,
-/// 4 control.
-fn put_decree(e: &mut Encoder, d: &Decree) {
-    match d {
-        Decree::Noop => e.put_u8(0),
-        Decree::Values(b) => {
-            e.put_u8(2);
-            put_batch(e, b);
-        }
-        Decree::Skip(k) => {
-            e.put_u8(3);
-            e.put_u32(*k);
-        }
-        Decree::Control(c) => {
-            e.put_u8(4);
-            e.put_u16(c.len() as u16);
-            e.put_slice(c);
-        }
-    }
-}
-fn get_decree_tagged(t: u8, d: &mut Decoder) -> Result<Decree, DecodeError> {
-    match t {
-        0 => Ok(Decree::Noop),
-        2 => Ok(Decree::Values(get_batch(d)?)),
-        3 => Ok(Decree::Skip(d.u32("skip.slots")?)),
-        4 => {
-            let len = d.u16("control.len")? as usize;
-            if len > CONTROL_MAX_BYTES {
-                return Err(DecodeError::Invalid {
-                    what: "control.len",
-                    detail: format!("{len} bytes (at most {CONTROL_MAX_BYTES})"),
-                });
-            }
-            Ok(Decree::Control(d.bytes(len, "control.data")?))
-        }
-        t => Err(DecodeError::Invalid {
-            what: "decree.tag",
-            detail: format!("{t} (expected 0, 2, 3 or 4)"),
-        }),
-    }
-}
-fn get_decree(d: &mut Decoder) -> Result<Decree, DecodeError> {
-    let t = d.u8("decree.tag")?;
-    get_decree_tagged(t, d)
-}
 fn put_wire_decree(e: &mut Encoder, w: &WireDecree) {
     match w {
         WireDecree::Meta(m) => put_decree(e, m),
@@ -296,26 +219,6 @@ fn get_wire_decree(d: &mut Decoder) -> Result<WireDecree, DecodeError> {
         })),
         2 => Ok(WireDecree::Full(get_batch(d)?)),
         t => Ok(WireDecree::Meta(get_decree_tagged(t, d)?)),
-    }
-}
-fn put_epoch(e: &mut Encoder, v: &[u64]) {
-    e.put_u32(v.len() as u32);
-    for x in v {
-        e.put_u64(*x);
-    }
-}
-fn get_epoch(d: &mut Decoder) -> Result<Vec<u64>, DecodeError> {
-    let n = d.count("epoch.len", MAX_EPOCH_LEN, 8)?;
-    (0..n).map(|_| d.u64("epoch.incarnation")).collect()
-}
-fn get_bool(d: &mut Decoder, what: &'static str) -> Result<bool, DecodeError> {
-    match d.u8(what)? {
-        0 => Ok(false),
-        1 => Ok(true),
-        v => Err(DecodeError::Invalid {
-            what,
-            detail: format!("{v} is not a boolean"),
-        }),
     }
 }
 fn check_range(from: Instance, to: Instance, what: &'static str) -> Result<(), DecodeError> {
@@ -354,7 +257,7 @@ impl WireMessage for Message {
                 put_ballot(e, m.ballot);
                 e.put_u64(m.from);
                 e.put_u64(m.to);
-                put_epoch(e, &m.epoch);
+                put_u64s(e, &m.epoch);
             }
             Message::Phase1b(m) => {
                 put_ballot(e, m.ballot);
@@ -366,7 +269,7 @@ impl WireMessage for Message {
                 e.put_u64(m.decided_upto);
                 e.put_u64(m.max_instance);
                 e.put_u64(m.covered_to);
-                put_epoch(e, &m.epoch);
+                put_u64s(e, &m.epoch);
                 e.put_u32(m.accepted.len() as u32);
                 for a in &m.accepted {
                     e.put_u64(a.instance);
@@ -394,7 +297,7 @@ impl WireMessage for Message {
             Message::Nack(m) => {
                 put_ballot(e, m.promised);
                 e.put_u64(m.instance);
-                put_epoch(e, &m.epoch);
+                put_u64s(e, &m.epoch);
             }
             Message::Retrieve(m) => {
                 e.put_u64(m.from);
@@ -414,7 +317,7 @@ impl WireMessage for Message {
                 e.put_u64(m.decided_max);
                 e.put_u8(m.leading as u8);
                 e.put_u8(m.amnesic as u8);
-                put_epoch(e, &m.epoch);
+                put_u64s(e, &m.epoch);
             }
             Message::Repair(m) => {
                 put_ballot(e, m.ballot);
@@ -440,7 +343,7 @@ impl WireMessage for Message {
                     ballot,
                     from,
                     to,
-                    epoch: get_epoch(&mut d)?,
+                    epoch: get_u64s(&mut d, "epoch", MAX_EPOCH_LEN)?,
                 })
             }
             K_PHASE1B => {
@@ -454,7 +357,7 @@ impl WireMessage for Message {
                 let decided_upto = d.u64("phase1b.decided_upto")?;
                 let max_instance = d.u64("phase1b.max_instance")?;
                 let covered_to = d.u64("phase1b.covered_to")?;
-                let epoch = get_epoch(&mut d)?;
+                let epoch = get_u64s(&mut d, "epoch", MAX_EPOCH_LEN)?;
                 let n = d.count("phase1b.accepted", MAX_ENTRIES, 18)?;
                 let mut accepted = Vec::with_capacity(n);
                 for _ in 0..n {
@@ -502,7 +405,7 @@ impl WireMessage for Message {
             K_NACK => Message::Nack(Nack {
                 promised: get_ballot(&mut d)?,
                 instance: d.u64("nack.instance")?,
-                epoch: get_epoch(&mut d)?,
+                epoch: get_u64s(&mut d, "epoch", MAX_EPOCH_LEN)?,
             }),
             K_RETRIEVE => {
                 let from = d.u64("retrieve.from")?;
@@ -526,7 +429,7 @@ impl WireMessage for Message {
                 decided_max: d.u64("heartbeat.decided_max")?,
                 leading: get_bool(&mut d, "heartbeat.leading")?,
                 amnesic: get_bool(&mut d, "heartbeat.amnesic")?,
-                epoch: get_epoch(&mut d)?,
+                epoch: get_u64s(&mut d, "epoch", MAX_EPOCH_LEN)?,
             }),
             K_REPAIR => Message::Repair(Repair {
                 ballot: get_ballot(&mut d)?,

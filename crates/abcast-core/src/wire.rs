@@ -1,0 +1,110 @@
+//! Field codecs shared by every protocol's messages: ballots, batches (lengths and payload
+//! as shared slices, no copy), decrees, u64 lists and booleans. Every read is checked and
+//! names its field; nothing here panics on bad input.
+
+use crate::codec::{Decoder, Encoder};
+use crate::error::DecodeError;
+use crate::types::{Ballot, Batch, CONTROL_MAX_BYTES, Decree, NodeId};
+
+pub fn put_ballot(e: &mut Encoder, b: Ballot) {
+    e.put_u32(b.round);
+    e.put_u32(b.node.0);
+}
+pub fn get_ballot(d: &mut Decoder) -> Result<Ballot, DecodeError> {
+    Ok(Ballot {
+        round: d.u32("ballot.round")?,
+        node: NodeId(d.u32("ballot.node")?),
+    })
+}
+pub fn put_batch(e: &mut Encoder, b: &Batch) {
+    e.put_u32(b.origin().0);
+    e.put_u64(b.first_seq());
+    e.put_u32(b.len() as u32);
+    e.put_u32(b.payload_bytes() as u32);
+    e.put_slice(b.lens_raw());
+    e.put_bytes(b.data_raw());
+}
+pub fn get_batch(d: &mut Decoder) -> Result<Batch, DecodeError> {
+    let origin = NodeId(d.u32("batch.origin")?);
+    let first_seq = d.u64("batch.first_seq")?;
+    let count = d.u32("batch.count")? as usize;
+    let data_len = d.u32("batch.data_len")? as usize;
+    if count == 0 {
+        return Err(DecodeError::Invalid {
+            what: "batch.count",
+            detail: "zero".into(),
+        });
+    }
+    if count.saturating_mul(4).saturating_add(data_len) > d.remaining() {
+        return Err(DecodeError::Truncated { what: "batch body" });
+    }
+    let lens = d.bytes(count * 4, "batch.lens")?;
+    let data = d.bytes(data_len, "batch.data")?;
+    Batch::from_parts(origin, first_seq, lens, data)
+}
+/// Decree tags on the wire: 0 no-op, 1 batch key (wire decrees only), 2 batch, 3 skip,
+/// 4 control.
+pub fn put_decree(e: &mut Encoder, d: &Decree) {
+    match d {
+        Decree::Noop => e.put_u8(0),
+        Decree::Values(b) => {
+            e.put_u8(2);
+            put_batch(e, b);
+        }
+        Decree::Skip(k) => {
+            e.put_u8(3);
+            e.put_u32(*k);
+        }
+        Decree::Control(c) => {
+            e.put_u8(4);
+            e.put_u16(c.len() as u16);
+            e.put_slice(c);
+        }
+    }
+}
+pub fn get_decree_tagged(t: u8, d: &mut Decoder) -> Result<Decree, DecodeError> {
+    match t {
+        0 => Ok(Decree::Noop),
+        2 => Ok(Decree::Values(get_batch(d)?)),
+        3 => Ok(Decree::Skip(d.u32("skip.slots")?)),
+        4 => {
+            let len = d.u16("control.len")? as usize;
+            if len > CONTROL_MAX_BYTES {
+                return Err(DecodeError::Invalid {
+                    what: "control.len",
+                    detail: format!("{len} bytes (at most {CONTROL_MAX_BYTES})"),
+                });
+            }
+            Ok(Decree::Control(d.bytes(len, "control.data")?))
+        }
+        t => Err(DecodeError::Invalid {
+            what: "decree.tag",
+            detail: format!("{t} (expected 0, 2, 3 or 4)"),
+        }),
+    }
+}
+pub fn get_decree(d: &mut Decoder) -> Result<Decree, DecodeError> {
+    let t = d.u8("decree.tag")?;
+    get_decree_tagged(t, d)
+}
+pub fn put_u64s(e: &mut Encoder, v: &[u64]) {
+    e.put_u32(v.len() as u32);
+    for x in v {
+        e.put_u64(*x);
+    }
+}
+/// A length-prefixed list of at most `max` u64s (an epoch: one incarnation per member).
+pub fn get_u64s(d: &mut Decoder, what: &'static str, max: usize) -> Result<Vec<u64>, DecodeError> {
+    let n = d.count(what, max, 8)?;
+    (0..n).map(|_| d.u64(what)).collect()
+}
+pub fn get_bool(d: &mut Decoder, what: &'static str) -> Result<bool, DecodeError> {
+    match d.u8(what)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        v => Err(DecodeError::Invalid {
+            what,
+            detail: format!("{v} is not a boolean"),
+        }),
+    }
+}

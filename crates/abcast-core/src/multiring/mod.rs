@@ -465,7 +465,7 @@ impl MultiRing {
             }
         }
         // Deliveries and passes, each in instance order: interleave them by instance.
-        let mut passes = std::mem::take(&mut s.passes).into_iter().peekable();
+        let mut passes = s.passes.drain(..).peekable();
         for mut d in s.deliveries.drain(..) {
             while let Some(p) = passes.next_if(|p| p.instance < d.instance) {
                 self.push_pass(i, p, out);
@@ -556,20 +556,20 @@ impl Protocol for MultiRing {
         payload: Bytes,
         out: &mut Outbox<Message>,
     ) -> Result<ValueId, ProposeError> {
-        let proposers: Vec<usize> = (0..self.slots.len())
-            .filter(|&i| self.slots[i].ring.can_propose() || self.slots[i].ring.is_proposer())
-            .collect();
+        // No allocation on this per-value path: scan the rings in place.
+        let n = self.slots.len();
+        let is_proposer = |i: &usize| self.slots[*i].ring.is_proposer();
         let target = match self.cfg.propose_to {
             ProposeTo::Group(g) => self.index(g),
-            ProposeTo::FirstRing => proposers.first().copied(),
+            ProposeTo::FirstRing => (0..n).find(is_proposer),
             ProposeTo::RoundRobin => {
-                let n = proposers.len();
                 let start = self.next_rr;
                 self.next_rr = self.next_rr.wrapping_add(1);
+                let ring_at = |k: usize| (start + k) % n;
                 (0..n)
-                    .map(|k| proposers[(start + k) % n])
-                    .find(|&i| self.slots[i].ring.can_propose())
-                    .or_else(|| proposers.get(start % n.max(1)).copied())
+                    .map(ring_at)
+                    .find(|&i| self.slots[i].ring.is_proposer() && self.slots[i].ring.can_propose())
+                    .or_else(|| (0..n).map(ring_at).find(is_proposer))
             }
         };
         let Some(i) = target else {

@@ -30,7 +30,7 @@ use abcast_core::codec::{Decoder, Encoder, WireMessage};
 use abcast_core::protocol::Ack;
 use abcast_core::storage::StorageError;
 use abcast_core::{
-    DecodeError, Delivery, Instance, Micros, NodeId, Outbox, ProposeError, Protocol,
+    DecodeError, Delivery, GroupId, Instance, Micros, NodeId, Outbox, ProposeError, Protocol,
 };
 use bytes::{Bytes, BytesMut};
 use mio::net::{TcpListener, TcpStream};
@@ -72,8 +72,6 @@ pub struct DriverConfig {
     pub cluster_id: u64,
     /// Sent in `Hello`; grows on every restart.
     pub incarnation: u64,
-    /// The group id carried in frames of this protocol instance.
-    pub group: u16,
     /// Peer addresses (this node's own entry, if present, is ignored: sends to self are
     /// looped back in-process).
     pub peers: Vec<(NodeId, SocketAddr)>,
@@ -91,7 +89,6 @@ impl DriverConfig {
             me,
             cluster_id,
             incarnation: 0,
-            group: 0,
             peers,
             transport: TransportConfig::default(),
             periodic_us: 0,
@@ -628,7 +625,8 @@ impl<P: Protocol> Driver<P> {
         msg.encode(&mut enc);
         let mut chunks = enc.finish();
         let kind = msg.kind();
-        let group = self.cfg.group;
+        // The message names its protocol instance (a Multi-Ring node runs one per ring).
+        let group = msg.group().0;
         if let Some(faults) = self.faults.as_mut() {
             let room = QueueRoom {
                 queued_bytes: self.peers[idx].queue.queued_bytes(),
@@ -986,19 +984,18 @@ impl<P: Protocol> Driver<P> {
             (None, k) => Ok(Err(format!("first frame has kind {k}, expected Hello"))),
             (Some(_), KIND_HELLO) => Ok(Err("second Hello on one connection".into())),
             (Some(from), k) if k <= KIND_PROTOCOL_MAX => {
-                if frame.group != self.cfg.group {
-                    return Ok(Err(format!(
-                        "frame for group {}, this node runs group {}",
-                        frame.group, self.cfg.group
-                    )));
-                }
-                match P::Message::decode(k, frame.body) {
+                // The protocol decides which groups it runs; a frame for any other group
+                // fails to decode and closes the connection.
+                let group = frame.group;
+                match P::Message::decode_in(GroupId(group), k, frame.body) {
                     Ok(msg) => {
                         self.protocol.receive(now, from, msg, &mut self.outbox);
                         self.carry_out(now, app)?;
                         Ok(Ok(()))
                     }
-                    Err(e) => Ok(Err(format!("cannot decode message kind {k}: {e}"))),
+                    Err(e) => Ok(Err(format!(
+                        "cannot decode message kind {k} of group {group}: {e}"
+                    ))),
                 }
             }
             (Some(_), k) => Ok(Err(format!("client frame kind {k} on the peer port"))),
@@ -1302,10 +1299,7 @@ impl<P: Protocol> Driver<P> {
         else {
             return;
         };
-        if let Err(e) = peer
-            .queue
-            .push_front_frame(KIND_HELLO, self.cfg.group, hello)
-        {
+        if let Err(e) = peer.queue.push_front_frame(KIND_HELLO, 0, hello) {
             // Unreachable in practice (a Hello is 20 bytes); treat it as a failed attempt.
             peer.link = Link::Connecting {
                 stream,

@@ -167,6 +167,23 @@ pub struct Status {
     pub amnesic: bool,
     /// Nodes this node currently believes alive, in ring order.
     pub view: Vec<NodeId>,
+    /// Per group, for a protocol that runs several (Multi-Ring Paxos: one per ring, in
+    /// group order); empty for a single-instance protocol.
+    pub groups: Vec<GroupStatus>,
+}
+
+/// One group's (ring's) state inside a composite protocol.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupStatus {
+    pub group: GroupId,
+    pub coordinator: Option<NodeId>,
+    /// Every instance of the group up to this one is decided and handed to the merge here.
+    pub delivered_upto: Instance,
+    /// The learner follows the group.
+    pub following: bool,
+    /// Decided instances waiting in the merge for the other groups (seed 000 figure 4.6's
+    /// "values buffered at the learner").
+    pub buffered_instances: usize,
 }
 
 /// A total-order broadcast protocol, as a pure state machine.

@@ -458,6 +458,7 @@ impl Protocol for Toy {
             values_in_flight: self.in_flight_values + self.open_values(),
             amnesic: false,
             view: self.cfg.members.clone(),
+            groups: Vec::new(),
         }
     }
 }

@@ -9,6 +9,7 @@
 use crate::nodeconfig::{self, MarkerError, NodeConfig, NodeConfigError};
 use crate::runtime::transport::bind_listener;
 use crate::runtime::{Application, Driver, DriverConfig, DriverError, Listeners, LoadConfig};
+use abcast_core::multiring::MultiRing;
 use abcast_core::protocol::Ack;
 use abcast_core::storage::MemoryStore;
 use abcast_core::uring::{ConfigError, StartInfo, URing};
@@ -136,6 +137,31 @@ pub fn run_node(args: NodeArgs) -> Result<(), NodeError> {
     }
     let stdout = io::stdout();
     let mut out = stdout.lock();
+    // Read once here to pick the protocol; `run_node_with` reads it again (cheap) so every
+    // protocol shares one start-up path.
+    let cfg = nodeconfig::load(&args.config, args.id).map_err(NodeError::Config)?;
+    if cfg.multiring.is_some() {
+        run_node_with(&args, &stop, &mut out, |cfg, start| {
+            let Some(mr) = cfg.multiring.clone() else {
+                return Err(ConfigError {
+                    field: "rings",
+                    reason: "the config changed while the node started".into(),
+                });
+            };
+            MultiRing::new(mr, cfg.node_id, start, |group| {
+                let ring = cfg
+                    .multiring
+                    .as_ref()
+                    .and_then(|m| m.rings.iter().find(|r| r.group == group))
+                    .map_or(&cfg.ring, |r| &r.ring);
+                Box::new(MemoryStore::new(
+                    ring.store_capacity_instances,
+                    ring.store_capacity_bytes,
+                ))
+            })
+        })?;
+        return Ok(());
+    }
     run_node_with(&args, &stop, &mut out, |cfg, start| {
         let store = MemoryStore::new(
             cfg.ring.store_capacity_instances,
@@ -234,6 +260,7 @@ where
         roles.learner,
         out,
     )?;
+    app.multi = cfg.multiring.is_some();
     if args.delivery_log {
         let path = cfg
             .storage
@@ -380,6 +407,11 @@ struct NodeStats<'w> {
     latency_us: Histogram<u64>,
     /// Propose time of the load generator's values not yet delivered here.
     proposed_at: HashMap<u64, Micros>,
+    /// Multi-Ring: per-ring figures, and the position in the merged order (the delivery
+    /// log's first column, since instance numbers are per ring).
+    multi: bool,
+    groups: BTreeMap<u16, crate::stats::GroupLine>,
+    merged_position: u64,
 }
 
 impl<'w> NodeStats<'w> {
@@ -414,12 +446,22 @@ impl<'w> NodeStats<'w> {
             duplicate_deliveries: 0,
             latency_us,
             proposed_at: HashMap::new(),
+            multi: false,
+            groups: BTreeMap::new(),
+            merged_position: 0,
         })
     }
 
     fn print(&mut self, kind: &str, now: Micros, status: &Status) {
         if self.write_error.is_some() {
             return;
+        }
+        for g in &status.groups {
+            let line = self.groups.entry(g.group.0).or_default();
+            line.buffered_instances = g.buffered_instances as u64;
+            line.buffered_instances_max =
+                line.buffered_instances_max.max(g.buffered_instances as u64);
+            line.following = g.following;
         }
         let (cpu_user_ms, cpu_sys_ms) = cpu_ms();
         let h = &self.latency_us;
@@ -455,6 +497,11 @@ impl<'w> NodeStats<'w> {
                 delivered_by_origin: origins(&self.delivered_by_origin),
                 acked_by_origin: origins(&self.acked_by_origin),
                 duplicate_deliveries: self.duplicate_deliveries,
+                groups: self
+                    .groups
+                    .iter()
+                    .map(|(g, l)| (g.to_string(), *l))
+                    .collect(),
             };
             match serde_json::to_string(&line) {
                 Ok(s) => s,
@@ -480,7 +527,7 @@ impl<'w> NodeStats<'w> {
                 h.len(),
                 self.duplicate_deliveries,
                 self.order_hash,
-            )
+            ) + &self.groups_text()
         };
         if let Err(e) = writeln!(self.out, "{line}").and_then(|_| self.out.flush()) {
             eprintln!("[{}] cannot write stats: {e}", self.me);
@@ -489,15 +536,43 @@ impl<'w> NodeStats<'w> {
     }
 }
 
+impl NodeStats<'_> {
+    /// ` ring 1: delivered=.. buffered=.. (max ..)` per ring, for the text stats line.
+    fn groups_text(&self) -> String {
+        use std::fmt::Write as _;
+        let mut t = String::new();
+        for (g, l) in &self.groups {
+            let _ = write!(
+                t,
+                " | ring {g}{}: delivered={} buffered={} (max {})",
+                if l.following { "" } else { " (not followed)" },
+                l.delivered_values,
+                l.buffered_instances,
+                l.buffered_instances_max
+            );
+        }
+        t
+    }
+}
+
 impl Application for NodeStats<'_> {
     fn deliver(&mut self, now: Micros, d: &Delivery) {
         let b = &d.batch;
+        self.merged_position += 1;
+        let position = if self.multi {
+            let g = self.groups.entry(d.group.0).or_default();
+            g.delivered_values += b.len() as u64;
+            g.delivered_bytes += b.payload_bytes() as u64;
+            self.merged_position
+        } else {
+            d.instance
+        };
         if let Some(log) = self.delivery_log.as_mut() {
             use std::io::Write as _;
             if let Err(e) = writeln!(
                 log,
                 "{} {} {} {}",
-                d.instance,
+                position,
                 b.origin().0,
                 b.first_seq(),
                 b.len()
@@ -509,7 +584,7 @@ impl Application for NodeStats<'_> {
         let n = b.len() as u64;
         self.delivered_values += n;
         self.delivered_bytes += b.payload_bytes() as u64;
-        self.delivered_instance = self.delivered_instance.max(d.instance);
+        self.delivered_instance = self.delivered_instance.max(position);
         *self.delivered_by_origin.entry(b.origin().0).or_default() += n;
         self.duplicate_deliveries += self
             .seen

@@ -29,8 +29,9 @@
 
 use crate::runtime::TransportConfig;
 use crate::runtime::linkfault::{self, LinkFault};
-use abcast_core::NodeId;
+use abcast_core::multiring::{MultiRingConfig, ProposeTo, RingSpec};
 use abcast_core::uring::{Member, RingConfig, Roles, StartInfo};
+use abcast_core::{GroupId, NodeId};
 use serde::Deserialize;
 use std::fmt;
 use std::fs;
@@ -51,6 +52,9 @@ pub struct NodeConfig {
     pub members: Vec<MemberAddr>,
     pub transport: TransportConfig,
     pub storage: StorageConfig,
+    /// `[[rings]]` given: the node runs Multi-Ring Paxos over these rings (each a copy of
+    /// `ring`'s parameters with its own members and roles) instead of the single ring.
+    pub multiring: Option<MultiRingConfig>,
 }
 
 impl NodeConfig {
@@ -59,8 +63,23 @@ impl NodeConfig {
         self.members.iter().find(|m| m.id == self.node_id)
     }
 
-    /// This node's roles.
+    /// This node's roles; with several rings, every role it has in any of them.
     pub fn my_roles(&self) -> Roles {
+        if let Some(mr) = &self.multiring {
+            let mut r = Roles {
+                proposer: false,
+                acceptor: false,
+                learner: false,
+            };
+            for m in mr.rings.iter().flat_map(|s| &s.ring.members) {
+                if m.id == self.node_id {
+                    r.proposer |= m.roles.proposer;
+                    r.acceptor |= m.roles.acceptor;
+                    r.learner |= m.roles.learner;
+                }
+            }
+            return r;
+        }
         self.ring
             .members
             .iter()
@@ -143,6 +162,54 @@ struct FileConfig {
     storage: FileStorage,
     #[serde(default)]
     link_faults: Vec<FileLinkFault>,
+    #[serde(default)]
+    rings: Vec<FileRingGroup>,
+    multiring: Option<FileMultiRing>,
+}
+
+/// One `[[rings]]` entry (Multi-Ring Paxos). Omitted lists default to every `[[members]]`
+/// entry in file order (`members`) and to the roles those entries give (`proposers`,
+/// `acceptors`, `learners`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRingGroup {
+    group: u64,
+    members: Option<Vec<u32>>,
+    proposers: Option<Vec<u32>>,
+    acceptors: Option<Vec<u32>>,
+    learners: Option<Vec<u32>>,
+}
+
+/// `[multiring]`: the merge and the skips; every field optional.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileMultiRing {
+    merge_m: Option<u64>,
+    skip_interval_ms: Option<u64>,
+    lambda_factor_pct: Option<u64>,
+    lambda_min_slots: Option<u64>,
+    control_retry_ms: Option<u64>,
+    merge_queue_instances: Option<usize>,
+    merge_queue_bytes: Option<usize>,
+    propose_to: Option<FileProposeTo>,
+    #[serde(default)]
+    subscriptions: Vec<FileSubscription>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum FileProposeTo {
+    /// "first" or "round-robin".
+    Name(String),
+    /// A ring's group.
+    Group(u64),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSubscription {
+    node: u32,
+    rings: Vec<u64>,
 }
 
 /// One `[[link_faults]]` entry. Values are read as wide integers so that a value out of
@@ -154,6 +221,7 @@ struct FileLinkFault {
     to: Option<u32>,
     delay_us: Option<u64>,
     loss_ppm: Option<u64>,
+    group: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -412,6 +480,7 @@ pub fn parse(
         dir
     };
 
+    let multiring = multiring(&file, &ring)?;
     Ok(NodeConfig {
         cluster_id: file.cluster_id,
         node_id: NodeId(me),
@@ -419,7 +488,174 @@ pub fn parse(
         members,
         transport,
         storage: StorageConfig { dir },
+        multiring,
     })
+}
+
+fn group_id(field: String, g: u64) -> Result<GroupId, NodeConfigError> {
+    match u16::try_from(g) {
+        Ok(g) if g <= abcast_core::multiring::config::MAX_GROUP => Ok(GroupId(g)),
+        _ => invalid(
+            field,
+            format!(
+                "{g}, at most {} (value ids carry the ring in 8 bits)",
+                abcast_core::multiring::config::MAX_GROUP
+            ),
+        ),
+    }
+}
+
+/// Builds the Multi-Ring configuration from `[[rings]]` and `[multiring]`, or `None` when
+/// the file has no `[[rings]]` (one U-Ring Paxos ring over `[[members]]`). `template` is the
+/// single ring built from `[[members]]` and `[ring]`: every ring gets its parameters.
+fn multiring(
+    file: &FileConfig,
+    template: &RingConfig,
+) -> Result<Option<MultiRingConfig>, NodeConfigError> {
+    if file.rings.is_empty() {
+        if file.multiring.is_some() {
+            return invalid(
+                "multiring",
+                "[multiring] without any [[rings]]: add the rings or remove the table",
+            );
+        }
+        return Ok(None);
+    }
+    let all: Vec<NodeId> = template.members.iter().map(|m| m.id).collect();
+    let mut cfg = MultiRingConfig::default();
+    for (i, r) in file.rings.iter().enumerate() {
+        let field = |name: &str| format!("rings[{i}].{name}");
+        let group = group_id(field("group"), r.group)?;
+        let ids: Vec<NodeId> = match &r.members {
+            None => all.clone(),
+            Some(list) => list.iter().map(|&id| NodeId(id)).collect(),
+        };
+        if ids.is_empty() {
+            return invalid(field("members"), "a ring needs members");
+        }
+        for (k, id) in ids.iter().enumerate() {
+            if !all.contains(id) {
+                return invalid(
+                    field("members"),
+                    format!("node {} is not among the [[members]]", id.0),
+                );
+            }
+            if ids[..k].contains(id) {
+                return invalid(field("members"), format!("node {} appears twice", id.0));
+            }
+        }
+        for (name, list) in [
+            ("proposers", &r.proposers),
+            ("acceptors", &r.acceptors),
+            ("learners", &r.learners),
+        ] {
+            if let Some(id) = list
+                .iter()
+                .flatten()
+                .find(|id| !ids.contains(&NodeId(**id)))
+            {
+                return invalid(
+                    field(name),
+                    format!("node {id} is not a member of this ring"),
+                );
+            }
+        }
+        let has = |list: &Option<Vec<u32>>, id: NodeId, default: bool| {
+            list.as_ref().map_or(default, |l| l.contains(&id.0))
+        };
+        let members = ids
+            .iter()
+            .map(|&id| {
+                let own = template
+                    .members
+                    .iter()
+                    .find(|m| m.id == id)
+                    .map_or(Roles::PAL, |m| m.roles);
+                Member {
+                    id,
+                    roles: Roles {
+                        proposer: has(&r.proposers, id, own.proposer),
+                        acceptor: has(&r.acceptors, id, own.acceptor),
+                        learner: has(&r.learners, id, own.learner),
+                    },
+                }
+            })
+            .collect();
+        cfg.rings.push(RingSpec {
+            group,
+            ring: RingConfig {
+                members,
+                ..template.clone()
+            },
+        });
+    }
+    // The merge order is the group order.
+    cfg.rings.sort_by_key(|r| r.group);
+    let m = file.multiring.as_ref();
+    let ms = |name: &str, v: u64| match v.checked_mul(1000) {
+        Some(us) => Ok(us),
+        None => invalid(format!("multiring.{name}"), format!("{v} ms is too large")),
+    };
+    if let Some(m) = m {
+        if let Some(v) = m.merge_m {
+            cfg.merge_m = v;
+        }
+        if let Some(v) = m.skip_interval_ms {
+            cfg.skip_interval_us = ms("skip_interval_ms", v)?;
+        }
+        if let Some(v) = m.lambda_factor_pct {
+            cfg.lambda_factor_pct = v;
+        }
+        if let Some(v) = m.lambda_min_slots {
+            cfg.lambda_min_slots = v;
+        }
+        if let Some(v) = m.control_retry_ms {
+            cfg.control_retry_us = ms("control_retry_ms", v)?;
+        }
+        if let Some(v) = m.merge_queue_instances {
+            cfg.merge_queue_instances = v;
+        }
+        if let Some(v) = m.merge_queue_bytes {
+            cfg.merge_queue_bytes = v;
+        }
+        cfg.propose_to = match &m.propose_to {
+            None => ProposeTo::FirstRing,
+            Some(FileProposeTo::Name(n)) if n == "first" => ProposeTo::FirstRing,
+            Some(FileProposeTo::Name(n)) if n == "round-robin" => ProposeTo::RoundRobin,
+            Some(FileProposeTo::Name(n)) => {
+                return invalid(
+                    "multiring.propose_to",
+                    format!("{n:?}: expected \"first\", \"round-robin\" or a ring's group"),
+                );
+            }
+            Some(FileProposeTo::Group(g)) => {
+                ProposeTo::Group(group_id("multiring.propose_to".into(), *g)?)
+            }
+        };
+        for (i, sub) in m.subscriptions.iter().enumerate() {
+            let mut rings = Vec::with_capacity(sub.rings.len());
+            for &g in &sub.rings {
+                rings.push(group_id(format!("multiring.subscriptions[{i}].rings"), g)?);
+            }
+            if cfg.subscriptions.iter().any(|(n, _)| n.0 == sub.node) {
+                return invalid(
+                    format!("multiring.subscriptions[{i}].node"),
+                    format!("node {} is listed twice", sub.node),
+                );
+            }
+            cfg.subscriptions.push((NodeId(sub.node), rings));
+        }
+    }
+    if let Err(e) = cfg.validate() {
+        let field = match e.field {
+            "rings" | "rings.group" => e.field.to_string(),
+            f if f.ends_with("_us") => format!("multiring.{}_ms", &f[..f.len() - 3]),
+            f if f.starts_with("members") => format!("rings.{f}"),
+            f => format!("multiring.{f}"),
+        };
+        return invalid(field, e.reason);
+    }
+    Ok(Some(cfg))
 }
 
 /// Converts and checks the `[[link_faults]]` entries against the members.
@@ -437,11 +673,24 @@ fn link_faults(
                 format!("{loss_ppm}, at most {}", linkfault::MAX_LOSS_PPM),
             );
         };
+        let group = match e.group {
+            None => None,
+            Some(g) => match u16::try_from(g) {
+                Ok(g) => Some(g),
+                Err(_) => {
+                    return invalid(
+                        format!("link_faults[{i}].group"),
+                        format!("{g}, at most {}", u16::MAX),
+                    );
+                }
+            },
+        };
         rules.push(LinkFault {
             from: e.from.map(NodeId),
             to: e.to.map(NodeId),
             delay_us,
             loss_ppm,
+            group,
         });
     }
     let ids: Vec<NodeId> = members.iter().map(|m| m.id).collect();
@@ -471,6 +720,9 @@ pub fn link_faults_toml(rules: &[LinkFault]) -> toml::Value {
                 }
                 t.insert("delay_us".into(), int(r.delay_us));
                 t.insert("loss_ppm".into(), int(u64::from(r.loss_ppm)));
+                if let Some(g) = r.group {
+                    t.insert("group".into(), int(u64::from(g)));
+                }
                 toml::Value::Table(t)
             })
             .collect(),
@@ -619,6 +871,127 @@ dir = "data"
             Err(NodeConfigError::Invalid { field, .. }) => field,
             other => panic!("expected an Invalid error, got {other:?}"),
         }
+    }
+
+    const RINGS: &str = r#"
+[[rings]]
+group = 2
+members = [2, 1, 0]
+proposers = [2]
+learners = [0]
+[[rings]]
+group = 1
+acceptors = [0, 1]
+[multiring]
+merge_m = 4
+skip_interval_ms = 5
+propose_to = "round-robin"
+[[multiring.subscriptions]]
+node = 0
+rings = [1]
+"#;
+
+    #[test]
+    fn rings_make_a_multiring_config_with_the_ring_parameters_of_every_ring() {
+        let c = parse(&format!("{GOOD}{RINGS}"), Some(0), Path::new("/etc")).unwrap();
+        let mr = c.multiring.as_ref().unwrap();
+        // Sorted by group: the merge order.
+        assert_eq!(
+            mr.rings.iter().map(|r| r.group.0).collect::<Vec<_>>(),
+            [1, 2]
+        );
+        let r1 = &mr.rings[0].ring;
+        let r2 = &mr.rings[1].ring;
+        assert_eq!(r1.p1_resend_us, 800_000, "[ring] applies to every ring");
+        // Ring 1: every member in file order, roles from [[members]] but acceptors listed.
+        assert_eq!(
+            r1.members.iter().map(|m| m.id.0).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+        assert!(!r1.members[2].roles.acceptor && r1.members[2].roles.proposer);
+        assert!(!r1.members[1].roles.proposer, "member 1 is not a proposer");
+        // Ring 2: its own order and lists.
+        assert_eq!(
+            r2.members.iter().map(|m| m.id.0).collect::<Vec<_>>(),
+            [2, 1, 0]
+        );
+        assert!(r2.members[0].roles.proposer && !r2.members[0].roles.learner);
+        assert!(r2.members[2].roles.learner && !r2.members[2].roles.proposer);
+        assert_eq!(mr.merge_m, 4);
+        assert_eq!(mr.skip_interval_us, 5_000);
+        assert_eq!(mr.propose_to, ProposeTo::RoundRobin);
+        assert_eq!(mr.subscriptions, [(NodeId(0), vec![GroupId(1)])]);
+        let roles = c.my_roles();
+        assert!(roles.proposer && roles.acceptor && roles.learner);
+        // Without [[rings]], a single ring.
+        assert!(
+            parse(GOOD, Some(0), Path::new("/etc"))
+                .unwrap()
+                .multiring
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn ring_errors_name_the_ring_and_field() {
+        let with = |rings: &str| format!("{GOOD}{rings}");
+        let cases = [
+            (
+                "[[rings]]\ngroup = 1\nmembers = [0, 9]\n",
+                "rings[0].members",
+            ),
+            (
+                "[[rings]]\ngroup = 1\nmembers = [0, 0]\n",
+                "rings[0].members",
+            ),
+            ("[[rings]]\ngroup = 1\nmembers = []\n", "rings[0].members"),
+            (
+                "[[rings]]\ngroup = 1\n[[rings]]\ngroup = 2\nmembers = [0, 1]\nlearners = [2]\n",
+                "rings[1].learners",
+            ),
+            ("[[rings]]\ngroup = 256\n", "rings[0].group"),
+            (
+                "[[rings]]\ngroup = 1\n[[rings]]\ngroup = 1\n",
+                "rings.group",
+            ),
+            ("[multiring]\nmerge_m = 2\n", "multiring"),
+            (
+                "[[rings]]\ngroup = 1\n[multiring]\npropose_to = \"nearest\"\n",
+                "multiring.propose_to",
+            ),
+            (
+                "[[rings]]\ngroup = 1\n[multiring]\npropose_to = 3\n",
+                "multiring.propose_to",
+            ),
+            (
+                "[[rings]]\ngroup = 1\n[multiring]\nskip_interval_ms = 0\n",
+                "multiring.skip_interval_ms",
+            ),
+            (
+                "[[rings]]\ngroup = 1\nlearners = [0]\n[multiring]\nsubscriptions = [{ node = 1, rings = [1] }]\n",
+                "multiring.subscriptions",
+            ),
+            (
+                "[[rings]]\ngroup = 1\nacceptors = []\n",
+                "rings.members.roles",
+            ),
+        ];
+        for (rings, field) in cases {
+            assert_eq!(field_of(&with(rings), Some(0)), field, "for:\n{rings}");
+        }
+        assert!(matches!(
+            parse(&with("[[rings]]\ngroup = 1\ncolour = 2\n"), Some(0), Path::new("/")),
+            Err(NodeConfigError::Syntax(m)) if m.contains("colour")
+        ));
+    }
+
+    #[test]
+    fn a_link_fault_may_name_a_group() {
+        let text = format!("{GOOD}[[link_faults]]\nfrom = 0\ngroup = 3\ndelay_us = 10\n");
+        let c = parse(&text, Some(0), Path::new("/")).unwrap();
+        assert_eq!(c.transport.link_faults[0].group, Some(3));
+        let bad = format!("{GOOD}[[link_faults]]\ngroup = 70000\ndelay_us = 10\n");
+        assert_eq!(field_of(&bad, Some(0)), "link_faults[0].group");
     }
 
     #[test]

@@ -76,6 +76,22 @@ pub struct StatsLine {
     pub delivered_by_origin: BTreeMap<u32, u64>,
     pub acked_by_origin: BTreeMap<u32, u64>,
     pub duplicate_deliveries: u64,
+    /// Per ring of a Multi-Ring node (empty otherwise), by group.
+    pub groups: BTreeMap<u16, GroupLine>,
+}
+
+/// One ring's figures in a Multi-Ring node's stats line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupLine {
+    /// Values of this ring delivered here (after the merge).
+    pub delivered_values: u64,
+    pub delivered_bytes: u64,
+    /// Decided instances of this ring waiting in the merge now, and the most seen since the
+    /// node started (seed 000 figure 4.6).
+    pub buffered_instances: u64,
+    pub buffered_instances_max: u64,
+    /// The learner follows this ring now.
+    pub following: bool,
 }
 
 /// The wire shape of a stats line (docs/CONTRACTS.md): the node serializes it, the parent
@@ -109,6 +125,9 @@ pub struct WireLine {
     pub delivered_by_origin: BTreeMap<String, u64>,
     pub acked_by_origin: BTreeMap<String, u64>,
     pub duplicate_deliveries: u64,
+    /// Multi-Ring nodes only; keys are group ids as decimal text.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub groups: BTreeMap<String, GroupLine>,
 }
 
 fn origins(field: &str, raw: BTreeMap<String, u64>) -> Result<BTreeMap<u32, u64>, StatsError> {
@@ -185,7 +204,21 @@ pub fn parse_line(line: &str) -> Result<StatsLine, StatsError> {
         delivered_by_origin: origins("delivered_by_origin", raw.delivered_by_origin)?,
         acked_by_origin: origins("acked_by_origin", raw.acked_by_origin)?,
         duplicate_deliveries: raw.duplicate_deliveries,
+        groups: groups(raw.groups)?,
     })
+}
+
+fn groups(raw: BTreeMap<String, GroupLine>) -> Result<BTreeMap<u16, GroupLine>, StatsError> {
+    let mut out = BTreeMap::new();
+    for (key, g) in raw {
+        match key.parse::<u16>() {
+            Ok(group) => {
+                out.insert(group, g);
+            }
+            Err(_) => return bad(format!("groups: key {key:?} is not a group id")),
+        }
+    }
+    Ok(out)
 }
 
 /// Decodes a `lat_hist` field (base64 of an HdrHistogram V2 or V2+deflate serialization).

@@ -35,7 +35,7 @@ pub use config::{MultiRingConfig, ProposeTo, RingSpec};
 pub use messages::{Body, Control, Message, Report};
 
 use crate::ProposeError;
-use crate::protocol::{Outbox, Protocol, Status, Subscription};
+use crate::protocol::{GroupStatus, Outbox, Protocol, Status, Subscription};
 use crate::storage::AcceptorStore;
 use crate::types::{Decree, GroupId, Micros, NodeId, ValueId};
 use crate::uring::{self, ConfigError, StartInfo, URing};
@@ -664,6 +664,20 @@ impl Protocol for MultiRing {
             .map(|s| s.ring.status().values_in_flight)
             .sum();
         st.delivered_upto = self.merger.turn;
+        st.groups = self
+            .slots
+            .iter()
+            .map(|s| {
+                let ring = s.ring.status();
+                GroupStatus {
+                    group: s.group,
+                    coordinator: ring.coordinator,
+                    delivered_upto: ring.delivered_upto,
+                    following: self.follows(s.group),
+                    buffered_instances: self.buffered(s.group),
+                }
+            })
+            .collect();
         st
     }
 }

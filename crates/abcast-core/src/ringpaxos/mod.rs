@@ -366,6 +366,7 @@ impl Protocol for RingPaxos {
                 .into_iter()
                 .map(|p| self.node_at(p))
                 .collect(),
+            groups: Vec::new(),
         }
     }
 }

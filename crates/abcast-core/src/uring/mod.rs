@@ -527,6 +527,7 @@ impl Protocol for URing {
                 .into_iter()
                 .map(|p| self.node_at(p))
                 .collect(),
+            groups: Vec::new(),
         }
     }
 }

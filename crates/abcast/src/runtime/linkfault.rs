@@ -24,6 +24,12 @@
 //! event loop wakes for the next due frame, but its poll timeout has millisecond
 //! granularity, so a frame can leave up to about a millisecond late.
 //!
+//! A rule may name a `group` (one protocol instance, e.g. one ring of Multi-Ring Paxos): it
+//! then shapes only that group's frames on the link, each group in its own FIFO, so a
+//! slow global ring and a fast local ring can share a pair of nodes (seed 000 §4.3.4,
+//! figures 4.10 and 4.11). A group-specific rule takes precedence over a rule for every
+//! group on the same link.
+//!
 //! Frames to the node itself never pass here (the driver loops them back in-process), and
 //! neither does the transport's `Hello`, which is not a protocol message.
 //!
@@ -51,6 +57,8 @@ pub struct LinkFault {
     pub delay_us: Micros,
     /// Probability of losing a frame in parts per million, at most [`MAX_LOSS_PPM`].
     pub loss_ppm: u32,
+    /// Only frames of this group (protocol instance); `None` = every group.
+    pub group: Option<u16>,
 }
 
 impl LinkFault {
@@ -61,6 +69,7 @@ impl LinkFault {
             to: None,
             delay_us,
             loss_ppm,
+            group: None,
         }
     }
 
@@ -71,6 +80,15 @@ impl LinkFault {
             to: Some(to),
             delay_us,
             loss_ppm,
+            group: None,
+        }
+    }
+
+    /// The same rule for one group's frames only.
+    pub fn in_group(self, group: u16) -> LinkFault {
+        LinkFault {
+            group: Some(group),
+            ..self
         }
     }
 }
@@ -98,15 +116,24 @@ pub struct LinkShape {
     pub loss_ppm: u32,
 }
 
+/// One resolved shape: the directed link, the group it applies to (`None` = every group).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResolvedLink {
+    pub from: NodeId,
+    pub to: NodeId,
+    pub group: Option<u16>,
+    pub shape: LinkShape,
+}
+
 /// Checks `rules` against the cluster's `members` and expands them into one shape per
-/// directed link `(from, to)`, `from != to`. Errors name the rule's field: an id that is not
-/// a member, a value out of range, a link to the node itself, two rules for one link (after
-/// expanding omitted ids; overlapping rules would make the outcome depend on their order).
-/// Links whose rule has neither delay nor loss are left out.
+/// directed link `(from, to)`, `from != to`, and group. Errors name the rule's field: an id
+/// that is not a member, a value out of range, a link to the node itself, two rules for one
+/// link and group (after expanding omitted ids; overlapping rules would make the outcome
+/// depend on their order). Links whose rule has neither delay nor loss are left out.
 pub fn resolve(
     rules: &[LinkFault],
     members: &[NodeId],
-) -> Result<Vec<(NodeId, NodeId, LinkShape)>, LinkFaultError> {
+) -> Result<Vec<ResolvedLink>, LinkFaultError> {
     let err = |i: usize, name: &str, reason: String| {
         Err(LinkFaultError {
             field: if name.is_empty() {
@@ -125,7 +152,7 @@ pub fn resolve(
         }
     }
     let members = &unique[..];
-    let mut owner: HashMap<(NodeId, NodeId), usize> = HashMap::new();
+    let mut owner: HashMap<(NodeId, NodeId, Option<u16>), usize> = HashMap::new();
     let mut shapes = Vec::new();
     for (i, r) in rules.iter().enumerate() {
         for (name, id) in [("from", r.from), ("to", r.to)] {
@@ -160,25 +187,29 @@ pub fn resolve(
         for &from in &froms {
             let tos: Vec<NodeId> = r.to.map_or_else(|| members.to_vec(), |t| vec![t]);
             for to in tos.into_iter().filter(|&t| t != from) {
-                if let Some(first) = owner.insert((from, to), i) {
+                if let Some(first) = owner.insert((from, to, r.group), i) {
+                    let which = r
+                        .group
+                        .map_or_else(String::new, |g| format!(" in group {g}"));
                     return err(
                         i,
                         "",
                         format!(
-                            "link {} -> {} is already shaped by link_faults[{first}]; give each link one rule",
+                            "link {} -> {}{which} is already shaped by link_faults[{first}]; give each link one rule",
                             from.0, to.0
                         ),
                     );
                 }
                 if r.delay_us > 0 || r.loss_ppm > 0 {
-                    shapes.push((
+                    shapes.push(ResolvedLink {
                         from,
                         to,
-                        LinkShape {
+                        group: r.group,
+                        shape: LinkShape {
                             delay_us: r.delay_us,
                             loss_ppm: r.loss_ppm,
                         },
-                    ));
+                    });
                 }
             }
         }
@@ -218,6 +249,8 @@ impl HeldFrame {
 
 #[derive(Debug)]
 struct FaultyLink {
+    /// The group this link's rule shapes; `None` = every group without a rule of its own.
+    group: Option<u16>,
     shape: LinkShape,
     rng: SplitMix64,
     /// Due times grow front to back: one delay per link and a clock that never goes back.
@@ -245,10 +278,12 @@ pub enum Verdict {
     Full,
 }
 
-/// The injected faults of one node's outgoing links, indexed like the driver's peers.
+/// The injected faults of one node's outgoing links, indexed like the driver's peers: per
+/// peer, one FIFO per shaped group (group-specific rules first, then the rule for every
+/// group, if any).
 #[derive(Debug)]
 pub struct LinkFaults {
-    links: Vec<Option<FaultyLink>>,
+    links: Vec<Vec<FaultyLink>>,
 }
 
 impl LinkFaults {
@@ -269,35 +304,48 @@ impl LinkFaults {
         let links = peers
             .iter()
             .map(|&to| {
-                let shape = shapes
+                let mut mine: Vec<FaultyLink> = shapes
                     .iter()
-                    .find(|(f, t, _)| *f == me && *t == to)
-                    .map(|&(_, _, s)| s)?;
-                any = true;
-                let link_id = (u64::from(me.0) << 32) | u64::from(to.0);
-                let mut mix = SplitMix64(seed ^ link_id.rotate_left(17));
-                // One throw-away round so neighbouring ids do not start with related states.
-                let state = mix.next_u64();
-                Some(FaultyLink {
-                    shape,
-                    rng: SplitMix64(state),
-                    held: VecDeque::new(),
-                    held_bytes: 0,
-                })
+                    .filter(|r| r.from == me && r.to == to)
+                    .map(|r| {
+                        let link_id = (u64::from(me.0) << 32) | u64::from(to.0);
+                        let group_salt = r.group.map_or(0, |g| u64::from(g) + 1);
+                        let mut mix =
+                            SplitMix64(seed ^ link_id.rotate_left(17) ^ group_salt.rotate_left(47));
+                        // One throw-away round so neighbouring ids do not start with related
+                        // states.
+                        let state = mix.next_u64();
+                        FaultyLink {
+                            group: r.group,
+                            shape: r.shape,
+                            rng: SplitMix64(state),
+                            held: VecDeque::new(),
+                            held_bytes: 0,
+                        }
+                    })
+                    .collect();
+                // Group-specific rules first: they take precedence over the rule for all.
+                mine.sort_by_key(|l| l.group.is_none());
+                any |= !mine.is_empty();
+                mine
             })
             .collect();
         Ok(any.then_some(LinkFaults { links }))
     }
 
-    /// The shape of the link to peer `idx`, if it has one.
-    pub fn shape(&self, idx: usize) -> Option<LinkShape> {
-        self.links.get(idx)?.as_ref().map(|l| l.shape)
+    /// The shape of the link to peer `idx` for frames of `group`, if it has one.
+    pub fn shape(&self, idx: usize, group: u16) -> Option<LinkShape> {
+        self.links
+            .get(idx)?
+            .iter()
+            .find(|l| l.group.is_none_or(|g| g == group))
+            .map(|l| l.shape)
     }
 
     /// Offers a frame the protocol sends to peer `idx` at `now`. A frame to be held is
-    /// refused when the bytes held and the bytes in the peer's socket queue (`room`) would
-    /// together exceed the queue's bound, unless both are empty, so one frame larger than
-    /// the bound still gets through, as in `OutQueue`.
+    /// refused when the bytes held for the peer (every group) and the bytes in the peer's
+    /// socket queue (`room`) would together exceed the queue's bound, unless both are empty,
+    /// so one frame larger than the bound still gets through, as in `OutQueue`.
     pub fn on_send(
         &mut self,
         idx: usize,
@@ -307,7 +355,14 @@ impl LinkFaults {
         chunks: Vec<Bytes>,
         room: QueueRoom,
     ) -> Verdict {
-        let Some(Some(link)) = self.links.get_mut(idx) else {
+        let Some(links) = self.links.get_mut(idx) else {
+            return Verdict::Pass(chunks);
+        };
+        let held_total: usize = links.iter().map(|l| l.held_bytes).sum();
+        let Some(link) = links
+            .iter_mut()
+            .find(|l| l.group.is_none_or(|g| g == group))
+        else {
             return Verdict::Pass(chunks);
         };
         if link.shape.loss_ppm > 0
@@ -325,7 +380,7 @@ impl LinkFaults {
             chunks,
         };
         let len = frame.wire_bytes();
-        let used = link.held_bytes.saturating_add(room.queued_bytes);
+        let used = held_total.saturating_add(room.queued_bytes);
         if used > 0 && used.saturating_add(len) > room.limit_bytes {
             return Verdict::Full;
         }
@@ -335,14 +390,15 @@ impl LinkFaults {
     }
 
     /// Removes and returns one frame whose delay has passed at `now`, with its peer index.
-    /// Frames of one link come out in the order they were sent.
+    /// Frames of one link and group come out in the order they were sent.
     pub fn pop_due(&mut self, now: Micros) -> Option<(usize, HeldFrame)> {
-        for (idx, link) in self.links.iter_mut().enumerate() {
-            let Some(link) = link else { continue };
-            if link.held.front().is_some_and(|f| f.due_us <= now) {
-                let f = link.held.pop_front()?;
-                link.held_bytes = link.held_bytes.saturating_sub(f.wire_bytes());
-                return Some((idx, f));
+        for (idx, links) in self.links.iter_mut().enumerate() {
+            for link in links.iter_mut() {
+                if link.held.front().is_some_and(|f| f.due_us <= now) {
+                    let f = link.held.pop_front()?;
+                    link.held_bytes = link.held_bytes.saturating_sub(f.wire_bytes());
+                    return Some((idx, f));
+                }
             }
         }
         None
@@ -362,12 +418,11 @@ impl LinkFaults {
         self.links.iter().flatten().map(|l| l.held.len()).sum()
     }
 
-    /// Bytes (headers included) held for peer `idx`.
+    /// Bytes (headers included) held for peer `idx`, every group.
     pub fn held_bytes(&self, idx: usize) -> usize {
-        match self.links.get(idx) {
-            Some(Some(l)) => l.held_bytes,
-            _ => 0,
-        }
+        self.links
+            .get(idx)
+            .map_or(0, |links| links.iter().map(|l| l.held_bytes).sum())
     }
 }
 
@@ -383,7 +438,7 @@ mod tests {
     fn omitted_ids_expand_to_every_other_node() {
         let shapes = resolve(&[LinkFault::everywhere(5, 0)], &ids(3)).unwrap();
         assert_eq!(shapes.len(), 6);
-        assert!(shapes.iter().all(|(f, t, _)| f != t));
+        assert!(shapes.iter().all(|r| r.from != r.to && r.group.is_none()));
         let shapes = resolve(
             &[LinkFault {
                 from: Some(NodeId(1)),
@@ -392,7 +447,7 @@ mod tests {
             &ids(3),
         )
         .unwrap();
-        let links: Vec<_> = shapes.iter().map(|(f, t, _)| (f.0, t.0)).collect();
+        let links: Vec<_> = shapes.iter().map(|r| (r.from.0, r.to.0)).collect();
         assert_eq!(links, [(1, 0), (1, 2)]);
     }
 
@@ -416,7 +471,7 @@ mod tests {
         assert!(f.is_none());
         let f = LinkFaults::new(NodeId(1), 1, &rules, &ids(2), &[NodeId(0)]).unwrap();
         assert_eq!(
-            f.and_then(|f| f.shape(0)),
+            f.and_then(|f| f.shape(0, 0)),
             Some(LinkShape {
                 delay_us: 10,
                 loss_ppm: 0
@@ -439,5 +494,66 @@ mod tests {
     fn a_self_link_is_refused() {
         let e = resolve(&[LinkFault::link(NodeId(1), NodeId(1), 10, 0)], &ids(2)).unwrap_err();
         assert_eq!(e.field, "link_faults[0].to");
+    }
+
+    fn frame(due_hint: u8) -> Vec<Bytes> {
+        vec![Bytes::from(vec![due_hint; 8])]
+    }
+
+    const ROOM: QueueRoom = QueueRoom {
+        queued_bytes: 0,
+        limit_bytes: 1 << 20,
+    };
+
+    #[test]
+    fn a_group_rule_shapes_only_its_group_and_beats_the_rule_for_all() {
+        let rules = [
+            LinkFault::link(NodeId(0), NodeId(1), 1_000, 0).in_group(3),
+            LinkFault::link(NodeId(0), NodeId(1), 10, 0),
+        ];
+        let mut f = LinkFaults::new(NodeId(0), 1, &rules, &ids(2), &[NodeId(1)])
+            .unwrap()
+            .unwrap();
+        assert_eq!(f.shape(0, 3).map(|s| s.delay_us), Some(1_000));
+        assert_eq!(f.shape(0, 1).map(|s| s.delay_us), Some(10));
+        assert!(matches!(
+            f.on_send(0, 0, 1, 3, frame(3), ROOM),
+            Verdict::Held
+        ));
+        assert!(matches!(
+            f.on_send(0, 0, 1, 1, frame(1), ROOM),
+            Verdict::Held
+        ));
+        // The group-1 frame (10 us) overtakes the group-3 frame (1 ms): one FIFO per group.
+        let (_, first) = f.pop_due(10).unwrap();
+        assert_eq!(first.group, 1);
+        assert!(f.pop_due(999).is_none());
+        assert_eq!(f.pop_due(1_000).unwrap().1.group, 3);
+        assert_eq!(f.held_frames(), 0);
+    }
+
+    #[test]
+    fn a_group_rule_alone_leaves_other_groups_untouched() {
+        let rules = [LinkFault::everywhere(500, 0).in_group(2)];
+        let mut f = LinkFaults::new(NodeId(0), 1, &rules, &ids(2), &[NodeId(1)])
+            .unwrap()
+            .unwrap();
+        assert!(matches!(
+            f.on_send(0, 0, 1, 1, frame(1), ROOM),
+            Verdict::Pass(_)
+        ));
+        assert!(matches!(
+            f.on_send(0, 0, 1, 2, frame(2), ROOM),
+            Verdict::Held
+        ));
+    }
+
+    #[test]
+    fn two_rules_for_one_link_and_group_are_refused_but_different_groups_are_not() {
+        let a = LinkFault::link(NodeId(0), NodeId(1), 5, 0);
+        assert!(resolve(&[a.in_group(1), a.in_group(2), a], &ids(2)).is_ok());
+        let e = resolve(&[a.in_group(1), a.in_group(1)], &ids(2)).unwrap_err();
+        assert_eq!(e.field, "link_faults[1]");
+        assert!(e.reason.contains("in group 1"), "{}", e.reason);
     }
 }

@@ -157,6 +157,13 @@ pub struct ClusterSpec {
     pub label: String,
     /// The program to run as `PROGRAM node ...`; `None` = this executable.
     pub program: Option<PathBuf>,
+    /// Per-node offered load in values/s (0 = unlimited), replacing the even split of
+    /// `rate_values_per_s`; nodes not listed run no load generator. `None` = every node.
+    pub load_rates: Option<Vec<(u32, u64)>>,
+    /// Learners deliver different sets (Multi-Ring learners of different rings, nodes that
+    /// learn nothing): after the stop, wait until every node's count stops moving instead
+    /// of until all counts are equal.
+    pub learners_differ: bool,
 }
 
 impl ClusterSpec {
@@ -173,6 +180,8 @@ impl ClusterSpec {
             progress: !args.json,
             label: "demo".to_string(),
             program: None,
+            load_rates: None,
+            learners_differ: false,
         }
     }
 
@@ -588,8 +597,11 @@ impl Cluster {
         // more so the total is exact. 0 stays 0: unlimited.
         let nodes = u64::from(self.spec.nodes.max(1));
         let total = self.spec.rate_values_per_s;
-        let per_node_rate =
-            total / nodes + u64::from(u64::from(self.slots[slot_idx].id) < total % nodes);
+        let id = self.slots[slot_idx].id;
+        let per_node_rate = match &self.spec.load_rates {
+            None => Some(total / nodes + u64::from(u64::from(id) < total % nodes)),
+            Some(rates) => rates.iter().find(|(n, _)| *n == id).map(|&(_, r)| r),
+        };
         let now_s = self.elapsed_s(Instant::now());
         let slot = &mut self.slots[slot_idx];
         let log = match fs::OpenOptions::new()
@@ -610,8 +622,12 @@ impl Cluster {
             .arg("--delivery-log")
             .arg("--stats-ms")
             .arg(STATS_MS.to_string())
-            .arg("--load-rate")
-            .arg(per_node_rate.to_string())
+            .args(
+                per_node_rate
+                    .map(|r| ["--load-rate".to_string(), r.to_string()])
+                    .into_iter()
+                    .flatten(),
+            )
             .arg("--load-value-size")
             .arg(self.spec.value_size_bytes.to_string())
             .args(
@@ -1021,7 +1037,24 @@ pub fn run_cluster(spec: &ClusterSpec) -> Result<ClusterRun, DemoError> {
                     .map(|smp| smp.line.delivered_values)
             })
             .collect();
-        let same = counts.iter().all(|c| c.is_some()) && counts.windows(2).all(|w| w[0] == w[1]);
+        let same = if spec.learners_differ {
+            // Every node's count unchanged since its previous line after the stop.
+            cluster.slots.iter().all(|s| {
+                let Some(samples) = s.record.incarnations.last().map(|i| &i.samples) else {
+                    return false;
+                };
+                let after: Vec<u64> = samples
+                    .iter()
+                    .rev()
+                    .take_while(|smp| smp.at_s > stop_at_s)
+                    .take(2)
+                    .map(|smp| smp.line.delivered_values)
+                    .collect();
+                after.len() == 2 && after[0] == after[1]
+            })
+        } else {
+            counts.iter().all(|c| c.is_some()) && counts.windows(2).all(|w| w[0] == w[1])
+        };
         match (same, agreed_since) {
             (true, None) => agreed_since = Some(Instant::now()),
             (true, Some(t)) if t.elapsed() >= QUIESCE_STABLE => break,
@@ -1850,6 +1883,8 @@ mod tests {
             progress: false,
             label: String::new(),
             program: None,
+            load_rates: None,
+            learners_differ: false,
         }
     }
 

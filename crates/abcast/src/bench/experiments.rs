@@ -17,16 +17,43 @@ pub enum BenchName {
     Buffer,
     /// Ring of 3 .. N nodes at 32 KiB values (seed 000 fig 4.5).
     RingSize,
+    /// Two rings, one learner of both: a quiet ring does not stall a busy one (seed 000
+    /// fig 4.6).
+    Skip,
+    /// Aggregate throughput as rings are added, without and with injected link delay
+    /// (seed 000 fig 4.7, 4.8).
+    Rings,
+    /// Local rings plus a delayed global ring (seed 000 fig 4.10, 4.11).
+    GlobalRing,
 }
 
 impl BenchName {
-    pub const ALL: [BenchName; 3] = [BenchName::ValueSize, BenchName::Buffer, BenchName::RingSize];
+    pub const ALL: [BenchName; 6] = [
+        BenchName::ValueSize,
+        BenchName::Buffer,
+        BenchName::RingSize,
+        BenchName::Skip,
+        BenchName::Rings,
+        BenchName::GlobalRing,
+    ];
+
+    /// Whether the experiment is a sweep of one U-Ring cluster (run by `bench/mod.rs`),
+    /// rather than a Multi-Ring experiment with its own runner (`bench/multiring.rs`).
+    pub fn is_sweep(self) -> bool {
+        matches!(
+            self,
+            BenchName::ValueSize | BenchName::Buffer | BenchName::RingSize
+        )
+    }
 
     pub fn as_str(self) -> &'static str {
         match self {
             BenchName::ValueSize => "value-size",
             BenchName::Buffer => "buffer",
             BenchName::RingSize => "ring-size",
+            BenchName::Skip => "skip",
+            BenchName::Rings => "rings",
+            BenchName::GlobalRing => "global-ring",
         }
     }
 
@@ -44,6 +71,18 @@ impl BenchName {
             BenchName::RingSize => {
                 "ring of 3 .. N nodes (--max-nodes) at 32 KiB values: throughput and \
                  latency (seed 000 fig 4.5)"
+            }
+            BenchName::Skip => {
+                "two rings, one learner of both: idle, one busy alone, busy with a quiet \
+                 partner, both busy; buffered instances over time (seed 000 fig 4.6)"
+            }
+            BenchName::Rings => {
+                "1 .. 3 rings at every learner, in memory and with 2 ms injected link delay: \
+                 aggregate throughput (seed 000 fig 4.7, 4.8)"
+            }
+            BenchName::GlobalRing => {
+                "two local rings with and without a global ring over 5 ms links: local \
+                 throughput and latency (seed 000 fig 4.10, 4.11)"
             }
         }
     }
@@ -170,7 +209,9 @@ pub fn experiment(name: BenchName, max_nodes: u32) -> Experiment {
                 points,
             }
         }
-        BenchName::RingSize => {
+        // The Multi-Ring experiments have their own runner (`multiring.rs`) and never
+        // reach here; they share this arm only to keep the match total without a panic.
+        BenchName::RingSize | BenchName::Skip | BenchName::Rings | BenchName::GlobalRing => {
             let points = (3..=max_nodes.max(3))
                 .map(|n| saturated(format!("{n} nodes"), n as f64, n, SEED_VALUE_SIZE_BYTES))
                 .collect();
@@ -285,7 +326,9 @@ pub fn shape_sentences(exp: &Experiment, sweep: &[Medians], low_load: Option<&Me
                 ms(last.latency_us_p50),
             )
         }
-        BenchName::RingSize => {
+        // The Multi-Ring experiments have their own runner (`multiring.rs`) and never
+        // reach here; they share this arm only to keep the match total without a panic.
+        BenchName::RingSize | BenchName::Skip | BenchName::Rings | BenchName::GlobalRing => {
             let added = (last.param - first.param).max(1.0);
             let per_node_us = (last.latency_us_p50 - first.latency_us_p50) / added;
             let verdict = if last.latency_us_p50 > first.latency_us_p50 {

@@ -7,6 +7,7 @@
 //! with min/max whiskers. Output per invocation: `results.csv`, `plot.png`, `summary.md`.
 
 pub mod experiments;
+pub mod multiring;
 pub mod plot;
 
 use crate::demo::{self, ClusterSpec, DemoError, bytes, group, ms, parse_seconds};
@@ -198,6 +199,8 @@ fn spec_for(
         progress: !args.json,
         label,
         program: None,
+        load_rates: None,
+        learners_differ: false,
     }
 }
 
@@ -436,6 +439,9 @@ pub fn run_bench(args: &BenchArgs) -> Result<u8, DemoError> {
         let _ = stdout.write_all(list().as_bytes());
         return Ok(0);
     };
+    if let Some(result) = multiring::run(name, args) {
+        return result;
+    }
     let exp = experiments::experiment(name, args.max_nodes);
     let (stamp, date) = utc_now();
     let out = args

@@ -458,3 +458,122 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// One line of a [`LinePanel`].
+#[derive(Debug, Clone)]
+pub struct Line {
+    pub label: String,
+    pub points: Vec<(f64, f64)>,
+    /// Draw a marker on every point (for sweeps with few points).
+    pub markers: bool,
+}
+
+/// One chart of stacked line charts: plain x/y lines, for time series and small sweeps
+/// (the Multi-Ring experiments).
+#[derive(Debug, Clone)]
+pub struct LinePanel {
+    pub caption: String,
+    pub x_desc: String,
+    pub y_desc: String,
+    pub lines: Vec<Line>,
+}
+
+const PALETTE: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 95, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(214, 39, 40),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+];
+
+/// Draws `panels` stacked vertically under `title` into a PNG at `path`.
+pub fn draw_lines(path: &Path, title: &str, panels: &[LinePanel]) -> Result<(), String> {
+    ensure_font()?;
+    if panels.is_empty() {
+        return Err("cannot draw the plot: no panel".to_string());
+    }
+    let root = BitMapBackend::new(path, (WIDTH_PX, HEIGHT_PX)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let root = root
+        .titled(title, (FONT_FAMILY, 24).into_font().style(FontStyle::Bold))
+        .map_err(err)?;
+    let areas = root.split_evenly((panels.len(), 1));
+    for (panel, area) in panels.iter().zip(areas.iter()) {
+        let finite = |v: &f64| v.is_finite();
+        let xs = || {
+            panel
+                .lines
+                .iter()
+                .flat_map(|l| l.points.iter().map(|p| p.0))
+        };
+        let ys = || {
+            panel
+                .lines
+                .iter()
+                .flat_map(|l| l.points.iter().map(|p| p.1))
+        };
+        let x_lo = xs().filter(finite).fold(f64::INFINITY, f64::min);
+        let x_hi = xs().filter(finite).fold(f64::NEG_INFINITY, f64::max);
+        let y_hi = ys().filter(finite).fold(0.0, f64::max);
+        let (x_lo, x_hi) = if x_lo.is_finite() && x_hi > x_lo {
+            (x_lo, x_hi)
+        } else if x_lo.is_finite() {
+            (x_lo - 0.5, x_lo + 0.5)
+        } else {
+            (0.0, 1.0)
+        };
+        let y_hi = if y_hi > 0.0 { y_hi * 1.15 } else { 1.0 };
+        let pad = (x_hi - x_lo) * 0.03;
+        let mut chart = ChartBuilder::on(area)
+            .caption(&panel.caption, (FONT_FAMILY, 20))
+            .margin(12)
+            .x_label_area_size(50)
+            .y_label_area_size(80)
+            .build_cartesian_2d((x_lo - pad)..(x_hi + pad), 0.0..y_hi)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc(panel.x_desc.as_str())
+            .y_desc(panel.y_desc.as_str())
+            .y_label_formatter(&|y| crate::demo::group(y.max(0.0).round() as u64))
+            .label_style((FONT_FAMILY, 16))
+            .axis_desc_style((FONT_FAMILY, 18))
+            .light_line_style(WHITE.mix(0.0))
+            .draw()
+            .map_err(err)?;
+        for (i, line) in panel.lines.iter().enumerate() {
+            let color = PALETTE[i % PALETTE.len()];
+            let pts: Vec<(f64, f64)> = line
+                .points
+                .iter()
+                .copied()
+                .filter(|(x, y)| x.is_finite() && y.is_finite())
+                .collect();
+            chart
+                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+                .map_err(err)?
+                .label(line.label.as_str())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
+                });
+            if line.markers {
+                chart
+                    .draw_series(pts.iter().map(|&p| Circle::new(p, 5, color.filled())))
+                    .map_err(err)?;
+            }
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .label_font((FONT_FAMILY, 16))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err)?;
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}

@@ -73,6 +73,8 @@ struct RunOut {
     series: Vec<(f64, u32, u16, u64, u64)>,
     /// Latency of the load generators' own values, per proposer node: (p50, p99) in us.
     latency_us: BTreeMap<u32, (f64, f64)>,
+    /// CPU used by all nodes together over their lives, in % of one core.
+    cpu_pct_total: f64,
 }
 
 fn ring(
@@ -229,6 +231,12 @@ fn analyse(s: &Scenario, run: &ClusterRun) -> RunOut {
                     ));
                 }
             }
+        }
+        if let Some(last) = inc.samples.last()
+            && last.line.t_us > 0
+        {
+            let cpu_ms = last.line.cpu_user_ms + last.line.cpu_sys_ms;
+            out.cpu_pct_total += cpu_ms as f64 * 1000.0 / last.line.t_us as f64 * 100.0;
         }
         if let Some(last) = inc.samples.last() {
             let maxes = last
@@ -780,17 +788,19 @@ fn run_rings(args: &BenchArgs) -> Result<u8, DemoError> {
     );
     let _ = writeln!(
         s,
-        "| series | rings | values/s at a learner | Mbit/s | runs ok |"
+        "| series | rings | values/s at a learner | Mbit/s | CPU of all nodes (% of one core) | runs ok |"
     );
-    let _ = writeln!(s, "| --- | ---: | ---: | ---: | ---: |");
+    let _ = writeln!(s, "| --- | ---: | ---: | ---: | ---: | ---: |");
+    let cpu = |r: &RunOut| Some(r.cpu_pct_total);
     for (sc, runs) in scenarios.iter().zip(&results) {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {}/{} |",
+            "| {} | {} | {} | {} | {} | {}/{} |",
             sc.series,
             sc.x,
             fmt_opt(med(runs, total_rate)),
             med(runs, total_mbit).map_or("-".to_string(), |v| format!("{v:.1}")),
+            med(runs, cpu).map_or("-".to_string(), |v| format!("{v:.0}")),
             runs.iter().filter(|r| r.ok).count(),
             runs.len()
         );
@@ -804,9 +814,15 @@ fn run_rings(args: &BenchArgs) -> Result<u8, DemoError> {
         );
     }
     if let Some(x) = speed_mem {
+        let one_ring_cpu = scenarios
+            .iter()
+            .zip(&results)
+            .find(|(sc, _)| sc.series == series_names[0] && sc.x == 1.0)
+            .and_then(|(_, runs)| med(runs, cpu));
         let _ = writeln!(
             s,
-            "In-memory rings without delay: {x:.2}× with two rings. On this 2-core machine one ring already keeps the processes CPU-bound, so more rings share the same cores (the seed's figure 4.7 learner saturated its CPU the same way)."
+            "In-memory rings without delay: {x:.2}× with two rings. With one ring the three processes already use {} % of one core together, of the 200 % this 2-core machine has, so added rings compete for the same cores (seed 000's figure 4.7 learner was CPU-bound the same way).",
+            one_ring_cpu.map_or("-".to_string(), |v| format!("{v:.0}"))
         );
     }
     for (sc, runs) in scenarios.iter().zip(&results) {

@@ -226,4 +226,22 @@ pub trait Protocol {
     fn can_propose(&self) -> bool;
 
     fn status(&self) -> Status;
+
+    /// Starts (`on`) or stops following `group` at this learner, at a point every learner
+    /// agrees on (Multi-Ring subscribe / unsubscribe: a control value decided in the ring).
+    /// `Ok` means the change is asked for, not yet in effect. A protocol that runs a single
+    /// group refuses.
+    fn set_following(
+        &mut self,
+        now: Micros,
+        group: GroupId,
+        on: bool,
+        out: &mut Outbox<Self::Message>,
+    ) -> Result<(), String> {
+        let _ = (now, on, out);
+        Err(format!(
+            "this node runs a single group; it cannot follow group {}",
+            group.0
+        ))
+    }
 }

@@ -50,6 +50,20 @@ pub struct LearnArgs {
     pub from: Instance,
 }
 
+/// Arguments of `abcast follow`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct FollowArgs {
+    /// Client address of a Multi-Ring node (its `client_addr`).
+    #[arg(long)]
+    pub node: String,
+    /// The ring (its `group` in `[[rings]]`).
+    #[arg(long)]
+    pub ring: u16,
+    /// Stop following the ring instead of starting.
+    #[arg(long)]
+    pub stop: bool,
+}
+
 /// Why a client command failed.
 #[derive(Debug)]
 pub enum ClientError {
@@ -81,7 +95,7 @@ impl fmt::Display for ClientError {
             ClientError::Io(e) => write!(f, "{e}"),
             ClientError::Frame(e) => write!(f, "bad frame from the node: {e}"),
             ClientError::Decode(e) => write!(f, "bad answer from the node: {e}"),
-            ClientError::Refused(m) => write!(f, "the node refused the value: {m}"),
+            ClientError::Refused(m) => write!(f, "the node refused: {m}"),
             ClientError::Unexpected(m) => write!(f, "unexpected answer from the node: {m}"),
             ClientError::Timeout(d) => {
                 write!(f, "no answer from the node for {:.1} s", d.as_secs_f64())
@@ -249,6 +263,26 @@ impl Client {
         self.send(&ClientFrame::Subscribe { from_instance })
     }
 
+    /// Asks a Multi-Ring node's learner to start (`on`) or stop following a ring. Returns
+    /// once the node has asked the ring; the change takes effect when the ring decides it.
+    pub fn follow(&mut self, group: u16, on: bool) -> Result<(), ClientError> {
+        self.send(&ClientFrame::Follow { group, on })?;
+        loop {
+            match self.recv(Some(Duration::from_secs(10)))? {
+                ClientFrame::FollowAsked => return Ok(()),
+                ClientFrame::Error { text } => return Err(ClientError::Refused(text)),
+                // Deliveries or acks of an earlier request on this connection.
+                ClientFrame::Delivered { .. } | ClientFrame::Decided { .. } => continue,
+                other => {
+                    return Err(ClientError::Unexpected(format!(
+                        "frame kind {}",
+                        other.kind()
+                    )));
+                }
+            }
+        }
+    }
+
     /// The next delivered batch after `subscribe`.
     pub fn next_delivery(
         &mut self,
@@ -318,6 +352,23 @@ pub fn run_propose(args: ProposeArgs) -> Result<(), ClientError> {
         Some(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(e.into()),
         _ => Ok(()),
     }
+}
+
+/// `abcast follow`: asks a node to start or stop following a ring.
+pub fn run_follow(args: FollowArgs) -> Result<(), ClientError> {
+    let mut client = Client::connect(&args.node)?;
+    client.follow(args.ring, !args.stop)?;
+    println!(
+        "asked: node at {} {} ring {}; it takes effect once the ring decides it",
+        args.node,
+        if args.stop {
+            "stops following"
+        } else {
+            "follows"
+        },
+        args.ring
+    );
+    Ok(())
 }
 
 /// `abcast learn`: prints deliveries in order as `instance<TAB>node:seq<TAB>payload`.

@@ -36,6 +36,11 @@ enum Command {
     Propose(abcast::client::ProposeArgs),
     /// Print the values a running node delivers, in delivery order.
     Learn(abcast::client::LearnArgs),
+    /// Make a Multi-Ring node's learner start or stop following a ring.
+    ///
+    /// The change is a control value decided in that ring, so every learner agrees on the
+    /// point where this learner's delivery of the ring starts or stops.
+    Follow(abcast::client::FollowArgs),
     /// Run a local cluster under load and report on it.
     ///
     /// Starts N node processes on 127.0.0.1, loads them, then prints throughput, latency,
@@ -70,6 +75,10 @@ fn main() -> ExitCode {
             Err(e) => fail(1, e),
         },
         Command::Learn(args) => match abcast::client::run_learn(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(1, e),
+        },
+        Command::Follow(args) => match abcast::client::run_follow(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(1, e),
         },

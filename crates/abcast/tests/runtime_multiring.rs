@@ -106,3 +106,86 @@ fn two_rings_share_connections_and_learners_merge_them_in_one_order() {
         assert_eq!(d.transport_stats().frames_dropped, 0);
     }
 }
+
+#[test]
+fn a_learner_starts_following_a_ring_at_run_time_at_an_agreed_point() {
+    const VALUES: u64 = 20_000;
+    let cfg = MultiRingConfig {
+        rings: vec![ring(1, 0), ring(2, 1)],
+        subscriptions: vec![(NodeId(3), vec![GroupId(2)])],
+        ..MultiRingConfig::default()
+    };
+    let nodes = cluster(
+        4,
+        load_of(VALUES, 128, 100),
+        TransportConfig::default(),
+        true,
+        |_, _, a| a,
+        |me| {
+            MultiRing::new(cfg.clone(), me, StartInfo::FRESH, |_| {
+                Box::new(MemoryStore::new(1 << 16, 1 << 28))
+            })
+            .unwrap()
+        },
+    );
+    let (both, late) = (&nodes[2], &nodes[3]);
+    assert!(wait_until(Duration::from_secs(30), || {
+        late.recorder.delivered_count() >= 1_000
+    }));
+    let addr = late.client_addr.unwrap().to_string();
+    let mut client = abcast::client::Client::connect(&addr).unwrap();
+    // Refusals are answers, not closed connections.
+    let e = client.follow(7, true).unwrap_err();
+    assert!(e.to_string().contains("ring 7"), "{e}");
+    let e = client.follow(2, true).unwrap_err();
+    assert!(e.to_string().contains("already"), "{e}");
+    client.follow(1, true).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            both.recorder.delivered_count() as u64 >= 2 * VALUES
+                && late
+                    .recorder
+                    .ids()
+                    .last()
+                    .is_some_and(|last| both.recorder.ids().last() == Some(last))
+        }),
+        "the late follower did not catch up: node 2 {} values, node 3 {}",
+        both.recorder.delivered_count(),
+        late.recorder.delivered_count()
+    );
+    let seq_both = both.recorder.ids();
+    let seq_late = late.recorder.ids();
+    let late_set: HashSet<ValueId> = seq_late.iter().copied().collect();
+    assert_eq!(
+        late_set.len(),
+        seq_late.len(),
+        "node 3 delivered a value twice"
+    );
+    // Pairwise merge order: on the values both delivered, the same order.
+    let common: Vec<ValueId> = seq_both
+        .iter()
+        .copied()
+        .filter(|id| late_set.contains(id))
+        .collect();
+    assert_eq!(
+        common, seq_late,
+        "the learners disagree on the merged order"
+    );
+    // Ring 1 joined at one point: node 3 has a suffix of ring 1's order, and a non-empty one.
+    let ring1_both: Vec<ValueId> = seq_both
+        .iter()
+        .copied()
+        .filter(|id| ring_of(*id) == 1)
+        .collect();
+    let ring1_late: Vec<ValueId> = seq_late
+        .iter()
+        .copied()
+        .filter(|id| ring_of(*id) == 1)
+        .collect();
+    assert!(!ring1_late.is_empty() && ring1_late.len() < ring1_both.len());
+    assert_eq!(
+        ring1_late[..],
+        ring1_both[ring1_both.len() - ring1_late.len()..]
+    );
+    drop(nodes);
+}

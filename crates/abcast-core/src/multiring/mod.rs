@@ -655,6 +655,16 @@ impl Protocol for MultiRing {
         }
     }
 
+    fn set_following(
+        &mut self,
+        now: Micros,
+        group: GroupId,
+        on: bool,
+        out: &mut Outbox<Message>,
+    ) -> Result<(), String> {
+        self.change(now, group, on, out).map_err(|e| e.to_string())
+    }
+
     fn status(&self) -> Status {
         let mut st = self.slots[0].ring.status();
         st.amnesic = self.slots.iter().any(|s| s.ring.status().amnesic);

@@ -13,6 +13,8 @@
 //! | 132 | `Decided` | node -> client | ids of this client's values that are now decided |
 //! | 133 | `Subscribe` | client -> node | from_instance u64 |
 //! | 134 | `Delivered` | node -> client | instance u64, origin u32, first_seq u64, count u32, lens, data |
+//! | 135 | `Follow` | client -> node | group u16, on u8 (1 = start, 0 = stop following a ring) |
+//! | 136 | `FollowAsked` | node -> client | empty: the change is asked for; it takes effect once decided in the ring |
 //!
 //! Ids are encoded as node u32, seq u64.
 
@@ -28,6 +30,8 @@ pub const KIND_ERROR: u8 = 131;
 pub const KIND_DECIDED: u8 = 132;
 pub const KIND_SUBSCRIBE: u8 = 133;
 pub const KIND_DELIVERED: u8 = 134;
+pub const KIND_FOLLOW: u8 = 135;
+pub const KIND_FOLLOW_ASKED: u8 = 136;
 
 /// Most values in one `Propose` frame (and ids in one reply).
 pub const MAX_VALUES_PER_FRAME: usize = 1 << 16;
@@ -39,13 +43,32 @@ const MAX_ERROR_BYTES: usize = 64 << 10;
 /// One client-port frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClientFrame {
-    Propose { payloads: Vec<Bytes> },
-    Proposed { ids: Vec<ValueId> },
+    Propose {
+        payloads: Vec<Bytes>,
+    },
+    Proposed {
+        ids: Vec<ValueId>,
+    },
     Busy,
-    Error { text: String },
-    Decided { ids: Vec<ValueId> },
-    Subscribe { from_instance: Instance },
-    Delivered { instance: Instance, batch: Batch },
+    Error {
+        text: String,
+    },
+    Decided {
+        ids: Vec<ValueId>,
+    },
+    Subscribe {
+        from_instance: Instance,
+    },
+    Delivered {
+        instance: Instance,
+        batch: Batch,
+    },
+    /// Multi-Ring: start (`on`) or stop following ring `group` at this node's learner.
+    Follow {
+        group: u16,
+        on: bool,
+    },
+    FollowAsked,
 }
 
 impl ClientFrame {
@@ -58,6 +81,8 @@ impl ClientFrame {
             ClientFrame::Decided { .. } => KIND_DECIDED,
             ClientFrame::Subscribe { .. } => KIND_SUBSCRIBE,
             ClientFrame::Delivered { .. } => KIND_DELIVERED,
+            ClientFrame::Follow { .. } => KIND_FOLLOW,
+            ClientFrame::FollowAsked => KIND_FOLLOW_ASKED,
         }
     }
 
@@ -95,6 +120,11 @@ impl ClientFrame {
                 e.put_bytes(batch.lens_raw());
                 e.put_bytes(batch.data_raw());
             }
+            ClientFrame::Follow { group, on } => {
+                e.put_u16(*group);
+                e.put_u8(u8::from(*on));
+            }
+            ClientFrame::FollowAsked => {}
         }
         e.finish()
     }
@@ -146,6 +176,21 @@ impl ClientFrame {
                 let batch = Batch::from_parts(origin, first_seq, lens, data)?;
                 ClientFrame::Delivered { instance, batch }
             }
+            KIND_FOLLOW => {
+                let group = d.u16("group")?;
+                let on = match d.u8("on")? {
+                    0 => false,
+                    1 => true,
+                    v => {
+                        return Err(DecodeError::Invalid {
+                            what: "on",
+                            detail: format!("{v}, expected 0 or 1"),
+                        });
+                    }
+                };
+                ClientFrame::Follow { group, on }
+            }
+            KIND_FOLLOW_ASKED => ClientFrame::FollowAsked,
             other => return Err(DecodeError::UnknownKind(other)),
         };
         d.finish()?;
@@ -182,6 +227,13 @@ mod tests {
         });
         roundtrip(ClientFrame::Decided { ids: vec![id] });
         roundtrip(ClientFrame::Subscribe { from_instance: 7 });
+        roundtrip(ClientFrame::Follow { group: 2, on: true });
+        roundtrip(ClientFrame::Follow {
+            group: 9,
+            on: false,
+        });
+        roundtrip(ClientFrame::FollowAsked);
+        assert!(ClientFrame::decode(KIND_FOLLOW, Bytes::from_static(&[0, 2, 7])).is_err());
         let batch = Batch::single(id, Bytes::from_static(b"payload"));
         roundtrip(ClientFrame::Delivered {
             instance: 12,

@@ -915,6 +915,17 @@ impl<P: Protocol> Driver<P> {
                     self.dirty_conns.push(token);
                 }
             }
+            ClientFrame::Follow { group, on } => {
+                let asked = self
+                    .protocol
+                    .set_following(now, GroupId(group), on, &mut self.outbox);
+                self.carry_out(now, app)?;
+                let answer = match asked {
+                    Ok(()) => ClientFrame::FollowAsked,
+                    Err(text) => ClientFrame::Error { text },
+                };
+                self.reply(token, &answer);
+            }
             other => {
                 return Ok(Err(format!(
                     "unexpected client frame kind {}",

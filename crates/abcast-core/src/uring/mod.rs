@@ -474,6 +474,7 @@ impl Protocol for URing {
             // Not a member of this ring: ignore (the runtime already authenticated the link).
             return;
         };
+        let first_contact = !self.view.heard_ever(from_pos);
         self.view.heard(from_pos, self.now);
         match msg {
             Message::Forward(m) => self.on_forward(m, out),
@@ -486,6 +487,9 @@ impl Protocol for URing {
             Message::Decided(m) => self.on_decided_reply(from_pos, m, out),
             Message::Heartbeat(m) => self.on_heartbeat(from_pos, m, out),
             Message::Repair(m) => self.on_repair(from_pos, m, out),
+        }
+        if first_contact {
+            self.coordinator_on_first_contact(from_pos, out);
         }
         self.after_input(out);
     }

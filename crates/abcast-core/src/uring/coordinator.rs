@@ -116,6 +116,8 @@ pub struct CoordinatorState {
     pub(crate) meta: VecDeque<Decree>,
     /// Merge slots put in instances by this coordinator (see `URing::slots_assigned`).
     pub(crate) slots_assigned: u64,
+    /// Of these, the instances of values (see `URing::value_slots_assigned`).
+    pub(crate) value_slots_assigned: u64,
 }
 
 impl CoordinatorState {
@@ -138,6 +140,7 @@ impl CoordinatorState {
             repair: None,
             meta: VecDeque::new(),
             slots_assigned: 0,
+            value_slots_assigned: 0,
         }
     }
     pub fn is_leading(&self) -> bool {
@@ -456,6 +459,9 @@ impl URing {
     /// coordinator votes first, then phase 2 starts around the ring.
     fn open_instance(&mut self, instance: Instance, decree: Decree, path: u64, out: &mut Out) {
         debug_assert!(self.coord.phase != Phase::Follower);
+        if matches!(decree, Decree::Values(_)) {
+            self.coord.value_slots_assigned += 1;
+        }
         self.coord.slots_assigned += match &decree {
             Decree::Skip(k) => u64::from((*k).max(1)),
             _ => 1,

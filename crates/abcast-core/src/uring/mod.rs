@@ -147,6 +147,13 @@ impl URing {
         self.coord.slots_assigned
     }
 
+    /// Instances of values this coordinator has opened since it started (one slot each):
+    /// the part of `slots_assigned` that is traffic, not skips or controls. The Multi-Ring
+    /// skip rule tells a quiet ring from a busy one by it.
+    pub fn value_slots_assigned(&self) -> u64 {
+        self.coord.value_slots_assigned
+    }
+
     /// Proposes a decree without a batch (a skip or a control value) in the next free
     /// instance, ahead of queued batches. Only the leading coordinator takes it; returns
     /// whether it did (a caller elsewhere retries at the coordinator it believes in).

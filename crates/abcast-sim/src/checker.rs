@@ -190,6 +190,13 @@ struct Cursor {
     last: Instance,
     /// Whether the learner follows the group now.
     subscribed: bool,
+    /// Subscribed mid-stream (Multi-Ring subscribe at run time) and nothing of the group
+    /// delivered since. The subscription starts at a merge turn, which the checker cannot
+    /// map to an instance, so it may start after the group's last value (seen in the
+    /// multiring partition sweep: a subscribe decided after the load ended): such a cursor
+    /// is not required to reach the group's last instance. Its first delivery sets `floor`,
+    /// and from then on the gap check holds it to every later instance.
+    idle_since_subscribe: bool,
 }
 
 #[derive(Debug)]
@@ -264,6 +271,7 @@ impl Checker {
             floor: (fresh && from_start).then_some(0),
             last: 0,
             subscribed: true,
+            idle_since_subscribe: false,
         }
     }
 
@@ -284,6 +292,7 @@ impl Checker {
                 // Back after a pause: the stretch may start anywhere above what it had.
                 c.floor = if sub.from_start { c.floor } else { None };
             }
+            c.idle_since_subscribe = !sub.from_start;
             c.subscribed = true;
         } else {
             c.subscribed = false;
@@ -572,12 +581,14 @@ impl Checker {
             floor: None,
             last: 0,
             subscribed: true,
+            idle_since_subscribe: false,
         };
         if let Some(l) = self.learners.get_mut(&me) {
             let c = l.groups.entry(group).or_insert(fresh_cursor);
             if c.floor.is_none() {
                 c.floor = Some(instance);
             }
+            c.idle_since_subscribe = false;
             c.last = instance;
             for v in batch.ids() {
                 l.delivered.insert(v, instance);
@@ -650,7 +661,7 @@ impl Checker {
         };
         l.groups.iter().find_map(|(&g, c)| {
             let max = self.max_decided_in(g);
-            (c.subscribed && c.last != max).then_some((g, c.last, max))
+            (c.subscribed && !c.idle_since_subscribe && c.last != max).then_some((g, c.last, max))
         })
     }
 

@@ -143,6 +143,10 @@ pub struct SimConfig {
     pub trace_tail_events: usize,
     /// Print every event as it happens (the replay mode).
     pub verbose: bool,
+    /// Crashes at fixed times, on top of the fault mix (a scenario test's "the coordinator
+    /// of ring 2 crashes at 0.6 s and restarts 0.3 s later"): `(node, at_us, down_us)`. The
+    /// node restarts amnesic, like any crash of the mixes; f is not checked.
+    pub scheduled_crashes: Vec<(NodeId, Micros, Micros)>,
     /// Upper bound of events processed in one run; exceeding it is a liveness violation
     /// (a message storm or a zero-delay loop).
     pub event_budget: u64,
@@ -177,6 +181,7 @@ impl SimConfig {
             fresh_learners_deliver_all: true,
             trace_tail_events: 60,
             verbose: false,
+            scheduled_crashes: Vec::new(),
             event_budget: 20_000_000,
             replay: ReplayTarget::default(),
         }
@@ -293,6 +298,13 @@ impl SimConfig {
             if self.nodes[..i].contains(n) {
                 return Err(format!("nodes: {n} appears twice"));
             }
+        }
+        if let Some((x, _, _)) = self
+            .scheduled_crashes
+            .iter()
+            .find(|(x, _, _)| !self.nodes.contains(x))
+        {
+            return Err(format!("scheduled_crashes: {x} is not in nodes"));
         }
         for (field, list) in [
             ("acceptors", &self.acceptors),

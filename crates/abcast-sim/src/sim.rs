@@ -163,6 +163,11 @@ enum Action {
     },
     Partition,
     Crash,
+    /// A crash of `scheduled_crashes`.
+    CrashNode {
+        node: usize,
+        down_us: Micros,
+    },
     Restart {
         node: usize,
         incarnation: u64,
@@ -349,6 +354,11 @@ where
             let at = self.rng.between(lo, hi);
             self.schedule(at, Action::Crash);
         }
+        for &(id, at, down_us) in &self.cfg.scheduled_crashes {
+            if let Some(&node) = self.index.get(&id) {
+                self.schedule(at, Action::CrashNode { node, down_us });
+            }
+        }
         self.schedule(self.heal_at_us, Action::Heal);
 
         let deadline_us = self
@@ -435,6 +445,17 @@ where
                 Ok(())
             }
             Action::Crash => self.on_crash(),
+            Action::CrashNode { node, down_us } => {
+                if self.nodes[node].proto.is_some() {
+                    let incarnation = self.nodes[node].incarnation;
+                    self.crash(node);
+                    self.schedule(
+                        self.now_us.saturating_add(down_us),
+                        Action::Restart { node, incarnation },
+                    );
+                }
+                Ok(())
+            }
             Action::Restart { node, incarnation } => {
                 let s = &self.nodes[node];
                 if s.proto.is_none() && s.started && s.incarnation == incarnation {

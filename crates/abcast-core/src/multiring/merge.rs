@@ -23,13 +23,13 @@ use crate::protocol::{Delivery, Subscription};
 use crate::types::GroupId;
 use std::collections::VecDeque;
 
-/// What one decided instance contributes to the merge.
+/// A decided instance of values waiting in the merge (instances that deliver nothing only
+/// move the ring's frontier).
 #[derive(Debug)]
 pub(crate) struct Entry {
-    /// The first slot of the instance.
+    /// The slot of the instance.
     pub slot: u64,
-    /// Values to deliver, or `None` for an instance that delivers nothing.
-    pub delivery: Option<Delivery>,
+    pub delivery: Delivery,
 }
 
 /// Whether a ring is followed, and from which turn to which.
@@ -116,13 +116,13 @@ impl Merger {
         if !keep {
             return;
         }
-        if delivery.is_none() && slots > 1 {
-            // A skip: nothing to deliver, and the frontier already says how far it reaches.
+        let Some(delivery) = delivery else {
+            // A skip, no-op or control: nothing to deliver, and the frontier already says
+            // how far it reaches. Queued, it would only count as buffered (a quiet ring's
+            // one-slot skips, waiting for a ring that is behind).
             return;
-        }
-        if let Some(d) = &delivery {
-            ring.queued_bytes += d.batch.payload_bytes();
-        }
+        };
+        ring.queued_bytes += delivery.batch.payload_bytes();
         ring.queue.push_back(Entry { slot, delivery });
     }
 
@@ -141,8 +141,7 @@ impl Merger {
         ring.queued_bytes = ring
             .queue
             .iter()
-            .filter_map(|e| e.delivery.as_ref())
-            .map(|d| d.batch.payload_bytes())
+            .map(|e| e.delivery.batch.payload_bytes())
             .sum();
     }
 
@@ -215,11 +214,9 @@ impl Merger {
                 let active = r.active_in(t);
                 while r.queue.front().is_some_and(|e| e.slot < end) {
                     let Some(e) = r.queue.pop_front() else { break };
-                    if let Some(d) = e.delivery {
-                        r.queued_bytes -= d.batch.payload_bytes();
-                        if active {
-                            deliveries.push(d);
-                        }
+                    r.queued_bytes -= e.delivery.batch.payload_bytes();
+                    if active {
+                        deliveries.push(e.delivery);
                     }
                 }
             }

@@ -13,14 +13,16 @@ use bytes::Bytes;
 const K_REPORT: u8 = 64;
 const K_CONTROL_REQ: u8 = 65;
 
-/// A learner tells a ring's coordinator what the merge needs from that ring.
+/// A learner tells a ring's coordinator what the merge needs from that ring: every Δt, and
+/// at once when the merge waits for that ring (a lag report; see `skip.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Report {
     /// The highest value rate, in slots per second, among the rings this learner follows
     /// (skips excluded): the rate every ring must match with skips (λ / Δt).
     pub value_slots_per_s: u64,
-    /// The highest slot frontier among the rings this learner follows: a quiet ring below
-    /// it holds the merge back until it skips there.
+    /// The slot every followed ring must reach for this learner to deliver all it holds
+    /// (1 + the highest slot waiting in its merge queues; 0 if nothing waits): a quiet ring
+    /// below it holds the merge back until it skips there.
     pub need_slot: u64,
 }
 

@@ -11,8 +11,10 @@
 //! **Skips** (`skip.rs`): a ring with less traffic than λ per Δt is topped up by its
 //! coordinator with one skip instance standing for the missing slots, so a quiet ring
 //! never holds a busy one back. λ adapts: learners report the value rate of the busiest
-//! ring they follow, and λ = 1.5 × that rate × Δt; a quiet ring that is still behind what a
-//! learner needs skips to there at once.
+//! ring they follow, and λ = 1.5 × that rate × Δt. A learner whose merge waits for a ring
+//! tells that ring's coordinator at once; a quiet ring then skips past what the learner
+//! needs, a busy ring only when it is more than λ behind (so busy rings never chase each
+//! other).
 //!
 //! **Subscribe and unsubscribe** at run time, at a point every learner agrees on: the
 //! learner asks the ring's coordinator to decide a control value in that ring. The change
@@ -103,6 +105,8 @@ struct Slot {
     /// The ring's slot count here is unknown (trimmed instances skipped).
     misaligned: bool,
     skip: SkipState,
+    /// Most instances the ring's merge queue held after an input, since start.
+    buffered_max: usize,
 }
 
 /// One node of a Multi-Ring Paxos deployment: every ring it is a member of, and the merge.
@@ -179,6 +183,7 @@ impl MultiRing {
                 paused: false,
                 misaligned: false,
                 skip: SkipState::default(),
+                buffered_max: 0,
             });
         }
         Ok(MultiRing {
@@ -218,11 +223,18 @@ impl MultiRing {
             .is_some_and(|i| matches!(self.merger.rings[i].follow, Follow::On { until: None, .. }))
     }
 
-    /// Instances of a ring decided here and waiting in the merge for the other rings (the
+    /// Instances of values of a ring decided here and waiting in the merge for the other rings (the
     /// "values buffered at the learner" of seed 000 figure 4.6).
     pub fn buffered(&self, group: GroupId) -> usize {
         self.index(group)
             .map_or(0, |i| self.merger.rings[i].queue.len())
+    }
+
+    /// The high-water mark of [`MultiRing::buffered`] since this node started: the most
+    /// instances of the ring held in its merge queue after any input (the benchmark's
+    /// `learner_buffer_max`). 0 for a ring this node is not a member of.
+    pub fn buffered_max(&self, group: GroupId) -> usize {
+        self.index(group).map_or(0, |i| self.slots[i].buffered_max)
     }
 
     /// The merge's current turn.
@@ -474,6 +486,9 @@ impl MultiRing {
             if self.slots[i].misaligned {
                 continue;
             }
+            if self.merger.rings[i].value_slots == 0 {
+                self.slots[i].skip.on_first_value(self.now);
+            }
             self.merger.rings[i].value_slots += 1;
             self.merger.push(i, 1, Some(d));
         }
@@ -496,16 +511,16 @@ impl MultiRing {
 
     /// After every input: run the merge, and pause or resume rings by their queue.
     fn finish(&mut self, out: &mut Outbox<Message>) {
-        let (mut subs, mut dels) = (
-            std::mem::take(&mut out.subscriptions),
-            std::mem::take(&mut out.deliveries),
-        );
-        self.merger.run(&mut dels, &mut subs);
-        out.subscriptions = subs;
-        out.deliveries = dels;
+        self.run_merge(out);
+        // Tell the rings the merge waits for, now (`skip.rs`, rule 4). A skip this node
+        // proposes as their coordinator is decided later, unless the ring has one acceptor:
+        // then the merge moves at once (a blocked merge returns at its first check).
+        self.lag_reports(out);
+        self.run_merge(out);
         for i in 0..self.slots.len() {
             let q = &self.merger.rings[i];
             let (n, b) = (q.queue.len(), q.queued_bytes);
+            self.slots[i].buffered_max = self.slots[i].buffered_max.max(n);
             let control_here = self.pending.as_ref().is_some_and(|p| p.ring == i);
             let full = n >= self.cfg.merge_queue_instances || b >= self.cfg.merge_queue_bytes;
             let low = n < self.cfg.merge_queue_instances / 2 && b < self.cfg.merge_queue_bytes / 2;
@@ -521,6 +536,16 @@ impl MultiRing {
                 s.ring.set_delivery_paused(false);
             }
         }
+    }
+
+    fn run_merge(&mut self, out: &mut Outbox<Message>) {
+        let (mut subs, mut dels) = (
+            std::mem::take(&mut out.subscriptions),
+            std::mem::take(&mut out.deliveries),
+        );
+        self.merger.run(&mut dels, &mut subs);
+        out.subscriptions = subs;
+        out.deliveries = dels;
     }
 
     /// The subscriptions a learner starts with, announced once.
@@ -593,7 +618,11 @@ impl Protocol for MultiRing {
                 self.absorb(i, &mut scratch, out);
                 self.scratch = scratch;
             }
-            Body::Report(r) => self.slots[i].skip.on_report(self.now, &r),
+            Body::Report(r) => {
+                self.slots[i].skip.on_report(self.now, &r);
+                // A lag report asks for a skip now, not at the next tick.
+                self.coordinator_skip(i, out);
+            }
             Body::ControlReq(c) => {
                 if c.learner != from {
                     return; // a node asks for itself only

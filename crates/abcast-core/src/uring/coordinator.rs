@@ -116,6 +116,8 @@ pub struct CoordinatorState {
     pub(crate) meta: VecDeque<Decree>,
     /// Merge slots put in instances by this coordinator (see `URing::slots_assigned`).
     pub(crate) slots_assigned: u64,
+    /// Of these, the instances of values (see `URing::value_slots_assigned`).
+    pub(crate) value_slots_assigned: u64,
 }
 
 impl CoordinatorState {
@@ -138,6 +140,7 @@ impl CoordinatorState {
             repair: None,
             meta: VecDeque::new(),
             slots_assigned: 0,
+            value_slots_assigned: 0,
         }
     }
     pub fn is_leading(&self) -> bool {
@@ -245,6 +248,40 @@ impl URing {
                 out.send(member.id, Message::Phase1a(m.clone()));
             }
         }
+    }
+
+    /// The first message from an acceptor since this node started. If a phase 1 of ours
+    /// waits for its promise, our phase 1a most likely reached a process that was not
+    /// running yet (nodes of a cluster start one by one), so it goes again to that acceptor
+    /// now instead of after `p1_resend_us`: without this, the first coordinator of a ring
+    /// that starts before its acceptors waits 500 ms before it can decide anything, and its
+    /// proposers then flush that backlog in one burst (which a Multi-Ring learner has to
+    /// buffer). Once per acceptor per process lifetime, so it costs nothing.
+    ///
+    /// Only in a node's first incarnation. A restarted node starts its rounds at 1 again
+    /// and must climb above the rounds its earlier incarnation used (from refusals and
+    /// heartbeats) before a phase 1 of its own succeeds: an amnesic coordinator whose phase
+    /// 1 is quick can get promises for a round it already used, and two different decrees
+    /// can then be voted in one instance under "the same" ballot. The uring mixed sweep
+    /// (5 nodes, seed 24) hit that when this re-send applied to restarts too; ballots
+    /// unique across incarnations are the real fix and are still open.
+    pub(crate) fn coordinator_on_first_contact(&mut self, from_pos: usize, out: &mut Out) {
+        if !self.is_acceptor_pos(from_pos) || self.view.epoch()[self.view.me()] != 0 {
+            return;
+        }
+        let Some(p) = self.coord.prepare.as_ref() else {
+            return;
+        };
+        if (p.oks | p.amnesic_oks) & bit(from_pos) != 0 {
+            return;
+        }
+        let m = Phase1a {
+            ballot: self.coord.ballot,
+            from: p.from,
+            to: p.to,
+            epoch: self.view.epoch().to_vec(),
+        };
+        out.send(self.node_at(from_pos), Message::Phase1a(m));
     }
 
     pub(crate) fn on_phase1b(&mut self, from_pos: usize, m: Phase1b, out: &mut Out) {
@@ -422,6 +459,9 @@ impl URing {
     /// coordinator votes first, then phase 2 starts around the ring.
     fn open_instance(&mut self, instance: Instance, decree: Decree, path: u64, out: &mut Out) {
         debug_assert!(self.coord.phase != Phase::Follower);
+        if matches!(decree, Decree::Values(_)) {
+            self.coord.value_slots_assigned += 1;
+        }
         self.coord.slots_assigned += match &decree {
             Decree::Skip(k) => u64::from((*k).max(1)),
             _ => 1,

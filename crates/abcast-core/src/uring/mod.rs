@@ -147,6 +147,13 @@ impl URing {
         self.coord.slots_assigned
     }
 
+    /// Instances of values this coordinator has opened since it started (one slot each):
+    /// the part of `slots_assigned` that is traffic, not skips or controls. The Multi-Ring
+    /// skip rule tells a quiet ring from a busy one by it.
+    pub fn value_slots_assigned(&self) -> u64 {
+        self.coord.value_slots_assigned
+    }
+
     /// Proposes a decree without a batch (a skip or a control value) in the next free
     /// instance, ahead of queued batches. Only the leading coordinator takes it; returns
     /// whether it did (a caller elsewhere retries at the coordinator it believes in).
@@ -474,6 +481,7 @@ impl Protocol for URing {
             // Not a member of this ring: ignore (the runtime already authenticated the link).
             return;
         };
+        let first_contact = !self.view.heard_ever(from_pos);
         self.view.heard(from_pos, self.now);
         match msg {
             Message::Forward(m) => self.on_forward(m, out),
@@ -486,6 +494,9 @@ impl Protocol for URing {
             Message::Decided(m) => self.on_decided_reply(from_pos, m, out),
             Message::Heartbeat(m) => self.on_heartbeat(from_pos, m, out),
             Message::Repair(m) => self.on_repair(from_pos, m, out),
+        }
+        if first_contact {
+            self.coordinator_on_first_contact(from_pos, out);
         }
         self.after_input(out);
     }

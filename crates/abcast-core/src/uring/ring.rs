@@ -78,6 +78,11 @@ impl RingView {
         }
     }
 
+    /// Whether this node has heard from `pos` since it started.
+    pub fn heard_ever(&self, pos: usize) -> bool {
+        self.heard_ever.get(pos).copied().unwrap_or(false)
+    }
+
     pub fn alive(&self, pos: usize, now: Micros) -> bool {
         if pos == self.me {
             return true;

@@ -184,6 +184,8 @@ pub struct GroupStatus {
     /// Decided instances waiting in the merge for the other groups (seed 000 figure 4.6's
     /// "values buffered at the learner").
     pub buffered_instances: usize,
+    /// The most instances ever waiting there at once since the node started.
+    pub buffered_instances_max: usize,
 }
 
 /// A total-order broadcast protocol, as a pure state machine.

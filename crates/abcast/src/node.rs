@@ -459,8 +459,7 @@ impl<'w> NodeStats<'w> {
         for g in &status.groups {
             let line = self.groups.entry(g.group.0).or_default();
             line.buffered_instances = g.buffered_instances as u64;
-            line.buffered_instances_max =
-                line.buffered_instances_max.max(g.buffered_instances as u64);
+            line.buffered_instances_max = g.buffered_instances_max as u64;
             line.following = g.following;
         }
         let (cpu_user_ms, cpu_sys_ms) = cpu_ms();

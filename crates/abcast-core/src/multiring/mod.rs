@@ -714,6 +714,7 @@ impl Protocol for MultiRing {
                     delivered_upto: ring.delivered_upto,
                     following: self.follows(s.group),
                     buffered_instances: self.buffered(s.group),
+                    buffered_instances_max: self.buffered_max(s.group),
                 }
             })
             .collect();

@@ -17,16 +17,25 @@ pub enum BenchName {
     Buffer,
     /// Ring of 3 .. N nodes at 32 KiB values (seed 000 fig 4.5).
     RingSize,
+    /// Ring Paxos over IP multicast vs U-Ring Paxos, 3 acceptors and 1 .. 5 learners
+    /// (seed 003 fig 4, table 2).
+    Multicast,
 }
 
 impl BenchName {
-    pub const ALL: [BenchName; 3] = [BenchName::ValueSize, BenchName::Buffer, BenchName::RingSize];
+    pub const ALL: [BenchName; 4] = [
+        BenchName::ValueSize,
+        BenchName::Buffer,
+        BenchName::RingSize,
+        BenchName::Multicast,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             BenchName::ValueSize => "value-size",
             BenchName::Buffer => "buffer",
             BenchName::RingSize => "ring-size",
+            BenchName::Multicast => "multicast",
         }
     }
 
@@ -44,6 +53,11 @@ impl BenchName {
             BenchName::RingSize => {
                 "ring of 3 .. N nodes (--max-nodes) at 32 KiB values: throughput and \
                  latency (seed 000 fig 4.5)"
+            }
+            BenchName::Multicast => {
+                "Ring Paxos over UDP multicast vs U-Ring Paxos, 3 acceptors and 1 .. 5 \
+                 learners, 8 KiB values: throughput per learner, MTE, latency (seed 003 \
+                 fig 4, table 2)"
             }
         }
     }
@@ -170,6 +184,31 @@ pub fn experiment(name: BenchName, max_nodes: u32) -> Experiment {
                 points,
             }
         }
+        BenchName::Multicast => {
+            // One point per learner count; `bench::multicast` runs each with both protocols.
+            let points = (1..=MULTICAST_LEARNERS_MAX)
+                .map(|l| {
+                    saturated(
+                        format!("{l} learner{}", if l == 1 { "" } else { "s" }),
+                        f64::from(l),
+                        MULTICAST_ACCEPTORS + l,
+                        MULTICAST_VALUE_SIZE_BYTES,
+                    )
+                })
+                .collect();
+            Experiment {
+                name,
+                figure: "seed 003 fig 4 and table 2",
+                title: "Ring Paxos (UDP multicast) vs U-Ring Paxos: throughput per learner, \
+                        3 acceptors, 8 KiB values (cf. seed 003 fig 4)"
+                    .to_string(),
+                x_desc: "learner-only nodes",
+                axis: Axis::Nodes,
+                param_column: "learners",
+                window_values: MULTICAST_WINDOW_VALUES,
+                points,
+            }
+        }
         BenchName::RingSize => {
             let points = (3..=max_nodes.max(3))
                 .map(|n| saturated(format!("{n} nodes"), n as f64, n, SEED_VALUE_SIZE_BYTES))
@@ -189,6 +228,15 @@ pub fn experiment(name: BenchName, max_nodes: u32) -> Experiment {
         }
     }
 }
+
+/// Acceptors (each also proposes and learns) in the multicast experiment.
+pub const MULTICAST_ACCEPTORS: u32 = 3;
+/// Learner-only nodes go from 1 to this.
+pub const MULTICAST_LEARNERS_MAX: u32 = 5;
+/// Seed 003 table 2: Ring Paxos had its best throughput with 8 KB messages.
+pub const MULTICAST_VALUE_SIZE_BYTES: u64 = 8 << 10;
+/// Values each proposer keeps in flight: enough to saturate either protocol on loopback.
+pub const MULTICAST_WINDOW_VALUES: u64 = 64;
 
 /// Medians of one point, as the shape sentences need them.
 #[derive(Debug, Clone, Copy)]
@@ -285,6 +333,15 @@ pub fn shape_sentences(exp: &Experiment, sweep: &[Medians], low_load: Option<&Me
                 ms(last.latency_us_p50),
             )
         }
+        BenchName::Multicast => format!(
+            "Per-learner throughput goes from {:.1} Mbit/s with {} learner(s) to {:.1} Mbit/s \
+             with {} ({}); seed 003 fig 4 shows Ring Paxos flat in the number of receivers.",
+            first.mbit_per_s,
+            first.param,
+            last.mbit_per_s,
+            last.param,
+            pct_change(first.mbit_per_s, last.mbit_per_s),
+        ),
         BenchName::RingSize => {
             let added = (last.param - first.param).max(1.0);
             let per_node_us = (last.latency_us_p50 - first.latency_us_p50) / added;
@@ -360,7 +417,7 @@ mod tests {
                 &[m(3.0, 10.0, 1000.0, 500.0), m(5.0, 20.0, 100.0, 900.0)],
                 None,
             );
-            assert!(text.contains("seed 000 fig"), "{text}");
+            assert!(text.contains("seed 00") && text.contains(" fig "), "{text}");
         }
     }
 

@@ -401,6 +401,7 @@ fn ports_free(ports: &BTreeSet<u16>) -> bool {
 }
 
 /// Sets a dotted key ("transport.buffer_size") in a TOML table, creating tables on the way.
+/// A part may index an existing array of tables: "members[3].roles".
 pub fn set_toml_key(
     table: &mut toml::Table,
     dotted: &str,
@@ -410,18 +411,30 @@ pub fn set_toml_key(
     let Some(last) = parts.pop() else {
         return Err(DemoError::Runtime(format!("empty config key {dotted:?}")));
     };
+    let bad = |what: String| Err(DemoError::Runtime(format!("config key {dotted:?}: {what}")));
     let mut t = table;
     for part in parts {
+        let (name, index) = match part.strip_suffix(']').and_then(|p| p.split_once('[')) {
+            Some((name, i)) => match i.parse::<usize>() {
+                Ok(i) => (name, Some(i)),
+                Err(_) => return bad(format!("{part:?} has no valid index")),
+            },
+            None => (part, None),
+        };
         let entry = t
-            .entry(part.to_string())
+            .entry(name.to_string())
             .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let entry = match (index, entry) {
+            (None, e) => e,
+            (Some(i), toml::Value::Array(items)) => match items.get_mut(i) {
+                Some(e) => e,
+                None => return bad(format!("{name:?} has no element {i}")),
+            },
+            (Some(_), _) => return bad(format!("{name:?} is not an array")),
+        };
         t = match entry {
             toml::Value::Table(inner) => inner,
-            _ => {
-                return Err(DemoError::Runtime(format!(
-                    "config key {dotted:?}: {part:?} is not a table"
-                )));
-            }
+            _ => return bad(format!("{part:?} is not a table")),
         };
     }
     t.insert(last.to_string(), value);
@@ -1927,6 +1940,17 @@ mod tests {
         set_toml_key(&mut t, "a.b.c", toml::Value::Integer(1)).unwrap();
         assert_eq!(t["a"]["b"]["c"].as_integer(), Some(1));
         assert!(set_toml_key(&mut t, "a.b.c.d", toml::Value::Integer(2)).is_err());
+    }
+
+    #[test]
+    fn set_toml_key_indexes_arrays_of_tables() {
+        let mut t: toml::Table = crate::nodeconfig::local_cluster(3, 7400).parse().unwrap();
+        let learner = toml::Value::Array(vec![toml::Value::String("learner".into())]);
+        set_toml_key(&mut t, "members[2].roles", learner.clone()).unwrap();
+        assert_eq!(t["members"][2]["roles"], learner);
+        assert!(set_toml_key(&mut t, "members[3].roles", learner.clone()).is_err());
+        assert!(set_toml_key(&mut t, "members[x].roles", learner.clone()).is_err());
+        assert!(set_toml_key(&mut t, "cluster_id[0].a", learner).is_err());
     }
 
     #[test]

@@ -6,11 +6,12 @@
 //! generator until SIGTERM/SIGINT or `--duration-s`, stop the load, keep delivering for
 //! `--drain-ms`, print the `"final"` line, exit 0.
 
-use crate::nodeconfig::{self, MarkerError, NodeConfig, NodeConfigError};
+use crate::nodeconfig::{self, MarkerError, NodeConfig, NodeConfigError, ProtocolKind};
 use crate::runtime::transport::bind_listener;
 use crate::runtime::{Application, Driver, DriverConfig, DriverError, Listeners, LoadConfig};
 use abcast_core::multiring::MultiRing;
 use abcast_core::protocol::Ack;
+use abcast_core::ringpaxos::RingPaxos;
 use abcast_core::storage::MemoryStore;
 use abcast_core::uring::{ConfigError, StartInfo, URing};
 use abcast_core::{Delivery, Instance, Micros, NodeId, Protocol, Status, ValueId};
@@ -126,8 +127,9 @@ impl From<DriverError> for NodeError {
     }
 }
 
-/// Runs `abcast node` with U-Ring Paxos over an in-memory store until SIGTERM/SIGINT or
-/// `--duration-s`, printing stats on stdout.
+/// Runs `abcast node` with the config's protocol (U-Ring Paxos by default, or IP-multicast
+/// Ring Paxos) over an in-memory store until SIGTERM/SIGINT or `--duration-s`, printing
+/// stats on stdout.
 pub fn run_node(args: NodeArgs) -> Result<(), NodeError> {
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGUSR1, Arc::clone(&STOP_LOAD))
@@ -140,6 +142,10 @@ pub fn run_node(args: NodeArgs) -> Result<(), NodeError> {
     // Read once here to pick the protocol; `run_node_with` reads it again (cheap) so every
     // protocol shares one start-up path.
     let cfg = nodeconfig::load(&args.config, args.id).map_err(NodeError::Config)?;
+    if cfg.protocol == ProtocolKind::RingPaxos {
+        run_node_with(&args, &stop, &mut out, ringpaxos_protocol)?;
+        return Ok(());
+    }
     if cfg.multiring.is_some() {
         run_node_with(&args, &stop, &mut out, |cfg, start| {
             let Some(mr) = cfg.multiring.clone() else {
@@ -170,6 +176,29 @@ pub fn run_node(args: NodeArgs) -> Result<(), NodeError> {
         URing::new(cfg.ring.clone(), cfg.node_id, start, Box::new(store))
     })?;
     Ok(())
+}
+
+/// IP-multicast Ring Paxos (seed 003) as the config describes it, over an in-memory store.
+pub fn ringpaxos_protocol(cfg: &NodeConfig, start: StartInfo) -> Result<RingPaxos, ConfigError> {
+    let Some(rp) = cfg.ringpaxos.clone() else {
+        return Err(ConfigError {
+            field: "protocol",
+            reason: "not \"ringpaxos\"".into(),
+        });
+    };
+    match &cfg.transport.multicast {
+        Some(m) => eprintln!(
+            "[{}] Ring Paxos: phase 2A and decisions by UDP multicast to {} via {}",
+            cfg.node_id, m.group, m.interface
+        ),
+        None => eprintln!(
+            "[{}] Ring Paxos without [multicast]: phase 2A and decisions go as one TCP copy \
+             per peer",
+            cfg.node_id
+        ),
+    }
+    let store = MemoryStore::new(rp.store_capacity_instances, rp.store_capacity_bytes);
+    RingPaxos::new(rp, cfg.node_id, start, Box::new(store))
 }
 
 /// What a node run ends with (the numbers of its final line).
@@ -203,10 +232,11 @@ where
         ));
     }
     let roles = cfg.my_roles();
-    if args.load_rate.is_some() && args.load_value_size > cfg.ring.max_value_bytes {
+    if args.load_rate.is_some() && args.load_value_size > cfg.max_value_bytes() {
         return Err(NodeError::Args(format!(
             "--load-value-size {} exceeds the ring's max_value_bytes {}",
-            args.load_value_size, cfg.ring.max_value_bytes
+            args.load_value_size,
+            cfg.max_value_bytes()
         )));
     }
     let me = cfg
@@ -239,6 +269,13 @@ where
     dcfg.transport = cfg.transport.clone();
     dcfg.periodic_us = args.stats_ms.saturating_mul(1000);
     let mut driver = Driver::new(dcfg, protocol, Listeners { peer, client })?;
+    if let Some((recv, send)) = driver.multicast_buffers() {
+        eprintln!(
+            "[{}] multicast socket buffers as the kernel reports them (twice what it \
+             accounts): {recv} bytes receive, {send} bytes send",
+            cfg.node_id
+        );
+    }
     eprintln!(
         "[{}] node starting: incarnation {}{}, peers on {}, clients on {}",
         cfg.node_id,
@@ -279,7 +316,7 @@ where
             driver.start_load(LoadConfig {
                 rate_per_s: rate,
                 value_bytes: args.load_value_size,
-                window_values: args.load_window.unwrap_or(cfg.ring.window_values).max(1),
+                window_values: args.load_window.unwrap_or(cfg.window_values()).max(1),
                 max_values: None,
             });
         } else {
@@ -312,6 +349,12 @@ where
     }
     let status = driver.protocol().status();
     app.print("final", driver.now(), &status);
+    // The transport's counters (drops, datagrams, TCP fallbacks) for whoever reads the log.
+    eprintln!(
+        "[{}] transport: {:?}",
+        cfg.node_id,
+        driver.transport_stats()
+    );
     if let Some(e) = app.write_error.take() {
         return Err(NodeError::Output(e));
     }

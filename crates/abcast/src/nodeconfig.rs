@@ -20,6 +20,31 @@
 //! loss_ppm = 1000   # frames lost per million, default 0, at most 1000000
 //! ```
 //!
+//! IP-multicast Ring Paxos (seed 003) instead of U-Ring Paxos:
+//!
+//! ```toml
+//! protocol = "ringpaxos"            # default "uring"
+//! [multicast]                       # optional: without it, multicasts go as TCP copies
+//! group = "239.255.77.1:30000"      # group address and port
+//! interface = "127.0.0.1"           # default 127.0.0.1 (nodes on one machine)
+//! ttl = 1                           # default 1
+//! recv_buffer_bytes = 8388608       # default 8 MiB (SO_RCVBUFFORCE when permitted)
+//! send_buffer_bytes = 4194304       # default 4 MiB
+//! [ringpaxos]                       # Ring Paxos only, every field optional
+//! buffer_instances = 1024           # the coordinator's circular buffer (seed 003 §6.1)
+//! buffer_bytes = 67108864
+//! ring_timeout_ms = 1000            # an instance undecided this long: new ring
+//! decision_linger_us = 200          # decisions wait this long for a 2A to ride on
+//! ```
+//!
+//! Ring Paxos takes its members and roles from `[[members]]` and every `[ring]` key that
+//! both protocols have (the resend, batch, window, timeout and store keys), with Ring
+//! Paxos' own defaults for keys not given. `[ring] p1_preexecution_number` and
+//! `max_open_instances` are U-Ring Paxos only and refused with `ringpaxos` (its buffer,
+//! `[ringpaxos] buffer_instances`, bounds open instances). With `[multicast]` a phase 2A
+//! carries its whole batch in one datagram, so `batch_max_bytes` defaults to 40 KiB and
+//! `max_value_bytes` to what fits a datagram, and larger settings are refused.
+//!
 //! Every error names the field and the reason. Durations in `[ring]` are in milliseconds,
 //! the unit seed 000 table 4.1 uses (`p1_resend_ms`, `value_resend_ms`, ...), except
 //! `batch_linger_us`, which is far below a millisecond.
@@ -29,7 +54,9 @@
 
 use crate::runtime::TransportConfig;
 use crate::runtime::linkfault::{self, LinkFault};
+use crate::runtime::multicast::{self, MulticastConfig};
 use abcast_core::multiring::{MultiRingConfig, ProposeTo, RingSpec};
+use abcast_core::ringpaxos::RingPaxosConfig;
 use abcast_core::uring::{Member, RingConfig, Roles, StartInfo};
 use abcast_core::{GroupId, NodeId};
 use serde::Deserialize;
@@ -55,9 +82,38 @@ pub struct NodeConfig {
     /// `[[rings]]` given: the node runs Multi-Ring Paxos over these rings (each a copy of
     /// `ring`'s parameters with its own members and roles) instead of the single ring.
     pub multiring: Option<MultiRingConfig>,
+    /// The protocol `abcast node` runs (`protocol = ...`).
+    pub protocol: ProtocolKind,
+    /// Ring Paxos' configuration, when `protocol = "ringpaxos"`.
+    pub ringpaxos: Option<RingPaxosConfig>,
+}
+
+/// The protocols `abcast node` runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProtocolKind {
+    /// U-Ring Paxos (seed 000), `protocol = "uring"`, the default.
+    URing,
+    /// IP-multicast Ring Paxos (seed 003), `protocol = "ringpaxos"`.
+    RingPaxos,
 }
 
 impl NodeConfig {
+    /// The largest value the running protocol accepts.
+    pub fn max_value_bytes(&self) -> usize {
+        match &self.ringpaxos {
+            Some(rp) => rp.max_value_bytes,
+            None => self.ring.max_value_bytes,
+        }
+    }
+
+    /// The running protocol's proposer window, in values.
+    pub fn window_values(&self) -> usize {
+        match &self.ringpaxos {
+            Some(rp) => rp.window_values,
+            None => self.ring.window_values,
+        }
+    }
+
     /// This node's addresses.
     pub fn me(&self) -> Option<&MemberAddr> {
         self.members.iter().find(|m| m.id == self.node_id)
@@ -162,6 +218,9 @@ struct FileConfig {
     storage: FileStorage,
     #[serde(default)]
     link_faults: Vec<FileLinkFault>,
+    protocol: Option<String>,
+    multicast: Option<FileMulticast>,
+    ringpaxos: Option<FileRingPaxos>,
     #[serde(default)]
     rings: Vec<FileRingGroup>,
     multiring: Option<FileMultiRing>,
@@ -210,6 +269,25 @@ enum FileProposeTo {
 struct FileSubscription {
     node: u32,
     rings: Vec<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileMulticast {
+    group: String,
+    interface: Option<String>,
+    ttl: Option<u32>,
+    recv_buffer_bytes: Option<usize>,
+    send_buffer_bytes: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRingPaxos {
+    buffer_instances: Option<usize>,
+    buffer_bytes: Option<usize>,
+    ring_timeout_ms: Option<u64>,
+    decision_linger_us: Option<u64>,
 }
 
 /// One `[[link_faults]]` entry. Values are read as wide integers so that a value out of
@@ -463,6 +541,8 @@ pub fn parse(
     }
 
     transport.link_faults = link_faults(&file.link_faults, &members)?;
+    let (protocol, ringpaxos, multicast) = protocol_config(&file, &ring.members)?;
+    transport.multicast = multicast;
 
     match file.storage.kind.as_deref() {
         None | Some("memory") => {}
@@ -481,6 +561,12 @@ pub fn parse(
     };
 
     let multiring = multiring(&file, &ring)?;
+    if multiring.is_some() && protocol == ProtocolKind::RingPaxos {
+        return invalid(
+            "protocol",
+            "[[rings]] are U-Ring Paxos rings (Multi-Ring Paxos); protocol = \"ringpaxos\" runs one ring",
+        );
+    }
     Ok(NodeConfig {
         cluster_id: file.cluster_id,
         node_id: NodeId(me),
@@ -489,7 +575,209 @@ pub fn parse(
         transport,
         storage: StorageConfig { dir },
         multiring,
+        protocol,
+        ringpaxos,
     })
+}
+
+/// Ring Paxos keeps this much of a datagram for the fields of a phase 2A besides its batch
+/// (ballot, epoch fingerprint, ring, a few piggy-backed decisions); a 2A with more
+/// decisions than fit falls back to TCP at run time.
+pub const MULTICAST_2A_RESERVE_BYTES: usize = 1024;
+/// `batch_max_bytes` when `[multicast]` is set and `[ring]` does not say: the largest round
+/// size whose batches (up to 1.5 times it) still fit one datagram. Fewer, larger datagrams
+/// cost every learner fewer wakeups and checksums per byte (`bench multicast`: 40 KiB
+/// batches lost less per-learner throughput from 1 to 5 learners than 32 KiB ones).
+pub const MULTICAST_BATCH_MAX_BYTES: usize = 40 << 10;
+/// The largest `max_value_bytes` with `[multicast]`: a value alone in its batch, plus the
+/// batch's fields, in one datagram.
+pub const MULTICAST_VALUE_MAX_BYTES: usize = multicast::MAX_BODY_BYTES - MULTICAST_2A_RESERVE_BYTES;
+
+/// `protocol`, `[ringpaxos]` and `[multicast]`: which protocol runs, Ring Paxos' config
+/// (from `members`, the `[ring]` keys both protocols share, and `[ringpaxos]`), and the
+/// multicast socket.
+fn protocol_config(
+    file: &FileConfig,
+    members: &[Member],
+) -> Result<
+    (
+        ProtocolKind,
+        Option<RingPaxosConfig>,
+        Option<MulticastConfig>,
+    ),
+    NodeConfigError,
+> {
+    let kind = match file.protocol.as_deref() {
+        None | Some("uring") => ProtocolKind::URing,
+        Some("ringpaxos") => ProtocolKind::RingPaxos,
+        Some(other) => {
+            return invalid(
+                "protocol",
+                format!("{other:?}: expected \"uring\" or \"ringpaxos\""),
+            );
+        }
+    };
+    let multicast = match &file.multicast {
+        None => None,
+        Some(m) => Some(multicast_config(m)?),
+    };
+    if kind == ProtocolKind::URing {
+        if file.multicast.is_some() {
+            return invalid(
+                "multicast",
+                "U-Ring Paxos sends no multicasts; set protocol = \"ringpaxos\" or remove [multicast]",
+            );
+        }
+        if file.ringpaxos.is_some() {
+            return invalid("ringpaxos", "only with protocol = \"ringpaxos\"");
+        }
+        return Ok((kind, None, None));
+    }
+    let r = &file.ring;
+    for (given, key) in [
+        (r.p1_preexecution_number.is_some(), "p1_preexecution_number"),
+        (r.max_open_instances.is_some(), "max_open_instances"),
+    ] {
+        if given {
+            return invalid(
+                format!("ring.{key}"),
+                "U-Ring Paxos only; Ring Paxos runs phase 1 for every instance at once and \
+                 bounds open instances with [ringpaxos] buffer_instances",
+            );
+        }
+    }
+    let mut rp = RingPaxosConfig {
+        members: members.to_vec(),
+        ..RingPaxosConfig::default()
+    };
+    if multicast.is_some() {
+        rp.batch_max_bytes = MULTICAST_BATCH_MAX_BYTES;
+        rp.max_value_bytes = MULTICAST_VALUE_MAX_BYTES;
+    }
+    let ms = |field: &str, v: Option<u64>| v.map(|v| ms_to_us(field, v)).transpose();
+    macro_rules! set {
+        ($dst:expr, $v:expr) => {
+            if let Some(v) = $v {
+                $dst = v;
+            }
+        };
+    }
+    set!(rp.p1_resend_us, ms("p1_resend_ms", r.p1_resend_ms)?);
+    set!(rp.p2_resend_us, ms("p2_resend_ms", r.p2_resend_ms)?);
+    set!(
+        rp.value_resend_us,
+        ms("value_resend_ms", r.value_resend_ms)?
+    );
+    set!(rp.batch_max_bytes, r.batch_max_bytes);
+    set!(rp.batch_linger_us, r.batch_linger_us);
+    set!(rp.window_values, r.window_values);
+    set!(rp.window_bytes, r.window_bytes);
+    set!(rp.max_value_bytes, r.max_value_bytes);
+    set!(rp.coordinator_queue_bytes, r.coordinator_queue_bytes);
+    set!(
+        rp.heartbeat_interval_us,
+        ms("heartbeat_interval_ms", r.heartbeat_interval_ms)?
+    );
+    set!(
+        rp.failure_timeout_us,
+        ms("failure_timeout_ms", r.failure_timeout_ms)?
+    );
+    set!(
+        rp.retrieve_timeout_us,
+        ms("retrieve_timeout_ms", r.retrieve_timeout_ms)?
+    );
+    set!(rp.retrieve_max_instances, r.retrieve_max_instances);
+    set!(rp.store_capacity_instances, r.store_capacity_instances);
+    set!(rp.store_capacity_bytes, r.store_capacity_bytes);
+    if let Some(x) = &file.ringpaxos {
+        set!(rp.buffer_instances, x.buffer_instances);
+        set!(rp.buffer_bytes, x.buffer_bytes);
+        if let Some(v) = x.ring_timeout_ms {
+            rp.ring_timeout_us = v.checked_mul(1000).map_or_else(
+                || invalid("ringpaxos.ring_timeout_ms", format!("{v} ms is too large")),
+                Ok,
+            )?;
+        }
+        set!(rp.decision_linger_us, x.decision_linger_us);
+    }
+    if let Err(e) = rp.validate() {
+        let field = match e.field {
+            "buffer_instances" | "buffer_bytes" | "decision_linger_us" => {
+                format!("ringpaxos.{}", e.field)
+            }
+            "ring_timeout_us" => "ringpaxos.ring_timeout_ms".to_string(),
+            "members" | "members.roles" => e.field.to_string(),
+            f if f.ends_with("_us") && f != "batch_linger_us" => {
+                format!("ring.{}_ms", &f[..f.len() - 3])
+            }
+            f => format!("ring.{f}"),
+        };
+        return invalid(field, e.reason);
+    }
+    if multicast.is_some() {
+        // A batch closes once it holds batch_max_bytes, so it can reach 1.5 times that (a
+        // value of half or more travels alone), and its phase 2A is one datagram.
+        let batch_limit = (MULTICAST_VALUE_MAX_BYTES * 2) / 3;
+        if rp.batch_max_bytes > batch_limit {
+            return invalid(
+                "ring.batch_max_bytes",
+                format!(
+                    "{} bytes is too large for [multicast]: a batch can grow to 1.5 times it \
+                     and its phase 2A must fit one datagram; at most {batch_limit}",
+                    rp.batch_max_bytes
+                ),
+            );
+        }
+        if rp.max_value_bytes > MULTICAST_VALUE_MAX_BYTES {
+            return invalid(
+                "ring.max_value_bytes",
+                format!(
+                    "{} bytes is too large for [multicast]: a value's phase 2A must fit one \
+                     datagram; at most {MULTICAST_VALUE_MAX_BYTES}",
+                    rp.max_value_bytes
+                ),
+            );
+        }
+    }
+    Ok((kind, Some(rp), multicast))
+}
+
+/// The `[multicast]` table, checked.
+fn multicast_config(m: &FileMulticast) -> Result<MulticastConfig, NodeConfigError> {
+    let group = match m.group.parse::<std::net::SocketAddrV4>() {
+        Ok(g) => g,
+        Err(e) => {
+            return invalid(
+                "multicast.group",
+                format!("{:?} is not an IPv4 address:port ({e})", m.group),
+            );
+        }
+    };
+    let mut c = MulticastConfig::new(group);
+    if let Some(i) = &m.interface {
+        c.interface = match i.parse() {
+            Ok(a) => a,
+            Err(e) => {
+                return invalid(
+                    "multicast.interface",
+                    format!("{i:?} is not an IPv4 address ({e})"),
+                );
+            }
+        };
+    }
+    if let Some(v) = m.ttl {
+        c.ttl = v;
+    }
+    if let Some(v) = m.recv_buffer_bytes {
+        c.recv_buffer_bytes = v;
+    }
+    if let Some(v) = m.send_buffer_bytes {
+        c.send_buffer_bytes = v;
+    }
+    if let Err((field, reason)) = c.validate() {
+        return invalid(format!("multicast.{field}"), reason);
+    }
+    Ok(c)
 }
 
 fn group_id(field: String, g: u64) -> Result<GroupId, NodeConfigError> {
@@ -986,6 +1274,12 @@ rings = [1]
     }
 
     #[test]
+    fn rings_and_ring_paxos_do_not_mix() {
+        let text = format!("protocol = \"ringpaxos\"\n{GOOD}[[rings]]\ngroup = 1\n");
+        assert_eq!(field_of(&text, Some(0)), "protocol");
+    }
+
+    #[test]
     fn a_link_fault_may_name_a_group() {
         let text = format!("{GOOD}[[link_faults]]\nfrom = 0\ngroup = 3\ndelay_us = 10\n");
         let c = parse(&text, Some(0), Path::new("/")).unwrap();
@@ -1127,6 +1421,119 @@ rings = [1]
             parse(&text, Some(0), Path::new("/")),
             Err(NodeConfigError::Syntax(_))
         ));
+    }
+
+    const RINGPAXOS: &str = r#"
+cluster_id = 7
+protocol = "ringpaxos"
+[[members]]
+id = 0
+addr = "127.0.0.1:7400"
+[[members]]
+id = 1
+addr = "127.0.0.1:7401"
+[[members]]
+id = 2
+addr = "127.0.0.1:7402"
+[[members]]
+id = 3
+addr = "127.0.0.1:7403"
+roles = ["learner"]
+[ring]
+p2_resend_ms = 50
+window_values = 500
+[ringpaxos]
+buffer_instances = 512
+[multicast]
+group = "239.255.77.1:30000"
+recv_buffer_bytes = 1048576
+"#;
+
+    #[test]
+    fn ringpaxos_takes_members_shared_ring_keys_and_its_own_table() {
+        let c = parse(RINGPAXOS, Some(3), Path::new("/")).unwrap();
+        assert_eq!(c.protocol, ProtocolKind::RingPaxos);
+        let rp = c.ringpaxos.clone().unwrap();
+        assert_eq!(rp.members.len(), 4);
+        assert!(!rp.members[3].roles.acceptor && rp.members[3].roles.learner);
+        assert_eq!(rp.p2_resend_us, 50_000);
+        assert_eq!(rp.window_values, 500);
+        assert_eq!(c.window_values(), 500);
+        assert_eq!(rp.buffer_instances, 512);
+        // Multicast makes the batch fit a datagram by default.
+        assert_eq!(rp.batch_max_bytes, MULTICAST_BATCH_MAX_BYTES);
+        assert_eq!(c.max_value_bytes(), MULTICAST_VALUE_MAX_BYTES);
+        let m = c.transport.multicast.unwrap();
+        assert_eq!(m.group, "239.255.77.1:30000".parse().unwrap());
+        assert_eq!(m.interface, std::net::Ipv4Addr::LOCALHOST);
+        assert_eq!((m.ttl, m.recv_buffer_bytes), (1, 1 << 20));
+        // U-Ring Paxos is the default and has neither.
+        let u = parse(GOOD, Some(0), Path::new("/")).unwrap();
+        assert_eq!((u.protocol, u.ringpaxos), (ProtocolKind::URing, None));
+        assert_eq!(u.transport.multicast, None);
+    }
+
+    #[test]
+    fn ringpaxos_without_multicast_keeps_its_own_batch_defaults() {
+        let text = RINGPAXOS.replace(
+            "[multicast]\ngroup = \"239.255.77.1:30000\"\nrecv_buffer_bytes = 1048576\n",
+            "",
+        );
+        let c = parse(&text, Some(0), Path::new("/")).unwrap();
+        assert_eq!(c.transport.multicast, None);
+        assert_eq!(
+            c.ringpaxos.unwrap().batch_max_bytes,
+            RingPaxosConfig::default().batch_max_bytes
+        );
+    }
+
+    #[test]
+    fn ringpaxos_and_multicast_errors_name_the_field() {
+        let f = |from: &str, to: &str| field_of(&RINGPAXOS.replace(from, to), Some(0));
+        assert_eq!(
+            f("protocol = \"ringpaxos\"", "protocol = \"paxos\""),
+            "protocol"
+        );
+        assert_eq!(
+            f("window_values = 500", "batch_max_bytes = 60000"),
+            "ring.batch_max_bytes"
+        );
+        assert_eq!(
+            f("window_values = 500", "max_value_bytes = 70000"),
+            "ring.max_value_bytes"
+        );
+        assert_eq!(
+            f("window_values = 500", "max_open_instances = 5"),
+            "ring.max_open_instances"
+        );
+        assert_eq!(
+            f("buffer_instances = 512", "buffer_instances = 0"),
+            "ringpaxos.buffer_instances"
+        );
+        assert_eq!(
+            f("buffer_instances = 512", "ring_timeout_ms = 10"),
+            "ringpaxos.ring_timeout_ms"
+        );
+        assert_eq!(f("239.255.77.1:30000", "10.1.1.1:30000"), "multicast.group");
+        assert_eq!(f("239.255.77.1:30000", "239.255.77.1"), "multicast.group");
+        assert_eq!(
+            f("recv_buffer_bytes = 1048576", "interface = \"lo\""),
+            "multicast.interface"
+        );
+        assert_eq!(f("recv_buffer_bytes = 1048576", "ttl = 0"), "multicast.ttl");
+        // Multicast and the Ring Paxos table make no sense for U-Ring Paxos.
+        assert_eq!(
+            f("protocol = \"ringpaxos\"", "protocol = \"uring\""),
+            "multicast"
+        );
+        match parse(
+            &RINGPAXOS.replace("recv_buffer_bytes = 1048576", "colour = 3"),
+            Some(0),
+            Path::new("/"),
+        ) {
+            Err(NodeConfigError::Syntax(m)) => assert!(m.contains("colour"), "{m}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

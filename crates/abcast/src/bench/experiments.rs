@@ -25,26 +25,21 @@ pub enum BenchName {
     Rings,
     /// Local rings plus a delayed global ring (seed 000 fig 4.10, 4.11).
     GlobalRing,
+    /// Ring Paxos over IP multicast vs U-Ring Paxos, 3 acceptors and 1 .. 5 learners
+    /// (seed 003 fig 4, table 2).
+    Multicast,
 }
 
 impl BenchName {
-    pub const ALL: [BenchName; 6] = [
+    pub const ALL: [BenchName; 7] = [
         BenchName::ValueSize,
         BenchName::Buffer,
         BenchName::RingSize,
         BenchName::Skip,
         BenchName::Rings,
         BenchName::GlobalRing,
+        BenchName::Multicast,
     ];
-
-    /// Whether the experiment is a sweep of one U-Ring cluster (run by `bench/mod.rs`),
-    /// rather than a Multi-Ring experiment with its own runner (`bench/multiring.rs`).
-    pub fn is_sweep(self) -> bool {
-        matches!(
-            self,
-            BenchName::ValueSize | BenchName::Buffer | BenchName::RingSize
-        )
-    }
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -54,6 +49,7 @@ impl BenchName {
             BenchName::Skip => "skip",
             BenchName::Rings => "rings",
             BenchName::GlobalRing => "global-ring",
+            BenchName::Multicast => "multicast",
         }
     }
 
@@ -83,6 +79,11 @@ impl BenchName {
             BenchName::GlobalRing => {
                 "two local rings with and without a global ring over 5 ms links: local \
                  throughput and latency (seed 000 fig 4.10, 4.11)"
+            }
+            BenchName::Multicast => {
+                "Ring Paxos over UDP multicast vs U-Ring Paxos, 3 acceptors and 1 .. 5 \
+                 learners, 8 KiB values: throughput per learner, MTE, latency (seed 003 \
+                 fig 4, table 2)"
             }
         }
     }
@@ -209,6 +210,31 @@ pub fn experiment(name: BenchName, max_nodes: u32) -> Experiment {
                 points,
             }
         }
+        BenchName::Multicast => {
+            // One point per learner count; `bench::multicast` runs each with both protocols.
+            let points = (1..=MULTICAST_LEARNERS_MAX)
+                .map(|l| {
+                    saturated(
+                        format!("{l} learner{}", if l == 1 { "" } else { "s" }),
+                        f64::from(l),
+                        MULTICAST_ACCEPTORS + l,
+                        MULTICAST_VALUE_SIZE_BYTES,
+                    )
+                })
+                .collect();
+            Experiment {
+                name,
+                figure: "seed 003 fig 4 and table 2",
+                title: "Ring Paxos (UDP multicast) vs U-Ring Paxos: throughput per learner, \
+                        3 acceptors, 8 KiB values (cf. seed 003 fig 4)"
+                    .to_string(),
+                x_desc: "learner-only nodes",
+                axis: Axis::Nodes,
+                param_column: "learners",
+                window_values: MULTICAST_WINDOW_VALUES,
+                points,
+            }
+        }
         // The Multi-Ring experiments have their own runner (`multiring.rs`) and never
         // reach here; they share this arm only to keep the match total without a panic.
         BenchName::RingSize | BenchName::Skip | BenchName::Rings | BenchName::GlobalRing => {
@@ -230,6 +256,15 @@ pub fn experiment(name: BenchName, max_nodes: u32) -> Experiment {
         }
     }
 }
+
+/// Acceptors (each also proposes and learns) in the multicast experiment.
+pub const MULTICAST_ACCEPTORS: u32 = 3;
+/// Learner-only nodes go from 1 to this.
+pub const MULTICAST_LEARNERS_MAX: u32 = 5;
+/// Seed 003 table 2: Ring Paxos had its best throughput with 8 KB messages.
+pub const MULTICAST_VALUE_SIZE_BYTES: u64 = 8 << 10;
+/// Values each proposer keeps in flight: enough to saturate either protocol on loopback.
+pub const MULTICAST_WINDOW_VALUES: u64 = 64;
 
 /// Medians of one point, as the shape sentences need them.
 #[derive(Debug, Clone, Copy)]
@@ -326,6 +361,15 @@ pub fn shape_sentences(exp: &Experiment, sweep: &[Medians], low_load: Option<&Me
                 ms(last.latency_us_p50),
             )
         }
+        BenchName::Multicast => format!(
+            "Per-learner throughput goes from {:.1} Mbit/s with {} learner(s) to {:.1} Mbit/s \
+             with {} ({}); seed 003 fig 4 shows Ring Paxos flat in the number of receivers.",
+            first.mbit_per_s,
+            first.param,
+            last.mbit_per_s,
+            last.param,
+            pct_change(first.mbit_per_s, last.mbit_per_s),
+        ),
         // The Multi-Ring experiments have their own runner (`multiring.rs`) and never
         // reach here; they share this arm only to keep the match total without a panic.
         BenchName::RingSize | BenchName::Skip | BenchName::Rings | BenchName::GlobalRing => {
@@ -403,7 +447,7 @@ mod tests {
                 &[m(3.0, 10.0, 1000.0, 500.0), m(5.0, 20.0, 100.0, 900.0)],
                 None,
             );
-            assert!(text.contains("seed 000 fig"), "{text}");
+            assert!(text.contains("seed 00") && text.contains(" fig "), "{text}");
         }
     }
 

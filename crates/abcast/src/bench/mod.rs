@@ -7,6 +7,7 @@
 //! with min/max whiskers. Output per invocation: `results.csv`, `plot.png`, `summary.md`.
 
 pub mod experiments;
+pub mod multicast;
 pub mod multiring;
 pub mod plot;
 
@@ -120,7 +121,7 @@ fn list() -> String {
 }
 
 /// Seconds since the epoch as UTC civil time: (for a directory name, for people).
-fn utc_now() -> (String, String) {
+pub(crate) fn utc_now() -> (String, String) {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs()) as i64;
@@ -143,7 +144,7 @@ fn utc_now() -> (String, String) {
 }
 
 /// Core count and CPU model, from the OS, for the summary.
-fn machine() -> String {
+pub(crate) fn machine() -> String {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
@@ -163,7 +164,7 @@ fn machine() -> String {
     format!("{cores} cores (nproc), {model}{mem}")
 }
 
-fn sysctl(name: &str) -> String {
+pub(crate) fn sysctl(name: &str) -> String {
     let path = format!("/proc/sys/{}", name.replace('.', "/"));
     fs::read_to_string(path).map_or("unknown".to_string(), |s| s.trim().to_string())
 }
@@ -211,7 +212,7 @@ fn x_position(axis: Axis, param: f64) -> f64 {
     }
 }
 
-fn csv_field(s: &str) -> String {
+pub(crate) fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
@@ -441,6 +442,10 @@ pub fn run_bench(args: &BenchArgs) -> Result<u8, DemoError> {
     };
     if let Some(result) = multiring::run(name, args) {
         return result;
+    }
+    if name == BenchName::Multicast {
+        // Two protocols per point and figures per learner: its own runner.
+        return multicast::run(args);
     }
     let exp = experiments::experiment(name, args.max_nodes);
     let (stamp, date) = utc_now();

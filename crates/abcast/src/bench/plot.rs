@@ -13,12 +13,12 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 const FONT_TTF: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
-const FONT_FAMILY: &str = "sans-serif";
+pub(crate) const FONT_FAMILY: &str = "sans-serif";
 const WIDTH_PX: u32 = 1100;
 const HEIGHT_PX: u32 = 900;
 
 /// Registers the embedded font once per process.
-fn ensure_font() -> Result<(), String> {
+pub(crate) fn ensure_font() -> Result<(), String> {
     static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
     REGISTERED
         .get_or_init(|| {

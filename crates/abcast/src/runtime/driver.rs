@@ -25,6 +25,7 @@ use super::clientwire::{ClientFrame, KIND_DELIVERED};
 use super::frame::{self, Frame, KIND_CLIENT_MIN, KIND_HELLO, KIND_PROTOCOL_MAX};
 use super::linkfault::{LinkFaults, QueueRoom, Verdict};
 use super::loadgen::{LoadConfig, LoadGen};
+use super::multicast::{self, Multicast, MulticastStats, Received};
 use super::transport::{self, Backoff, OutQueue, PushError, ReadOutcome, TransportConfig};
 use abcast_core::codec::{Decoder, Encoder, WireMessage};
 use abcast_core::protocol::Ack;
@@ -43,7 +44,9 @@ use std::time::{Duration, Instant};
 
 const PEER_LISTENER: Token = Token(0);
 const CLIENT_LISTENER: Token = Token(1);
-const FIRST_CONN_TOKEN: usize = 2;
+/// The UDP multicast socket (`TransportConfig::multicast`).
+const MULTICAST_SOCKET: Token = Token(2);
+const FIRST_CONN_TOKEN: usize = 3;
 /// Reads from one socket per readiness event before the loop serves the others; the socket
 /// is revisited in the next iteration.
 const READS_PER_EVENT: usize = 16;
@@ -154,6 +157,13 @@ pub struct TransportStats {
     pub disconnects: u64,
     /// Inbound peer connections accepted after a valid `Hello`.
     pub hellos_accepted: u64,
+    /// Protocol multicasts carried as one TCP copy per peer: all of them without
+    /// `TransportConfig::multicast`, else those too large for one datagram.
+    pub multicasts_by_tcp: u64,
+    /// Protocol multicasts that did not fit one datagram and fell back to TCP.
+    pub multicasts_too_large: u64,
+    /// The UDP multicast socket's counters (all zero without one).
+    pub multicast: MulticastStats,
 }
 
 /// The transport's first frame on a peer connection.
@@ -279,6 +289,8 @@ pub struct Driver<P: Protocol> {
     conn_limit_logged: bool,
     /// Injected delay and loss on outgoing links; `None` unless configured.
     faults: Option<LinkFaults>,
+    /// The UDP multicast endpoint; `None` = multicasts go as TCP copies to every peer.
+    mcast: Option<Multicast>,
 }
 
 impl<P: Protocol> Driver<P> {
@@ -342,6 +354,34 @@ impl<P: Protocol> Driver<P> {
             field: format!("transport.{}", e.field),
             reason: e.reason,
         })?;
+        let mcast = match &cfg.transport.multicast {
+            None => None,
+            Some(mc) => {
+                mc.validate()
+                    .map_err(|(field, reason)| DriverError::Config {
+                        field: format!("transport.multicast.{field}"),
+                        reason,
+                    })?;
+                let me = multicast::Sender {
+                    cluster_id: cfg.cluster_id,
+                    node: cfg.me,
+                    incarnation: cfg.incarnation,
+                };
+                let mut m = Multicast::open(mc, me, &peer_ids, &cfg.transport.link_faults)
+                    .map_err(|source| DriverError::Io {
+                        what: "opening the multicast socket",
+                        source,
+                    })?;
+                poll.registry()
+                    .register(
+                        m.socket_mut(),
+                        MULTICAST_SOCKET,
+                        Interest::READABLE | Interest::WRITABLE,
+                    )
+                    .map_err(io_err("registering the multicast socket"))?;
+                Some(m)
+            }
+        };
         let last_tick_us = 0;
         Ok(Driver {
             next_periodic_us: cfg.periodic_us,
@@ -371,6 +411,7 @@ impl<P: Protocol> Driver<P> {
             unknown_logged: HashSet::new(),
             conn_limit_logged: false,
             faults,
+            mcast,
         })
     }
 
@@ -404,7 +445,18 @@ impl<P: Protocol> Driver<P> {
     }
 
     pub fn transport_stats(&self) -> TransportStats {
-        self.stats
+        let mut s = self.stats;
+        if let Some(m) = &self.mcast {
+            s.multicast = m.stats;
+        }
+        s
+    }
+
+    /// The receive and send buffer sizes the kernel granted the multicast socket.
+    pub fn multicast_buffers(&self) -> Option<(usize, usize)> {
+        self.mcast
+            .as_ref()
+            .map(|m| (m.granted_recv_buffer_bytes, m.granted_send_buffer_bytes))
     }
 
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
@@ -454,6 +506,11 @@ impl<P: Protocol> Driver<P> {
                 }
             }
             let now = self.now();
+            if let Some(m) = self.mcast.as_mut() {
+                // A send that would block waits for a writable event, and at most until
+                // the next iteration.
+                m.on_writable();
+            }
             for ev in events.iter() {
                 let token = ev.token();
                 let problem = ev.is_error() || ev.is_read_closed() || ev.is_write_closed();
@@ -530,6 +587,9 @@ impl<P: Protocol> Driver<P> {
                 _ => {}
             }
         }
+        if let Some(line) = self.mcast.as_mut().and_then(|m| m.take_log(now)) {
+            self.log(format_args!("{line}"));
+        }
         if self.cfg.periodic_us > 0 && now >= self.next_periodic_us {
             app.periodic(now, &self.protocol.status());
             self.next_periodic_us = self.next_periodic_us.saturating_add(self.cfg.periodic_us);
@@ -576,10 +636,14 @@ impl<P: Protocol> Driver<P> {
         }
         for msg in out.multicasts.drain(..) {
             // A multicast reaches every member, this node included (as IP multicast with
-            // loopback enabled would).
-            for idx in 0..self.peers.len() {
-                let to = self.peers[idx].id;
-                self.send_to(now, to, msg.clone());
+            // loopback enabled would): one datagram for the others, or one TCP copy each,
+            // and an in-process copy for this node, which is never lost.
+            if !self.multicast_datagram(&msg) {
+                self.stats.multicasts_by_tcp += 1;
+                for idx in 0..self.peers.len() {
+                    let to = self.peers[idx].id;
+                    self.send_to(now, to, msg.clone());
+                }
             }
             self.loopback.push_back(msg);
         }
@@ -604,6 +668,65 @@ impl<P: Protocol> Driver<P> {
         }
         out.clear();
         self.outbox = out;
+        Ok(())
+    }
+
+    /// Queues `msg` as one datagram to the multicast group. `false` when there is no
+    /// multicast socket or the message does not fit one datagram: the caller sends it by TCP.
+    fn multicast_datagram(&mut self, msg: &P::Message) -> bool {
+        let Some(m) = self.mcast.as_mut() else {
+            return false;
+        };
+        let mut enc = Encoder::new();
+        msg.encode(&mut enc);
+        let chunks = enc.finish();
+        if !m.push(msg.kind(), msg.group().0, chunks) {
+            self.stats.multicasts_too_large += 1;
+            if self.stats.multicasts_too_large.is_power_of_two() {
+                self.log(format_args!(
+                    "a multicast of kind {} does not fit one datagram ({} bytes at most); \
+                     sent by TCP ({} so far)",
+                    msg.kind(),
+                    multicast::MAX_DATAGRAM_BYTES,
+                    self.stats.multicasts_too_large
+                ));
+            }
+            return false;
+        }
+        true
+    }
+
+    /// Reads datagrams until none is left or the budget is used, handing each valid message
+    /// to the protocol as it arrives.
+    fn read_multicast<A: Application + ?Sized>(
+        &mut self,
+        now: Micros,
+        app: &mut A,
+    ) -> Result<(), DriverError> {
+        for _ in 0..multicast::READS_PER_EVENT {
+            let Some(m) = self.mcast.as_mut() else {
+                return Ok(());
+            };
+            match m.recv() {
+                Ok(Received::Frame(from, f)) => {
+                    match P::Message::decode_in(GroupId(f.group), f.kind, f.body) {
+                        Ok(msg) => {
+                            self.protocol.receive(now, from, msg, &mut self.outbox);
+                            self.carry_out(now, app)?;
+                        }
+                        Err(e) => m.reject_message(from, f.kind, &e.to_string()),
+                    }
+                }
+                Ok(Received::Dropped) => {}
+                Ok(Received::Empty) => return Ok(()),
+                Err(e) => {
+                    // A UDP socket has no connection to lose; report and read again later.
+                    self.log(format_args!("multicast receive failed: {e}"));
+                    return Ok(());
+                }
+            }
+        }
+        self.ready_again.push(MULTICAST_SOCKET);
         Ok(())
     }
 
@@ -1024,6 +1147,15 @@ impl<P: Protocol> Driver<P> {
         match token {
             PEER_LISTENER => self.accept(now, false),
             CLIENT_LISTENER => self.accept(now, true),
+            MULTICAST_SOCKET => {
+                if writable && let Some(m) = self.mcast.as_mut() {
+                    m.on_writable();
+                    m.flush();
+                }
+                if readable {
+                    self.read_multicast(now, app)?;
+                }
+            }
             t if self.out_tokens.contains_key(&t) => {
                 if let Some(&idx) = self.out_tokens.get(&t) {
                     self.on_outbound_event(now, idx, readable, writable);
@@ -1411,6 +1543,11 @@ impl<P: Protocol> Driver<P> {
         }
         for token in std::mem::take(&mut self.dirty_conns) {
             self.flush_conn(token);
+        }
+        if let Some(m) = self.mcast.as_mut()
+            && m.has_queued()
+        {
+            m.flush();
         }
     }
 }

@@ -6,6 +6,8 @@
 //!   buffer, socket options, reconnect backoff.
 //! - `clientwire`: the client protocol on the client port (`abcast propose`, `abcast learn`).
 //! - `linkfault`: optional injected per-link delay and loss, for experiments.
+//! - `multicast`: UDP IP-multicast datagrams for `Outbox::multicasts` (seed 003), checked
+//!   like frames, with a bounded send queue.
 //! - `driver`: the event loop. One thread runs everything of one node, so the protocol
 //!   needs no locks and its effects are carried out in the order the contract gives.
 
@@ -14,11 +16,13 @@ pub mod driver;
 pub mod frame;
 pub mod linkfault;
 pub mod loadgen;
+pub mod multicast;
 pub mod transport;
 
 pub use driver::{Driver, DriverConfig, DriverError, Listeners, TransportStats};
 pub use linkfault::LinkFault;
 pub use loadgen::LoadConfig;
+pub use multicast::{MulticastConfig, MulticastStats};
 pub use transport::TransportConfig;
 
 use abcast_core::protocol::Ack;

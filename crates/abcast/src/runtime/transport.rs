@@ -10,6 +10,7 @@
 
 use super::frame::{self, FrameError, HEADER_BYTES};
 use super::linkfault::LinkFault;
+use super::multicast::MulticastConfig;
 use bytes::{Buf, Bytes, BytesMut};
 use mio::net::TcpStream;
 use socket2::{Domain, Protocol as SockProtocol, SockRef, Socket, Type};
@@ -50,6 +51,9 @@ pub struct TransportConfig {
     /// config), for the whole cluster: each driver applies the rules of its own outgoing
     /// links. Empty (the default) = real links only, and the send path is unchanged.
     pub link_faults: Vec<LinkFault>,
+    /// UDP IP-multicast for the protocol's `Outbox::multicasts` (`[multicast]` in the node
+    /// config). `None` (the default): each multicast goes as one TCP copy per peer.
+    pub multicast: Option<MulticastConfig>,
 }
 
 impl Default for TransportConfig {
@@ -63,6 +67,7 @@ impl Default for TransportConfig {
             backoff_ms_max: 1000,
             read_buffer_bytes: 1 << 20,
             link_faults: Vec::new(),
+            multicast: None,
         }
     }
 }

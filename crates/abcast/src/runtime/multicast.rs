@@ -1,0 +1,838 @@
+//! UDP IP-multicast for the runtime: the "ip-multicast" of seed 003 Algorithm 2 (Task 3
+//! line 19, Task 5 line 35) and §6.1 (one packet per proposal, decisions piggy-backed),
+//! with the socket buffers of §6.5. A protocol's `Outbox::multicasts` leave as one datagram
+//! each instead of one TCP copy per peer.
+//!
+//! Datagram layout, little-endian:
+//!
+//! | bytes | field |
+//! | --- | --- |
+//! | 0..4 | magic `u32` = 0x314D_4241 ("ABM1"), distinct from the TCP frame's "ABC1" |
+//! | 4 | version `u8` = 1 |
+//! | 5..8 | reserved, zero |
+//! | 8..16 | cluster id `u64` |
+//! | 16..20 | sender node id `u32` |
+//! | 20..28 | sender incarnation `u64` |
+//! | 28..32 | crc32c of bytes 0..28 and 32..48 (both headers) |
+//! | 32..48 | the frame header of `frame.rs` (magic, version, kind, group, length, body crc) |
+//! | 48.. | the frame body |
+//!
+//! Every datagram is checked before anything of it reaches the protocol: size, magic,
+//! version, reserved bytes, header checksum, cluster, sender (a configured peer, not an
+//! older incarnation than one already heard), frame header and body checksum, and that the
+//! frame fills the datagram exactly. A failure drops the datagram and counts it; nothing
+//! panics on any byte string. Loss is Ring Paxos' business: it re-multicasts undecided
+//! proposals and learners ask for what they missed (seed 003 §4.2).
+//!
+//! Sending: a datagram is encoded once (its header and the body chunks go to the kernel as
+//! one `sendmsg` iovec, without copying payloads) and queued in a small bounded queue, which
+//! the driver flushes at the end of each event; a socket that would block keeps the queue
+//! until it is writable again, so a burst is smoothed instead of lost. What does not fit the
+//! queue is dropped and counted. A message whose datagram would exceed
+//! [`MAX_DATAGRAM_BYTES`] is refused by [`Multicast::encode`] and the driver falls back to
+//! TCP for it.
+//!
+//! The sender's own datagram comes back to it (IP_MULTICAST_LOOP is on, so that nodes on one
+//! host hear each other) and is ignored: the driver loops its own multicasts back in-process,
+//! losslessly.
+
+use super::frame::{self, Frame, FrameError, KIND_PROTOCOL_MAX};
+use super::linkfault::{self, LinkFault};
+use abcast_core::{Micros, NodeId};
+use bytes::{Buf, Bytes, BytesMut};
+use mio::net::UdpSocket;
+use socket2::{Domain, Protocol as SockProtocol, SockAddr, SockRef, Socket, Type};
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::io::{self, IoSlice};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+
+/// "ABM1" read as a little-endian `u32`.
+pub const MAGIC: u32 = u32::from_le_bytes(*b"ABM1");
+/// The only datagram version this build speaks.
+pub const VERSION: u8 = 1;
+/// The datagram's own header, before the frame header.
+pub const DATAGRAM_HEADER_BYTES: usize = 32;
+/// Both headers: what a datagram carries besides the message body.
+pub const OVERHEAD_BYTES: usize = DATAGRAM_HEADER_BYTES + frame::HEADER_BYTES;
+/// Largest datagram sent or accepted. UDP over IPv4 carries at most 65 507 bytes; the
+/// margin keeps clear of the edge (IP options, tunnels).
+pub const MAX_DATAGRAM_BYTES: usize = 65_000;
+/// Largest message body one datagram carries.
+pub const MAX_BODY_BYTES: usize = MAX_DATAGRAM_BYTES - OVERHEAD_BYTES;
+/// Datagrams read per readiness event before the loop serves other sockets.
+pub const READS_PER_EVENT: usize = 64;
+/// Bound of the send queue, in datagram bytes (headers included).
+pub const SEND_QUEUE_BYTES: usize = 8 << 20;
+/// Bound of the send queue, in datagrams.
+pub const SEND_QUEUE_DATAGRAMS: usize = 4096;
+/// The receive buffer grows by this much when less than one datagram of room is left.
+const RECV_CHUNK_BYTES: usize = 1 << 20;
+/// Room for the largest possible UDP datagram, so a receive never truncates silently.
+const RECV_ROOM_BYTES: usize = 1 << 16;
+/// Shortest interval between two log lines about dropped datagrams.
+const LOG_INTERVAL_US: Micros = 1_000_000;
+
+/// `[multicast]` in the node config; `TransportConfig::multicast`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MulticastConfig {
+    /// The group and port every member sends to and listens on, e.g. 239.255.77.1:30000.
+    pub group: SocketAddrV4,
+    /// The interface (by address) that joins the group and sends: 127.0.0.1 for nodes on one
+    /// machine over `lo`.
+    pub interface: Ipv4Addr,
+    /// IP_MULTICAST_TTL; 1 keeps datagrams on the local network.
+    pub ttl: u32,
+    /// SO_RCVBUF of the socket (seed 003 §6.5 used 16 MB); set with SO_RCVBUFFORCE when the
+    /// process may, else capped by net.core.rmem_max.
+    pub recv_buffer_bytes: usize,
+    /// SO_SNDBUF of the socket; SO_SNDBUFFORCE when permitted.
+    pub send_buffer_bytes: usize,
+}
+
+impl MulticastConfig {
+    /// A config for `group` with the defaults for nodes on one machine.
+    pub fn new(group: SocketAddrV4) -> MulticastConfig {
+        MulticastConfig {
+            group,
+            interface: Ipv4Addr::LOCALHOST,
+            ttl: 1,
+            recv_buffer_bytes: 8 << 20,
+            send_buffer_bytes: 4 << 20,
+        }
+    }
+
+    /// Checks the config; the error names the field (without a table prefix).
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        if !self.group.ip().is_multicast() {
+            return Err((
+                "group",
+                format!(
+                    "{} is not an IPv4 multicast address (224.0.0.0/4)",
+                    self.group.ip()
+                ),
+            ));
+        }
+        if self.group.port() == 0 {
+            return Err(("group", "the port must not be 0".into()));
+        }
+        if self.interface.is_multicast() || self.interface.is_broadcast() {
+            return Err((
+                "interface",
+                format!("{} is not an interface address", self.interface),
+            ));
+        }
+        if self.ttl == 0 || self.ttl > 255 {
+            return Err(("ttl", format!("{}, must be 1 to 255", self.ttl)));
+        }
+        for (field, v) in [
+            ("recv_buffer_bytes", self.recv_buffer_bytes),
+            ("send_buffer_bytes", self.send_buffer_bytes),
+        ] {
+            if v == 0 || v > (1 << 30) {
+                return Err((field, format!("{v}, must be 1 byte to 1 GiB")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Who sent a datagram, from its header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sender {
+    pub cluster_id: u64,
+    pub node: NodeId,
+    pub incarnation: u64,
+}
+
+/// Why a datagram was dropped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DatagramError {
+    /// Shorter than both headers.
+    TooShort {
+        len: usize,
+    },
+    /// Longer than [`MAX_DATAGRAM_BYTES`].
+    TooLong {
+        len: usize,
+    },
+    BadMagic {
+        found: u32,
+    },
+    UnsupportedVersion {
+        found: u8,
+    },
+    /// The reserved bytes are not zero.
+    Reserved,
+    /// The headers do not match their checksum.
+    HeaderChecksum,
+    WrongCluster {
+        found: u64,
+    },
+    UnknownSender {
+        node: u32,
+    },
+    /// An older incarnation of a sender than one already heard (a stale process).
+    StaleIncarnation {
+        node: u32,
+        found: u64,
+        known: u64,
+    },
+    Frame(FrameError),
+    /// The frame's length does not fill the datagram exactly.
+    SizeMismatch {
+        datagram: usize,
+        frame: usize,
+    },
+    /// A transport or client frame kind, not a protocol message.
+    NotProtocolKind {
+        kind: u8,
+    },
+}
+
+impl fmt::Display for DatagramError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DatagramError::TooShort { len } => write!(f, "datagram of {len} bytes is too short"),
+            DatagramError::TooLong { len } => write!(
+                f,
+                "datagram of {len} bytes exceeds the limit of {MAX_DATAGRAM_BYTES} bytes"
+            ),
+            DatagramError::BadMagic { found } => {
+                write!(
+                    f,
+                    "bad datagram magic {found:#010x} (expected {MAGIC:#010x})"
+                )
+            }
+            DatagramError::UnsupportedVersion { found } => {
+                write!(f, "unsupported datagram version {found}")
+            }
+            DatagramError::Reserved => write!(f, "reserved header bytes are not zero"),
+            DatagramError::HeaderChecksum => write!(f, "datagram header checksum mismatch"),
+            DatagramError::WrongCluster { found } => write!(f, "datagram from cluster {found}"),
+            DatagramError::UnknownSender { node } => {
+                write!(
+                    f,
+                    "datagram from node {node}, which is not a configured peer"
+                )
+            }
+            DatagramError::StaleIncarnation { node, found, known } => write!(
+                f,
+                "datagram from node {node} incarnation {found}, older than incarnation {known}"
+            ),
+            DatagramError::Frame(e) => write!(f, "{e}"),
+            DatagramError::SizeMismatch { datagram, frame } => write!(
+                f,
+                "frame of {frame} bytes in a datagram of {datagram} bytes"
+            ),
+            DatagramError::NotProtocolKind { kind } => {
+                write!(f, "frame kind {kind} is not a protocol message")
+            }
+        }
+    }
+}
+
+impl std::error::Error for DatagramError {}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+fn header_crc(head: &[u8; 28], frame_header: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(head), frame_header)
+}
+
+/// Both headers of a datagram carrying a frame of `kind`, `group` and body `chunks`, or
+/// `None` when the datagram would exceed [`MAX_DATAGRAM_BYTES`].
+pub fn encode_headers(
+    from: &Sender,
+    kind: u8,
+    group: u16,
+    chunks: &[Bytes],
+) -> Option<[u8; OVERHEAD_BYTES]> {
+    let body: usize = chunks.iter().map(Bytes::len).sum();
+    if body > MAX_BODY_BYTES {
+        return None;
+    }
+    let fh = frame::encode_header(kind, group, chunks).ok()?;
+    let mut head = [0u8; 28];
+    head[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+    head[4] = VERSION;
+    head[8..16].copy_from_slice(&from.cluster_id.to_le_bytes());
+    head[16..20].copy_from_slice(&from.node.0.to_le_bytes());
+    head[20..28].copy_from_slice(&from.incarnation.to_le_bytes());
+    let mut out = [0u8; OVERHEAD_BYTES];
+    out[..28].copy_from_slice(&head);
+    out[28..32].copy_from_slice(&header_crc(&head, &fh).to_le_bytes());
+    out[32..].copy_from_slice(&fh);
+    Some(out)
+}
+
+/// A whole datagram in one buffer (copies; for tests and tools).
+pub fn encode_to_bytes(from: &Sender, kind: u8, group: u16, chunks: &[Bytes]) -> Option<Bytes> {
+    let h = encode_headers(from, kind, group, chunks)?;
+    let mut b =
+        BytesMut::with_capacity(OVERHEAD_BYTES + chunks.iter().map(Bytes::len).sum::<usize>());
+    b.extend_from_slice(&h);
+    for c in chunks {
+        b.extend_from_slice(c);
+    }
+    Some(b.freeze())
+}
+
+/// Checks a datagram's headers and splits off its frame (the body is not copied).
+/// `cluster_id` is this node's; the sender is checked by the caller.
+pub fn decode(mut dgram: BytesMut, cluster_id: u64) -> Result<(Sender, Frame), DatagramError> {
+    let len = dgram.len();
+    if len < OVERHEAD_BYTES {
+        return Err(DatagramError::TooShort { len });
+    }
+    if len > MAX_DATAGRAM_BYTES {
+        return Err(DatagramError::TooLong { len });
+    }
+    let magic = u32_at(&dgram, 0);
+    if magic != MAGIC {
+        return Err(DatagramError::BadMagic { found: magic });
+    }
+    if dgram[4] != VERSION {
+        return Err(DatagramError::UnsupportedVersion { found: dgram[4] });
+    }
+    if dgram[5..8] != [0, 0, 0] {
+        return Err(DatagramError::Reserved);
+    }
+    let mut head = [0u8; 28];
+    head.copy_from_slice(&dgram[..28]);
+    if u32_at(&dgram, 28) != header_crc(&head, &dgram[32..OVERHEAD_BYTES]) {
+        return Err(DatagramError::HeaderChecksum);
+    }
+    let sender = Sender {
+        cluster_id: u64_at(&dgram, 8),
+        node: NodeId(u32_at(&dgram, 16)),
+        incarnation: u64_at(&dgram, 20),
+    };
+    if sender.cluster_id != cluster_id {
+        return Err(DatagramError::WrongCluster {
+            found: sender.cluster_id,
+        });
+    }
+    dgram.advance(DATAGRAM_HEADER_BYTES);
+    let frame_len =
+        frame::peek_body_len(&dgram).map_or(0, |n| n.saturating_add(frame::HEADER_BYTES));
+    if frame_len != dgram.len() {
+        return Err(DatagramError::SizeMismatch {
+            datagram: len,
+            frame: frame_len.saturating_add(DATAGRAM_HEADER_BYTES),
+        });
+    }
+    let f = match frame::decode(&mut dgram) {
+        Ok(Some(f)) => f,
+        Ok(None) => {
+            // Unreachable after the size check; reported rather than assumed.
+            return Err(DatagramError::SizeMismatch {
+                datagram: len,
+                frame: frame_len.saturating_add(DATAGRAM_HEADER_BYTES),
+            });
+        }
+        Err(e) => return Err(DatagramError::Frame(e)),
+    };
+    if f.kind == frame::KIND_HELLO || f.kind > KIND_PROTOCOL_MAX {
+        return Err(DatagramError::NotProtocolKind { kind: f.kind });
+    }
+    Ok((sender, f))
+}
+
+/// Counters of the multicast endpoint (part of the driver's `TransportStats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MulticastStats {
+    /// Datagrams handed to the kernel.
+    pub datagrams_sent: u64,
+    /// Valid datagrams from other members, passed on.
+    pub datagrams_received: u64,
+    /// This node's own datagrams heard back and ignored.
+    pub datagrams_own: u64,
+    /// Datagrams dropped by a check (bad bytes, other cluster, unknown or stale sender).
+    pub datagrams_rejected: u64,
+    /// Datagrams not sent: the send queue was full, or the kernel refused them.
+    pub send_drops: u64,
+    /// Datagrams dropped on receipt by injected loss (`[[link_faults]]`).
+    pub datagrams_lost: u64,
+}
+
+/// One datagram waiting for the socket.
+#[derive(Debug)]
+struct Queued {
+    headers: [u8; OVERHEAD_BYTES],
+    chunks: Vec<Bytes>,
+    bytes: usize,
+}
+
+/// Injected loss on received datagrams: the loss of the link `sender -> me`.
+#[derive(Debug)]
+struct RecvLoss {
+    loss_ppm: HashMap<NodeId, u32>,
+    rng: u64,
+}
+
+impl RecvLoss {
+    /// splitmix64, as `linkfault` rolls its dice.
+    fn lost(&mut self, from: NodeId) -> bool {
+        let Some(&ppm) = self.loss_ppm.get(&from) else {
+            return false;
+        };
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        z % u64::from(linkfault::MAX_LOSS_PPM) < u64::from(ppm)
+    }
+}
+
+/// What one read produced.
+#[derive(Debug)]
+pub enum Received {
+    /// A valid message frame from another member.
+    Frame(NodeId, Frame),
+    /// Something was read and dropped (own, bad or lost); keep reading.
+    Dropped,
+    /// Nothing more to read now.
+    Empty,
+}
+
+/// The multicast socket of one node.
+#[derive(Debug)]
+pub struct Multicast {
+    socket: UdpSocket,
+    group: SockAddr,
+    me: Sender,
+    peers: HashMap<NodeId, u64>,
+    queue: VecDeque<Queued>,
+    queued_bytes: usize,
+    /// The last send would have blocked: wait for a writable event.
+    blocked: bool,
+    rbuf: BytesMut,
+    loss: Option<RecvLoss>,
+    pub stats: MulticastStats,
+    /// Drops since the last log line, and the first reason among them.
+    unlogged: u64,
+    unlogged_reason: Option<String>,
+    last_log_us: Micros,
+    /// Socket buffer sizes the kernel granted, for the start-up log line.
+    pub granted_recv_buffer_bytes: usize,
+    pub granted_send_buffer_bytes: usize,
+}
+
+/// Sets SO_RCVBUFFORCE/SO_SNDBUFFORCE (needs CAP_NET_ADMIN) or, failing that, the capped
+/// SO_RCVBUF/SO_SNDBUF.
+fn set_buffer(sock: &Socket, bytes: usize, recv: bool) -> io::Result<usize> {
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    let opt = if recv {
+        libc::SO_RCVBUFFORCE
+    } else {
+        libc::SO_SNDBUFFORCE
+    };
+    let fd = std::os::fd::AsRawFd::as_raw_fd(sock);
+    // SAFETY: `fd` is an open socket owned by `sock`; the option value is a c_int that
+    // lives across the call, and its size is passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        if recv {
+            sock.set_recv_buffer_size(bytes)?;
+        } else {
+            sock.set_send_buffer_size(bytes)?;
+        }
+    }
+    if recv {
+        sock.recv_buffer_size()
+    } else {
+        sock.send_buffer_size()
+    }
+}
+
+impl Multicast {
+    /// Opens the socket: bound to the group's address and port (so only this group's
+    /// datagrams arrive), SO_REUSEADDR (every node on a host binds the same port), joined on
+    /// `interface`, sending through `interface` with loopback on. `peers` are the members
+    /// this node accepts datagrams from; `faults` the cluster's `[[link_faults]]` (their loss
+    /// applies to datagrams from each sender to this node).
+    pub fn open(
+        cfg: &MulticastConfig,
+        me: Sender,
+        peers: &[NodeId],
+        faults: &[LinkFault],
+    ) -> io::Result<Multicast> {
+        let sock = Socket::new(Domain::IPV4, Type::DGRAM, Some(SockProtocol::UDP))?;
+        sock.set_reuse_address(true)?;
+        sock.bind(&SockAddr::from(SocketAddr::V4(cfg.group)))?;
+        sock.join_multicast_v4(cfg.group.ip(), &cfg.interface)?;
+        sock.set_multicast_if_v4(&cfg.interface)?;
+        sock.set_multicast_loop_v4(true)?;
+        sock.set_multicast_ttl_v4(cfg.ttl)?;
+        let granted_recv_buffer_bytes = set_buffer(&sock, cfg.recv_buffer_bytes, true)?;
+        let granted_send_buffer_bytes = set_buffer(&sock, cfg.send_buffer_bytes, false)?;
+        sock.set_nonblocking(true)?;
+        let std_sock: std::net::UdpSocket = sock.into();
+        let members: Vec<NodeId> = std::iter::once(me.node)
+            .chain(peers.iter().copied())
+            .collect();
+        let loss = match linkfault::resolve(faults, &members) {
+            Ok(shapes) => {
+                let loss_ppm: HashMap<NodeId, u32> = shapes
+                    .into_iter()
+                    // Ring Paxos runs group 0: rules for every group or for group 0.
+                    .filter(|r| {
+                        r.to == me.node
+                            && r.from != me.node
+                            && r.shape.loss_ppm > 0
+                            && r.group.is_none_or(|g| g == 0)
+                    })
+                    .map(|r| (r.from, r.shape.loss_ppm))
+                    .collect();
+                (!loss_ppm.is_empty()).then(|| RecvLoss {
+                    loss_ppm,
+                    rng: me.cluster_id ^ u64::from(me.node.0).rotate_left(29) ^ 0x006D_6361_7374,
+                })
+            }
+            // The driver validated the rules already; an invalid set shapes nothing here.
+            Err(_) => None,
+        };
+        Ok(Multicast {
+            socket: UdpSocket::from_std(std_sock),
+            group: SockAddr::from(SocketAddr::V4(cfg.group)),
+            me,
+            peers: peers
+                .iter()
+                .filter(|&&p| p != me.node)
+                .map(|&p| (p, 0))
+                .collect(),
+            queue: VecDeque::new(),
+            queued_bytes: 0,
+            blocked: false,
+            rbuf: BytesMut::new(),
+            loss,
+            stats: MulticastStats::default(),
+            unlogged: 0,
+            unlogged_reason: None,
+            last_log_us: 0,
+            granted_recv_buffer_bytes,
+            granted_send_buffer_bytes,
+        })
+    }
+
+    /// The socket, to register with the driver's poller.
+    pub fn socket_mut(&mut self) -> &mut UdpSocket {
+        &mut self.socket
+    }
+
+    /// Queues one message as a datagram. Returns `false`, queuing nothing, when the
+    /// datagram would exceed [`MAX_DATAGRAM_BYTES`] (the caller falls back to TCP). A full
+    /// queue drops the datagram and counts it (the protocol retransmits), returning `true`.
+    pub fn push(&mut self, kind: u8, group: u16, chunks: Vec<Bytes>) -> bool {
+        let Some(headers) = encode_headers(&self.me, kind, group, &chunks) else {
+            return false;
+        };
+        let bytes = OVERHEAD_BYTES + chunks.iter().map(Bytes::len).sum::<usize>();
+        if self.queue.len() >= SEND_QUEUE_DATAGRAMS
+            || (self.queued_bytes + bytes > SEND_QUEUE_BYTES && !self.queue.is_empty())
+        {
+            self.note_drop("send queue full");
+            self.stats.send_drops += 1;
+            return true;
+        }
+        self.queued_bytes += bytes;
+        self.queue.push_back(Queued {
+            headers,
+            chunks,
+            bytes,
+        });
+        true
+    }
+
+    pub fn has_queued(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
+    /// The socket became writable: the next flush may send again.
+    pub fn on_writable(&mut self) {
+        self.blocked = false;
+    }
+
+    /// Sends queued datagrams until the queue is empty or the socket would block.
+    pub fn flush(&mut self) {
+        if self.blocked {
+            return;
+        }
+        while let Some(q) = self.queue.front() {
+            let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(1 + q.chunks.len());
+            iov.push(IoSlice::new(&q.headers));
+            iov.extend(q.chunks.iter().map(|c| IoSlice::new(c)));
+            let sent = SockRef::from(&self.socket).send_to_vectored(&iov, &self.group);
+            drop(iov);
+            match sent {
+                Ok(_) => self.stats.datagrams_sent += 1,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.blocked = true;
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    // The kernel is out of buffers right now; keep the datagram and try again
+                    // at the next flush (the next event or loop iteration).
+                    return;
+                }
+                Err(e) => {
+                    self.note_drop(&format!("send failed: {e}"));
+                    self.stats.send_drops += 1;
+                }
+            }
+            if let Some(q) = self.queue.pop_front() {
+                self.queued_bytes = self.queued_bytes.saturating_sub(q.bytes);
+            }
+        }
+    }
+
+    /// Reads and checks one datagram.
+    pub fn recv(&mut self) -> io::Result<Received> {
+        if self.rbuf.capacity() - self.rbuf.len() < RECV_ROOM_BYTES {
+            self.rbuf.reserve(RECV_CHUNK_BYTES.max(RECV_ROOM_BYTES));
+        }
+        let sock = SockRef::from(&self.socket);
+        let n = loop {
+            match sock.recv(self.rbuf.spare_capacity_mut()) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Received::Empty),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        let free = self.rbuf.capacity() - self.rbuf.len();
+        let n = n.min(free);
+        // SAFETY: `recv` initialised the first `n` bytes of the spare capacity (it returns
+        // how many bytes it wrote, never more than the slice it was given).
+        unsafe { self.rbuf.set_len(self.rbuf.len() + n) };
+        let dgram = self.rbuf.split_to(self.rbuf.len());
+        let (from, f) = match decode(dgram, self.me.cluster_id) {
+            Ok(x) => x,
+            Err(e) => return Ok(self.reject(e)),
+        };
+        if from.node == self.me.node {
+            self.stats.datagrams_own += 1;
+            return Ok(Received::Dropped);
+        }
+        let Some(known) = self.peers.get_mut(&from.node) else {
+            return Ok(self.reject(DatagramError::UnknownSender { node: from.node.0 }));
+        };
+        if from.incarnation < *known {
+            let known = *known;
+            return Ok(self.reject(DatagramError::StaleIncarnation {
+                node: from.node.0,
+                found: from.incarnation,
+                known,
+            }));
+        }
+        *known = from.incarnation;
+        if let Some(loss) = self.loss.as_mut()
+            && loss.lost(from.node)
+        {
+            self.stats.datagrams_lost += 1;
+            return Ok(Received::Dropped);
+        }
+        self.stats.datagrams_received += 1;
+        Ok(Received::Frame(from.node, f))
+    }
+
+    /// A datagram that passed the checks held a message that did not decode.
+    pub fn reject_message(&mut self, from: NodeId, kind: u8, reason: &str) {
+        self.stats.datagrams_received = self.stats.datagrams_received.saturating_sub(1);
+        self.stats.datagrams_rejected += 1;
+        self.note_drop(&format!(
+            "message kind {kind} from {from} does not decode: {reason}"
+        ));
+    }
+
+    fn reject(&mut self, e: DatagramError) -> Received {
+        self.stats.datagrams_rejected += 1;
+        self.note_drop(&e.to_string());
+        Received::Dropped
+    }
+
+    fn note_drop(&mut self, reason: &str) {
+        self.unlogged += 1;
+        if self.unlogged_reason.is_none() {
+            self.unlogged_reason = Some(reason.to_string());
+        }
+    }
+
+    /// A log line about drops since the last one, at most one per second.
+    pub fn take_log(&mut self, now: Micros) -> Option<String> {
+        if self.unlogged == 0
+            || (self.last_log_us != 0 && now.saturating_sub(self.last_log_us) < LOG_INTERVAL_US)
+        {
+            return None;
+        }
+        self.last_log_us = now.max(1);
+        let n = std::mem::take(&mut self.unlogged);
+        let reason = self.unlogged_reason.take().unwrap_or_default();
+        Some(format!(
+            "multicast: dropped {n} datagram(s) since the last report (first: {reason})"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ME: Sender = Sender {
+        cluster_id: 7,
+        node: NodeId(3),
+        incarnation: 2,
+    };
+
+    fn dgram(body: &[u8]) -> Bytes {
+        encode_to_bytes(&ME, 4, 1, &[Bytes::copy_from_slice(body)]).unwrap()
+    }
+
+    #[test]
+    fn roundtrip_keeps_sender_kind_group_and_body() {
+        let chunks = [Bytes::from_static(b"head"), Bytes::from(vec![9u8; 5000])];
+        let d = encode_to_bytes(&ME, 4, 1, &chunks).unwrap();
+        assert_eq!(d.len(), OVERHEAD_BYTES + 5004);
+        let (s, f) = decode(BytesMut::from(&d[..]), 7).unwrap();
+        assert_eq!(s, ME);
+        assert_eq!((f.kind, f.group), (4, 1));
+        assert_eq!(&f.body[..4], b"head");
+        assert_eq!(f.body.len(), 5004);
+    }
+
+    #[test]
+    fn a_body_over_the_datagram_limit_is_not_encoded() {
+        let ok = Bytes::from(vec![0u8; MAX_BODY_BYTES]);
+        assert!(encode_headers(&ME, 1, 0, &[ok]).is_some());
+        let big = Bytes::from(vec![0u8; MAX_BODY_BYTES + 1]);
+        assert!(encode_headers(&ME, 1, 0, &[big]).is_none());
+    }
+
+    #[test]
+    fn other_clusters_and_non_protocol_kinds_are_refused() {
+        let d = dgram(b"x");
+        assert_eq!(
+            decode(BytesMut::from(&d[..]), 8).unwrap_err(),
+            DatagramError::WrongCluster { found: 7 }
+        );
+        let hello =
+            encode_to_bytes(&ME, frame::KIND_HELLO, 0, &[Bytes::from_static(b"h")]).unwrap();
+        assert_eq!(
+            decode(BytesMut::from(&hello[..]), 7).unwrap_err(),
+            DatagramError::NotProtocolKind { kind: 0 }
+        );
+        let client = encode_to_bytes(&ME, 130, 0, &[Bytes::from_static(b"c")]).unwrap();
+        assert!(matches!(
+            decode(BytesMut::from(&client[..]), 7),
+            Err(DatagramError::NotProtocolKind { kind: 130 })
+        ));
+    }
+
+    #[test]
+    fn every_truncation_is_refused() {
+        let d = dgram(b"some body bytes");
+        for cut in 0..d.len() {
+            assert!(
+                decode(BytesMut::from(&d[..cut]), 7).is_err(),
+                "cut at {cut}"
+            );
+        }
+        let mut longer = BytesMut::from(&d[..]);
+        longer.extend_from_slice(b"trailing");
+        assert!(matches!(
+            decode(longer, 7),
+            Err(DatagramError::SizeMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn every_single_bit_flip_is_refused() {
+        let d = dgram(b"a body to protect, long enough to matter");
+        for byte in 0..d.len() {
+            for bit in 0..8 {
+                let mut b = BytesMut::from(&d[..]);
+                b[byte] ^= 1 << bit;
+                assert!(
+                    decode(b, 7).is_err(),
+                    "flip of bit {bit} in byte {byte} went through"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn random_bytes_never_panic() {
+        // xorshift64*, deterministic.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        };
+        let valid = dgram(&[5u8; 300]);
+        for round in 0..20_000 {
+            let b = if round % 2 == 0 {
+                let len = (next() % 400) as usize;
+                (0..len).map(|_| next() as u8).collect::<Vec<u8>>()
+            } else {
+                let mut v = valid.to_vec();
+                for _ in 0..1 + next() % 4 {
+                    let at = (next() as usize) % v.len();
+                    v[at] = next() as u8;
+                }
+                v.truncate((next() as usize) % (v.len() + 1));
+                v
+            };
+            let _ = decode(BytesMut::from(&b[..]), 7);
+        }
+    }
+
+    #[test]
+    fn config_errors_name_the_field() {
+        let ok = MulticastConfig::new("239.255.77.1:30000".parse().unwrap());
+        assert_eq!(ok.validate(), Ok(()));
+        let mut c = ok.clone();
+        c.group = "10.0.0.1:30000".parse().unwrap();
+        assert_eq!(c.validate().unwrap_err().0, "group");
+        let mut c = ok.clone();
+        c.ttl = 0;
+        assert_eq!(c.validate().unwrap_err().0, "ttl");
+        let mut c = ok.clone();
+        c.recv_buffer_bytes = 0;
+        assert_eq!(c.validate().unwrap_err().0, "recv_buffer_bytes");
+        let mut c = ok;
+        c.interface = "239.1.1.1".parse().unwrap();
+        assert_eq!(c.validate().unwrap_err().0, "interface");
+    }
+
+    #[test]
+    fn injected_loss_drops_about_the_configured_share() {
+        let mut l = RecvLoss {
+            loss_ppm: [(NodeId(1), 20_000)].into_iter().collect(),
+            rng: 1,
+        };
+        let lost = (0..100_000).filter(|_| l.lost(NodeId(1))).count();
+        assert!((1_500..2_500).contains(&lost), "{lost}");
+        assert!(!(0..1000).any(|_| l.lost(NodeId(2))));
+    }
+}

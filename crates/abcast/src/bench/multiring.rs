@@ -821,7 +821,7 @@ fn run_rings(args: &BenchArgs) -> Result<u8, DemoError> {
             .and_then(|(_, runs)| med(runs, cpu));
         let _ = writeln!(
             s,
-            "In-memory rings without delay: {x:.2}× with two rings. With one ring the three processes already use {} % of one core together, of the 200 % this 2-core machine has, so added rings compete for the same cores (seed 000's figure 4.7 learner was CPU-bound the same way).",
+            "In-memory rings without delay: {x:.2}× with two rings. This series is bound neither by link delay nor, on these figures, by the CPU (the nodes used {} % of one core with one ring, averaged over each process's life including start-up and drain, of the 200 % of this 2-core machine); what bounds it is not established by this benchmark.",
             one_ring_cpu.map_or("-".to_string(), |v| format!("{v:.0}"))
         );
     }
@@ -1039,11 +1039,17 @@ fn run_global(args: &BenchArgs) -> Result<u8, DemoError> {
         _ => None,
     };
     if let Some(x) = ratio {
+        let show = |v: Option<f64>| v.map_or("-".to_string(), demo::ms);
         let _ = writeln!(
             s,
-            "\nWith a quiet global ring the local rings keep **{:.1} %** of their throughput; their latency now includes waiting for the global ring's slots, whose skips cross {} ms links (the seed's figure 4.11 shows the same latency cost).",
+            "\nWith a quiet global ring over {} ms links the local rings keep **{:.1} %** of their throughput; their median latency goes from {} to {} and their p99 from {} to {}. With λ adapted to the local rings' rate the global ring's skips run ahead of the local rings, so most local values do not wait for the slow ring; the tail does. With values on the global ring (third row) the median becomes {}: a global value holds the merge for its ring's latency, as in seed 000's figure 4.11.",
+            GLOBAL_DELAY_US / 1000,
             x * 100.0,
-            GLOBAL_DELAY_US / 1000
+            show(per_scenario[0].2),
+            show(per_scenario[1].2),
+            show(per_scenario[0].3),
+            show(per_scenario[1].3),
+            show(per_scenario.get(2).and_then(|p| p.2)),
         );
     }
     for (sc, runs) in scenarios.iter().zip(&results) {

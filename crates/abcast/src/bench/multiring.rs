@@ -412,6 +412,29 @@ fn finish(
     Ok(if all_ok { 0 } else { 1 })
 }
 
+/// The summary's list of failed runs, and a line if the plot could not be drawn.
+fn failures_and_plot(
+    s: &mut String,
+    scenarios: &[Scenario],
+    results: &[Vec<RunOut>],
+    plot_result: &Result<(), String>,
+) {
+    for (sc, runs) in scenarios.iter().zip(results) {
+        for (k, r) in runs.iter().enumerate().filter(|(_, r)| !r.ok) {
+            let _ = writeln!(
+                s,
+                "\n- FAILED {} run {}: {}",
+                sc.series_label(),
+                k + 1,
+                r.problems.join("; ")
+            );
+        }
+    }
+    if let Err(e) = plot_result {
+        let _ = writeln!(s, "\nPlot not drawn: {e}");
+    }
+}
+
 // ---- skip (figure 4.6) ------------------------------------------------------------------
 
 const LEARNER: u32 = 2;
@@ -631,20 +654,7 @@ fn run_skip(args: &BenchArgs) -> Result<u8, DemoError> {
             group(b as u64)
         );
     }
-    for (sc, runs) in scenarios.iter().zip(&results) {
-        for (k, r) in runs.iter().enumerate().filter(|(_, r)| !r.ok) {
-            let _ = writeln!(
-                s,
-                "\n- FAILED {} run {}: {}",
-                sc.series,
-                k + 1,
-                r.problems.join("; ")
-            );
-        }
-    }
-    if let Err(e) = plot_result {
-        let _ = writeln!(s, "\nPlot not drawn: {e}");
-    }
+    failures_and_plot(&mut s, &scenarios, &results, &plot_result);
     let j = json!({
         "bench": BenchName::Skip.as_str(),
         "busy_alone_values_per_s": alone,
@@ -825,21 +835,7 @@ fn run_rings(args: &BenchArgs) -> Result<u8, DemoError> {
             one_ring_cpu.map_or("-".to_string(), |v| format!("{v:.0}"))
         );
     }
-    for (sc, runs) in scenarios.iter().zip(&results) {
-        for (k, r) in runs.iter().enumerate().filter(|(_, r)| !r.ok) {
-            let _ = writeln!(
-                s,
-                "\n- FAILED {} rings={} run {}: {}",
-                sc.series,
-                sc.x,
-                k + 1,
-                r.problems.join("; ")
-            );
-        }
-    }
-    if let Err(e) = &plot_result {
-        let _ = writeln!(s, "\nPlot not drawn: {e}");
-    }
+    failures_and_plot(&mut s, &scenarios, &results, &plot_result);
     let j = json!({
         "bench": BenchName::Rings.as_str(),
         "speedup_two_rings": speed_delay,
@@ -1052,20 +1048,7 @@ fn run_global(args: &BenchArgs) -> Result<u8, DemoError> {
             show(per_scenario.get(2).and_then(|p| p.2)),
         );
     }
-    for (sc, runs) in scenarios.iter().zip(&results) {
-        for (k, r) in runs.iter().enumerate().filter(|(_, r)| !r.ok) {
-            let _ = writeln!(
-                s,
-                "\n- FAILED {} run {}: {}",
-                sc.series,
-                k + 1,
-                r.problems.join("; ")
-            );
-        }
-    }
-    if let Err(e) = &plot_result {
-        let _ = writeln!(s, "\nPlot not drawn: {e}");
-    }
+    failures_and_plot(&mut s, &scenarios, &results, &plot_result);
     let j = json!({
         "bench": BenchName::GlobalRing.as_str(),
         "local_values_per_s": per_scenario[0].1,

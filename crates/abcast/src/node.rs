@@ -127,9 +127,9 @@ impl From<DriverError> for NodeError {
     }
 }
 
-/// Runs `abcast node` with the config's protocol (U-Ring Paxos by default, or IP-multicast
-/// Ring Paxos) over an in-memory store until SIGTERM/SIGINT or `--duration-s`, printing
-/// stats on stdout.
+/// Runs `abcast node` with the config's protocol (U-Ring Paxos by default, Multi-Ring Paxos
+/// with `[[rings]]`, or IP-multicast Ring Paxos with `protocol = "ringpaxos"`) over
+/// in-memory stores until SIGTERM/SIGINT or `--duration-s`, printing stats on stdout.
 pub fn run_node(args: NodeArgs) -> Result<(), NodeError> {
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGUSR1, Arc::clone(&STOP_LOAD))

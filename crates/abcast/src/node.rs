@@ -139,36 +139,36 @@ pub fn run_node(args: NodeArgs) -> Result<(), NodeError> {
     }
     let stdout = io::stdout();
     let mut out = stdout.lock();
-    // Read once here to pick the protocol; `run_node_with` reads it again (cheap) so every
-    // protocol shares one start-up path.
+    // Read once: it picks the protocol, and every protocol shares one start-up path.
     let cfg = nodeconfig::load(&args.config, args.id).map_err(NodeError::Config)?;
     if cfg.protocol == ProtocolKind::RingPaxos {
-        run_node_with(&args, &stop, &mut out, ringpaxos_protocol)?;
+        run_node_on(&cfg, &args, &stop, &mut out, ringpaxos_protocol)?;
         return Ok(());
     }
-    if cfg.multiring.is_some() {
-        run_node_with(&args, &stop, &mut out, |cfg, start| {
-            let Some(mr) = cfg.multiring.clone() else {
-                return Err(ConfigError {
-                    field: "rings",
-                    reason: "the config changed while the node started".into(),
-                });
-            };
+    if let Some(mr) = cfg.multiring.clone() {
+        run_node_on(&cfg, &args, &stop, &mut out, |cfg, start| {
+            let capacities: Vec<_> = mr
+                .rings
+                .iter()
+                .map(|r| {
+                    let c = &r.ring;
+                    (r.group, c.store_capacity_instances, c.store_capacity_bytes)
+                })
+                .collect();
             MultiRing::new(mr, cfg.node_id, start, |group| {
-                let ring = cfg
-                    .multiring
-                    .as_ref()
-                    .and_then(|m| m.rings.iter().find(|r| r.group == group))
-                    .map_or(&cfg.ring, |r| &r.ring);
-                Box::new(MemoryStore::new(
-                    ring.store_capacity_instances,
-                    ring.store_capacity_bytes,
-                ))
+                let (instances, bytes) = capacities.iter().find(|c| c.0 == group).map_or(
+                    (
+                        cfg.ring.store_capacity_instances,
+                        cfg.ring.store_capacity_bytes,
+                    ),
+                    |c| (c.1, c.2),
+                );
+                Box::new(MemoryStore::new(instances, bytes))
             })
         })?;
         return Ok(());
     }
-    run_node_with(&args, &stop, &mut out, |cfg, start| {
+    run_node_on(&cfg, &args, &stop, &mut out, |cfg, start| {
         let store = MemoryStore::new(
             cfg.ring.store_capacity_instances,
             cfg.ring.store_capacity_bytes,
@@ -226,6 +226,21 @@ where
     F: FnOnce(&NodeConfig, StartInfo) -> Result<P, ConfigError>,
 {
     let cfg = nodeconfig::load(&args.config, args.id).map_err(NodeError::Config)?;
+    run_node_on(&cfg, args, stop, out, make)
+}
+
+/// [`run_node_with`] on a config already read.
+pub fn run_node_on<P, F>(
+    cfg: &NodeConfig,
+    args: &NodeArgs,
+    stop: &AtomicBool,
+    out: &mut dyn Write,
+    make: F,
+) -> Result<NodeReport, NodeError>
+where
+    P: Protocol,
+    F: FnOnce(&NodeConfig, StartInfo) -> Result<P, ConfigError>,
+{
     if args.duration_s.is_some_and(|d| !d.is_finite() || d < 0.0) {
         return Err(NodeError::Args(
             "--duration-s must be a non-negative number of seconds".into(),
@@ -245,7 +260,7 @@ where
         .ok_or_else(|| NodeError::Args(format!("node {} has no address", cfg.node_id.0)))?;
     let start =
         nodeconfig::start_info(&cfg.storage.node_dir(cfg.node_id)).map_err(NodeError::Marker)?;
-    let protocol = make(&cfg, start).map_err(NodeError::Protocol)?;
+    let protocol = make(cfg, start).map_err(NodeError::Protocol)?;
 
     let peer = bind_listener(me.addr, &cfg.transport).map_err(|source| NodeError::Bind {
         what: "peers",

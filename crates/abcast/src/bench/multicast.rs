@@ -354,6 +354,42 @@ fn perr(e: impl std::fmt::Display) -> String {
     format!("cannot draw the plot: {e}")
 }
 
+/// The panels' coordinates: learners on x, the figure on y.
+type Chart<'a, 'b> = ChartContext<
+    'a,
+    BitMapBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// Per protocol, its medians joined by a line and the min/max of the runs as whiskers, in
+/// the protocol's colour.
+fn draw_protocols(chart: &mut Chart<'_, '_>, data: &[(Proto, Vec<Whisker>)]) -> Result<(), String> {
+    for (proto, w) in data {
+        let color = match proto {
+            Proto::RingPaxos => RGBColor(31, 119, 180),
+            Proto::URing => RGBColor(214, 95, 14),
+        };
+        chart
+            .draw_series(LineSeries::new(
+                w.iter().map(|w| (w.x, w.median)),
+                color.stroke_width(3),
+            ))
+            .map_err(perr)?
+            .label(proto.title())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
+            });
+        chart
+            .draw_series(
+                w.iter().map(|w| {
+                    ErrorBar::new_vertical(w.x, w.min, w.median, w.max, color.filled(), 10)
+                }),
+            )
+            .map_err(perr)?;
+    }
+    Ok(())
+}
+
 /// Two panels like seed 003 fig 4: per-learner throughput of both protocols against the
 /// number of learners, and their p50 latency.
 fn write_plot(path: &Path, series: &[Series], limit_mbit: Option<f64>) -> Result<(), String> {
@@ -367,10 +403,6 @@ fn write_plot(path: &Path, series: &[Series], limit_mbit: Option<f64>) -> Result
         )
         .map_err(perr)?;
     let (upper, lower) = root.split_vertically(430);
-    let colors = [
-        (Proto::RingPaxos, RGBColor(31, 119, 180)),
-        (Proto::URing, RGBColor(214, 95, 14)),
-    ];
     let x_range = 0.5..f64::from(MULTICAST_LEARNERS_MAX) + 0.5;
     let mbit: Vec<(Proto, Vec<Whisker>)> = Proto::ALL
         .iter()
@@ -405,28 +437,7 @@ fn write_plot(path: &Path, series: &[Series], limit_mbit: Option<f64>) -> Result
         .light_line_style(WHITE.mix(0.0))
         .draw()
         .map_err(perr)?;
-    for (proto, w) in &mbit {
-        let Some(&(_, color)) = colors.iter().find(|(p, _)| p == proto) else {
-            continue;
-        };
-        chart
-            .draw_series(LineSeries::new(
-                w.iter().map(|w| (w.x, w.median)),
-                color.stroke_width(3),
-            ))
-            .map_err(perr)?
-            .label(proto.title())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
-            });
-        chart
-            .draw_series(
-                w.iter().map(|w| {
-                    ErrorBar::new_vertical(w.x, w.min, w.median, w.max, color.filled(), 10)
-                }),
-            )
-            .map_err(perr)?;
-    }
+    draw_protocols(&mut chart, &mbit)?;
     if let Some(limit) = limit_mbit {
         let grey = RGBColor(120, 120, 120);
         chart
@@ -481,28 +492,7 @@ fn write_plot(path: &Path, series: &[Series], limit_mbit: Option<f64>) -> Result
         .light_line_style(WHITE.mix(0.0))
         .draw()
         .map_err(perr)?;
-    for (proto, w) in &lat {
-        let Some(&(_, color)) = colors.iter().find(|(p, _)| p == proto) else {
-            continue;
-        };
-        chart
-            .draw_series(LineSeries::new(
-                w.iter().map(|w| (w.x, w.median)),
-                color.stroke_width(3),
-            ))
-            .map_err(perr)?
-            .label(proto.title())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
-            });
-        chart
-            .draw_series(
-                w.iter().map(|w| {
-                    ErrorBar::new_vertical(w.x, w.min, w.median, w.max, color.filled(), 10)
-                }),
-            )
-            .map_err(perr)?;
-    }
+    draw_protocols(&mut chart, &lat)?;
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperLeft)

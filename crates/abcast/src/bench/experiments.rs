@@ -155,8 +155,8 @@ fn saturated(label: String, param: f64, nodes: u32, value_size_bytes: u64) -> Po
     }
 }
 
-pub fn experiment(name: BenchName, max_nodes: u32) -> Experiment {
-    match name {
+pub fn experiment(name: BenchName, max_nodes: u32) -> Option<Experiment> {
+    let exp = match name {
         BenchName::ValueSize => {
             let mut points: Vec<Point> = [16u64, 256, 1 << 10, 4 << 10, 8 << 10, 32 << 10]
                 .iter()
@@ -210,34 +210,11 @@ pub fn experiment(name: BenchName, max_nodes: u32) -> Experiment {
                 points,
             }
         }
-        BenchName::Multicast => {
-            // One point per learner count; `bench::multicast` runs each with both protocols.
-            let points = (1..=MULTICAST_LEARNERS_MAX)
-                .map(|l| {
-                    saturated(
-                        format!("{l} learner{}", if l == 1 { "" } else { "s" }),
-                        f64::from(l),
-                        MULTICAST_ACCEPTORS + l,
-                        MULTICAST_VALUE_SIZE_BYTES,
-                    )
-                })
-                .collect();
-            Experiment {
-                name,
-                figure: "seed 003 fig 4 and table 2",
-                title: "Ring Paxos (UDP multicast) vs U-Ring Paxos: throughput per learner, \
-                        3 acceptors, 8 KiB values (cf. seed 003 fig 4)"
-                    .to_string(),
-                x_desc: "learner-only nodes",
-                axis: Axis::Nodes,
-                param_column: "learners",
-                window_values: MULTICAST_WINDOW_VALUES,
-                points,
-            }
+        // Not sweeps of one cluster: each has its own runner (`multiring.rs`, `multicast.rs`).
+        BenchName::Skip | BenchName::Rings | BenchName::GlobalRing | BenchName::Multicast => {
+            return None;
         }
-        // The Multi-Ring experiments have their own runner (`multiring.rs`) and never
-        // reach here; they share this arm only to keep the match total without a panic.
-        BenchName::RingSize | BenchName::Skip | BenchName::Rings | BenchName::GlobalRing => {
+        BenchName::RingSize => {
             let points = (3..=max_nodes.max(3))
                 .map(|n| saturated(format!("{n} nodes"), n as f64, n, SEED_VALUE_SIZE_BYTES))
                 .collect();
@@ -254,7 +231,8 @@ pub fn experiment(name: BenchName, max_nodes: u32) -> Experiment {
                 points,
             }
         }
-    }
+    };
+    Some(exp)
 }
 
 /// Acceptors (each also proposes and learns) in the multicast experiment.
@@ -361,18 +339,11 @@ pub fn shape_sentences(exp: &Experiment, sweep: &[Medians], low_load: Option<&Me
                 ms(last.latency_us_p50),
             )
         }
-        BenchName::Multicast => format!(
-            "Per-learner throughput goes from {:.1} Mbit/s with {} learner(s) to {:.1} Mbit/s \
-             with {} ({}); seed 003 fig 4 shows Ring Paxos flat in the number of receivers.",
-            first.mbit_per_s,
-            first.param,
-            last.mbit_per_s,
-            last.param,
-            pct_change(first.mbit_per_s, last.mbit_per_s),
-        ),
-        // The Multi-Ring experiments have their own runner (`multiring.rs`) and never
-        // reach here; they share this arm only to keep the match total without a panic.
-        BenchName::RingSize | BenchName::Skip | BenchName::Rings | BenchName::GlobalRing => {
+        // `experiment` builds no `Experiment` for these (they have their own runners).
+        BenchName::Skip | BenchName::Rings | BenchName::GlobalRing | BenchName::Multicast => {
+            format!("{} is not a sweep of one cluster.", exp.name.as_str())
+        }
+        BenchName::RingSize => {
             let added = (last.param - first.param).max(1.0);
             let per_node_us = (last.latency_us_p50 - first.latency_us_p50) / added;
             let verdict = if last.latency_us_p50 > first.latency_us_p50 {
@@ -404,7 +375,7 @@ mod tests {
 
     #[test]
     fn value_size_sweep_matches_the_seed_figure_points() {
-        let e = experiment(BenchName::ValueSize, 7);
+        let e = experiment(BenchName::ValueSize, 7).unwrap();
         let sizes: Vec<u64> = e
             .points
             .iter()
@@ -417,7 +388,7 @@ mod tests {
 
     #[test]
     fn buffer_sweep_spans_128_kib_to_16_mib() {
-        let e = experiment(BenchName::Buffer, 7);
+        let e = experiment(BenchName::Buffer, 7).unwrap();
         let first = e.points.first().and_then(|p| p.buffer_size_bytes);
         let last = e.points.last().and_then(|p| p.buffer_size_bytes);
         assert_eq!(first, Some(128 << 10));
@@ -427,7 +398,7 @@ mod tests {
 
     #[test]
     fn ring_size_sweep_goes_from_3_to_max_nodes() {
-        let e = experiment(BenchName::RingSize, 5);
+        let e = experiment(BenchName::RingSize, 5).unwrap();
         let nodes: Vec<u32> = e.points.iter().map(|p| p.nodes).collect();
         assert_eq!(nodes, vec![3, 4, 5]);
     }
@@ -440,8 +411,7 @@ mod tests {
             mbit_per_s: mbit,
             latency_us_p50: lat,
         };
-        for name in BenchName::ALL {
-            let e = experiment(name, 5);
+        for e in BenchName::ALL.iter().filter_map(|&n| experiment(n, 5)) {
             let text = shape_sentences(
                 &e,
                 &[m(3.0, 10.0, 1000.0, 500.0), m(5.0, 20.0, 100.0, 900.0)],
@@ -453,7 +423,7 @@ mod tests {
 
     #[test]
     fn buffer_sentence_recognises_the_seed_shape_lower_only_at_the_smallest_buffer() {
-        let e = experiment(BenchName::Buffer, 7);
+        let e = experiment(BenchName::Buffer, 7).unwrap();
         let m = |param: f64, mbit: f64| Medians {
             param,
             values_per_s: mbit,

@@ -447,7 +447,12 @@ pub fn run_bench(args: &BenchArgs) -> Result<u8, DemoError> {
         // Two protocols per point and figures per learner: its own runner.
         return multicast::run(args);
     }
-    let exp = experiments::experiment(name, args.max_nodes);
+    let Some(exp) = experiments::experiment(name, args.max_nodes) else {
+        return Err(DemoError::Runtime(format!(
+            "bench {} has no sweep runner",
+            name.as_str()
+        )));
+    };
     let (stamp, date) = utc_now();
     let out = args
         .out

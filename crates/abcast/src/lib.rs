@@ -6,6 +6,7 @@ pub mod bench;
 pub mod client;
 pub mod deliverylog;
 pub mod demo;
+pub mod disk;
 pub mod node;
 pub mod nodeconfig;
 pub mod runtime;

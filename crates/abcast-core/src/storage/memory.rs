@@ -151,6 +151,22 @@ impl AcceptorStore for MemoryStore {
     fn bytes_held(&self) -> usize {
         self.bytes_held
     }
+    fn trim(&mut self, below: Instance) {
+        while self.log_start < below {
+            match self.entries.pop_front() {
+                Some(e) => {
+                    if let Some(a) = e {
+                        self.bytes_held -= a.decree.wire_bytes();
+                    }
+                    self.log_start += 1;
+                }
+                None => self.log_start = below,
+            }
+        }
+    }
+    fn log_bytes(&self) -> u64 {
+        0
+    }
 }
 
 #[cfg(test)]
@@ -180,6 +196,22 @@ mod tests {
         assert_eq!(s.log_start(), 2);
         assert!(s.get(1).is_none());
         assert_eq!(s.get(5).map(|a| a.decided), Some(false));
+    }
+
+    #[test]
+    fn trim_forgets_everything_below_and_keeps_the_rest() {
+        let mut s = MemoryStore::new(8, 1 << 20);
+        for i in 1..=5 {
+            assert!(s.put(i, acc(i <= 3)));
+        }
+        s.trim(4);
+        assert_eq!(s.log_start(), 4);
+        assert!(s.get(3).is_none());
+        assert_eq!(s.range(1, 10).len(), 2);
+        s.trim(20);
+        assert_eq!(s.log_start(), 20);
+        assert!(s.range(1, 30).is_empty());
+        assert_eq!(s.bytes_held(), 0);
     }
 
     #[test]

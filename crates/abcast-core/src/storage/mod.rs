@@ -1,13 +1,32 @@
 //! The acceptor's stable storage, behind one trait (seed 000 §3.4, `StableStorage`).
 //!
-//! This issue brings the bounded in-memory store (seed 000's `CyclicArray`). The trait is
-//! shaped for durable back-ends: writes are buffered and `sync` makes everything written so
-//! far durable in one group commit; a driver calls `sync` before sending any message that
-//! depends on those writes (the protocol sets `Outbox::needs_sync`).
+//! The back-ends of seed 000 §3.4, chosen per node:
+//!
+//! | back-end | seed 000 | survives |
+//! | --- | --- | --- |
+//! | [`NoneStore`] | `NoMemory` | nothing; holds only undecided votes, answers for no lost value (benchmarks only) |
+//! | [`MemoryStore`] | `InMemory`, `CyclicArray` | nothing; bounded, answers retrieves while it holds them |
+//! | [`DurableStore`] `sync = false` | `BerkeleyStorage` (deferred writes) | a process crash |
+//! | [`DurableStore`] `sync = true` | `SyncBerkeleyStorage` | a machine crash |
+//!
+//! Writes are buffered and `sync` makes everything written so far durable in one group
+//! commit: one write and at most one fdatasync for every record since the last one. A driver
+//! calls `sync` before sending any message that depends on those writes (the protocol sets
+//! `Outbox::needs_sync`), like raft-rs' `Ready`. The durable log's format, recovery and
+//! trimming live here, over the [`LogDir`] trait, so this crate does no I/O itself.
 
+mod durable;
+mod fs;
+pub mod memdir;
 mod memory;
+mod none;
+pub mod record;
 
+pub use durable::{DurableOptions, DurableStore, Recovery, TornTail};
+pub use fs::LogDir;
+pub use memdir::{MemDir, Tear};
 pub use memory::MemoryStore;
+pub use none::NoneStore;
 
 use crate::types::{Ballot, Decree, Instance};
 
@@ -45,8 +64,13 @@ pub trait AcceptorStore {
     /// Whether the store has room for one more undecided instance; a full store applies
     /// backpressure to the coordinator.
     fn has_room(&self) -> bool;
-    /// Bytes of decree payload held.
+    /// Bytes of decree payload held in memory.
     fn bytes_held(&self) -> usize;
+    /// Forgets every instance below `below` (the trim point: decided, and covered by a
+    /// quorum of learners' snapshots); `log_start()` becomes at least `below`.
+    fn trim(&mut self, below: Instance);
+    /// Bytes of log on disk (0 for the in-memory back-ends).
+    fn log_bytes(&self) -> u64;
 }
 
 /// An I/O failure of a durable store.

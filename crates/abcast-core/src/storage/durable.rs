@@ -1,0 +1,916 @@
+//! The durable acceptor store: a segmented append-only log of checked records
+//! (`record.rs`) with group commit, plus a bounded in-memory cache of recent instances.
+//! Seed 000 §3.4 `BerkeleyStorage` (`sync = false`: through the OS, survives a process
+//! crash) and `SyncBerkeleyStorage` (`sync = true`: fdatasync, survives a machine crash);
+//! seed 003 §4.2: an acceptor keeps `rnd`, `v-rnd` and `v-val` on stable storage before it
+//! answers phase 1A or 2A, which the driver ensures by calling [`AcceptorStore::sync`]
+//! before it sends what the protocol produced (`Outbox::needs_sync`).
+//!
+//! * **Write path.** `put`, `set_promised`, `mark_decided` and `trim` append records to a
+//!   pending list (payloads shared, not copied); `sync` writes them in one vectored write and,
+//!   with `sync = true`, one fdatasync: that is the group commit, one per driver batch.
+//! * **Segments.** `seg-<n>.log`, rolled at `segment_bytes`. Each opens with a `Checkpoint`
+//!   (promise and trim point), so a whole old segment can be deleted once nothing in it is
+//!   live: trimming keeps the log bounded. A few live stragglers in an old segment are
+//!   copied forward first.
+//! * **Reads.** Recent instances come from the cache (a [`MemoryStore`]); older ones, all
+//!   decided, from disk through an index of record locations (`range`, for retrieves and
+//!   phase 1).
+//! * **Recovery** (`open`): replays every segment in order. A bad record in the last
+//!   segment with nothing good after it is a torn tail: the file is cut there, and
+//!   [`Recovery::torn_tail`] says where (the node logs it). A bad record anywhere else is
+//!   corruption: `open` refuses with the file and the offset.
+
+use super::record::{self, Framed, Record};
+use super::{Accepted, AcceptorStore, LogDir, MemoryStore, StorageError};
+use crate::types::{Ballot, Instance};
+use bytes::Bytes;
+use std::collections::{BTreeMap, VecDeque};
+
+/// Pending bytes written out (without fdatasync) before `sync` is called, to bound memory.
+const FLUSH_BYTES: usize = 8 << 20;
+/// At most this many live records are copied out of an old segment so it can be deleted.
+const RELOCATE_MAX: usize = 256;
+
+#[derive(Clone, Debug)]
+pub struct DurableOptions {
+    /// fdatasync in every `sync` (survives a machine crash) or only write (a process crash).
+    pub sync: bool,
+    /// A segment is closed and a new one begun past this size.
+    pub segment_bytes: u64,
+    /// The in-memory cache of recent instances (the acceptor's working set).
+    pub cache_instances: usize,
+    pub cache_bytes: usize,
+}
+
+impl DurableOptions {
+    pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
+    pub const SEGMENT_BYTES_MAX: u64 = 1 << 30;
+}
+
+/// A torn tail found and cut at start-up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TornTail {
+    pub file: String,
+    pub offset: u64,
+    pub bytes_cut: u64,
+    pub why: String,
+}
+
+/// What `open` found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovery {
+    pub segments: usize,
+    pub records: u64,
+    pub promised: Ballot,
+    pub log_start: Instance,
+    pub max_instance: Instance,
+    /// Instances held (accepted values not trimmed).
+    pub instances: u64,
+    pub torn_tail: Option<TornTail>,
+}
+
+impl std::fmt::Display for Recovery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "recovered {} records from {} segments: promise {}, instances {}..={} ({} held)",
+            self.records,
+            self.segments,
+            self.promised,
+            self.log_start,
+            self.max_instance,
+            self.instances
+        )?;
+        if let Some(t) = &self.torn_tail {
+            write!(
+                f,
+                "; torn tail in {} at offset {}: {}; cut {} bytes",
+                t.file, t.offset, t.why, t.bytes_cut
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Where the latest whole record of an instance is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Loc {
+    seg: u64,
+    off: u64,
+    len: u32,
+    decided: bool,
+}
+
+pub struct DurableStore<D: LogDir> {
+    dir: D,
+    sync_writes: bool,
+    segment_bytes: u64,
+    /// Recent instances; everything below `cache.log_start()` that is on disk is decided.
+    cache: MemoryStore,
+    log_start: Instance,
+    /// `index[i - log_start]`: the record of instance i, if any.
+    index: VecDeque<Option<Loc>>,
+    /// Segment number → bytes written to it. The last is the one appended to.
+    segments: BTreeMap<u64, u64>,
+    pending: Vec<Bytes>,
+    pending_bytes: usize,
+    unsynced: bool,
+    dir_dirty: bool,
+    /// Old segments to delete once the trim record that frees them is written.
+    deletable: Vec<u64>,
+    failed: Option<StorageError>,
+    appended_bytes: u64,
+    syncs: u64,
+}
+
+fn seg_name(n: u64) -> String {
+    format!("seg-{n:020}.log")
+}
+
+fn parse_seg_name(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("seg-")?.strip_suffix(".log")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+impl<D: LogDir> DurableStore<D> {
+    /// Opens the log in `dir`, replaying what is there (an empty directory starts a new log).
+    pub fn open(
+        mut dir: D,
+        opts: DurableOptions,
+    ) -> Result<(DurableStore<D>, Recovery), StorageError> {
+        let where_ = dir.describe();
+        let io = |what: &str, name: &str, e: std::io::Error| {
+            StorageError(format!("{where_}/{name}: {what}: {e}"))
+        };
+        if opts.segment_bytes == 0 || opts.segment_bytes > DurableOptions::SEGMENT_BYTES_MAX {
+            return Err(StorageError(format!(
+                "segment_bytes {} out of range (1 to {})",
+                opts.segment_bytes,
+                DurableOptions::SEGMENT_BYTES_MAX
+            )));
+        }
+        let names = dir.list().map_err(|e| io("listing", "", e))?;
+        let mut seg_nums: Vec<u64> = Vec::new();
+        for n in &names {
+            if let Some(num) = parse_seg_name(n) {
+                seg_nums.push(num);
+            } else if n.starts_with("seg-") {
+                return Err(StorageError(format!(
+                    "{where_}/{n}: not a segment name this version writes (seg-<20 digits>.log)"
+                )));
+            }
+        }
+        seg_nums.sort_unstable();
+        let mut rec = Recovery {
+            segments: seg_nums.len(),
+            log_start: 1,
+            ..Recovery::default()
+        };
+        let mut promised = Ballot::ZERO;
+        let mut log_start: Instance = 1;
+        let mut locs: BTreeMap<Instance, Loc> = BTreeMap::new();
+        let mut segments = BTreeMap::new();
+        let last = seg_nums.last().copied();
+        for &num in &seg_nums {
+            let name = seg_name(num);
+            let buf = dir.read(&name).map_err(|e| io("reading", &name, e))?;
+            let mut off = 0usize;
+            loop {
+                match record::frame_at(&buf, off) {
+                    Framed::End => break,
+                    Framed::Whole { body, next } => {
+                        let r = Record::decode(Bytes::copy_from_slice(&buf[body.clone()]))
+                            .map_err(|e| {
+                                StorageError(format!(
+                                    "{where_}/{name}: record at offset {off} has a good checksum but does not decode: {e}"
+                                ))
+                            })?;
+                        rec.records += 1;
+                        match r {
+                            Record::Checkpoint {
+                                promised: p,
+                                log_start: s,
+                            } => {
+                                promised = promised.max(p);
+                                log_start = log_start.max(s);
+                            }
+                            Record::Promise(p) => promised = promised.max(p),
+                            Record::Accept {
+                                instance, decided, ..
+                            } => {
+                                let decided =
+                                    decided || locs.get(&instance).is_some_and(|l| l.decided);
+                                locs.insert(
+                                    instance,
+                                    Loc {
+                                        seg: num,
+                                        off: off as u64,
+                                        len: (next - off) as u32,
+                                        decided,
+                                    },
+                                );
+                            }
+                            Record::Decided(i) => {
+                                if let Some(l) = locs.get_mut(&i) {
+                                    l.decided = true;
+                                }
+                            }
+                            Record::Trim { log_start: s } => log_start = log_start.max(s),
+                        }
+                        off = next;
+                    }
+                    Framed::Bad(why) => {
+                        let after = record::good_record_after(&buf, off);
+                        if Some(num) != last || after.is_some() {
+                            let detail = match after {
+                                Some(a) => format!("a good record follows at offset {a}"),
+                                None => "a later segment follows".into(),
+                            };
+                            return Err(StorageError(format!(
+                                "{where_}/{name}: corrupt record at offset {off} ({why}; {detail}): \
+                                 refusing to start, the log before its tail is damaged"
+                            )));
+                        }
+                        dir.truncate(&name, off as u64)
+                            .map_err(|e| io("cutting the torn tail of", &name, e))?;
+                        dir.sync(&name)
+                            .map_err(|e| io("syncing after cutting", &name, e))?;
+                        rec.torn_tail = Some(TornTail {
+                            file: format!("{where_}/{name}"),
+                            offset: off as u64,
+                            bytes_cut: (buf.len() - off) as u64,
+                            why,
+                        });
+                        break;
+                    }
+                }
+            }
+            segments.insert(num, off as u64);
+        }
+        let locs = locs.split_off(&log_start);
+        let max_instance = locs.keys().next_back().copied().unwrap_or(0);
+        rec.promised = promised;
+        rec.log_start = log_start;
+        rec.max_instance = max_instance;
+        rec.instances = locs.len() as u64;
+
+        // The cache holds every undecided vote (an acceptor must answer phase 1 with them)
+        // and the newest decided instances it has room for. It grows past its configured
+        // size if the undecided ones alone span more (decided marks lost in a crash).
+        let first_undecided = locs.iter().find(|(_, l)| !l.decided).map(|(&i, _)| i);
+        let newest_from = max_instance.saturating_sub(opts.cache_instances as u64 - 1);
+        let cache_from = first_undecided
+            .map_or(newest_from, |u| u.min(newest_from))
+            .max(log_start);
+        let span = (max_instance + 1).saturating_sub(cache_from) as usize;
+        let mut cache = MemoryStore::new(opts.cache_instances.max(span).max(1), opts.cache_bytes);
+        cache.trim(cache_from);
+        cache.set_promised(promised);
+        let mut store = DurableStore {
+            dir,
+            sync_writes: opts.sync,
+            segment_bytes: opts.segment_bytes,
+            cache,
+            log_start,
+            index: VecDeque::new(),
+            segments,
+            pending: Vec::new(),
+            pending_bytes: 0,
+            unsynced: false,
+            dir_dirty: false,
+            deletable: Vec::new(),
+            failed: None,
+            appended_bytes: 0,
+            syncs: 0,
+        };
+        for (&i, &loc) in &locs {
+            store.index_set(i, loc);
+            if i < cache_from {
+                continue;
+            }
+            let Some(Record::Accept { ballot, decree, .. }) = store.read_record(loc) else {
+                let e = store.failed.take().unwrap_or_else(|| {
+                    StorageError(format!("record of instance {i} moved while recovering"))
+                });
+                return Err(e);
+            };
+            let acc = Accepted {
+                ballot,
+                decree,
+                decided: loc.decided,
+            };
+            if !store.cache.put(i, acc) && !loc.decided {
+                return Err(StorageError(format!(
+                    "{}: {} bytes of undecided votes recovered exceed store_capacity_bytes {}",
+                    store.dir.describe(),
+                    store.cache.bytes_held(),
+                    opts.cache_bytes
+                )));
+            }
+        }
+        // Appends go to a new segment: the old ones stay as they were read.
+        let next = store.segments.keys().next_back().map_or(1, |n| n + 1);
+        store.begin_segment(next);
+        store.sync()?;
+        Ok((store, rec))
+    }
+
+    /// Records appended since open, in bytes (what the trim benchmark reports).
+    pub fn appended_bytes(&self) -> u64 {
+        self.appended_bytes
+    }
+
+    /// Group commits done (syncs that wrote something).
+    pub fn syncs(&self) -> u64 {
+        self.syncs
+    }
+
+    /// The segments on disk, oldest first (for tests and the trim benchmark).
+    pub fn segment_numbers(&self) -> Vec<u64> {
+        self.segments.keys().copied().collect()
+    }
+
+    fn current(&self) -> u64 {
+        self.segments.keys().next_back().copied().unwrap_or(0)
+    }
+
+    fn fail(&mut self, what: &str, name: &str, e: std::io::Error) {
+        if self.failed.is_none() {
+            self.failed = Some(StorageError(format!(
+                "{}/{name}: {what}: {e}",
+                self.dir.describe()
+            )));
+        }
+    }
+
+    fn index_set(&mut self, i: Instance, loc: Loc) {
+        debug_assert!(i >= self.log_start, "index below the log start");
+        let at = (i - self.log_start) as usize;
+        if at >= self.index.len() {
+            self.index.resize(at + 1, None);
+        }
+        self.index[at] = Some(loc);
+    }
+
+    fn index_get(&self, i: Instance) -> Option<Loc> {
+        if i < self.log_start {
+            return None;
+        }
+        self.index
+            .get((i - self.log_start) as usize)
+            .copied()
+            .flatten()
+    }
+
+    /// Creates segment `n` and opens it with a checkpoint.
+    fn begin_segment(&mut self, n: u64) {
+        let name = seg_name(n);
+        if let Err(e) = self.dir.create(&name) {
+            self.fail("creating", &name, e);
+            return;
+        }
+        self.segments.insert(n, 0);
+        self.dir_dirty = true;
+        let cp = Record::Checkpoint {
+            promised: self.cache.promised(),
+            log_start: self.log_start,
+        };
+        self.append(&cp);
+    }
+
+    /// Queues one record; returns where it will be.
+    fn append(&mut self, r: &Record) -> Loc {
+        let cur = self.current();
+        let at = self.segments.get(&cur).copied().unwrap_or(0) + self.pending_bytes as u64;
+        if at >= self.segment_bytes && !matches!(r, Record::Checkpoint { .. }) {
+            self.roll();
+            return self.append(r);
+        }
+        let (chunks, len) = r.encode();
+        self.pending.extend(chunks);
+        self.pending_bytes += len;
+        self.appended_bytes += len as u64;
+        let loc = Loc {
+            seg: cur,
+            off: at,
+            len: len as u32,
+            decided: false,
+        };
+        if self.pending_bytes >= FLUSH_BYTES {
+            self.write_pending();
+        }
+        loc
+    }
+
+    fn write_pending(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let cur = self.current();
+        let name = seg_name(cur);
+        let slices: Vec<&[u8]> = self.pending.iter().map(|c| c.as_ref()).collect();
+        match self.dir.append(&name, &slices) {
+            Ok(()) => {
+                if let Some(len) = self.segments.get_mut(&cur) {
+                    *len += self.pending_bytes as u64;
+                }
+                self.unsynced = true;
+            }
+            Err(e) => self.fail("appending to", &name, e),
+        }
+        self.pending.clear();
+        self.pending_bytes = 0;
+    }
+
+    /// Closes the current segment (durable first, with `sync`) and begins the next.
+    fn roll(&mut self) {
+        self.write_pending();
+        let cur = self.current();
+        if self.sync_writes && self.unsynced {
+            let name = seg_name(cur);
+            if let Err(e) = self.dir.sync(&name) {
+                self.fail("syncing", &name, e);
+            }
+            self.unsynced = false;
+        }
+        self.begin_segment(cur + 1);
+    }
+
+    /// Reads one record back from disk.
+    fn read_record(&mut self, loc: Loc) -> Option<Record> {
+        match self.read_record_ro(loc) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                if self.failed.is_none() {
+                    self.failed = Some(e);
+                }
+                None
+            }
+        }
+    }
+
+    fn read_record_ro(&self, loc: Loc) -> Result<Record, StorageError> {
+        let name = seg_name(loc.seg);
+        let mut buf = vec![0u8; loc.len as usize];
+        if loc.seg == self.current() {
+            // Not yet written: nothing reads records it appended in the same batch, but be
+            // safe and say so clearly.
+            let written = self.segments.get(&loc.seg).copied().unwrap_or(0);
+            if loc.off + u64::from(loc.len) > written {
+                return Err(StorageError(format!(
+                    "{}/{name}: record at offset {} not written yet",
+                    self.dir.describe(),
+                    loc.off
+                )));
+            }
+        }
+        self.dir.read_at(&name, loc.off, &mut buf).map_err(|e| {
+            StorageError(format!(
+                "{}/{name}: reading offset {}: {e}",
+                self.dir.describe(),
+                loc.off
+            ))
+        })?;
+        let Framed::Whole { body, .. } = record::frame_at(&buf, 0) else {
+            return Err(StorageError(format!(
+                "{}/{name}: record at offset {} is damaged on disk",
+                self.dir.describe(),
+                loc.off
+            )));
+        };
+        Record::decode(Bytes::copy_from_slice(&buf[body])).map_err(|e| {
+            StorageError(format!(
+                "{}/{name}: record at offset {}: {e}",
+                self.dir.describe(),
+                loc.off
+            ))
+        })
+    }
+
+    /// Copies the few live records of old segments forward and marks the segments that
+    /// then hold nothing live for deletion (after the trim record is written).
+    fn collect_segments(&mut self) {
+        let cur = self.current();
+        let mut live: BTreeMap<u64, Vec<Instance>> = BTreeMap::new();
+        for (k, l) in self.index.iter().enumerate() {
+            if let Some(l) = l
+                && l.seg != cur
+            {
+                live.entry(l.seg)
+                    .or_default()
+                    .push(self.log_start + k as u64);
+            }
+        }
+        let old: Vec<u64> = self
+            .segments
+            .keys()
+            .copied()
+            .filter(|&s| s != cur)
+            .collect();
+        for s in old {
+            let held = live.get(&s).map_or(&[][..], |v| v.as_slice());
+            if held.len() > RELOCATE_MAX {
+                continue;
+            }
+            for &i in held {
+                let Some(loc) = self.index_get(i) else {
+                    continue;
+                };
+                let Some(Record::Accept {
+                    instance,
+                    ballot,
+                    decree,
+                    ..
+                }) = self.read_record(loc)
+                else {
+                    return;
+                };
+                let r = Record::Accept {
+                    instance,
+                    ballot,
+                    decided: loc.decided,
+                    decree,
+                };
+                let mut moved = self.append(&r);
+                moved.decided = loc.decided;
+                self.index_set(i, moved);
+            }
+            if !self.deletable.contains(&s) {
+                self.deletable.push(s);
+            }
+        }
+    }
+}
+
+impl<D: LogDir> AcceptorStore for DurableStore<D> {
+    fn promised(&self) -> Ballot {
+        self.cache.promised()
+    }
+    fn set_promised(&mut self, ballot: Ballot) {
+        if ballot > self.cache.promised() {
+            self.cache.set_promised(ballot);
+            self.append(&Record::Promise(ballot));
+        }
+    }
+    fn get(&self, instance: Instance) -> Option<&Accepted> {
+        self.cache.get(instance)
+    }
+    fn put(&mut self, instance: Instance, accepted: Accepted) -> bool {
+        // Below the cache everything held is decided: nothing to vote or record there.
+        if self.failed.is_some() || instance < self.log_start || instance < self.cache.log_start() {
+            return false;
+        }
+        let decided = accepted.decided;
+        let r = Record::Accept {
+            instance,
+            ballot: accepted.ballot,
+            decided,
+            decree: accepted.decree.clone(),
+        };
+        if !self.cache.put(instance, accepted) {
+            return false;
+        }
+        let mut loc = self.append(&r);
+        loc.decided = decided;
+        self.index_set(instance, loc);
+        true
+    }
+    fn mark_decided(&mut self, instance: Instance) {
+        if instance < self.cache.log_start() {
+            return;
+        }
+        let fresh = self.cache.get(instance).is_some_and(|a| !a.decided);
+        if !fresh {
+            return;
+        }
+        self.cache.mark_decided(instance);
+        self.append(&Record::Decided(instance));
+        if let Some(mut l) = self.index_get(instance) {
+            l.decided = true;
+            self.index_set(instance, l);
+        }
+    }
+    fn max_instance(&self) -> Instance {
+        self.cache.max_instance()
+    }
+    fn log_start(&self) -> Instance {
+        self.log_start
+    }
+    fn range(&self, from: Instance, to: Instance) -> Vec<(Instance, Accepted)> {
+        let from = from.max(self.log_start);
+        let cache_start = self.cache.log_start();
+        let mut out = Vec::new();
+        let mut i = from;
+        // Older instances, all decided, from disk. A read error ends the answer early;
+        // the asker retries elsewhere, and the next sync reports a damaged log.
+        while i < to.min(cache_start) {
+            if let Some(loc) = self.index_get(i) {
+                match self.read_record_ro(loc) {
+                    Ok(Record::Accept { ballot, decree, .. }) => out.push((
+                        i,
+                        Accepted {
+                            ballot,
+                            decree,
+                            decided: true,
+                        },
+                    )),
+                    _ => return out,
+                }
+            }
+            i += 1;
+        }
+        out.extend(self.cache.range(i.max(cache_start), to));
+        out
+    }
+    fn sync(&mut self) -> Result<(), StorageError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let wrote = !self.pending.is_empty();
+        self.write_pending();
+        if self.sync_writes && self.unsynced {
+            let name = seg_name(self.current());
+            if let Err(e) = self.dir.sync(&name) {
+                self.fail("syncing", &name, e);
+            }
+            self.unsynced = false;
+        }
+        if self.sync_writes
+            && self.dir_dirty
+            && let Err(e) = self.dir.sync_dir()
+        {
+            self.fail("syncing the directory", "", e);
+        }
+        self.dir_dirty = false;
+        // The trim record that frees these segments is written now: delete them.
+        for s in std::mem::take(&mut self.deletable) {
+            let name = seg_name(s);
+            match self.dir.remove(&name) {
+                Ok(()) => {
+                    self.segments.remove(&s);
+                    self.dir_dirty = true;
+                }
+                Err(e) => self.fail("removing", &name, e),
+            }
+        }
+        if wrote {
+            self.syncs += 1;
+        }
+        match &self.failed {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+    fn is_durable(&self) -> bool {
+        true
+    }
+    fn has_room(&self) -> bool {
+        self.cache.has_room()
+    }
+    fn bytes_held(&self) -> usize {
+        self.cache.bytes_held()
+    }
+    fn trim(&mut self, below: Instance) {
+        if below <= self.log_start {
+            return;
+        }
+        self.cache.trim(below);
+        let drop = ((below - self.log_start) as usize).min(self.index.len());
+        self.index.drain(..drop);
+        self.log_start = below;
+        self.append(&Record::Trim { log_start: below });
+        self.collect_segments();
+    }
+    fn log_bytes(&self) -> u64 {
+        self.segments.values().sum::<u64>() + self.pending_bytes as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::{MemDir, Tear};
+    use crate::types::{Batch, Decree, NodeId, ValueId};
+
+    fn opts(sync: bool) -> DurableOptions {
+        DurableOptions {
+            sync,
+            segment_bytes: DurableOptions::SEGMENT_BYTES_DEFAULT,
+            cache_instances: 1024,
+            cache_bytes: 64 << 20,
+        }
+    }
+
+    fn value(i: Instance, bytes: usize) -> Decree {
+        let id = ValueId {
+            node: NodeId(1),
+            seq: i,
+        };
+        Decree::Values(Batch::single(id, Bytes::from(vec![i as u8; bytes])))
+    }
+
+    fn vote(i: Instance, decided: bool) -> Accepted {
+        Accepted {
+            ballot: Ballot::new(2, NodeId(1)),
+            decree: value(i, 3000),
+            decided,
+        }
+    }
+
+    fn open(dir: &MemDir, o: DurableOptions) -> (DurableStore<MemDir>, Recovery) {
+        DurableStore::open(dir.clone(), o).unwrap_or_else(|e| panic!("open: {e}"))
+    }
+
+    #[test]
+    fn promise_and_votes_survive_a_machine_crash_once_synced() {
+        let dir = MemDir::new("a");
+        let (mut s, rec) = open(&dir, opts(true));
+        assert_eq!(rec.records, 0);
+        s.set_promised(Ballot::new(2, NodeId(1)));
+        for i in 1..=10 {
+            assert!(s.put(i, vote(i, i <= 4)));
+        }
+        s.mark_decided(5);
+        s.sync().unwrap();
+        // Written after the last sync: a machine crash may lose it.
+        assert!(s.put(11, vote(11, false)));
+        drop(s);
+        dir.crash_machine(|_, _| Tear {
+            keep: 0,
+            flip: None,
+        });
+        let (s, rec) = open(&dir, opts(true));
+        assert_eq!(rec.promised, Ballot::new(2, NodeId(1)));
+        assert_eq!(rec.max_instance, 10);
+        assert_eq!(rec.torn_tail, None);
+        assert_eq!(s.promised(), Ballot::new(2, NodeId(1)));
+        for i in 1..=10 {
+            let a = s.get(i).unwrap_or_else(|| panic!("instance {i} lost"));
+            assert_eq!(a.decree, value(i, 3000));
+            assert_eq!(a.decided, i <= 5, "instance {i}");
+        }
+        assert!(s.get(11).is_none());
+    }
+
+    #[test]
+    fn without_sync_a_process_crash_keeps_everything_written() {
+        let dir = MemDir::new("b");
+        let (mut s, _) = open(&dir, opts(false));
+        for i in 1..=5 {
+            assert!(s.put(i, vote(i, false)));
+        }
+        s.sync().unwrap();
+        assert_eq!(dir.syncs(), 0, "sync = false never calls fdatasync");
+        drop(s);
+        dir.crash_process();
+        let (s, _) = open(&dir, opts(false));
+        assert_eq!(s.range(1, 10).len(), 5);
+    }
+
+    #[test]
+    fn one_sync_covers_a_whole_batch_of_records() {
+        let dir = MemDir::new("c");
+        let (mut s, _) = open(&dir, opts(true));
+        let before = dir.syncs();
+        for i in 1..=100 {
+            assert!(s.put(i, vote(i, false)));
+            s.mark_decided(i);
+        }
+        s.sync().unwrap();
+        assert_eq!(dir.syncs() - before, 1, "group commit: one fdatasync");
+        assert_eq!(s.syncs(), 1 + 1, "the open's checkpoint, then the batch");
+    }
+
+    #[test]
+    fn a_torn_tail_is_cut_at_the_last_whole_record_and_reported() {
+        for flip in [None, Some(3)] {
+            let dir = MemDir::new("d");
+            let (mut s, _) = open(&dir, opts(true));
+            for i in 1..=3 {
+                assert!(s.put(i, vote(i, false)));
+            }
+            s.sync().unwrap();
+            for i in 4..=6 {
+                assert!(s.put(i, vote(i, false)));
+            }
+            s.write_pending();
+            drop(s);
+            // Half of the unsynced bytes reach the disk, maybe garbled.
+            dir.crash_machine(|_, n| Tear { keep: n / 2, flip });
+            let (s, rec) = open(&dir, opts(true));
+            let torn = rec.torn_tail.expect("the tail is torn");
+            assert!(
+                torn.file.ends_with(".log") && torn.bytes_cut > 0,
+                "{torn:?}"
+            );
+            let held: Vec<Instance> = s.range(1, 10).iter().map(|(i, _)| *i).collect();
+            assert!(held.starts_with(&[1, 2, 3]), "synced votes lost: {held:?}");
+            for (i, a) in s.range(1, 10) {
+                assert_eq!(a.decree, value(i, 3000), "instance {i} garbled");
+            }
+            // The cut file is clean now: a second restart finds nothing torn.
+            drop(s);
+            let (_, again) = open(&dir, opts(true));
+            assert_eq!(again.torn_tail, None);
+        }
+    }
+
+    #[test]
+    fn corruption_before_the_tail_refuses_to_start_naming_file_and_offset() {
+        let dir = MemDir::new("e");
+        let (mut s, _) = open(&dir, opts(true));
+        for i in 1..=4 {
+            assert!(s.put(i, vote(i, false)));
+        }
+        s.sync().unwrap();
+        drop(s);
+        let (name, _) = dir.sizes().into_iter().next().expect("a segment");
+        // Inside the second record (the first is the checkpoint).
+        assert!(dir.flip_byte(&name, 200));
+        let err = DurableStore::open(dir.clone(), opts(true))
+            .err()
+            .expect("must refuse");
+        assert!(
+            err.0.contains(&name) && err.0.contains("offset") && err.0.contains("corrupt"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn old_decided_instances_are_read_back_from_disk() {
+        let dir = MemDir::new("f");
+        let mut o = opts(true);
+        o.cache_instances = 4;
+        let (mut s, _) = open(&dir, o.clone());
+        for i in 1..=20 {
+            assert!(s.put(i, vote(i, true)));
+            s.sync().unwrap();
+        }
+        assert!(s.get(1).is_none(), "evicted from the cache");
+        let all = s.range(1, 21);
+        assert_eq!(all.len(), 20);
+        assert!(
+            all.iter()
+                .all(|(i, a)| a.decided && a.decree == value(*i, 3000))
+        );
+        drop(s);
+        let (s, _) = open(&dir, o);
+        assert_eq!(s.range(1, 21).len(), 20);
+    }
+
+    #[test]
+    fn trimming_keeps_the_log_bounded_and_survives_restart() {
+        let dir = MemDir::new("g");
+        let mut o = opts(true);
+        o.segment_bytes = 64 << 10;
+        let (mut s, _) = open(&dir, o.clone());
+        let mut max_bytes = 0;
+        for i in 1..=2000u64 {
+            assert!(s.put(i, vote(i, false)));
+            s.mark_decided(i);
+            if i % 50 == 0 {
+                s.trim(i - 40);
+            }
+            s.sync().unwrap();
+            max_bytes = max_bytes.max(s.log_bytes());
+        }
+        assert!(s.appended_bytes() > 6_000_000);
+        assert!(
+            max_bytes < 400_000,
+            "log grew to {max_bytes} bytes though only ~50 instances are live"
+        );
+        drop(s);
+        let (s, rec) = open(&dir, o);
+        assert_eq!(rec.log_start, 1960);
+        assert_eq!(s.log_start(), 1960);
+        let held: Vec<Instance> = s.range(1, 3000).iter().map(|(i, _)| *i).collect();
+        assert_eq!(held, (1960..=2000).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_straggler_vote_in_an_old_segment_is_copied_forward_before_deletion() {
+        let dir = MemDir::new("h");
+        let mut o = opts(true);
+        o.segment_bytes = 16 << 10;
+        let (mut s, _) = open(&dir, o.clone());
+        // Instance 500 is voted early and stays undecided.
+        assert!(s.put(500, vote(500, false)));
+        for i in 1..=100u64 {
+            assert!(s.put(i, vote(i, true)));
+            s.sync().unwrap();
+        }
+        s.trim(101);
+        s.sync().unwrap();
+        assert!(s.segment_numbers().len() <= 2, "{:?}", s.segment_numbers());
+        drop(s);
+        let (s, _) = open(&dir, o);
+        let a = s
+            .get(500)
+            .expect("the undecided vote must not be forgotten");
+        assert!(!a.decided);
+    }
+}

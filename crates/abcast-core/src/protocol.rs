@@ -229,6 +229,19 @@ pub trait Protocol {
 
     fn status(&self) -> Status;
 
+    /// Makes every acceptor-store write so far durable: the group commit. A driver calls it
+    /// when an outbox has `needs_sync`, before any of that outbox's sends leave (and may
+    /// gather several inputs' outboxes under one call). An error means the node can no
+    /// longer keep its promises: the driver stops it.
+    fn sync_storage(&mut self) -> Result<(), crate::storage::StorageError> {
+        Ok(())
+    }
+
+    /// Bytes of acceptor log on disk, over every store this node holds.
+    fn log_bytes(&self) -> u64 {
+        0
+    }
+
     /// Starts (`on`) or stops following `group` at this learner, at a point every learner
     /// agrees on (Multi-Ring subscribe / unsubscribe: a control value decided in the ring).
     /// `Ok` means the change is asked for, not yet in effect. A protocol that runs a single

@@ -694,6 +694,18 @@ impl Protocol for MultiRing {
         self.change(now, group, on, out).map_err(|e| e.to_string())
     }
 
+    fn sync_storage(&mut self) -> Result<(), crate::storage::StorageError> {
+        // One group commit per ring store: each ring has its own log.
+        for slot in &mut self.slots {
+            slot.ring.sync_storage()?;
+        }
+        Ok(())
+    }
+
+    fn log_bytes(&self) -> u64 {
+        self.slots.iter().map(|s| s.ring.log_bytes()).sum()
+    }
+
     fn status(&self) -> Status {
         let mut st = self.slots[0].ring.status();
         st.amnesic = self.slots.iter().any(|s| s.ring.status().amnesic);

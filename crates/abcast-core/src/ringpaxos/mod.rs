@@ -350,6 +350,17 @@ impl Protocol for RingPaxos {
             .is_some_and(|p| p.has_room(&self.cfg.batch_limits()))
     }
 
+    fn sync_storage(&mut self) -> Result<(), crate::storage::StorageError> {
+        match self.acc.as_mut() {
+            Some(acc) => acc.store.sync(),
+            None => Ok(()),
+        }
+    }
+
+    fn log_bytes(&self) -> u64 {
+        self.acc.as_ref().map_or(0, |acc| acc.store.log_bytes())
+    }
+
     fn status(&self) -> Status {
         Status {
             node: self.me,

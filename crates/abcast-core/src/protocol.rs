@@ -170,6 +170,8 @@ pub struct Status {
     /// Per group, for a protocol that runs several (Multi-Ring Paxos: one per ring, in
     /// group order); empty for a single-instance protocol.
     pub groups: Vec<GroupStatus>,
+    /// Bytes of acceptor log on disk (durable storage; 0 otherwise).
+    pub log_bytes: u64,
 }
 
 /// One group's (ring's) state inside a composite protocol.

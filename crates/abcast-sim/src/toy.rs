@@ -459,6 +459,7 @@ impl Protocol for Toy {
             amnesic: false,
             view: self.cfg.members.clone(),
             groups: Vec::new(),
+            log_bytes: 0,
         }
     }
 }

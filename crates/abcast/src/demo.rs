@@ -134,6 +134,27 @@ pub struct DemoArgs {
     /// Keep the temporary directory (config, node logs, storage) and print its path.
     #[arg(long = "keep-dir")]
     pub keep_dir: bool,
+    /// Acceptor storage: memory (bounded, in memory), durable (a log on disk, fdatasync
+    /// before votes leave: survives a machine crash), durable-nosync (written through the
+    /// OS: survives a process crash) or none (benchmarks only).
+    #[arg(long, value_name = "KIND", default_value = "memory",
+          value_parser = ["memory", "durable", "durable-nosync", "none"])]
+    pub storage: String,
+}
+
+/// The config edits that select a storage back-end by its `--storage` name.
+pub fn storage_edits(kind: &str) -> Vec<(String, toml::Value)> {
+    let (k, sync) = match kind {
+        "durable" => ("durable", Some(true)),
+        "durable-nosync" => ("durable", Some(false)),
+        "none" => ("none", None),
+        _ => ("memory", None),
+    };
+    let mut edits = vec![("storage.kind".to_string(), toml::Value::from(k))];
+    if let Some(sync) = sync {
+        edits.push(("storage.sync".to_string(), toml::Value::from(sync)));
+    }
+    edits
 }
 
 /// Everything one cluster run needs; `abcast bench` builds these directly.
@@ -175,7 +196,7 @@ impl ClusterSpec {
             rate_values_per_s: args.rate_values_per_s,
             window_values: args.window_values,
             kill: args.kill,
-            config_edits: Vec::new(),
+            config_edits: storage_edits(&args.storage),
             keep_dir: args.keep_dir,
             progress: !args.json,
             label: "demo".to_string(),

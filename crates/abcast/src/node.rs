@@ -6,15 +6,18 @@
 //! generator until SIGTERM/SIGINT or `--duration-s`, stop the load, keep delivering for
 //! `--drain-ms`, print the `"final"` line, exit 0.
 
-use crate::nodeconfig::{self, MarkerError, NodeConfig, NodeConfigError, ProtocolKind};
+use crate::disk::OsDir;
+use crate::nodeconfig::{
+    self, MarkerError, NodeConfig, NodeConfigError, ProtocolKind, StorageKind,
+};
 use crate::runtime::transport::bind_listener;
 use crate::runtime::{Application, Driver, DriverConfig, DriverError, Listeners, LoadConfig};
 use abcast_core::multiring::MultiRing;
 use abcast_core::protocol::Ack;
 use abcast_core::ringpaxos::RingPaxos;
-use abcast_core::storage::MemoryStore;
+use abcast_core::storage::{AcceptorStore, DurableOptions, DurableStore, MemoryStore, NoneStore};
 use abcast_core::uring::{ConfigError, StartInfo, URing};
-use abcast_core::{Delivery, Instance, Micros, NodeId, Protocol, Status, ValueId};
+use abcast_core::{Delivery, GroupId, Instance, Micros, NodeId, Protocol, Status, ValueId};
 use base64::Engine;
 use hdrhistogram::Histogram;
 use hdrhistogram::serialization::{Serializer, V2Serializer};
@@ -155,25 +158,33 @@ pub fn run_node(args: NodeArgs) -> Result<(), NodeError> {
                     (r.group, c.store_capacity_instances, c.store_capacity_bytes)
                 })
                 .collect();
+            // Every ring's store is opened (and recovered) before the protocol is built.
+            let mut stores = HashMap::new();
+            for &(group, instances, bytes) in &capacities {
+                let store = open_store(cfg, Some(group), instances, bytes)?;
+                stores.insert(group, store);
+            }
             MultiRing::new(mr, cfg.node_id, start, |group| {
-                let (instances, bytes) = capacities.iter().find(|c| c.0 == group).map_or(
-                    (
+                stores.remove(&group).unwrap_or_else(|| {
+                    // Not a ring of the config (MultiRing asks only for those): the safe
+                    // default, an in-memory store.
+                    Box::new(MemoryStore::new(
                         cfg.ring.store_capacity_instances,
                         cfg.ring.store_capacity_bytes,
-                    ),
-                    |c| (c.1, c.2),
-                );
-                Box::new(MemoryStore::new(instances, bytes))
+                    ))
+                })
             })
         })?;
         return Ok(());
     }
     run_node_on(&cfg, &args, &stop, &mut out, |cfg, start| {
-        let store = MemoryStore::new(
+        let store = open_store(
+            cfg,
+            None,
             cfg.ring.store_capacity_instances,
             cfg.ring.store_capacity_bytes,
-        );
-        URing::new(cfg.ring.clone(), cfg.node_id, start, Box::new(store))
+        )?;
+        URing::new(cfg.ring.clone(), cfg.node_id, start, store)
     })?;
     Ok(())
 }
@@ -197,8 +208,73 @@ pub fn ringpaxos_protocol(cfg: &NodeConfig, start: StartInfo) -> Result<RingPaxo
             cfg.node_id
         ),
     }
-    let store = MemoryStore::new(rp.store_capacity_instances, rp.store_capacity_bytes);
-    RingPaxos::new(rp, cfg.node_id, start, Box::new(store))
+    let store = open_store(
+        cfg,
+        None,
+        rp.store_capacity_instances,
+        rp.store_capacity_bytes,
+    )?;
+    RingPaxos::new(rp, cfg.node_id, start, store)
+}
+
+/// Where a durable acceptor log lives: `<node dir>/log`, or `<node dir>/log/ring-<g>` for
+/// one ring of a Multi-Ring node.
+pub fn log_dir(cfg: &NodeConfig, ring: Option<GroupId>) -> PathBuf {
+    let dir = cfg.storage.node_dir(cfg.node_id).join("log");
+    match ring {
+        Some(g) => dir.join(format!("ring-{}", g.0)),
+        None => dir,
+    }
+}
+
+/// Opens the acceptor store the config asks for (seed 000 §3.4). A durable log is recovered
+/// here; what recovery found, a torn tail it cut included, goes to the log (stderr).
+pub fn open_store(
+    cfg: &NodeConfig,
+    ring: Option<GroupId>,
+    capacity_instances: usize,
+    capacity_bytes: usize,
+) -> Result<Box<dyn AcceptorStore + Send>, ConfigError> {
+    let me = cfg.node_id;
+    match cfg.storage.kind {
+        StorageKind::None => {
+            eprintln!(
+                "[{me}] storage kind \"none\": acceptors keep only undecided votes and answer \
+                 no retrieve; a learner that misses a decision skips it (benchmarks only)"
+            );
+            Ok(Box::new(NoneStore::new(capacity_instances)))
+        }
+        StorageKind::Memory => Ok(Box::new(MemoryStore::new(
+            capacity_instances,
+            capacity_bytes,
+        ))),
+        StorageKind::Durable { sync } => {
+            let path = log_dir(cfg, ring);
+            let dir = OsDir::open(&path).map_err(|e| ConfigError {
+                field: "storage.dir",
+                reason: format!("cannot open {}: {e}", path.display()),
+            })?;
+            let opts = DurableOptions {
+                sync,
+                segment_bytes: cfg.storage.segment_bytes,
+                cache_instances: capacity_instances,
+                cache_bytes: capacity_bytes,
+            };
+            let (store, rec) = DurableStore::open(dir, opts).map_err(|e| ConfigError {
+                field: "storage.dir",
+                reason: e.0,
+            })?;
+            if let Some(t) = &rec.torn_tail {
+                eprintln!(
+                    "[{me}] acceptor log: torn tail in {} at offset {} ({}): cut {} bytes, \
+                     back to the last whole record",
+                    t.file, t.offset, t.why, t.bytes_cut
+                );
+            }
+            eprintln!("[{me}] acceptor log {}: {rec}", path.display());
+            Ok(Box::new(store))
+        }
+    }
 }
 
 /// What a node run ends with (the numbers of its final line).
@@ -283,6 +359,7 @@ where
     dcfg.incarnation = start.incarnation;
     dcfg.transport = cfg.transport.clone();
     dcfg.periodic_us = args.stats_ms.saturating_mul(1000);
+    dcfg.group_commit = matches!(cfg.storage.kind, StorageKind::Durable { .. });
     let mut driver = Driver::new(dcfg, protocol, Listeners { peer, client })?;
     if let Some((recv, send)) = driver.multicast_buffers() {
         eprintln!(
@@ -546,6 +623,7 @@ impl<'w> NodeStats<'w> {
                 cpu_user_ms,
                 cpu_sys_ms,
                 rss_kib: rss_kib(),
+                log_bytes: status.log_bytes,
                 lat_count: h.len(),
                 lat_us_p50: h.value_at_quantile(0.5) as f64,
                 lat_us_p99: h.value_at_quantile(0.99) as f64,

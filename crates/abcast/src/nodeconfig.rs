@@ -57,6 +57,7 @@ use crate::runtime::linkfault::{self, LinkFault};
 use crate::runtime::multicast::{self, MulticastConfig};
 use abcast_core::multiring::{MultiRingConfig, ProposeTo, RingSpec};
 use abcast_core::ringpaxos::RingPaxosConfig;
+use abcast_core::storage::DurableOptions;
 use abcast_core::uring::{Member, RingConfig, Roles, StartInfo};
 use abcast_core::{GroupId, NodeId};
 use serde::Deserialize;
@@ -159,9 +160,38 @@ pub struct MemberAddr {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StorageConfig {
-    /// Where the node keeps its incarnation marker: `<dir>/node-<id>/incarnation`. Relative
-    /// paths are taken from the config file's directory.
+    /// Where the node keeps its incarnation marker (`<dir>/node-<id>/incarnation`) and, with
+    /// `kind = "durable"`, its acceptor log (`<dir>/node-<id>/log/`, one `ring-<g>/` per
+    /// Multi-Ring ring). Relative paths are taken from the config file's directory.
     pub dir: PathBuf,
+    pub kind: StorageKind,
+    /// Durable log segments are rolled at this size.
+    pub segment_bytes: u64,
+}
+
+/// The acceptor store back-end (seed 000 §3.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StorageKind {
+    /// Benchmarks only: acceptors hold undecided votes and nothing else, so they answer no
+    /// learner's retrieve; a learner that misses a decision skips it.
+    None,
+    /// Bounded, in memory (the default): a restart forgets, the acceptor is repaired.
+    Memory,
+    /// The durable log: `sync = false` writes through the OS (survives a process crash),
+    /// `sync = true` fdatasyncs before any message that depends on a write leaves (survives
+    /// a machine crash).
+    Durable { sync: bool },
+}
+
+impl std::fmt::Display for StorageKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StorageKind::None => write!(f, "none"),
+            StorageKind::Memory => write!(f, "memory"),
+            StorageKind::Durable { sync: true } => write!(f, "durable (sync)"),
+            StorageKind::Durable { sync: false } => write!(f, "durable (no sync)"),
+        }
+    }
 }
 
 impl StorageConfig {
@@ -349,6 +379,8 @@ struct FileTransport {
 struct FileStorage {
     kind: Option<String>,
     dir: Option<String>,
+    sync: Option<bool>,
+    segment_bytes: Option<u64>,
 }
 
 /// Where the data root is when `[storage] dir` is not given.
@@ -544,14 +576,37 @@ pub fn parse(
     let (protocol, ringpaxos, multicast) = protocol_config(&file, &ring.members)?;
     transport.multicast = multicast;
 
-    match file.storage.kind.as_deref() {
-        None | Some("memory") => {}
+    let kind = match file.storage.kind.as_deref() {
+        None | Some("memory") => StorageKind::Memory,
+        Some("none") => StorageKind::None,
+        Some("durable") => StorageKind::Durable {
+            sync: file.storage.sync.unwrap_or(true),
+        },
         Some(other) => {
             return invalid(
                 "storage.kind",
-                format!("{other:?}: durable storage is not available yet; only \"memory\" is"),
+                format!("{other:?}: expected \"memory\", \"durable\" or \"none\""),
             );
         }
+    };
+    if file.storage.sync.is_some() && !matches!(kind, StorageKind::Durable { .. }) {
+        return invalid(
+            "storage.sync",
+            format!("applies to kind = \"durable\" only (kind is \"{kind}\")"),
+        );
+    }
+    let segment_bytes = file
+        .storage
+        .segment_bytes
+        .unwrap_or(DurableOptions::SEGMENT_BYTES_DEFAULT);
+    if !(1 << 20..=DurableOptions::SEGMENT_BYTES_MAX).contains(&segment_bytes) {
+        return invalid(
+            "storage.segment_bytes",
+            format!(
+                "{segment_bytes}: expected 1 MiB to {} bytes",
+                DurableOptions::SEGMENT_BYTES_MAX
+            ),
+        );
     }
     let dir = PathBuf::from(file.storage.dir.as_deref().unwrap_or(DEFAULT_DATA_DIR));
     let dir = if dir.is_relative() {
@@ -573,7 +628,11 @@ pub fn parse(
         ring,
         members,
         transport,
-        storage: StorageConfig { dir },
+        storage: StorageConfig {
+            dir,
+            kind,
+            segment_bytes,
+        },
         multiring,
         protocol,
         ringpaxos,
@@ -1397,15 +1456,35 @@ rings = [1]
     }
 
     #[test]
-    fn durable_storage_is_refused_clearly() {
+    fn storage_kinds_parse_and_bad_ones_name_their_field() {
+        let kind = |k: &str| {
+            let text = GOOD.replace("kind = \"memory\"", k);
+            parse(&text, Some(0), Path::new("/")).map(|c| c.storage.kind)
+        };
+        assert_eq!(kind("kind = \"none\"").unwrap(), StorageKind::None);
+        assert_eq!(
+            kind("kind = \"durable\"").unwrap(),
+            StorageKind::Durable { sync: true }
+        );
+        assert_eq!(
+            kind("kind = \"durable\"\nsync = false").unwrap(),
+            StorageKind::Durable { sync: false }
+        );
         let text = GOOD.replace("kind = \"memory\"", "kind = \"disk\"");
         match parse(&text, Some(0), Path::new("/")) {
             Err(NodeConfigError::Invalid { field, reason }) => {
                 assert_eq!(field, "storage.kind");
-                assert!(reason.contains("not available yet"), "{reason}");
+                assert!(reason.contains("\"durable\""), "{reason}");
             }
             other => panic!("{other:?}"),
         }
+        let text = GOOD.replace("kind = \"memory\"", "kind = \"memory\"\nsync = true");
+        assert_eq!(field_of(&text, Some(0)), "storage.sync");
+        let text = GOOD.replace(
+            "kind = \"memory\"",
+            "kind = \"durable\"\nsegment_bytes = 10",
+        );
+        assert_eq!(field_of(&text, Some(0)), "storage.segment_bytes");
     }
 
     #[test]

@@ -67,6 +67,8 @@ pub struct StatsLine {
     pub cpu_user_ms: u64,
     pub cpu_sys_ms: u64,
     pub rss_kib: u64,
+    /// Bytes of acceptor log on disk (durable storage; 0 otherwise).
+    pub log_bytes: u64,
     pub lat_count: u64,
     pub lat_us_p50: f64,
     pub lat_us_p99: f64,
@@ -115,6 +117,8 @@ pub struct WireLine {
     pub cpu_user_ms: u64,
     pub cpu_sys_ms: u64,
     pub rss_kib: u64,
+    #[serde(default)]
+    pub log_bytes: u64,
     pub lat_count: u64,
     pub lat_us_p50: f64,
     pub lat_us_p99: f64,
@@ -196,6 +200,7 @@ pub fn parse_line(line: &str) -> Result<StatsLine, StatsError> {
         cpu_user_ms: raw.cpu_user_ms,
         cpu_sys_ms: raw.cpu_sys_ms,
         rss_kib: raw.rss_kib,
+        log_bytes: raw.log_bytes,
         lat_count: raw.lat_count,
         lat_us_p50: raw.lat_us_p50,
         lat_us_p99: raw.lat_us_p99,

@@ -715,6 +715,7 @@ impl Protocol for MultiRing {
             .map(|s| s.ring.status().values_in_flight)
             .sum();
         st.delivered_upto = self.merger.turn;
+        st.log_bytes = self.log_bytes();
         st.groups = self
             .slots
             .iter()

@@ -378,6 +378,7 @@ impl Protocol for RingPaxos {
                 .map(|p| self.node_at(p))
                 .collect(),
             groups: Vec::new(),
+            log_bytes: self.log_bytes(),
         }
     }
 }

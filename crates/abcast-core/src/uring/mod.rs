@@ -550,6 +550,7 @@ impl Protocol for URing {
                 .map(|p| self.node_at(p))
                 .collect(),
             groups: Vec::new(),
+            log_bytes: self.log_bytes(),
         }
     }
 }

@@ -11,6 +11,12 @@
 //! to the client port. Queued frames leave at the next flush, at the latest at the end of the
 //! iteration, so one syscall carries the messages of many protocol calls.
 //!
+//! Group commit (`DriverConfig::group_commit`, set for durable storage): an outbox that
+//! needs a sync is not carried out at once; the outboxes of every input of the iteration
+//! gather into one, which is carried out at the end of the iteration (or when it grows past
+//! `GROUP_COMMIT_MAX_SENDS`) after one `Protocol::sync_storage`: one write and one fdatasync
+//! for every vote of the iteration, and no message that depends on them leaves before.
+//!
 //! Connections. Each node dials every peer it sends to (lazily, on the first send) and uses
 //! that connection only to write; it reads what peers send on the connections they dialed
 //! to it. The dialer's first frame is a `Hello` (cluster id, node id, incarnation), which the
@@ -66,6 +72,9 @@ const CONNECT_TIMEOUT_US: Micros = 3_000_000;
 const DROP_LOG_INTERVAL_US: Micros = 1_000_000;
 /// Kernel events fetched per poll.
 const EVENTS_CAPACITY: usize = 1024;
+/// A gathering group commit is carried out early once it holds this many messages, to
+/// bound the outbox (and the latency of the first vote in it).
+const GROUP_COMMIT_MAX_SENDS: usize = 4096;
 
 /// Everything the driver needs to know besides the protocol.
 #[derive(Clone, Debug)]
@@ -84,6 +93,8 @@ pub struct DriverConfig {
     /// Recent deliveries kept for `Subscribe` requests that start in the past, in payload
     /// bytes.
     pub history_bytes: usize,
+    /// Gather the outboxes of one iteration under one storage sync (durable storage).
+    pub group_commit: bool,
 }
 
 impl DriverConfig {
@@ -96,6 +107,7 @@ impl DriverConfig {
             transport: TransportConfig::default(),
             periodic_us: 0,
             history_bytes: 16 << 20,
+            group_commit: false,
         }
     }
 }
@@ -164,6 +176,8 @@ pub struct TransportStats {
     pub multicasts_too_large: u64,
     /// The UDP multicast socket's counters (all zero without one).
     pub multicast: MulticastStats,
+    /// Storage syncs (group commits) done before sends.
+    pub storage_syncs: u64,
 }
 
 /// The transport's first frame on a peer connection.
@@ -281,7 +295,6 @@ pub struct Driver<P: Protocol> {
     load: Option<LoadGen>,
     history: VecDeque<Delivery>,
     history_bytes: usize,
-    sync: Box<dyn FnMut() -> Result<(), StorageError> + Send>,
     stats: TransportStats,
     last_tick_us: Micros,
     next_periodic_us: Micros,
@@ -405,7 +418,6 @@ impl<P: Protocol> Driver<P> {
             load: None,
             history: VecDeque::new(),
             history_bytes: 0,
-            sync: Box::new(|| Ok(())),
             stats: TransportStats::default(),
             last_tick_us,
             unknown_logged: HashSet::new(),
@@ -413,12 +425,6 @@ impl<P: Protocol> Driver<P> {
             faults,
             mcast,
         })
-    }
-
-    /// Sets the hook that makes the protocol's store durable when an outbox asks for it.
-    /// The default does nothing (in-memory stores).
-    pub fn set_sync(&mut self, sync: Box<dyn FnMut() -> Result<(), StorageError> + Send>) {
-        self.sync = sync;
     }
 
     /// Starts (or replaces) the built-in load generator.
@@ -530,7 +536,8 @@ impl<P: Protocol> Driver<P> {
             self.run_load(now, app)?;
             self.protocol.tick(now, &mut self.outbox);
             self.last_tick_us = now;
-            self.carry_out(now, app)?;
+            // The iteration's group commit, if one is gathering.
+            self.carry_out_now(now, app)?;
             self.fire_timers(now, app);
             self.flush_all(now);
         }
@@ -618,8 +625,23 @@ impl<P: Protocol> Driver<P> {
 
     // ----- protocol effects -------------------------------------------------------------
 
-    /// Carries out the outbox in the contract's order: sync, sends, deliveries and acks.
+    /// Carries out the outbox, unless it waits for the iteration's group commit.
     fn carry_out<A: Application + ?Sized>(
+        &mut self,
+        now: Micros,
+        app: &mut A,
+    ) -> Result<(), DriverError> {
+        if self.cfg.group_commit
+            && self.outbox.needs_sync
+            && self.outbox.sends.len() + self.outbox.multicasts.len() < GROUP_COMMIT_MAX_SENDS
+        {
+            return Ok(());
+        }
+        self.carry_out_now(now, app)
+    }
+
+    /// Carries out the outbox in the contract's order: sync, sends, deliveries and acks.
+    fn carry_out_now<A: Application + ?Sized>(
         &mut self,
         now: Micros,
         app: &mut A,
@@ -629,7 +651,8 @@ impl<P: Protocol> Driver<P> {
         }
         let mut out = std::mem::take(&mut self.outbox);
         if out.needs_sync {
-            (self.sync)().map_err(DriverError::Storage)?;
+            self.protocol.sync_storage().map_err(DriverError::Storage)?;
+            self.stats.storage_syncs += 1;
         }
         for (to, msg) in out.sends.drain(..) {
             self.send_to(now, to, msg);

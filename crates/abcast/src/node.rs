@@ -372,10 +372,10 @@ where
         "[{}] node starting: incarnation {}{}, peers on {}, clients on {}",
         cfg.node_id,
         start.incarnation,
-        if start.amnesic {
-            " (amnesic: in-memory acceptor state was lost)"
-        } else {
-            ""
+        match (start.amnesic, cfg.storage.kind) {
+            (true, StorageKind::Durable { .. }) => " (acceptor state recovered from its log)",
+            (true, _) => " (amnesic: in-memory acceptor state was lost)",
+            (false, _) => "",
         },
         me.addr,
         me.client_addr

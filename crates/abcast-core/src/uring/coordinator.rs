@@ -517,6 +517,15 @@ impl URing {
                 break;
             }
             let instance = c.next_instance;
+            if self.learn.knows(instance) {
+                // Decided already (a later phase 1 range of a takeover reported it decided,
+                // or a learner did): a new decree there would be refused by every acceptor
+                // that knows the decision, and the value would wait for its proposer's
+                // re-send, once per decided instance (found by the SIGKILL-all restart test).
+                self.coord.preset.remove(&instance);
+                self.coord.next_instance += 1;
+                continue;
+            }
             let (decree, path) = if let Some(d) = self.coord.preset.remove(&instance) {
                 (d, 0)
             } else if let Some(d) = self.coord.meta.pop_front() {

@@ -21,7 +21,7 @@ pub mod uring;
 pub mod wire;
 
 pub use error::{DecodeError, ProposeError};
-pub use protocol::{Delivery, GroupStatus, Outbox, Pass, Protocol, Status, Subscription};
+pub use protocol::{Delivery, GroupStatus, Outbox, Pass, Protocol, Snapshot, Status, Subscription};
 pub use types::{
     Ballot, Batch, BatchKey, CONTROL_MAX_BYTES, Decree, GroupId, Instance, Micros, NodeId, Value,
     ValueId,

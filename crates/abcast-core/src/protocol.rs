@@ -190,6 +190,81 @@ pub struct GroupStatus {
     pub buffered_instances_max: usize,
 }
 
+/// A learner's snapshot (issue 4; URingPaxos' `Safe`): the application's state after every
+/// instance up to `upto`, and the protocol's own learner state at that point (what it needs
+/// to go on delivering the same sequence as everyone else: the de-duplication memory),
+/// opaque to the application. Learners report `upto`; the coordinator trims the acceptors'
+/// logs below the point a quorum of learners' snapshots covers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    pub upto: Instance,
+    pub protocol: Bytes,
+    pub app: Bytes,
+}
+
+/// `"ABS1"`, the start of an encoded snapshot.
+pub const SNAPSHOT_MAGIC: u32 = u32::from_le_bytes(*b"ABS1");
+const SNAPSHOT_HEADER_BYTES: usize = 4 + 8 + 4 + 8 + 4;
+
+impl Snapshot {
+    /// `magic | upto | protocol_len (u32) | app_len (u64) | crc32c of everything else |
+    /// protocol | app`, all little-endian: what a node writes to its snapshot file.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out =
+            Vec::with_capacity(SNAPSHOT_HEADER_BYTES + self.protocol.len() + self.app.len());
+        out.extend_from_slice(&SNAPSHOT_MAGIC.to_le_bytes());
+        out.extend_from_slice(&self.upto.to_le_bytes());
+        out.extend_from_slice(&(self.protocol.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(self.app.len() as u64).to_le_bytes());
+        let crc = crc32c::crc32c_append(
+            crc32c::crc32c_append(crc32c::crc32c(&out), &self.protocol),
+            &self.app,
+        );
+        out.extend_from_slice(&crc.to_le_bytes());
+        out.extend_from_slice(&self.protocol);
+        out.extend_from_slice(&self.app);
+        out
+    }
+
+    /// Checks and decodes [`Snapshot::encode`]'s bytes; never panics.
+    pub fn decode(buf: &[u8]) -> Result<Snapshot, String> {
+        let head = buf
+            .get(..SNAPSHOT_HEADER_BYTES)
+            .ok_or_else(|| format!("{} bytes, shorter than a snapshot header", buf.len()))?;
+        let u32_at =
+            |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
+        let u64_at = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&head[i..i + 8]);
+            u64::from_le_bytes(b)
+        };
+        if u32_at(0) != SNAPSHOT_MAGIC {
+            return Err("not a snapshot (bad magic)".into());
+        }
+        let upto = u64_at(4);
+        let plen = u32_at(12) as usize;
+        let alen = usize::try_from(u64_at(16)).map_err(|_| "app length overflows".to_string())?;
+        let body = &buf[SNAPSHOT_HEADER_BYTES..];
+        if body.len() != plen.saturating_add(alen) {
+            return Err(format!(
+                "length mismatch: header says {} + {} bytes, {} follow",
+                plen,
+                alen,
+                body.len()
+            ));
+        }
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&head[..24]), body);
+        if crc != u32_at(24) {
+            return Err("checksum mismatch".into());
+        }
+        Ok(Snapshot {
+            upto,
+            protocol: Bytes::copy_from_slice(&body[..plen]),
+            app: Bytes::copy_from_slice(&body[plen..]),
+        })
+    }
+}
+
 /// A total-order broadcast protocol, as a pure state machine.
 pub trait Protocol {
     /// The protocol's message type, with its wire codec.
@@ -242,6 +317,23 @@ pub trait Protocol {
     /// Bytes of acceptor log on disk, over every store this node holds.
     fn log_bytes(&self) -> u64 {
         0
+    }
+
+    /// The application hands its state after every instance delivered so far (`app`,
+    /// taken with no delivery in between); the protocol adds its learner state and returns
+    /// the snapshot for the caller to persist. From now on this learner reports
+    /// `snapshot.upto`, and acceptors may trim below the point a quorum of learners
+    /// reported. `Err` for a protocol (or role) without snapshots.
+    fn take_snapshot(&mut self, app: Bytes) -> Result<Snapshot, String> {
+        let _ = app;
+        Err("this protocol does not take snapshots yet".into())
+    }
+
+    /// A restarted learner starts after its snapshot instead of at instance 1 (call before
+    /// any other input; the application restores `snapshot.app` itself).
+    fn restore_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), String> {
+        let _ = snapshot;
+        Err("this protocol does not restore snapshots yet".into())
     }
 
     /// Starts (`on`) or stops following `group` at this learner, at a point every learner

@@ -271,3 +271,116 @@ fn protocol_cost_per_value() {
         delivered as f64 / secs
     );
 }
+
+#[test]
+fn acceptors_trim_below_what_a_majority_of_learners_snapshotted() {
+    let mut net = Net::new(3);
+    net.run_for(400_000);
+    for k in 0..30 {
+        assert!(net.propose(k % 3, &format!("v{k}")));
+        net.run_for(1_000);
+    }
+    net.run_for(100_000);
+    let log_starts = |net: &Net| -> Vec<u64> {
+        net.nodes
+            .iter()
+            .map(|n| n.as_ref().and_then(|n| n.acceptor_log_start()).unwrap_or(0))
+            .collect()
+    };
+    assert_eq!(log_starts(&net), vec![1, 1, 1]);
+    // One learner of three snapshots: no majority covers anything yet.
+    let s0 = net.nodes[0]
+        .as_mut()
+        .unwrap()
+        .take_snapshot(Bytes::from_static(b"app0"))
+        .unwrap();
+    net.run_for(200_000);
+    assert_eq!(
+        log_starts(&net),
+        vec![1, 1, 1],
+        "one snapshot is not a majority"
+    );
+    for k in 30..40 {
+        assert!(net.propose(k % 3, &format!("v{k}")));
+        net.run_for(1_000);
+    }
+    net.run_for(100_000);
+    let s1 = net.nodes[1]
+        .as_mut()
+        .unwrap()
+        .take_snapshot(Bytes::from_static(b"app1"))
+        .unwrap();
+    assert!(s1.upto > s0.upto);
+    net.run_for(200_000);
+    // Majority of {s0, s1, none} = s0: trimmed below s0.upto + 1 everywhere.
+    assert_eq!(log_starts(&net), vec![s0.upto + 1; 3]);
+    // New values still flow after the trim.
+    for k in 40..45 {
+        assert!(net.propose(k % 3, &format!("v{k}")));
+        net.run_for(1_000);
+    }
+    net.run_for(100_000);
+    assert_eq!(net.seq(0).len(), 45);
+    assert_eq!(net.seq(2), net.seq(0));
+}
+
+#[test]
+fn a_learner_restored_from_a_snapshot_delivers_the_rest_of_the_same_sequence() {
+    let mut net = Net::new(3);
+    net.run_for(400_000);
+    for k in 0..20 {
+        assert!(net.propose(k % 3, &format!("a{k}")));
+        net.run_for(1_000);
+    }
+    net.run_for(100_000);
+    let snap = net.nodes[2]
+        .as_mut()
+        .unwrap()
+        .take_snapshot(Bytes::from_static(b"state"))
+        .unwrap();
+    let encoded = snap.encode();
+    assert_eq!(abcast_core::Snapshot::decode(&encoded).unwrap(), snap);
+    // Node 2 crashes; once the ring closes around it, values go on.
+    net.down[2] = true;
+    net.run_for(1_000_000);
+    for k in 0..20 {
+        assert!(net.propose(k % 2, &format!("b{k}")));
+        net.run_for(1_000);
+    }
+    net.run_for(100_000);
+    // It restarts from its snapshot file (amnesic acceptor, learner after the snapshot).
+    let start = StartInfo {
+        incarnation: 1,
+        amnesic: true,
+        start_seq: 1 << 32,
+    };
+    let mut node = Net::make(&net.cfg, 2, start);
+    let back = abcast_core::Snapshot::decode(&encoded).unwrap();
+    node.restore_snapshot(&back).unwrap();
+    assert_eq!(node.status().delivered_upto, snap.upto);
+    let before = net.delivered[2].len();
+    net.nodes[2] = Some(node);
+    net.down[2] = false;
+    net.run_for(2_000_000);
+    let after: Vec<Bytes> = net.delivered[2][before..]
+        .iter()
+        .flat_map(|(_, v)| v.clone())
+        .collect();
+    let all = net.seq(0);
+    assert_eq!(all.len(), 40);
+    let upto_values: usize = net.delivered[0]
+        .iter()
+        .filter(|(i, _)| *i <= snap.upto)
+        .map(|(_, v)| v.len())
+        .sum();
+    assert_eq!(
+        after,
+        all[upto_values..].to_vec(),
+        "the rest, once, in order"
+    );
+    // A corrupt snapshot file is refused, not half-restored.
+    let mut bad = encoded.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    assert!(abcast_core::Snapshot::decode(&bad).is_err());
+}

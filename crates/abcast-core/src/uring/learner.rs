@@ -13,6 +13,8 @@
 //! the second one. The skip is a deterministic function of the decided sequence, so every
 //! learner skips the same instances and sequences stay equal.
 
+use crate::codec::{Decoder, Encoder};
+use crate::error::DecodeError;
 use crate::protocol::{Delivery, Pass};
 use crate::types::{Batch, BatchKey, Decree, Instance, Micros, NodeId};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -49,6 +51,40 @@ impl Dedup {
         self.per_origin
             .get(&key.origin)
             .and_then(|(m, _)| m.get(&key.first_seq).copied())
+    }
+
+    /// The memory as bytes, for a snapshot: a learner that installs it skips the same
+    /// duplicates as the learner that took it (origins in id order, batches oldest first).
+    pub fn encode(&self, e: &mut Encoder) {
+        let mut origins: Vec<_> = self.per_origin.iter().collect();
+        origins.sort_by_key(|(o, _)| o.0);
+        e.put_u32(origins.len() as u32);
+        for (origin, (set, order)) in origins {
+            e.put_u32(origin.0);
+            e.put_u32(order.len() as u32);
+            for seq in order {
+                e.put_u64(*seq);
+                e.put_u64(set.get(seq).copied().unwrap_or(0));
+            }
+        }
+    }
+
+    pub fn decode(d: &mut Decoder) -> Result<Dedup, DecodeError> {
+        let mut dedup = Dedup::default();
+        let origins = d.count("dedup.origins", 1 << 16, 8)?;
+        for _ in 0..origins {
+            let origin = NodeId(d.u32("dedup.origin")?);
+            let n = d.count("dedup.batches", DEDUP_BATCHES_PER_ORIGIN, 16)?;
+            let (set, order) = dedup.per_origin.entry(origin).or_default();
+            for _ in 0..n {
+                let seq = d.u64("dedup.first_seq")?;
+                let instance = d.u64("dedup.instance")?;
+                if set.insert(seq, instance).is_none() {
+                    order.push_back(seq);
+                }
+            }
+        }
+        Ok(dedup)
     }
 }
 
@@ -330,6 +366,21 @@ impl LearnerState {
     /// Whether the learner is behind what it knows to be decided.
     pub fn behind(&self) -> bool {
         self.decided_max >= self.next
+    }
+
+    /// Starts over after `upto` from a snapshot: the de-duplication memory it carried, and
+    /// nothing pending below.
+    pub fn restore(&mut self, upto: Instance, dedup: Dedup) {
+        self.dedup = dedup;
+        self.pending.clear();
+        self.waiting.clear();
+        self.next = upto + 1;
+        self.decided_max = self.decided_max.max(upto);
+    }
+
+    /// Encodes the de-duplication memory (see [`Dedup::encode`]).
+    pub fn encode_dedup(&self, e: &mut Encoder) {
+        self.dedup.encode(e);
     }
 
     /// Jumps over instances nobody can serve any more (trimmed everywhere). Only for

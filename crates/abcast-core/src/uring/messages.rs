@@ -161,6 +161,11 @@ pub struct Heartbeat {
     pub leading: bool,
     pub amnesic: bool,
     pub epoch: Vec<u64>,
+    /// The sender's learner has a snapshot covering every instance up to here (0: none).
+    pub snapshot_upto: Instance,
+    /// From the leading coordinator: acceptors forget every instance below this (0: none).
+    /// URingPaxos' `Safe`/`Trim`, see `snapshot.rs`.
+    pub trim_below: Instance,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -318,6 +323,8 @@ impl WireMessage for Message {
                 e.put_u8(m.leading as u8);
                 e.put_u8(m.amnesic as u8);
                 put_u64s(e, &m.epoch);
+                e.put_u64(m.snapshot_upto);
+                e.put_u64(m.trim_below);
             }
             Message::Repair(m) => {
                 put_ballot(e, m.ballot);
@@ -430,6 +437,8 @@ impl WireMessage for Message {
                 leading: get_bool(&mut d, "heartbeat.leading")?,
                 amnesic: get_bool(&mut d, "heartbeat.amnesic")?,
                 epoch: get_u64s(&mut d, "epoch", MAX_EPOCH_LEN)?,
+                snapshot_upto: d.u64("heartbeat.snapshot_upto")?,
+                trim_below: d.u64("heartbeat.trim_below")?,
             }),
             K_REPAIR => Message::Repair(Repair {
                 ballot: get_ballot(&mut d)?,
@@ -554,6 +563,8 @@ mod tests {
                 leading: true,
                 amnesic: false,
                 epoch: vec![0, 0, 0],
+                snapshot_upto: 2,
+                trim_below: 3,
             }),
             Message::Repair(Repair {
                 ballot: bal,

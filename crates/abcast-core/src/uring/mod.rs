@@ -25,6 +25,7 @@ pub mod learner;
 pub mod messages;
 pub mod proposer;
 pub mod ring;
+pub mod snapshot;
 
 pub use config::{ConfigError, Member, RingConfig, Roles, StartInfo};
 pub use messages::Message;
@@ -65,6 +66,8 @@ pub struct URing {
     pub(crate) cluster_delivered_max: Instance,
     /// The coordinator of the last tick, to notice changes.
     pub(crate) last_coordinator: Option<usize>,
+    /// Snapshots and trimming (`snapshot.rs`).
+    pub(crate) snap: snapshot::SnapshotState,
 }
 
 impl URing {
@@ -109,6 +112,7 @@ impl URing {
             max_round_seen: 0,
             last_heartbeat_us: 0,
             cluster_delivered_max: 0,
+            snap: snapshot::SnapshotState::new(cfg.members.len()),
             last_coordinator: None,
             me,
             pos,
@@ -365,6 +369,10 @@ impl URing {
             .decided_max
             .max(m.decided_max)
             .max(m.delivered_upto);
+        self.on_snapshot_report(from_pos, m.snapshot_upto);
+        if m.leading && m.trim_below > 0 {
+            self.on_trim(from_pos, m.trim_below, out);
+        }
     }
 
     fn send_heartbeats(&mut self, out: &mut Out) {
@@ -381,7 +389,13 @@ impl URing {
             leading: self.coord.is_leading(),
             amnesic: self.acc.as_ref().is_some_and(|a| a.amnesic),
             epoch: self.view.epoch().to_vec(),
+            snapshot_upto: self.snap.own_upto,
+            trim_below: self.trim_point(),
         };
+        // The coordinator's own acceptor trims with the others (no heartbeat to itself).
+        if hb.trim_below > 0 {
+            self.on_trim(self.pos, hb.trim_below, out);
+        }
         for (p, m) in self.cfg.members.iter().enumerate() {
             if p != self.pos {
                 out.send(m.id, Message::Heartbeat(hb.clone()));
@@ -531,6 +545,14 @@ impl Protocol for URing {
 
     fn log_bytes(&self) -> u64 {
         self.acc.as_ref().map_or(0, |acc| acc.store.log_bytes())
+    }
+
+    fn take_snapshot(&mut self, app: Bytes) -> Result<crate::protocol::Snapshot, String> {
+        self.take_snapshot_here(app)
+    }
+
+    fn restore_snapshot(&mut self, snapshot: &crate::protocol::Snapshot) -> Result<(), String> {
+        self.restore_snapshot_here(snapshot)
     }
 
     fn status(&self) -> Status {

@@ -1,8 +1,9 @@
 //! Coordinator: seed 000 §3.1.2, seed 003 Algorithm 2 Tasks 1, 3 and §4.2-4.3.
 //!
 //! The coordinator is the first live acceptor in ring order (seed 000 §3.2.2). On taking
-//! over it picks a ballot above every round it has seen (ballots are unique per coordinator:
-//! `(round, node)`) and runs phase 1 from the first instance it does not know to be decided.
+//! over it picks a ballot above every round it has seen (ballots are unique per process
+//! life: `(round, node, incarnation)`, see `Ballot`) and runs phase 1 from the first
+//! instance it does not know to be decided.
 //! Phase 1 goes straight to every acceptor and back (seed 003 Task 1/3), not around the ring
 //! as seed 000 does: it is control plane, run once per takeover, and a direct exchange does
 //! not depend on every node agreeing on the ring.
@@ -199,8 +200,10 @@ impl URing {
 
     /// Starts (or restarts) phase 1 with a ballot above every round seen.
     fn start_phase1(&mut self, out: &mut Out, why: &str) {
-        let round = self.max_round_seen.max(self.coord.ballot.round) + 1;
-        let ballot = Ballot::new(round, self.me);
+        // Above every round seen, and this life's incarnation: a ballot no other process
+        // life made or will make (see `Ballot`).
+        let round = self.max_ballot_seen.round.max(self.coord.ballot.round) + 1;
+        let ballot = Ballot::new(round, self.me, self.ballot_incarnation);
         self.note_ballot(ballot);
         // Open proposals go back to the queue: they are re-proposed in new instances if
         // phase 1 does not find them (learners skip a batch decided twice).

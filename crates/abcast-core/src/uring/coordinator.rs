@@ -261,15 +261,16 @@ impl URing {
     /// proposers then flush that backlog in one burst (which a Multi-Ring learner has to
     /// buffer). Once per acceptor per process lifetime, so it costs nothing.
     ///
-    /// Only in a node's first incarnation. A restarted node starts its rounds at 1 again
-    /// and must climb above the rounds its earlier incarnation used (from refusals and
-    /// heartbeats) before a phase 1 of its own succeeds: an amnesic coordinator whose phase
-    /// 1 is quick can get promises for a round it already used, and two different decrees
-    /// can then be voted in one instance under "the same" ballot. The uring mixed sweep
-    /// (5 nodes, seed 24) hit that when this re-send applied to restarts too; ballots
-    /// unique across incarnations are the real fix and are still open.
+    /// Restarted nodes too. A restarted node starts its rounds at 1 again, below rounds its
+    /// earlier life may have used, so a quick phase 1 can get promises before refusals and
+    /// heartbeats have lifted it; but its ballots carry its new incarnation, so none of them
+    /// is a ballot its earlier life used, and a quick phase 1 is as safe as a slow one (see
+    /// `Ballot`). Before ballots carried the incarnation this re-send was limited to a
+    /// node's first life: with it, the uring mixed sweep (5 nodes, seed 24) had a restarted
+    /// coordinator win phase 1 under `1.0`, the ballot its first life had led with, and then
+    /// "a decided instance changed its decree"; it passes now.
     pub(crate) fn coordinator_on_first_contact(&mut self, from_pos: usize, out: &mut Out) {
-        if !self.is_acceptor_pos(from_pos) || self.view.epoch()[self.view.me()] != 0 {
+        if !self.is_acceptor_pos(from_pos) {
             return;
         }
         let Some(p) = self.coord.prepare.as_ref() else {

@@ -26,13 +26,46 @@ impl fmt::Display for NodeId {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct GroupId(pub u16);
 
-/// A ballot (Paxos round, seed 003 "c-rnd"). Unique per coordinator because the node id
-/// breaks ties (seed 000 §3.1.2: "a counter and the last digit of the coordinator ID"; we
-/// keep the whole id). Ordered by `round`, then `node`.
+/// A ballot (Paxos round, seed 003 "c-rnd"): `(round, node, incarnation)`, ordered by
+/// `round`, then `node`, then `incarnation` (the derived order, fields in that order).
+///
+/// **Unique per process life.** Paxos needs every ballot to belong to one coordinator, which
+/// proposes at most one decree per instance in it (seed 003 Algorithm 1 Task 1: "increase
+/// c-rnd to an arbitrary unique value"; seed 000 §3.1.2: ballots are "a counter and the last
+/// digit of the coordinator ID", which "guarantees that ballot numbers are always unique in
+/// the whole system"). The node id alone does not give that to a node that restarts: its
+/// counter (the highest round seen) is in memory and starts again at 0, so the new process can
+/// pick a `(round, node)` its previous life used, possibly with another decree in the same
+/// instance — two decrees voted under "the same" ballot, and a later phase 1 may then pick
+/// the one that was not chosen. Seed 003 §4.2 asks that a process "must not forget its
+/// state"; we do not keep `c-rnd` on stable storage, we make the forgotten one unreachable:
+/// the driver gives every start of a node a new incarnation (`StartInfo::incarnation`, kept
+/// on disk by the runtime's incarnation marker), and a coordinator stamps its own
+/// incarnation into every ballot it makes. So:
+///
+/// * a ballot `(r, n, i)` is made only by node `n` in its life `i`, and there by
+///   `start_phase1` alone, which always takes a round above the current ballot's: one
+///   process life, one phase 1 per ballot;
+/// * under one ballot that life proposes one decree per instance: an instance stays open
+///   with its decree until it is decided, `start_phase1` hands open decrees back to the
+///   queue for the next ballot, and a later phase 1 under the same ballot (an extension or
+///   a backfill) re-proposes what a quorum reports, where a vote of this very ballot is the
+///   highest any promising acceptor can hold;
+///
+/// hence at most one decree per instance per ballot, which is all the Paxos proof (seed
+/// 003, Appendix) asks of ballots. Ballots of different lives of a node are different
+/// values, so an acceptor's `>=` promise test and phase 1's "highest ballot" choice compare
+/// them like any two ballots of different coordinators. The incarnation is the least
+/// significant field: it only separates lives of the same node at the same round, and a
+/// restarted node still climbs rounds from refusals and heartbeats as before. Ballots of a
+/// first life (incarnation 0) compare exactly as `(round, node)` did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Ballot {
     pub round: u32,
     pub node: NodeId,
+    /// The life of `node` that made this ballot (`StartInfo::incarnation`, 0 on the first
+    /// start).
+    pub incarnation: u32,
 }
 
 impl Ballot {
@@ -40,10 +73,15 @@ impl Ballot {
     pub const ZERO: Ballot = Ballot {
         round: 0,
         node: NodeId(0),
+        incarnation: 0,
     };
 
-    pub fn new(round: u32, node: NodeId) -> Ballot {
-        Ballot { round, node }
+    pub fn new(round: u32, node: NodeId, incarnation: u32) -> Ballot {
+        Ballot {
+            round,
+            node,
+            incarnation,
+        }
     }
 
     pub fn is_zero(&self) -> bool {
@@ -51,9 +89,14 @@ impl Ballot {
     }
 }
 
+/// `round.node`, and `/incarnation` for a ballot of a restarted node: `3.1`, `3.1/2`.
 impl fmt::Display for Ballot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.round, self.node.0)
+        write!(f, "{}.{}", self.round, self.node.0)?;
+        if self.incarnation != 0 {
+            write!(f, "/{}", self.incarnation)?;
+        }
+        Ok(())
     }
 }
 
@@ -382,5 +425,30 @@ mod decree_tests {
         let b = Decree::Values(Batch::single(id, Bytes::from_static(b"x")));
         assert!(a.same_as(&b));
         assert!(!a.same_as(&Decree::Noop));
+    }
+}
+
+#[cfg(test)]
+mod ballot_tests {
+    use super::*;
+
+    #[test]
+    fn ballots_order_by_round_then_node_then_incarnation() {
+        let b = |r, n, i| Ballot::new(r, NodeId(n), i);
+        let mut v = vec![b(2, 0, 0), b(1, 1, 0), b(1, 0, 5), b(1, 0, 0), b(1, 1, 1)];
+        v.sort();
+        assert_eq!(
+            v,
+            vec![b(1, 0, 0), b(1, 0, 5), b(1, 1, 0), b(1, 1, 1), b(2, 0, 0)]
+        );
+        // A later life of a node at the same round is a different, higher ballot.
+        assert!(b(3, 1, 1) > b(3, 1, 0));
+        assert!(Ballot::ZERO < b(0, 0, 1));
+    }
+
+    #[test]
+    fn a_ballot_shows_its_incarnation_only_when_restarted() {
+        assert_eq!(Ballot::new(3, NodeId(1), 0).to_string(), "3.1");
+        assert_eq!(Ballot::new(3, NodeId(1), 2).to_string(), "3.1/2");
     }
 }

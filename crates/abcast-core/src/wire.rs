@@ -6,14 +6,19 @@ use crate::codec::{Decoder, Encoder};
 use crate::error::DecodeError;
 use crate::types::{Ballot, Batch, CONTROL_MAX_BYTES, Decree, NodeId};
 
+/// Bytes of a ballot on the wire: round, node and incarnation, a `u32` each.
+pub const BALLOT_BYTES: usize = 12;
+
 pub fn put_ballot(e: &mut Encoder, b: Ballot) {
     e.put_u32(b.round);
     e.put_u32(b.node.0);
+    e.put_u32(b.incarnation);
 }
 pub fn get_ballot(d: &mut Decoder) -> Result<Ballot, DecodeError> {
     Ok(Ballot {
         round: d.u32("ballot.round")?,
         node: NodeId(d.u32("ballot.node")?),
+        incarnation: d.u32("ballot.incarnation")?,
     })
 }
 pub fn put_batch(e: &mut Encoder, b: &Batch) {
@@ -106,5 +111,42 @@ pub fn get_bool(d: &mut Decoder, what: &'static str) -> Result<bool, DecodeError
             what,
             detail: format!("{v} is not a boolean"),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ballot_round_trips_with_its_incarnation() {
+        let b = Ballot::new(7, NodeId(3), 2);
+        let mut e = Encoder::new();
+        put_ballot(&mut e, b);
+        let bytes = e.to_bytes();
+        assert_eq!(bytes.len(), BALLOT_BYTES);
+        let mut d = Decoder::new(bytes);
+        assert_eq!(get_ballot(&mut d), Ok(b));
+        assert!(d.finish().is_ok());
+    }
+
+    #[test]
+    fn a_ballot_cut_before_its_incarnation_is_refused_by_name() {
+        let mut e = Encoder::new();
+        put_ballot(&mut e, Ballot::new(7, NodeId(3), 2));
+        let bytes = e.to_bytes();
+        for (cut, field) in [
+            (0, "ballot.round"),
+            (4, "ballot.node"),
+            (8, "ballot.incarnation"),
+            (11, "ballot.incarnation"),
+        ] {
+            let mut d = Decoder::new(bytes.slice(..cut));
+            assert_eq!(
+                get_ballot(&mut d),
+                Err(DecodeError::Truncated { what: field }),
+                "cut at {cut}"
+            );
+        }
     }
 }

@@ -4,7 +4,7 @@
 use abcast_core::codec::{Encoder, WireMessage};
 use abcast_core::storage::MemoryStore;
 use abcast_core::uring::{Message, RingConfig, StartInfo, URing};
-use abcast_core::{NodeId, Outbox, Protocol};
+use abcast_core::{Ballot, NodeId, Outbox, Protocol};
 use bytes::Bytes;
 use std::collections::VecDeque;
 
@@ -17,6 +17,9 @@ struct Net {
     acks: usize,
     down: Vec<bool>,
     drop_decisions_to: Option<NodeId>,
+    /// Every ballot a node put in a phase 1a it sent: the ballots it made (a coordinator
+    /// runs phase 1 under each of its ballots before it proposes anything in it).
+    phase1a_ballots: Vec<(NodeId, Ballot)>,
 }
 
 impl Net {
@@ -36,6 +39,7 @@ impl Net {
             acks: 0,
             down: vec![false; n as usize],
             drop_decisions_to: None,
+            phase1a_ballots: Vec::new(),
         }
     }
     fn make(cfg: &RingConfig, i: u32, start: StartInfo) -> URing {
@@ -44,6 +48,11 @@ impl Net {
     }
     fn apply(&mut self, from: NodeId, out: &mut Outbox<Message>) {
         for (to, m) in out.sends.drain(..) {
+            if let Message::Phase1a(p) = &m
+                && !self.phase1a_ballots.contains(&(from, p.ballot))
+            {
+                self.phase1a_ballots.push((from, p.ballot));
+            }
             // Through the codec, as on the wire.
             let mut e = Encoder::new();
             m.encode(&mut e);
@@ -233,6 +242,85 @@ fn an_amnesic_acceptor_is_repaired_before_it_counts_in_phase_1() {
         net.seq(2),
         "the restarted learner replays from instance 1"
     );
+}
+
+#[test]
+fn a_restarted_coordinator_never_reuses_a_ballot_of_its_previous_life() {
+    let mut net = Net::new(3);
+    net.run_for(400_000);
+    for k in 0..5 {
+        net.propose(k % 3, &format!("a{k}"));
+        net.run_for(1_000);
+    }
+    net.run_for(100_000);
+    assert_eq!(net.seq(1).len(), 5);
+    let old: Vec<Ballot> = ballots_of(&net, 0);
+    assert!(!old.is_empty(), "node 0 coordinated in its first life");
+    // Node 0 crashes and is back before anyone suspects it (failure_timeout_us is 300 ms),
+    // with a new incarnation and an empty in-memory store: its round counter starts at 0
+    // again, and nobody else has taken over, so the acceptors' promise is still its old
+    // ballot, and a phase 1 under that very ballot would be granted.
+    net.down[0] = true;
+    net.run_for(100_000);
+    net.down[0] = false;
+    net.phase1a_ballots.clear();
+    net.nodes[0] = Some(Net::make(
+        &net.cfg,
+        0,
+        StartInfo {
+            incarnation: 1,
+            amnesic: true,
+            start_seq: 1 << 40,
+        },
+    ));
+    net.delivered[0].clear();
+    net.run_for(1_000_000);
+    let st = net.nodes[0].as_ref().map(|n| n.status()).expect("node 0");
+    assert!(st.leading, "node 0 took over again: {st:?}");
+    let new = ballots_of(&net, 0);
+    assert!(!new.is_empty());
+    for b in &new {
+        assert_eq!(b.incarnation, 1, "made in the second life: {b}");
+        assert!(!old.contains(b), "{b} was used by the first life too");
+    }
+    // The hazard is real: the new life picked a round and node its old life had used, and
+    // only the incarnation tells the two ballots apart.
+    assert!(
+        new.iter()
+            .any(|b| old.iter().any(|o| (o.round, o.node) == (b.round, b.node))),
+        "old {old:?}, new {new:?}"
+    );
+    // The ballot it leads with is above every ballot of the old life: acceptors that
+    // promised or voted in an old ballot take it, and phase 1 under it found those votes.
+    let leading = *new.last().expect("a ballot");
+    assert!(
+        old.iter().all(|o| *o < leading),
+        "old {old:?}, leads with {leading}"
+    );
+    // And the log goes on as one: what the first life decided stays decided (an in-memory
+    // store panics if a decided instance changes its decree), values proposed now follow,
+    // and the restarted learner replays it all.
+    for k in 0..5 {
+        net.propose(k % 3, &format!("b{k}"));
+        net.run_for(1_000);
+    }
+    net.run_for(1_000_000);
+    assert_eq!(net.seq(1).len(), 10);
+    assert_eq!(net.seq(2), net.seq(1));
+    assert_eq!(net.seq(0), net.seq(1));
+    assert_eq!(
+        net.seq(1)[..5],
+        ["a0", "a1", "a2", "a3", "a4"].map(Bytes::from)[..]
+    );
+}
+
+/// The ballots `node` ran phase 1 under, in order.
+fn ballots_of(net: &Net, node: u32) -> Vec<Ballot> {
+    net.phase1a_ballots
+        .iter()
+        .filter(|(from, _)| *from == NodeId(node))
+        .map(|(_, b)| *b)
+        .collect()
 }
 
 /// Not a benchmark (no timing assertion): prints the protocol's own cost per value so a

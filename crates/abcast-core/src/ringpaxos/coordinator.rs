@@ -205,8 +205,10 @@ impl RingPaxos {
     /// Task 1: a new ballot, phase 1 to every acceptor.
     fn start_phase1(&mut self, out: &mut Out, why: &str) {
         self.flush_decisions(out);
-        let round = self.max_round_seen.max(self.coord.ballot.round) + 1;
-        let ballot = Ballot::new(round, self.me);
+        // Above every round seen, and this life's incarnation: a ballot no other process
+        // life made or will make (see `Ballot`).
+        let round = self.max_ballot_seen.round.max(self.coord.ballot.round) + 1;
+        let ballot = Ballot::new(round, self.me, self.ballot_incarnation);
         self.note_ballot(ballot);
         // Undecided values go back to the queue; phase 1 re-proposes them where it finds
         // them (and the queue skips them then).

@@ -19,8 +19,8 @@ use crate::codec::{Decoder, Encoder, WireMessage};
 use crate::error::DecodeError;
 use crate::types::{Ballot, Batch, BatchKey, Decree, Instance, NodeId};
 use crate::wire::{
-    get_ballot, get_batch, get_bool, get_decree, get_u64s, put_ballot, put_batch, put_decree,
-    put_u64s,
+    BALLOT_BYTES, get_ballot, get_batch, get_bool, get_decree, get_u64s, put_ballot, put_batch,
+    put_decree, put_u64s,
 };
 
 /// Largest number of entries in one phase 1 reply, one retrieve answer, one decision list.
@@ -350,7 +350,8 @@ impl WireMessage for Message {
                     });
                 }
                 let epoch = get_u64s(&mut d, "epoch", MAX_MEMBERS)?;
-                let n = d.count("phase1b.accepted", MAX_ENTRIES, 18)?;
+                // An entry: instance, ballot, decided flag, decree tag at least.
+                let n = d.count("phase1b.accepted", MAX_ENTRIES, 8 + BALLOT_BYTES + 2)?;
                 let mut accepted = Vec::with_capacity(n);
                 for _ in 0..n {
                     let instance = d.u64("phase1b.entry.instance")?;
@@ -454,7 +455,7 @@ mod tests {
     }
 
     fn all() -> Vec<Message> {
-        let bal = Ballot::new(3, NodeId(1));
+        let bal = Ballot::new(3, NodeId(1), 2);
         let key = batch().key();
         vec![
             Message::Submit(Submit { batch: batch() }),

@@ -89,7 +89,11 @@ pub struct RingPaxos {
     pub(crate) learn: LearnerState,
     /// Values of `Phase2a`s (and submits) by id, to match decisions to contents (§6.1).
     pub(crate) cache: PayloadCache,
-    pub(crate) max_round_seen: u32,
+    /// Highest ballot seen anywhere: a new coordinator picks a higher round.
+    pub(crate) max_ballot_seen: Ballot,
+    /// This process life's incarnation, put in every ballot it makes (see `Ballot`). Not
+    /// `incarnation`, which is 0 for a non-acceptor (epochs count acceptors only).
+    pub(crate) ballot_incarnation: u32,
     pub(crate) last_heartbeat_us: Micros,
     pub(crate) last_coordinator: Option<usize>,
     /// The first input's time is known: the failure detector's grace period starts there.
@@ -105,6 +109,7 @@ impl RingPaxos {
         store: Box<dyn AcceptorStore + Send>,
     ) -> Result<RingPaxos, ConfigError> {
         cfg.validate()?;
+        let ballot_incarnation = start.ballot_incarnation()?;
         let pos = cfg.position(me).ok_or(ConfigError {
             field: "members",
             reason: format!("node {} is not a member", me.0),
@@ -141,7 +146,8 @@ impl RingPaxos {
             ring: RingMemory::default(),
             learn: LearnerState::new(roles.learner, cfg.store_capacity_instances, now),
             cache: PayloadCache::new(cfg.window_bytes.saturating_mul(4).max(64 << 20)),
-            max_round_seen: 0,
+            max_ballot_seen: Ballot::ZERO,
+            ballot_incarnation,
             last_heartbeat_us: 0,
             last_coordinator: None,
             started: false,
@@ -186,7 +192,7 @@ impl RingPaxos {
     }
 
     pub(crate) fn note_ballot(&mut self, b: Ballot) {
-        self.max_round_seen = self.max_round_seen.max(b.round);
+        self.max_ballot_seen = self.max_ballot_seen.max(b);
     }
 
     /// A decision `(instance, vid)` reached this node (multicast, or decided here).
@@ -246,7 +252,9 @@ impl RingPaxos {
         }
         self.last_heartbeat_us = self.now.max(1);
         let hb = Heartbeat {
-            ballot: Ballot::new(self.max_round_seen, self.coord.ballot.node),
+            // Only its round matters to the receiver (`note_ballot`); a ballot some
+            // coordinator really made, not one pieced together.
+            ballot: self.max_ballot_seen,
             delivered_upto: self.learn.delivered_upto(),
             decided_max: self.learn.decided_max,
             amnesic: self.acc.as_ref().is_some_and(|a| a.amnesic),
@@ -365,7 +373,7 @@ impl Protocol for RingPaxos {
         Status {
             node: self.me,
             coordinator: self.coordinator_pos().map(|p| self.node_at(p)),
-            ballot: Ballot::new(self.max_round_seen, self.coord.ballot.node).max(self.coord.ballot),
+            ballot: self.max_ballot_seen.max(self.coord.ballot),
             leading: self.coord.is_leading(),
             delivered_upto: self.learn.delivered_upto(),
             decided_max: self.learn.decided_max,

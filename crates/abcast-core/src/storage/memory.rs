@@ -176,7 +176,7 @@ mod tests {
 
     fn acc(decided: bool) -> Accepted {
         Accepted {
-            ballot: Ballot::new(1, NodeId(1)),
+            ballot: Ballot::new(1, NodeId(1), 0),
             decree: Decree::Noop,
             decided,
         }

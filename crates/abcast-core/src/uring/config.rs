@@ -230,8 +230,13 @@ impl std::error::Error for ConfigError {}
 /// What a node knows about itself when it starts, given by the driver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StartInfo {
-    /// Grows by one every time the node restarts without its acceptor state (an in-memory
-    /// store). 0 on the first start.
+    /// Grows by one every time the node restarts (both drivers bump it at every start after
+    /// the first: the simulator's restarts, the runtime's incarnation marker); 0 on the first
+    /// start. A restart without the acceptor state (an in-memory store) must have a new one,
+    /// which changes the epoch (`ring.rs`). Every restart of a node that may coordinate must
+    /// have a new one too: coordinators put it in their ballots, and that is what keeps a
+    /// restarted node from reusing a ballot of its earlier life (see `Ballot`). It must fit
+    /// in a `u32` (checked at construction).
     pub incarnation: u64,
     /// The acceptor lost its promises and votes: it must be repaired before it counts in a
     /// phase 1 quorum (see `acceptor.rs`).
@@ -246,4 +251,55 @@ impl StartInfo {
         amnesic: false,
         start_seq: 1,
     };
+
+    /// The incarnation as ballots carry it (`Ballot::incarnation`, 32 bits on the wire).
+    /// Refused, not truncated, when it does not fit: two lives of a node would then make
+    /// the same ballots.
+    pub fn ballot_incarnation(&self) -> Result<u32, ConfigError> {
+        u32::try_from(self.incarnation).map_err(|_| ConfigError {
+            field: "start.incarnation",
+            reason: format!(
+                "{} does not fit the 32 bits a ballot carries (at most {})",
+                self.incarnation,
+                u32::MAX
+            ),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ringpaxos::{RingPaxos, RingPaxosConfig};
+    use crate::storage::MemoryStore;
+    use crate::uring::URing;
+
+    fn restart(incarnation: u64) -> StartInfo {
+        StartInfo {
+            incarnation,
+            amnesic: true,
+            start_seq: 1,
+        }
+    }
+
+    #[test]
+    fn an_incarnation_beyond_32_bits_is_refused_not_truncated() {
+        assert_eq!(restart(7).ballot_incarnation(), Ok(7));
+        assert_eq!(
+            restart(u64::from(u32::MAX)).ballot_incarnation(),
+            Ok(u32::MAX)
+        );
+        let e = restart(u64::from(u32::MAX) + 1)
+            .ballot_incarnation()
+            .expect_err("does not fit");
+        assert_eq!(e.field, "start.incarnation");
+        // Both protocols refuse to start with it (Multi-Ring builds U-Rings).
+        let store = || Box::new(MemoryStore::new(100, 1 << 20));
+        let too_big = restart(1 << 32);
+        let u = URing::new(RingConfig::pal(&[0, 1, 2]), NodeId(0), too_big, store());
+        assert_eq!(u.err().map(|e| e.field), Some("start.incarnation"));
+        let cfg = RingPaxosConfig::with_roles(&[0, 1, 2], &[]);
+        let r = RingPaxos::new(cfg, NodeId(0), too_big, store());
+        assert_eq!(r.err().map(|e| e.field), Some("start.incarnation"));
+    }
 }

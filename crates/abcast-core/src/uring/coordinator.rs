@@ -1,8 +1,9 @@
 //! Coordinator: seed 000 §3.1.2, seed 003 Algorithm 2 Tasks 1, 3 and §4.2-4.3.
 //!
 //! The coordinator is the first live acceptor in ring order (seed 000 §3.2.2). On taking
-//! over it picks a ballot above every round it has seen (ballots are unique per coordinator:
-//! `(round, node)`) and runs phase 1 from the first instance it does not know to be decided.
+//! over it picks a ballot above every round it has seen (ballots are unique per process
+//! life: `(round, node, incarnation)`, see `Ballot`) and runs phase 1 from the first
+//! instance it does not know to be decided.
 //! Phase 1 goes straight to every acceptor and back (seed 003 Task 1/3), not around the ring
 //! as seed 000 does: it is control plane, run once per takeover, and a direct exchange does
 //! not depend on every node agreeing on the ring.
@@ -199,8 +200,10 @@ impl URing {
 
     /// Starts (or restarts) phase 1 with a ballot above every round seen.
     fn start_phase1(&mut self, out: &mut Out, why: &str) {
-        let round = self.max_round_seen.max(self.coord.ballot.round) + 1;
-        let ballot = Ballot::new(round, self.me);
+        // Above every round seen, and this life's incarnation: a ballot no other process
+        // life made or will make (see `Ballot`).
+        let round = self.max_ballot_seen.round.max(self.coord.ballot.round) + 1;
+        let ballot = Ballot::new(round, self.me, self.ballot_incarnation);
         self.note_ballot(ballot);
         // Open proposals go back to the queue: they are re-proposed in new instances if
         // phase 1 does not find them (learners skip a batch decided twice).
@@ -258,15 +261,16 @@ impl URing {
     /// proposers then flush that backlog in one burst (which a Multi-Ring learner has to
     /// buffer). Once per acceptor per process lifetime, so it costs nothing.
     ///
-    /// Only in a node's first incarnation. A restarted node starts its rounds at 1 again
-    /// and must climb above the rounds its earlier incarnation used (from refusals and
-    /// heartbeats) before a phase 1 of its own succeeds: an amnesic coordinator whose phase
-    /// 1 is quick can get promises for a round it already used, and two different decrees
-    /// can then be voted in one instance under "the same" ballot. The uring mixed sweep
-    /// (5 nodes, seed 24) hit that when this re-send applied to restarts too; ballots
-    /// unique across incarnations are the real fix and are still open.
+    /// Restarted nodes too. A restarted node starts its rounds at 1 again, below rounds its
+    /// earlier life may have used, so a quick phase 1 can get promises before refusals and
+    /// heartbeats have lifted it; but its ballots carry its new incarnation, so none of them
+    /// is a ballot its earlier life used, and a quick phase 1 is as safe as a slow one (see
+    /// `Ballot`). Before ballots carried the incarnation this re-send was limited to a
+    /// node's first life: with it, the uring mixed sweep (5 nodes, seed 24) had a restarted
+    /// coordinator win phase 1 under `1.0`, the ballot its first life had led with, and then
+    /// "a decided instance changed its decree"; it passes now.
     pub(crate) fn coordinator_on_first_contact(&mut self, from_pos: usize, out: &mut Out) {
-        if !self.is_acceptor_pos(from_pos) || self.view.epoch()[self.view.me()] != 0 {
+        if !self.is_acceptor_pos(from_pos) {
             return;
         }
         let Some(p) = self.coord.prepare.as_ref() else {

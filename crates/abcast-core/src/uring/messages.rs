@@ -13,8 +13,8 @@ use crate::codec::{Decoder, Encoder, WireMessage};
 use crate::error::DecodeError;
 use crate::types::{Ballot, Batch, BatchKey, Decree, Instance, NodeId};
 use crate::wire::{
-    get_ballot, get_batch, get_bool, get_decree, get_decree_tagged, get_u64s, put_ballot,
-    put_batch, put_decree, put_u64s,
+    BALLOT_BYTES, get_ballot, get_batch, get_bool, get_decree, get_decree_tagged, get_u64s,
+    put_ballot, put_batch, put_decree, put_u64s,
 };
 
 /// Largest number of entries in one phase 1 reply or one retrieve answer.
@@ -365,7 +365,8 @@ impl WireMessage for Message {
                 let max_instance = d.u64("phase1b.max_instance")?;
                 let covered_to = d.u64("phase1b.covered_to")?;
                 let epoch = get_u64s(&mut d, "epoch", MAX_EPOCH_LEN)?;
-                let n = d.count("phase1b.accepted", MAX_ENTRIES, 18)?;
+                // An entry: instance, ballot, decided flag, decree tag at least.
+                let n = d.count("phase1b.accepted", MAX_ENTRIES, 8 + BALLOT_BYTES + 2)?;
                 let mut accepted = Vec::with_capacity(n);
                 for _ in 0..n {
                     let instance = d.u64("phase1b.entry.instance")?;
@@ -467,7 +468,7 @@ mod tests {
     }
 
     fn all() -> Vec<Message> {
-        let bal = Ballot::new(3, NodeId(1));
+        let bal = Ballot::new(3, NodeId(1), 2);
         vec![
             Message::Forward(Forward {
                 batch: batch(),
@@ -587,8 +588,9 @@ mod tests {
 
     #[test]
     fn a_phase1b_of_only_noops_decodes() {
-        // The smallest entries (18 bytes): the decoder's size pre-check must not exceed them.
-        let bal = Ballot::new(1, NodeId(0));
+        // The smallest entries (8 + BALLOT_BYTES + 2 = 22 bytes): the decoder's size
+        // pre-check must not exceed them.
+        let bal = Ballot::new(1, NodeId(0), 0);
         let m = Message::Phase1b(Phase1b {
             ballot: bal,
             from: 1,

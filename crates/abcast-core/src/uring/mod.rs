@@ -59,8 +59,10 @@ pub struct URing {
     pub(crate) acc: Option<AcceptorState>,
     pub(crate) learn: LearnerState,
     pub(crate) cache: PayloadCache,
-    /// Highest ballot round seen anywhere: a new coordinator picks a higher one.
-    pub(crate) max_round_seen: u32,
+    /// Highest ballot seen anywhere: a new coordinator picks a higher round.
+    pub(crate) max_ballot_seen: Ballot,
+    /// This process life's incarnation, put in every ballot it makes (see `Ballot`).
+    pub(crate) ballot_incarnation: u32,
     pub(crate) last_heartbeat_us: Micros,
     /// Highest `delivered_upto` any node reported: those instances are decided.
     pub(crate) cluster_delivered_max: Instance,
@@ -78,6 +80,7 @@ impl URing {
         store: Box<dyn AcceptorStore + Send>,
     ) -> Result<URing, ConfigError> {
         cfg.validate()?;
+        let ballot_incarnation = start.ballot_incarnation()?;
         let pos = cfg.position(me).ok_or(ConfigError {
             field: "members",
             reason: format!("node {} is not a member of the ring", me.0),
@@ -109,7 +112,8 @@ impl URing {
                 .then(|| AcceptorState::new(store, start.amnesic)),
             learn: LearnerState::new(roles.learner, cfg.store_capacity_instances, now),
             cache: PayloadCache::new(cfg.window_bytes.saturating_mul(4).max(64 << 20)),
-            max_round_seen: 0,
+            max_ballot_seen: Ballot::ZERO,
+            ballot_incarnation,
             last_heartbeat_us: 0,
             cluster_delivered_max: 0,
             snap: snapshot::SnapshotState::new(cfg.members.len()),
@@ -218,7 +222,7 @@ impl URing {
     }
 
     pub(crate) fn note_ballot(&mut self, b: Ballot) {
-        self.max_round_seen = self.max_round_seen.max(b.round);
+        self.max_ballot_seen = self.max_ballot_seen.max(b);
     }
 
     /// A decree from a wire decree, using the payload cache for keys.
@@ -383,7 +387,9 @@ impl URing {
         }
         self.last_heartbeat_us = self.now.max(1);
         let hb = Heartbeat {
-            ballot: Ballot::new(self.max_round_seen, self.coord.ballot.node),
+            // Only its round matters to the receiver (`note_ballot`); a ballot some
+            // coordinator really made, not one pieced together.
+            ballot: self.max_ballot_seen,
             delivered_upto: self.learn.delivered_upto(),
             decided_max: self.learn.decided_max,
             leading: self.coord.is_leading(),
@@ -559,7 +565,7 @@ impl Protocol for URing {
         Status {
             node: self.me,
             coordinator: self.coordinator_pos().map(|p| self.node_at(p)),
-            ballot: Ballot::new(self.max_round_seen, self.coord.ballot.node).max(self.coord.ballot),
+            ballot: self.max_ballot_seen.max(self.coord.ballot),
             leading: self.coord.is_leading(),
             delivered_upto: self.learn.delivered_upto(),
             decided_max: self.learn.decided_max,

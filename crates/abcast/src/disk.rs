@@ -155,10 +155,10 @@ mod tests {
     fn a_durable_store_on_real_files_recovers_and_cuts_a_torn_tail() {
         let path = tmp("torn");
         let (mut s, _) = DurableStore::open(OsDir::open(&path).unwrap(), opts()).unwrap();
-        s.set_promised(Ballot::new(7, NodeId(2)));
+        s.set_promised(Ballot::new(7, NodeId(2), 0));
         for i in 1..=3 {
             let a = Accepted {
-                ballot: Ballot::new(7, NodeId(2)),
+                ballot: Ballot::new(7, NodeId(2), 0),
                 decree: Decree::Skip(i as u32),
                 decided: false,
             };
@@ -183,7 +183,7 @@ mod tests {
             torn.file
                 .contains(last.file_name().unwrap().to_str().unwrap())
         );
-        assert_eq!(s.promised(), Ballot::new(7, NodeId(2)));
+        assert_eq!(s.promised(), Ballot::new(7, NodeId(2), 0));
         assert_eq!(s.range(1, 10).len(), 3);
         let _ = fs::remove_dir_all(&path);
     }

@@ -715,7 +715,7 @@ mod tests {
 
     fn vote(i: Instance, decided: bool) -> Accepted {
         Accepted {
-            ballot: Ballot::new(2, NodeId(1)),
+            ballot: Ballot::new(2, NodeId(1), 0),
             decree: value(i, 3000),
             decided,
         }
@@ -730,7 +730,7 @@ mod tests {
         let dir = MemDir::new("a");
         let (mut s, rec) = open(&dir, opts(true));
         assert_eq!(rec.records, 0);
-        s.set_promised(Ballot::new(2, NodeId(1)));
+        s.set_promised(Ballot::new(2, NodeId(1), 0));
         for i in 1..=10 {
             assert!(s.put(i, vote(i, i <= 4)));
         }
@@ -744,10 +744,10 @@ mod tests {
             flip: None,
         });
         let (s, rec) = open(&dir, opts(true));
-        assert_eq!(rec.promised, Ballot::new(2, NodeId(1)));
+        assert_eq!(rec.promised, Ballot::new(2, NodeId(1), 0));
         assert_eq!(rec.max_instance, 10);
         assert_eq!(rec.torn_tail, None);
-        assert_eq!(s.promised(), Ballot::new(2, NodeId(1)));
+        assert_eq!(s.promised(), Ballot::new(2, NodeId(1), 0));
         for i in 1..=10 {
             let a = s.get(i).unwrap_or_else(|| panic!("instance {i} lost"));
             assert_eq!(a.decree, value(i, 3000));

@@ -126,7 +126,7 @@ mod tests {
 
     fn acc(decided: bool) -> Accepted {
         Accepted {
-            ballot: Ballot::new(1, NodeId(1)),
+            ballot: Ballot::new(1, NodeId(1), 0),
             decree: Decree::Skip(1),
             decided,
         }

@@ -226,13 +226,13 @@ mod tests {
         );
         vec![
             Record::Checkpoint {
-                promised: Ballot::new(3, NodeId(1)),
+                promised: Ballot::new(3, NodeId(1), 0),
                 log_start: 17,
             },
-            Record::Promise(Ballot::new(4, NodeId(2))),
+            Record::Promise(Ballot::new(4, NodeId(2), 0)),
             Record::Accept {
                 instance: 18,
-                ballot: Ballot::new(4, NodeId(2)),
+                ballot: Ballot::new(4, NodeId(2), 0),
                 decided: false,
                 decree: Decree::Values(batch),
             },

@@ -1,6 +1,6 @@
 //! The frame around every message on a TCP connection (docs/CONTRACTS.md, "Frame").
 //!
-//! A 16-byte little-endian header: magic `u32` = 0x4142_4331 ("ABC1"), version `u8` = 1,
+//! A 16-byte little-endian header: magic `u32` = 0x4142_4331 ("ABC1"), version `u8` = 2,
 //! kind `u8`, group `u16`, body length `u32`, crc32c of the body `u32`; then the body.
 //! The magic number is what seed 000 §3.3.1 asked for and never got: a stream that lost
 //! its framing (a bug, a stray client on the wrong port) is caught at the first header
@@ -17,8 +17,9 @@ use std::fmt;
 
 /// "ABC1" read as a little-endian `u32`.
 pub const MAGIC: u32 = 0x4142_4331;
-/// The only version this build speaks.
-pub const VERSION: u8 = 1;
+/// The only version this build speaks. 2: ballots carry the coordinator's incarnation and
+/// heartbeats the snapshot and trim points (issue 4); a version-1 peer is refused clearly.
+pub const VERSION: u8 = 2;
 /// Header size in bytes.
 pub const HEADER_BYTES: usize = 16;
 /// Largest body: a 64 MiB value plus room for its batch framing and message fields.
@@ -242,12 +243,15 @@ mod tests {
 
     #[test]
     fn unsupported_version_is_rejected() {
-        let mut buf = frame_bytes(1, 0, b"x");
-        buf[4] = 2;
-        assert_eq!(
-            decode(&mut buf),
-            Err(FrameError::UnsupportedVersion { found: 2 })
-        );
+        // Version 1 (before ballots carried incarnations) and a future version.
+        for v in [1, 3] {
+            let mut buf = frame_bytes(1, 0, b"x");
+            buf[4] = v;
+            assert_eq!(
+                decode(&mut buf),
+                Err(FrameError::UnsupportedVersion { found: v })
+            );
+        }
     }
 
     #[test]

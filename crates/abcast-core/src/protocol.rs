@@ -172,6 +172,8 @@ pub struct Status {
     pub groups: Vec<GroupStatus>,
     /// Bytes of acceptor log on disk (durable storage; 0 otherwise).
     pub log_bytes: u64,
+    /// Bytes of acceptor log appended since the node started.
+    pub log_appended_bytes: u64,
 }
 
 /// One group's (ring's) state inside a composite protocol.

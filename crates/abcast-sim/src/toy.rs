@@ -460,6 +460,7 @@ impl Protocol for Toy {
             view: self.cfg.members.clone(),
             groups: Vec::new(),
             log_bytes: 0,
+            log_appended_bytes: 0,
         }
     }
 }

@@ -167,6 +167,10 @@ pub struct StorageConfig {
     pub kind: StorageKind,
     /// Durable log segments are rolled at this size.
     pub segment_bytes: u64,
+    /// A learner writes a snapshot (`<dir>/node-<id>/snapshot`) this often, reports it, and
+    /// acceptors trim below what a majority of learners' snapshots cover; 0 = never. Default
+    /// 1000 with durable storage, 0 otherwise.
+    pub snapshot_interval_ms: u64,
 }
 
 /// The acceptor store back-end (seed 000 §3.4).
@@ -381,6 +385,7 @@ struct FileStorage {
     dir: Option<String>,
     sync: Option<bool>,
     segment_bytes: Option<u64>,
+    snapshot_interval_ms: Option<u64>,
 }
 
 /// Where the data root is when `[storage] dir` is not given.
@@ -608,6 +613,16 @@ pub fn parse(
             ),
         );
     }
+    let snapshot_interval_ms = file.storage.snapshot_interval_ms.unwrap_or(match kind {
+        StorageKind::Durable { .. } => 1000,
+        _ => 0,
+    });
+    if snapshot_interval_ms > 86_400_000 {
+        return invalid(
+            "storage.snapshot_interval_ms",
+            format!("{snapshot_interval_ms}: at most one day (86400000)"),
+        );
+    }
     let dir = PathBuf::from(file.storage.dir.as_deref().unwrap_or(DEFAULT_DATA_DIR));
     let dir = if dir.is_relative() {
         base_dir.join(dir)
@@ -632,6 +647,7 @@ pub fn parse(
             dir,
             kind,
             segment_bytes,
+            snapshot_interval_ms,
         },
         multiring,
         protocol,

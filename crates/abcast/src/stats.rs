@@ -67,8 +67,10 @@ pub struct StatsLine {
     pub cpu_user_ms: u64,
     pub cpu_sys_ms: u64,
     pub rss_kib: u64,
-    /// Bytes of acceptor log on disk (durable storage; 0 otherwise).
+    /// Bytes of acceptor log on disk (durable storage; 0 otherwise), and appended since
+    /// the node started.
     pub log_bytes: u64,
+    pub log_appended_bytes: u64,
     pub lat_count: u64,
     pub lat_us_p50: f64,
     pub lat_us_p99: f64,
@@ -119,6 +121,8 @@ pub struct WireLine {
     pub rss_kib: u64,
     #[serde(default)]
     pub log_bytes: u64,
+    #[serde(default)]
+    pub log_appended_bytes: u64,
     pub lat_count: u64,
     pub lat_us_p50: f64,
     pub lat_us_p99: f64,
@@ -201,6 +205,7 @@ pub fn parse_line(line: &str) -> Result<StatsLine, StatsError> {
         cpu_sys_ms: raw.cpu_sys_ms,
         rss_kib: raw.rss_kib,
         log_bytes: raw.log_bytes,
+        log_appended_bytes: raw.log_appended_bytes,
         lat_count: raw.lat_count,
         lat_us_p50: raw.lat_us_p50,
         lat_us_p99: raw.lat_us_p99,

@@ -2,8 +2,9 @@
 //! of `abcast node` processes on loopback with `kind = "durable"`, `sync = true`, under load
 //! from three clients; all three processes killed with SIGKILL at once; restarted on the same
 //! directories. Every value a client saw acknowledged (decided) before the kill must be
-//! delivered exactly once, in one order, at every learner after the restart; and what each
-//! learner delivered before the kill is a prefix of that order.
+//! delivered exactly once, in one order, at every learner: learners restart from their
+//! snapshots (taken every second), so a learner's sequence is its first life's deliveries up
+//! to the snapshot, then its second life's.
 
 use abcast::client::Client;
 use abcast::deliverylog::{self, Entry};
@@ -114,6 +115,19 @@ fn delivered_instance(dir: &Path, id: u32) -> u64 {
         .find_map(|l| {
             l.split_whitespace()
                 .find_map(|w| w.strip_prefix("instance="))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The instance a node's second life restored its snapshot at (0: none).
+fn snapshot_restored_at(dir: &Path, id: u32) -> u64 {
+    let text = std::fs::read_to_string(dir.join(format!("node-{id}-1.log"))).unwrap_or_default();
+    text.lines()
+        .find_map(|l| {
+            l.split("restored snapshot at instance ")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(0)
@@ -247,16 +261,44 @@ fn acknowledged_values_survive_sigkill_of_every_node_with_sync_storage() {
         );
     }
 
-    // Check the logs.
+    // Check the logs. A learner restarted from its snapshot at instance U delivers from
+    // U + 1 on; its sequence is what its first life delivered up to U, then what the second
+    // delivered (the first life's log reached U before the snapshot was written).
     let logs = node_logs(&dir);
     let mut after: Vec<Vec<ValueId>> = Vec::new();
+    let mut restored_from = Vec::new();
     for (id, lives) in logs.iter().enumerate() {
+        let upto = snapshot_restored_at(&dir, id as u32);
+        restored_from.push(upto);
+        let first = lives.iter().find(|l| l.incarnation == 0);
         let last = lives
             .iter()
             .find(|l| l.incarnation == 1)
             .unwrap_or_else(|| panic!("node {id} has no delivery log after the restart"));
         assert!(last.skipped.is_empty(), "node {id} skipped instances");
-        let ids = ids_of(&last.entries);
+        let mut entries: Vec<Entry> = first
+            .map(|f| {
+                f.entries
+                    .iter()
+                    .filter(|e| e.instance <= upto)
+                    .copied()
+                    .collect()
+            })
+            .unwrap_or_default();
+        if upto > 0 {
+            assert_eq!(
+                entries.last().map(|e| e.instance),
+                Some(upto),
+                "node {id}: its first life's log does not reach its snapshot at {upto}"
+            );
+        }
+        assert!(
+            last.entries.first().is_none_or(|e| e.instance == upto + 1),
+            "node {id} restarted from {upto} but delivered {:?} first",
+            last.entries.first()
+        );
+        entries.extend(last.entries.iter().copied());
+        let ids = ids_of(&entries);
         let mut seen: HashMap<ValueId, usize> = HashMap::new();
         for id in &ids {
             *seen.entry(*id).or_default() += 1;
@@ -290,22 +332,26 @@ fn acknowledged_values_survive_sigkill_of_every_node_with_sync_storage() {
     for n in 1..NODES as usize {
         assert!(
             upto(&after[n]) == upto(&after[0]),
-            "node {n} delivered another order than node 0 after the restart"
+            "node {n} delivered another order than node 0"
         );
     }
-    // Before the kill, each learner delivered a prefix of that order (its log may have lost
-    // its unflushed tail to the SIGKILL).
+    // What each learner's first life delivered (its log may have lost an unflushed tail to
+    // the SIGKILL) is a prefix of that order.
     for (id, lives) in logs.iter().enumerate() {
         if let Some(first) = lives.iter().find(|l| l.incarnation == 0) {
             let before = ids_of(&first.entries);
             assert!(
                 after[id].starts_with(&before),
-                "node {id}: what it delivered before the kill is not a prefix of the order after"
+                "node {id}: what it delivered before the kill is not a prefix of the order"
             );
         }
     }
+    assert!(
+        restored_from.iter().all(|&u| u > 0),
+        "every learner took a snapshot before the kill (every second): {restored_from:?}"
+    );
     eprintln!(
-        "{} values acknowledged before the SIGKILL, all delivered once, in one order, by {NODES} learners after the restart",
+        "{} values acknowledged before the SIGKILL, all delivered once, in one order, by {NODES} learners restarted from their snapshots at instances {restored_from:?}",
         acked.len()
     );
     let _ = std::fs::remove_dir_all(&dir);

@@ -716,6 +716,11 @@ impl Protocol for MultiRing {
             .sum();
         st.delivered_upto = self.merger.turn;
         st.log_bytes = self.log_bytes();
+        st.log_appended_bytes = self
+            .slots
+            .iter()
+            .map(|s| s.ring.status().log_appended_bytes)
+            .sum();
         st.groups = self
             .slots
             .iter()

@@ -319,11 +319,6 @@ impl<D: LogDir> DurableStore<D> {
         Ok((store, rec))
     }
 
-    /// Records appended since open, in bytes (what the trim benchmark reports).
-    pub fn appended_bytes(&self) -> u64 {
-        self.appended_bytes
-    }
-
     /// Group commits done (syncs that wrote something).
     pub fn syncs(&self) -> u64 {
         self.syncs
@@ -687,6 +682,9 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
     }
     fn log_bytes(&self) -> u64 {
         self.segments.values().sum::<u64>() + self.pending_bytes as u64
+    }
+    fn appended_bytes(&self) -> u64 {
+        self.appended_bytes
     }
 }
 

@@ -71,6 +71,10 @@ pub trait AcceptorStore {
     fn trim(&mut self, below: Instance);
     /// Bytes of log on disk (0 for the in-memory back-ends).
     fn log_bytes(&self) -> u64;
+    /// Bytes of log appended since the store was opened (0 for the in-memory back-ends).
+    fn appended_bytes(&self) -> u64 {
+        0
+    }
 }
 
 /// An I/O failure of a durable store.

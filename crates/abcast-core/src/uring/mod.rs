@@ -579,6 +579,7 @@ impl Protocol for URing {
                 .collect(),
             groups: Vec::new(),
             log_bytes: self.log_bytes(),
+            log_appended_bytes: self.acc.as_ref().map_or(0, |a| a.store.appended_bytes()),
         }
     }
 }

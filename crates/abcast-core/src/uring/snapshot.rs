@@ -115,7 +115,7 @@ impl URing {
     }
 
     /// An acceptor trims below what the coordinator it believes in says.
-    pub(crate) fn on_trim(&mut self, from_pos: usize, below: Instance, _out: &mut Out) {
+    pub(crate) fn on_trim(&mut self, from_pos: usize, below: Instance, out: &mut Out) {
         if self.coordinator_pos() != Some(from_pos) {
             return;
         }
@@ -125,6 +125,9 @@ impl URing {
         if below > acc.store.log_start() {
             // Silent: it happens with every heartbeat while the trim point moves.
             acc.store.trim(below);
+            // A durable store deletes the segments the trim freed when it next syncs; an
+            // acceptor outside the phase 2 quorum may have no vote to sync for a long time.
+            out.needs_sync = true;
         }
     }
 }

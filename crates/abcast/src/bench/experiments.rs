@@ -28,10 +28,12 @@ pub enum BenchName {
     /// Ring Paxos over IP multicast vs U-Ring Paxos, 3 acceptors and 1 .. 5 learners
     /// (seed 003 fig 4, table 2).
     Multicast,
+    /// Constant load with snapshots and trimming: the acceptor log on disk over time.
+    Trim,
 }
 
 impl BenchName {
-    pub const ALL: [BenchName; 7] = [
+    pub const ALL: [BenchName; 8] = [
         BenchName::ValueSize,
         BenchName::Buffer,
         BenchName::RingSize,
@@ -39,6 +41,7 @@ impl BenchName {
         BenchName::Rings,
         BenchName::GlobalRing,
         BenchName::Multicast,
+        BenchName::Trim,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -50,6 +53,7 @@ impl BenchName {
             BenchName::Rings => "rings",
             BenchName::GlobalRing => "global-ring",
             BenchName::Multicast => "multicast",
+            BenchName::Trim => "trim",
         }
     }
 
@@ -84,6 +88,10 @@ impl BenchName {
                 "Ring Paxos over UDP multicast vs U-Ring Paxos, 3 acceptors and 1 .. 5 \
                  learners, 8 KiB values: throughput per learner, MTE, latency (seed 003 \
                  fig 4, table 2)"
+            }
+            BenchName::Trim => {
+                "constant load, durable storage (sync), snapshots every second: the acceptor \
+                 log on disk over time stays bounded (issue 4)"
             }
         }
     }
@@ -211,7 +219,11 @@ pub fn experiment(name: BenchName, max_nodes: u32) -> Option<Experiment> {
             }
         }
         // Not sweeps of one cluster: each has its own runner (`multiring.rs`, `multicast.rs`).
-        BenchName::Skip | BenchName::Rings | BenchName::GlobalRing | BenchName::Multicast => {
+        BenchName::Skip
+        | BenchName::Rings
+        | BenchName::GlobalRing
+        | BenchName::Multicast
+        | BenchName::Trim => {
             return None;
         }
         BenchName::RingSize => {
@@ -340,7 +352,11 @@ pub fn shape_sentences(exp: &Experiment, sweep: &[Medians], low_load: Option<&Me
             )
         }
         // `experiment` builds no `Experiment` for these (they have their own runners).
-        BenchName::Skip | BenchName::Rings | BenchName::GlobalRing | BenchName::Multicast => {
+        BenchName::Skip
+        | BenchName::Rings
+        | BenchName::GlobalRing
+        | BenchName::Multicast
+        | BenchName::Trim => {
             format!("{} is not a sweep of one cluster.", exp.name.as_str())
         }
         BenchName::RingSize => {

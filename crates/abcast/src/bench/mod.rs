@@ -10,6 +10,7 @@ pub mod experiments;
 pub mod multicast;
 pub mod multiring;
 pub mod plot;
+pub mod trim;
 
 use crate::demo::{self, ClusterSpec, DemoError, bytes, group, ms, parse_seconds};
 use crate::stats::median;
@@ -442,6 +443,9 @@ pub fn run_bench(args: &BenchArgs) -> Result<u8, DemoError> {
     };
     if let Some(result) = multiring::run(name, args) {
         return result;
+    }
+    if name == BenchName::Trim {
+        return trim::run(args);
     }
     if name == BenchName::Multicast {
         // Two protocols per point and figures per learner: its own runner.

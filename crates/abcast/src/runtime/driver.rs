@@ -46,6 +46,7 @@ use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 const PEER_LISTENER: Token = Token(0);
@@ -95,6 +96,9 @@ pub struct DriverConfig {
     pub history_bytes: usize,
     /// Gather the outboxes of one iteration under one storage sync (durable storage).
     pub group_commit: bool,
+    /// Take a snapshot this often (0 = never) and write it to `snapshot_path`.
+    pub snapshot_interval_us: Micros,
+    pub snapshot_path: Option<PathBuf>,
 }
 
 impl DriverConfig {
@@ -108,6 +112,8 @@ impl DriverConfig {
             periodic_us: 0,
             history_bytes: 16 << 20,
             group_commit: false,
+            snapshot_interval_us: 0,
+            snapshot_path: None,
         }
     }
 }
@@ -178,6 +184,36 @@ pub struct TransportStats {
     pub multicast: MulticastStats,
     /// Storage syncs (group commits) done before sends.
     pub storage_syncs: u64,
+    /// Snapshots written.
+    pub snapshots: u64,
+}
+
+/// Writes a snapshot file so that a crash leaves the old one or the new one, whole: a
+/// temporary file, fdatasync, rename over, fsync the directory.
+pub fn write_snapshot(path: &std::path::Path, snap: &abcast_core::Snapshot) -> io::Result<()> {
+    use std::io::Write as _;
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&snap.encode())?;
+        f.sync_data()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// Reads the snapshot file, if there is one; a damaged file is an error naming it.
+pub fn read_snapshot(path: &std::path::Path) -> Result<Option<abcast_core::Snapshot>, String> {
+    match std::fs::read(path) {
+        Ok(bytes) => abcast_core::Snapshot::decode(&bytes)
+            .map(Some)
+            .map_err(|e| format!("snapshot {}: {e}", path.display())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("snapshot {}: {e}", path.display())),
+    }
 }
 
 /// The transport's first frame on a peer connection.
@@ -298,6 +334,7 @@ pub struct Driver<P: Protocol> {
     stats: TransportStats,
     last_tick_us: Micros,
     next_periodic_us: Micros,
+    next_snapshot_us: Micros,
     unknown_logged: HashSet<NodeId>,
     conn_limit_logged: bool,
     /// Injected delay and loss on outgoing links; `None` unless configured.
@@ -398,6 +435,7 @@ impl<P: Protocol> Driver<P> {
         let last_tick_us = 0;
         Ok(Driver {
             next_periodic_us: cfg.periodic_us,
+            next_snapshot_us: cfg.snapshot_interval_us,
             cfg,
             protocol,
             poll,
@@ -538,6 +576,7 @@ impl<P: Protocol> Driver<P> {
             self.last_tick_us = now;
             // The iteration's group commit, if one is gathering.
             self.carry_out_now(now, app)?;
+            self.maybe_snapshot(now, app)?;
             self.fire_timers(now, app);
             self.flush_all(now);
         }
@@ -570,6 +609,40 @@ impl<P: Protocol> Driver<P> {
             deadline = deadline.min(due);
         }
         Duration::from_micros(deadline.saturating_sub(now)).min(POLL_MAX)
+    }
+
+    /// Takes and writes a snapshot when one is due. Runs with the outbox carried out, so
+    /// the application's state matches what the protocol delivered.
+    fn maybe_snapshot<A: Application + ?Sized>(
+        &mut self,
+        now: Micros,
+        app: &mut A,
+    ) -> Result<(), DriverError> {
+        let every = self.cfg.snapshot_interval_us;
+        if every == 0 || now < self.next_snapshot_us || !self.outbox.is_empty() {
+            return Ok(());
+        }
+        self.next_snapshot_us = now.saturating_add(every);
+        let Some(path) = self.cfg.snapshot_path.clone() else {
+            return Ok(());
+        };
+        let Some(state) = app.snapshot() else {
+            return Ok(());
+        };
+        let snap = match self.protocol.take_snapshot(state) {
+            Ok(s) => s,
+            Err(e) => {
+                self.log(format_args!("snapshots off: {e}"));
+                self.cfg.snapshot_interval_us = 0;
+                return Ok(());
+            }
+        };
+        write_snapshot(&path, &snap).map_err(|source| DriverError::Io {
+            what: "writing a snapshot",
+            source,
+        })?;
+        self.stats.snapshots += 1;
+        Ok(())
     }
 
     fn fire_timers<A: Application + ?Sized>(&mut self, now: Micros, app: &mut A) {

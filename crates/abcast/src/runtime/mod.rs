@@ -45,6 +45,11 @@ pub trait Application {
     fn busy(&mut self, _now: Micros) {}
     /// Called every `DriverConfig::periodic_us` with the protocol's status (stats lines).
     fn periodic(&mut self, _now: Micros, _status: &Status) {}
+    /// The application's state after every delivery so far, for a snapshot (`None`: this
+    /// application takes none). The driver calls it with no delivery pending.
+    fn snapshot(&mut self) -> Option<bytes::Bytes> {
+        None
+    }
 }
 
 /// An application that ignores everything (a node that only relays and serves clients).

@@ -28,10 +28,13 @@ pub enum BenchName {
     /// Ring Paxos over IP multicast vs U-Ring Paxos, 3 acceptors and 1 .. 5 learners
     /// (seed 003 fig 4, table 2).
     Multicast,
+    /// Acceptor storage back-ends (none, memory, durable without and with fdatasync) at
+    /// 1 .. 32 KiB values (seed 000 fig 3.6).
+    Storage,
 }
 
 impl BenchName {
-    pub const ALL: [BenchName; 7] = [
+    pub const ALL: [BenchName; 8] = [
         BenchName::ValueSize,
         BenchName::Buffer,
         BenchName::RingSize,
@@ -39,6 +42,7 @@ impl BenchName {
         BenchName::Rings,
         BenchName::GlobalRing,
         BenchName::Multicast,
+        BenchName::Storage,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -50,6 +54,7 @@ impl BenchName {
             BenchName::Rings => "rings",
             BenchName::GlobalRing => "global-ring",
             BenchName::Multicast => "multicast",
+            BenchName::Storage => "storage",
         }
     }
 
@@ -84,6 +89,10 @@ impl BenchName {
                 "Ring Paxos over UDP multicast vs U-Ring Paxos, 3 acceptors and 1 .. 5 \
                  learners, 8 KiB values: throughput per learner, MTE, latency (seed 003 \
                  fig 4, table 2)"
+            }
+            BenchName::Storage => {
+                "acceptor storage none, memory, durable without and with fdatasync (group \
+                 commit) at 1 .. 32 KiB values: throughput, latency, CPU (seed 000 fig 3.6)"
             }
         }
     }
@@ -210,8 +219,13 @@ pub fn experiment(name: BenchName, max_nodes: u32) -> Option<Experiment> {
                 points,
             }
         }
-        // Not sweeps of one cluster: each has its own runner (`multiring.rs`, `multicast.rs`).
-        BenchName::Skip | BenchName::Rings | BenchName::GlobalRing | BenchName::Multicast => {
+        // Not sweeps of one cluster: each has its own runner (`multiring.rs`, `multicast.rs`,
+        // `storage.rs`).
+        BenchName::Skip
+        | BenchName::Rings
+        | BenchName::GlobalRing
+        | BenchName::Multicast
+        | BenchName::Storage => {
             return None;
         }
         BenchName::RingSize => {
@@ -340,7 +354,11 @@ pub fn shape_sentences(exp: &Experiment, sweep: &[Medians], low_load: Option<&Me
             )
         }
         // `experiment` builds no `Experiment` for these (they have their own runners).
-        BenchName::Skip | BenchName::Rings | BenchName::GlobalRing | BenchName::Multicast => {
+        BenchName::Skip
+        | BenchName::Rings
+        | BenchName::GlobalRing
+        | BenchName::Multicast
+        | BenchName::Storage => {
             format!("{} is not a sweep of one cluster.", exp.name.as_str())
         }
         BenchName::RingSize => {

@@ -1377,9 +1377,15 @@ fn longest_stall(run: &ClusterRun, warmup_s: f64) -> Option<Stall> {
 }
 
 /// Turns the raw lines of a run into figures and verdicts.
+/// Seconds at the start of a run left out of the throughput figures (the ring fills its
+/// windows and connections first): a fifth of the run, at most one second.
+pub fn warmup_s(duration_s: f64) -> f64 {
+    (duration_s / 5.0).min(1.0)
+}
+
 pub fn analyse(run: &ClusterRun) -> Report {
     let spec = &run.spec;
-    let warmup_s = (spec.duration_s / 5.0).min(1.0);
+    let warmup_s = warmup_s(spec.duration_s);
     let mut per_node = Vec::new();
     let mut problems = Vec::new();
     for record in &run.nodes {

@@ -30,10 +30,13 @@ pub enum BenchName {
     Multicast,
     /// Constant load with snapshots and trimming: the acceptor log on disk over time.
     Trim,
+    /// Acceptor storage back-ends (none, memory, durable without and with fdatasync) at
+    /// 1 .. 32 KiB values (seed 000 fig 3.6).
+    Storage,
 }
 
 impl BenchName {
-    pub const ALL: [BenchName; 8] = [
+    pub const ALL: [BenchName; 9] = [
         BenchName::ValueSize,
         BenchName::Buffer,
         BenchName::RingSize,
@@ -42,6 +45,7 @@ impl BenchName {
         BenchName::GlobalRing,
         BenchName::Multicast,
         BenchName::Trim,
+        BenchName::Storage,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -54,6 +58,7 @@ impl BenchName {
             BenchName::GlobalRing => "global-ring",
             BenchName::Multicast => "multicast",
             BenchName::Trim => "trim",
+            BenchName::Storage => "storage",
         }
     }
 
@@ -92,6 +97,10 @@ impl BenchName {
             BenchName::Trim => {
                 "constant load, durable storage (sync), snapshots every second: the acceptor \
                  log on disk over time stays bounded (issue 4)"
+            }
+            BenchName::Storage => {
+                "acceptor storage none, memory, durable without and with fdatasync (group \
+                 commit) at 1 .. 32 KiB values: throughput, latency, CPU (seed 000 fig 3.6)"
             }
         }
     }
@@ -218,12 +227,14 @@ pub fn experiment(name: BenchName, max_nodes: u32) -> Option<Experiment> {
                 points,
             }
         }
-        // Not sweeps of one cluster: each has its own runner (`multiring.rs`, `multicast.rs`).
+        // Not sweeps of one cluster: each has its own runner (`multiring.rs`, `multicast.rs`,
+        // `storage.rs`, `trim.rs`).
         BenchName::Skip
         | BenchName::Rings
         | BenchName::GlobalRing
         | BenchName::Multicast
-        | BenchName::Trim => {
+        | BenchName::Trim
+        | BenchName::Storage => {
             return None;
         }
         BenchName::RingSize => {
@@ -356,7 +367,8 @@ pub fn shape_sentences(exp: &Experiment, sweep: &[Medians], low_load: Option<&Me
         | BenchName::Rings
         | BenchName::GlobalRing
         | BenchName::Multicast
-        | BenchName::Trim => {
+        | BenchName::Trim
+        | BenchName::Storage => {
             format!("{} is not a sweep of one cluster.", exp.name.as_str())
         }
         BenchName::RingSize => {

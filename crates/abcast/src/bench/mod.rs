@@ -10,6 +10,7 @@ pub mod experiments;
 pub mod multicast;
 pub mod multiring;
 pub mod plot;
+pub mod storage;
 pub mod trim;
 
 use crate::demo::{self, ClusterSpec, DemoError, bytes, group, ms, parse_seconds};
@@ -44,7 +45,7 @@ pub struct BenchArgs {
     #[arg(long = "out", value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Values each node keeps in flight [default: the seed's setup for the figure, 20 for
-    /// value-size, 10 otherwise]; 0 = the node's own default.
+    /// value-size, 64 for multicast and storage, 10 otherwise]; 0 = the node's own default.
     #[arg(long = "window", value_name = "VALUES", allow_hyphen_values = true,
           value_parser = clap::value_parser!(u64).range(0..=(1 << 24)))]
     pub window_values: Option<u64>,
@@ -450,6 +451,10 @@ pub fn run_bench(args: &BenchArgs) -> Result<u8, DemoError> {
     if name == BenchName::Multicast {
         // Two protocols per point and figures per learner: its own runner.
         return multicast::run(args);
+    }
+    if name == BenchName::Storage {
+        // Four back-ends per value size and figures a sweep has not (CPU per MiB, log rate).
+        return storage::run(args);
     }
     let Some(exp) = experiments::experiment(name, args.max_nodes) else {
         return Err(DemoError::Runtime(format!(

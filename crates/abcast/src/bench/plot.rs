@@ -59,10 +59,32 @@ pub struct PlotSpec<'a> {
 /// A linear f64 axis whose ticks are exactly the sweep's points. plotters' own
 /// `with_key_points` cannot take a custom label formatter on f64 axes, hence this type.
 #[derive(Clone)]
-struct KeyedAxis {
+pub(crate) struct KeyedAxis {
     lo: f64,
     hi: f64,
     keys: Vec<f64>,
+}
+
+impl KeyedAxis {
+    /// An axis with a tick at every key and half a key step of room on either side (keys one
+    /// apart, as log2 of bytes are); `None` without keys.
+    pub(crate) fn around(keys: &[f64]) -> Option<KeyedAxis> {
+        let lo = keys
+            .iter()
+            .copied()
+            .filter(|k| k.is_finite())
+            .reduce(f64::min)?;
+        let hi = keys
+            .iter()
+            .copied()
+            .filter(|k| k.is_finite())
+            .reduce(f64::max)?;
+        Some(KeyedAxis {
+            lo: lo - 0.5,
+            hi: hi + 0.5,
+            keys: keys.to_vec(),
+        })
+    }
 }
 
 impl Ranged for KeyedAxis {
@@ -95,7 +117,7 @@ impl Ranged for KeyedAxis {
 /// [`LOG_SPAN_MIN`]x (a light-load point at 0.1 ms next to saturated points at 100 ms would
 /// otherwise sit flat on zero). Ticks are 1, 2, 5 times a power of ten on both.
 #[derive(Clone)]
-struct ValueAxis {
+pub(crate) struct ValueAxis {
     lo: f64,
     hi: f64,
     log: bool,
@@ -104,7 +126,20 @@ struct ValueAxis {
 const LOG_SPAN_MIN: f64 = 50.0;
 
 impl ValueAxis {
-    fn for_values(values: &[f64]) -> ValueAxis {
+    /// A linear axis from 0 to `hi` (1 when `hi` is not a positive number).
+    pub(crate) fn linear(hi: f64) -> ValueAxis {
+        ValueAxis {
+            lo: 0.0,
+            hi: if hi.is_finite() && hi > 0.0 { hi } else { 1.0 },
+            log: false,
+        }
+    }
+
+    pub(crate) fn is_log(&self) -> bool {
+        self.log
+    }
+
+    pub(crate) fn for_values(values: &[f64]) -> ValueAxis {
         let positive: Vec<f64> = values
             .iter()
             .copied()
@@ -204,7 +239,7 @@ impl Ranged for ValueAxis {
 }
 
 /// A tick label without trailing zeros: 0.05, 0.5, 5, 500.
-fn short_number(v: f64) -> String {
+pub(crate) fn short_number(v: f64) -> String {
     if v >= 100.0 {
         format!("{v:.0}")
     } else {
@@ -478,7 +513,7 @@ pub struct LinePanel {
     pub lines: Vec<Line>,
 }
 
-const PALETTE: [RGBColor; 8] = [
+pub(crate) const PALETTE: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 95, 14),
     RGBColor(44, 160, 44),

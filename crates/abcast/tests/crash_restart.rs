@@ -56,6 +56,19 @@ fn write_config(dir: &Path) -> (PathBuf, Vec<String>) {
     (path, clients)
 }
 
+/// The node processes of one life; dropping it (a failed assertion too) kills them, so a
+/// failing run leaves no process behind.
+struct Nodes(Vec<Child>);
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 fn spawn(config: &Path, dir: &Path, id: u32, life: u32) -> Child {
     let log = std::fs::File::create(dir.join(format!("node-{id}-{life}.log"))).expect("log");
     let stats = std::fs::File::create(dir.join(format!("node-{id}-{life}.stats"))).expect("stats");
@@ -153,7 +166,7 @@ fn node_log_tail(dir: &Path) -> String {
 fn acknowledged_values_survive_sigkill_of_every_node_with_sync_storage() {
     let dir = temp_dir("crash-restart");
     let (config, clients) = write_config(&dir);
-    let mut children: Vec<Child> = (0..NODES).map(|id| spawn(&config, &dir, id, 0)).collect();
+    let mut children = Nodes((0..NODES).map(|id| spawn(&config, &dir, id, 0)).collect());
 
     // Load: one client per node, proposing until the processes die under it. Every
     // decision a client sees is recorded as acknowledged.
@@ -191,11 +204,11 @@ fn acknowledged_values_survive_sigkill_of_every_node_with_sync_storage() {
         std::thread::sleep(Duration::from_millis(50));
     }
     // SIGKILL, all three back to back.
-    for c in &mut children {
+    for c in &mut children.0 {
         c.kill().expect("SIGKILL");
     }
     killed.store(true, Ordering::SeqCst);
-    for c in &mut children {
+    for c in &mut children.0 {
         let _ = c.wait();
     }
     for l in loaders {
@@ -213,7 +226,7 @@ fn acknowledged_values_survive_sigkill_of_every_node_with_sync_storage() {
     );
 
     // Restart on the same directories.
-    let mut children: Vec<Child> = (0..NODES).map(|id| spawn(&config, &dir, id, 1)).collect();
+    let mut children = Nodes((0..NODES).map(|id| spawn(&config, &dir, id, 1)).collect());
     // A marker proposed after the restart: once every learner delivered it, it delivered
     // everything decided before it.
     let mut c = connect(&clients[0]);
@@ -245,14 +258,14 @@ fn acknowledged_values_survive_sigkill_of_every_node_with_sync_storage() {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
-    for c in &mut children {
+    for c in &mut children.0 {
         // SIGTERM: a clean stop flushes the delivery logs.
         // SAFETY: kill(2) with a valid pid of our own child and a standard signal.
         unsafe {
             libc::kill(c.id() as libc::pid_t, libc::SIGTERM);
         }
     }
-    for c in &mut children {
+    for c in &mut children.0 {
         let st = c.wait().expect("wait");
         assert!(
             st.success(),

@@ -305,6 +305,17 @@ impl<D: LogDir> DurableStore<D> {
             }
             segments.insert(num, off as u64);
         }
+        // What the last segment holds may be only in the OS's cache: written by a process
+        // that died before its fdatasync. The recovered state is acted on from now on (votes
+        // reported in phase 1), so it must be durable first. Earlier segments were synced
+        // before the next one was begun (`roll`).
+        if opts.sync
+            && let Some(num) = last
+        {
+            let name = seg_name(num);
+            dir.sync(&name)
+                .map_err(|e| io("syncing what was recovered from", &name, e))?;
+        }
         let locs = locs.split_off(&log_start);
         let max_instance = locs.keys().next_back().copied().unwrap_or(0);
         rec.promised = promised;
@@ -984,6 +995,38 @@ mod tests {
             err.0.contains("corrupt") && err.0.contains("were durable"),
             "{err}"
         );
+    }
+
+    /// Found by the simulator (`tests/durable.rs`, process and machine crashes, seed 12 of
+    /// U-Ring's crash mix: a process killed in the middle of a group commit, then a machine
+    /// crash of the next incarnation): the restarted store trusted votes it read back from
+    /// the OS's cache, wrote its own records to a new segment and synced only that one; the
+    /// next machine crash lost (or tore) the old segment's tail, votes the acceptor had
+    /// reported since, and a torn old segment made the next start refuse.
+    #[test]
+    fn what_a_restart_recovered_survives_a_later_machine_crash() {
+        let dir = MemDir::new("k");
+        let (mut s, _) = open(&dir, opts(true));
+        for i in 1..=3 {
+            assert!(s.put(i, vote(i, false)));
+        }
+        // The process dies between the write and the fdatasync.
+        s.write_pending();
+        drop(s);
+        dir.crash_process();
+        let (mut s, rec) = open(&dir, opts(true));
+        assert_eq!(rec.max_instance, 3);
+        assert!(s.put(4, vote(4, false)));
+        s.sync().unwrap();
+        drop(s);
+        dir.crash_machine(|_, n| Tear {
+            keep: n / 2,
+            flip: None,
+        });
+        let (s, rec) = open(&dir, opts(true));
+        assert_eq!(rec.torn_tail, None);
+        let held: Vec<Instance> = s.range(1, 10).iter().map(|(i, _)| *i).collect();
+        assert_eq!(held, vec![1, 2, 3, 4]);
     }
 
     #[test]

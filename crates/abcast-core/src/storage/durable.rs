@@ -13,9 +13,11 @@
 //!   (promise and trim point), so a whole old segment can be deleted once nothing in it is
 //!   live: trimming keeps the log bounded. A few live stragglers in an old segment are
 //!   copied forward first.
-//! * **Reads.** Recent instances come from the cache (a [`MemoryStore`]); older ones, all
-//!   decided, from disk through an index of record locations (`range`, for retrieves and
-//!   phase 1).
+//! * **Reads.** Recent instances come from the cache (a [`MemoryStore`]); older ones from
+//!   disk through an index of record locations (`range`, for retrieves and phase 1). The
+//!   cache's window moves past instances this acceptor never voted in (it was away): a
+//!   vote or decision that arrives for one later goes to disk alone, so that the acceptor
+//!   still takes part in deciding it.
 //! * **Durable points.** The first record of a write, once earlier writes of the segment
 //!   are durable, is a `Synced { upto }` marker: the segment's first `upto` bytes were
 //!   fdatasync'd (with `sync = false`: written). A crash damages only what was written after
@@ -114,7 +116,8 @@ pub struct DurableStore<D: LogDir> {
     dir: D,
     sync_writes: bool,
     segment_bytes: u64,
-    /// Recent instances; everything below `cache.log_start()` that is on disk is decided.
+    /// Recent instances, and every undecided vote; below `cache.log_start()` instances are
+    /// on disk only (decided ones, and votes for instances the window had passed).
     cache: MemoryStore,
     log_start: Instance,
     /// `index[i - log_start]`: the record of instance i, if any.
@@ -645,11 +648,31 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
         self.cache.get(instance)
     }
     fn put(&mut self, instance: Instance, accepted: Accepted) -> bool {
-        // Below the cache everything held is decided: nothing to vote or record there.
-        if self.failed.is_some() || instance < self.log_start || instance < self.cache.log_start() {
+        if self.failed.is_some() || instance < self.log_start {
             return false;
         }
         let decided = accepted.decided;
+        if instance < self.cache.log_start() {
+            // Below the cache: a decided record there is final. Otherwise this acceptor missed
+            // the instance while the window moved on (or voted there at a lower ballot), and
+            // refusing would leave the instance to the other acceptors alone: with a quorum
+            // of them in that state it could never be decided. On disk only.
+            if self.index_get(instance).is_some_and(|l| l.decided) {
+                return false;
+            }
+            let r = Record::Accept {
+                instance,
+                ballot: accepted.ballot,
+                decided,
+                decree: accepted.decree,
+            };
+            let mut loc = self.append(&r);
+            loc.decided = decided;
+            self.index_set(instance, loc);
+            // Written through at once (not synced): `range` reads it back from the file.
+            self.write_pending();
+            return true;
+        }
         let r = Record::Accept {
             instance,
             ballot: accepted.ballot,
@@ -666,6 +689,13 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
     }
     fn mark_decided(&mut self, instance: Instance) {
         if instance < self.cache.log_start() {
+            if let Some(mut l) = self.index_get(instance)
+                && !l.decided
+            {
+                self.append(&Record::Decided(instance));
+                l.decided = true;
+                self.index_set(instance, l);
+            }
             return;
         }
         let fresh = self.cache.get(instance).is_some_and(|a| !a.decided);
@@ -690,8 +720,8 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
         let cache_start = self.cache.log_start();
         let mut out = Vec::new();
         let mut i = from;
-        // Older instances, all decided, from disk. A read error ends the answer early;
-        // the asker retries elsewhere, and the next sync reports a damaged log.
+        // Older instances from disk. A read error ends the answer early; the asker retries
+        // elsewhere, and the next sync reports a damaged log.
         while i < to.min(cache_start) {
             if let Some(loc) = self.index_get(i) {
                 match self.read_record_ro(loc) {
@@ -700,7 +730,7 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
                         Accepted {
                             ballot,
                             decree,
-                            decided: true,
+                            decided: loc.decided,
                         },
                     )),
                     _ => return out,
@@ -1048,6 +1078,45 @@ mod tests {
         );
         drop(s);
         let (s, _) = open(&dir, o);
+        assert_eq!(s.range(1, 21).len(), 20);
+    }
+
+    /// Found by the simulator (`tests/durable.rs`, seed 31 of U-Ring's mixed mix at 1000
+    /// values/s, cache of 512 instances): two of three acceptors had missed instance 752
+    /// (one down, one cut off) and their caches had moved past it; both refused to vote
+    /// there ("below the cache everything is decided"), so 752 was never decided and every
+    /// learner stopped at 751 for good.
+    #[test]
+    fn a_vote_below_the_cache_window_is_stored_and_reported() {
+        let dir = MemDir::new("l");
+        let mut o = opts(true);
+        o.cache_instances = 4;
+        let (mut s, _) = open(&dir, o.clone());
+        for i in (1..=20).filter(|&i| i != 5 && i != 7) {
+            assert!(s.put(i, vote(i, true)));
+        }
+        s.sync().unwrap();
+        assert!(s.get(5).is_none(), "the window moved past 5");
+        assert!(s.put(5, vote(5, false)), "the missed instance takes a vote");
+        assert!(
+            !s.put(6, vote(6, false)),
+            "a decided one below the window does not"
+        );
+        let five = |s: &DurableStore<MemDir>| s.range(5, 6).first().map(|(_, a)| a.decided);
+        assert_eq!(five(&s), Some(false), "phase 1 must see an undecided vote");
+        assert!(s.put(7, vote(7, false)));
+        s.mark_decided(7);
+        assert_eq!(s.range(7, 8).first().map(|(_, a)| a.decided), Some(true));
+        s.sync().unwrap();
+        drop(s);
+        let (mut s, _) = open(&dir, o.clone());
+        assert_eq!(five(&s), Some(false), "the vote survives a restart");
+        s.mark_decided(5);
+        s.sync().unwrap();
+        assert_eq!(five(&s), Some(true));
+        drop(s);
+        let (s, _) = open(&dir, o);
+        assert_eq!(five(&s), Some(true));
         assert_eq!(s.range(1, 21).len(), 20);
     }
 

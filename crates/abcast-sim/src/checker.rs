@@ -84,6 +84,11 @@ pub enum ViolationKind {
     EventBudget,
     /// The simulation configuration is invalid.
     BadConfig,
+    /// A node's store failed: a group commit returned an error, or the store would not open
+    /// at a restart (a log the crash left in a state its recovery refuses).
+    StorageFailed,
+    /// A protocol or factory call panicked (an assertion of its own caught something).
+    Panicked,
 }
 
 impl ViolationKind {
@@ -99,6 +104,8 @@ impl ViolationKind {
             NotDelivered | NotConverged | EventBudget => "liveness",
             Decode | CodecMismatch => "codec",
             BadConfig => "config",
+            StorageFailed => "storage",
+            Panicked => "panic",
         }
     }
 }

@@ -72,6 +72,56 @@ impl FromStr for FaultMix {
     }
 }
 
+/// What a crash does to the crashed node's simulated disk (see `abcast_core::storage::MemDir`
+/// and [`crate::run_with_disk`]). The in-memory state of the process is always lost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CrashModel {
+    /// The process dies, the machine does not: everything written to the disk stays, synced
+    /// or not (it was in the OS's hands). Crashes come between events, as without disks.
+    #[default]
+    Process,
+    /// The machine loses power: synced bytes stay, unsynced bytes are lost except a random
+    /// prefix per file (a torn write), in which one byte may be flipped; files created since
+    /// the last directory sync vanish and files removed since then come back. A share of
+    /// these crashes hits a node in the middle of a group commit (the write reached the OS,
+    /// the fdatasync never returned). The seed draws the rates ([`crate::plan::DiskPlan`]).
+    Machine,
+    /// Each crash is a process or a machine crash, half and half; here too a share hits in
+    /// the middle of a group commit, so a process can die with its last write unsynced in
+    /// the OS's cache, for a later machine crash to tear.
+    Mixed,
+}
+
+impl CrashModel {
+    pub const ALL: [CrashModel; 3] = [CrashModel::Process, CrashModel::Machine, CrashModel::Mixed];
+
+    /// The name used in `ABCAST_SIM_CRASH` and in replay lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            CrashModel::Process => "process",
+            CrashModel::Machine => "machine",
+            CrashModel::Mixed => "mixed",
+        }
+    }
+}
+
+impl fmt::Display for CrashModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for CrashModel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<CrashModel, String> {
+        CrashModel::ALL
+            .iter()
+            .copied()
+            .find(|m| m.name() == s.trim())
+            .ok_or_else(|| format!("unknown crash model {s:?}; expected process, machine or mixed"))
+    }
+}
+
 /// Where the replay line points: the cargo package and integration-test target that hold a
 /// test named `replay` calling [`crate::replay_from_env`], and an optional scenario name the
 /// test can use to pick among several base configurations or factories.
@@ -147,6 +197,9 @@ pub struct SimConfig {
     /// of ring 2 crashes at 0.6 s and restarts 0.3 s later"): `(node, at_us, down_us)`. The
     /// node restarts amnesic, like any crash of the mixes; f is not checked.
     pub scheduled_crashes: Vec<(NodeId, Micros, Micros)>,
+    /// What a crash does to the node's disk. Matters only for factories that keep their
+    /// store on the disk the simulator gives them ([`crate::run_with_disk`]).
+    pub crash_model: CrashModel,
     /// Upper bound of events processed in one run; exceeding it is a liveness violation
     /// (a message storm or a zero-delay loop).
     pub event_budget: u64,
@@ -182,6 +235,7 @@ impl SimConfig {
             trace_tail_events: 60,
             verbose: false,
             scheduled_crashes: Vec::new(),
+            crash_model: CrashModel::Process,
             event_budget: 20_000_000,
             replay: ReplayTarget::default(),
         }
@@ -212,8 +266,9 @@ impl SimConfig {
     }
 
     /// The shell command that replays this run with a verbose trace. It carries the fields a
-    /// sweep varies (seed, mix, node count, fault phase, rate, scenario); the rest comes from
-    /// the base configuration in the target's `replay` test.
+    /// sweep varies (seed, mix, node count, fault phase, rate, crash model unless it is the
+    /// default `process`, scenario); the rest comes from the base configuration in the
+    /// target's `replay` test.
     pub fn replay_line(&self) -> String {
         let mut line = format!(
             "ABCAST_SIM_SEED={} ABCAST_SIM_MIX={} ABCAST_SIM_NODES={} ABCAST_SIM_FAULT_US={} ABCAST_SIM_RATE={}",
@@ -223,6 +278,9 @@ impl SimConfig {
             self.fault_phase_us,
             self.rate_per_s
         );
+        if self.crash_model != CrashModel::Process {
+            line.push_str(&format!(" ABCAST_SIM_CRASH={}", self.crash_model));
+        }
         if !self.replay.scenario.is_empty() {
             line.push_str(&format!(" ABCAST_SIM_SCENARIO={}", self.replay.scenario));
         }
@@ -234,8 +292,8 @@ impl SimConfig {
     }
 
     /// Applies the replay environment (`ABCAST_SIM_SEED`, required; `ABCAST_SIM_MIX`,
-    /// `ABCAST_SIM_NODES`, `ABCAST_SIM_FAULT_US`, `ABCAST_SIM_RATE`, `ABCAST_SIM_SCENARIO`,
-    /// `ABCAST_SIM_VERBOSE=0|1`, default 1) to `base`. `Ok(None)` when no seed is set.
+    /// `ABCAST_SIM_NODES`, `ABCAST_SIM_FAULT_US`, `ABCAST_SIM_RATE`, `ABCAST_SIM_CRASH`,
+    /// `ABCAST_SIM_SCENARIO`, `ABCAST_SIM_VERBOSE=0|1`, default 1) to `base`. `Ok(None)` when no seed is set.
     pub fn from_env(base: &SimConfig) -> Result<Option<SimConfig>, String> {
         Self::from_vars(base, |k| std::env::var(k).ok())
     }
@@ -279,6 +337,9 @@ impl SimConfig {
             let rate = num("ABCAST_SIM_RATE", &v)?;
             cfg.rate_per_s =
                 u32::try_from(rate).map_err(|_| format!("ABCAST_SIM_RATE={rate}: too large"))?;
+        }
+        if let Some(c) = var("ABCAST_SIM_CRASH") {
+            cfg.crash_model = c.parse()?;
         }
         if let Some(s) = var("ABCAST_SIM_SCENARIO") {
             cfg.replay.scenario = s;
@@ -338,6 +399,10 @@ mod tests {
             assert_eq!(m.name().parse::<FaultMix>(), Ok(m));
         }
         assert!("nope".parse::<FaultMix>().is_err());
+        for c in CrashModel::ALL {
+            assert_eq!(c.name().parse::<CrashModel>(), Ok(c));
+        }
+        assert!("power".parse::<CrashModel>().is_err());
     }
 
     #[test]
@@ -346,6 +411,7 @@ mod tests {
         let mut run = base.with_run(1234, FaultMix::Crash);
         run.nodes = (0..5).map(NodeId).collect();
         run.fault_phase_us = 777;
+        run.crash_model = CrashModel::Machine;
         let line = run.replay_line();
         assert!(
             line.ends_with("cargo test -p abcast-sim --test toy replay -- --exact --nocapture"),
@@ -366,7 +432,12 @@ mod tests {
         assert_eq!(got.nodes.len(), 5);
         assert_eq!(got.acceptors.len(), 5);
         assert_eq!(got.fault_phase_us, 777);
+        assert_eq!(got.crash_model, CrashModel::Machine);
         assert!(got.verbose);
+        assert!(
+            !base.replay_line().contains("ABCAST_SIM_CRASH"),
+            "the default crash model is left out"
+        );
         assert_eq!(
             SimConfig::from_vars(&base, |_| None)
                 .expect("ok")

@@ -35,6 +35,30 @@
 //! run_seeds(&SimConfig::new(3, 0, FaultMix::Crash), FaultMix::Crash, 0..200, &factory)?;
 //! ```
 //!
+//! **Disks.** A store that lives on disk runs over the simulator's disks: one
+//! [`abcast_core::storage::MemDir`] per node, kept across the node's crashes. The factory
+//! flavour [`run_with_disk`] / [`run_seeds_with_disk`] / [`replay_from_env_with_disk`] is
+//! `Fn(NodeId, StartInfo, MemDir) -> Result<P, StorageError>`: it opens its store on the
+//! disk it is given (a store per ring in `disk.subdir(..)`), and an error (a log its
+//! recovery refuses) fails the run as [`ViolationKind::StorageFailed`], like a failed group
+//! commit. The plain factories run through [`without_disk`]. The simulator calls
+//! `Protocol::sync_storage` for every outbox with `needs_sync`, before its sends;
+//! [`SimConfig::crash_model`] (`ABCAST_SIM_CRASH` in replay lines) picks what a crash does
+//! to the disk: `process` keeps every write (the default), `machine` keeps only what was
+//! synced plus a torn, maybe garbled, prefix of the rest, sometimes in the middle of a group
+//! commit, and `mixed` does either. `tests/durable.rs` runs the durable log that way:
+//!
+//! ```ignore
+//! let ring = RingConfig::pal(&[0, 1, 2]);
+//! let factory = move |id, start, disk: MemDir| {
+//!     let (store, _recovery) = DurableStore::open(disk, options(true))?;
+//!     Ok(URing::new(ring.clone(), id, start, Box::new(store)).expect("valid ring config"))
+//! };
+//! let mut base = SimConfig::new(3, 0, FaultMix::Crash);
+//! base.crash_model = CrashModel::Machine;
+//! run_seeds_with_disk(&base, FaultMix::Crash, 0..200, &factory)?;
+//! ```
+//!
 //! Modules: [`rng`] (the one PRNG), [`config`] (a run and its replay line), [`plan`] (the
 //! fault parameters a seed draws), [`sim`] (the world and its driver loop), [`checker`]
 //! (the properties), [`trace`] (the event log), [`sweep`] (many seeds, one replay),
@@ -50,9 +74,11 @@ pub mod toy;
 pub mod trace;
 
 pub use checker::{Checker, Failure, ViolationKind};
-pub use config::{FaultMix, ReplayTarget, SimConfig};
-pub use plan::FaultPlan;
+pub use config::{CrashModel, FaultMix, ReplayTarget, SimConfig};
+pub use plan::{DiskPlan, FaultPlan};
 pub use rng::SimRng;
-pub use sim::{SimReport, Violation, decode, encode, run};
-pub use sweep::{SweepReport, replay_from_env, run_seeds};
+pub use sim::{SimReport, Violation, decode, encode, run, run_with_disk, without_disk};
+pub use sweep::{
+    SweepReport, replay_from_env, replay_from_env_with_disk, run_seeds, run_seeds_with_disk,
+};
 pub use trace::{DropReason, Trace, TraceEvent, TraceRecord};

@@ -2,12 +2,12 @@
 //! [`FaultMix`]. Drawn once at t = 0, before any event, so the report can state them and a
 //! person reading a failure knows what network the protocol faced.
 
-use crate::config::{FaultMix, SimConfig};
+use crate::config::{CrashModel, FaultMix, SimConfig};
 use crate::rng::SimRng;
 use abcast_core::{Micros, NodeId};
 
 /// The network and fault parameters of one run. Probabilities in parts per million.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct FaultPlan {
     /// Chance that a message (not to self) is lost, during the fault phase.
     pub loss_ppm: u32,
@@ -27,6 +27,71 @@ pub struct FaultPlan {
     pub coordinator_bias_ppm: u32,
     /// The node that starts late and when (it waits further until some value is decided).
     pub late_join: Option<(NodeId, Micros)>,
+    /// What crashes do to the nodes' disks.
+    pub disk: DiskPlan,
+}
+
+/// `disk` is left out while it is the default (process crashes): the plan, and with it the
+/// trace's first line and the run's fingerprint, reads as it did before disks existed.
+impl std::fmt::Debug for FaultPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("FaultPlan");
+        d.field("loss_ppm", &self.loss_ppm)
+            .field("dup_ppm", &self.dup_ppm)
+            .field("delay_us_min", &self.delay_us_min)
+            .field("delay_us_max", &self.delay_us_max)
+            .field("partition_every_us", &self.partition_every_us)
+            .field("crash_every_us", &self.crash_every_us)
+            .field("downtime_us", &self.downtime_us)
+            .field("coordinator_bias_ppm", &self.coordinator_bias_ppm)
+            .field("late_join", &self.late_join);
+        if self.disk != DiskPlan::default() {
+            d.field("disk", &self.disk);
+        }
+        d.finish()
+    }
+}
+
+/// What crashes do to the nodes' simulated disks in one run ([`crate::CrashModel`]), drawn
+/// from the seed. Probabilities in parts per million.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DiskPlan {
+    /// Chance that a crash is a machine crash (the others are process crashes, which keep
+    /// everything written).
+    pub machine_crash_ppm: u32,
+    /// Chance that a crash of the crash schedule waits for the node's next group commit and
+    /// hits in the middle of it: the records reach the OS, the fdatasync never completes,
+    /// and the replies that depended on it never leave. A machine crash then tears what the
+    /// write left unsynced; a process crash leaves it in the OS's cache, unsynced.
+    pub in_commit_ppm: u32,
+    /// Per file with unsynced bytes at a machine crash: chance that a random prefix of them
+    /// survives (a torn write). Otherwise none or all of them survive, evenly.
+    pub torn_ppm: u32,
+    /// Chance that one byte of a surviving unsynced prefix is flipped (a garbled write).
+    pub flip_ppm: u32,
+}
+
+impl DiskPlan {
+    /// Draws the disk faults of `model` from `rng`.
+    ///
+    /// | model | machine crashes | in a group commit | torn | flipped |
+    /// | --- | --- | --- | --- | --- |
+    /// | process | 0 | - | - | - |
+    /// | machine | all | 20-80 % | 30-100 % | 0-50 % |
+    /// | mixed | 50 % | 20-80 % | 30-100 % | 0-50 % |
+    pub fn draw(model: CrashModel, rng: &mut SimRng) -> DiskPlan {
+        let machine_crash_ppm = match model {
+            CrashModel::Process => return DiskPlan::default(),
+            CrashModel::Machine => 1_000_000,
+            CrashModel::Mixed => 500_000,
+        };
+        DiskPlan {
+            machine_crash_ppm,
+            in_commit_ppm: rng.between(200_000, 800_000) as u32,
+            torn_ppm: rng.between(300_000, 1_000_000) as u32,
+            flip_ppm: rng.between(0, 500_000) as u32,
+        }
+    }
 }
 
 impl FaultPlan {
@@ -42,10 +107,13 @@ impl FaultPlan {
             downtime_us: (0, 0),
             coordinator_bias_ppm: 0,
             late_join: None,
+            disk: DiskPlan::default(),
         }
     }
 
-    /// Draws the plan of `cfg.mix` from `rng`.
+    /// Draws the plan of `cfg.mix` from `rng`. The disk faults ([`FaultPlan::disk`]) are
+    /// drawn apart, by the simulator, from a random stream of their own ([`DiskPlan::draw`]),
+    /// so that adding them changed no run of the default process crashes.
     ///
     /// | mix | loss | dup | delay (us) | partitions | crashes | late join |
     /// | --- | --- | --- | --- | --- | --- | --- |

@@ -11,13 +11,22 @@
 //! late node started); *heal load* (clients keep proposing for `heal_load_us`); then the
 //! *convergence* wait, until the checkers say every live learner has everything
 //! (`Checker::converged`) or the bound `converge_bound_us` after the heal runs out.
+//!
+//! Disks: the world owns one [`MemDir`] per node, which outlives the node's crashes and is
+//! handed to the factory at every (re)start ([`run_with_disk`]). The driver makes the stores
+//! durable (`Protocol::sync_storage`) before an outbox with `needs_sync` sends anything, and
+//! a crash does to the disk what [`SimConfig::crash_model`] says: a process crash keeps every
+//! write, a machine crash keeps the synced bytes and a seeded torn (maybe garbled) prefix of
+//! the rest, sometimes in the middle of a group commit. The disk faults are drawn from a
+//! random stream of their own, so runs with the default process crashes are unchanged.
 
 use crate::checker::{Checker, Failure, LearnerId, ViolationKind};
 use crate::config::{FaultMix, SimConfig};
-use crate::plan::FaultPlan;
+use crate::plan::{DiskPlan, FaultPlan};
 use crate::rng::SimRng;
 use crate::trace::{DropReason, Trace, TraceEvent};
 use abcast_core::codec::{Encoder, WireMessage};
+use abcast_core::storage::{MemDir, StorageError, Tear};
 use abcast_core::uring::StartInfo;
 use abcast_core::{Micros, NodeId, Outbox, ProposeError, Protocol};
 use bytes::{Bytes, BytesMut};
@@ -117,9 +126,19 @@ pub struct SimReport {
     pub messages_dropped: u64,
     pub messages_duplicated: u64,
     pub bytes_sent: u64,
-    /// Outboxes that asked for a storage sync.
+    /// Outboxes that asked for a storage sync (each got one `Protocol::sync_storage`).
     pub syncs: u64,
     pub crashes: u64,
+    /// Crashes that were machine crashes (the others kept every write).
+    pub machine_crashes: u64,
+    /// Machine crashes in the middle of a group commit.
+    pub commit_crashes: u64,
+    /// Unsynced bytes that machine crashes lost (files that vanished included).
+    pub unsynced_bytes_lost: u64,
+    /// Files whose unsynced bytes a machine crash cut in the middle.
+    pub torn_files: u64,
+    /// Bytes a machine crash flipped in a surviving unsynced prefix.
+    pub flipped_bytes: u64,
     pub restarts: u64,
     pub partition_changes: u64,
     pub heal_at_us: Micros,
@@ -137,12 +156,43 @@ pub struct SimReport {
 /// Runs one simulation. `factory` builds a node's protocol at its (re)start: it chooses the
 /// store, and is called with the node's id and its [`StartInfo`] (`StartInfo::FRESH` on the
 /// first start, `{incarnation: k, amnesic: true, start_seq: k << 40}` on the k-th restart).
+/// For a store on the simulated disk, see [`run_with_disk`].
 pub fn run<P, F>(cfg: &SimConfig, factory: &F) -> Result<SimReport, Box<Violation>>
 where
     P: Protocol,
     F: Fn(NodeId, StartInfo) -> P,
 {
+    run_with_disk(cfg, &without_disk(factory))
+}
+
+/// Runs one simulation whose nodes keep their stores on the simulated disk. The factory is
+/// called at every (re)start with the node's id, its [`StartInfo`] and the node's own
+/// [`MemDir`] (the same disk at every start of that node, in the state the last crash left
+/// it; [`MemDir::subdir`] gives a store per ring). It returns the protocol, or the error of
+/// a store that would not open, which fails the run ([`ViolationKind::StorageFailed`]).
+///
+/// `StartInfo::amnesic` is true on every restart: the process forgot everything. A store
+/// that kept its state overrides it (`AcceptorStore::is_durable`), and the trace and the
+/// crash schedule's count of faulty acceptors use what the protocol then reports
+/// (`Status::amnesic`). `incarnation` grows at every restart, durable or not (the ring's
+/// epoch must change: the node's in-memory roles did start over), and `start_seq` is
+/// `incarnation << 40`, above any value id the node handed out before.
+pub fn run_with_disk<P, F>(cfg: &SimConfig, factory: &F) -> Result<SimReport, Box<Violation>>
+where
+    P: Protocol,
+    F: Fn(NodeId, StartInfo, MemDir) -> Result<P, StorageError>,
+{
     World::new(cfg, factory)?.run()
+}
+
+/// A factory without a disk as one with a disk it ignores (its stores are in memory).
+pub fn without_disk<P, F>(
+    factory: &F,
+) -> impl Fn(NodeId, StartInfo, MemDir) -> Result<P, StorageError> + '_
+where
+    F: Fn(NodeId, StartInfo) -> P,
+{
+    move |id, start, _disk| Ok(factory(id, start))
 }
 
 #[derive(Debug)]
@@ -213,6 +263,11 @@ struct Slot<P> {
     acceptor: bool,
     learner: bool,
     crash_exempt: bool,
+    /// A crash (a machine crash if the flag says so) waits for this node's next group
+    /// commit; then the node stays down this long.
+    crash_in_commit: Option<(Micros, bool)>,
+    /// What the last crash did to the disk, for a store that then fails to open.
+    last_crash: String,
 }
 
 /// Once a late node waits for a first decision, it looks again this often.
@@ -222,6 +277,10 @@ struct World<'a, P: Protocol, F> {
     cfg: &'a SimConfig,
     factory: &'a F,
     rng: SimRng,
+    /// The disk faults' own random stream (see the module comment).
+    disk_rng: SimRng,
+    /// One disk per node, in node order; it survives the node's crashes.
+    disks: Vec<MemDir>,
     plan: FaultPlan,
     now_us: Micros,
     queue: BinaryHeap<Reverse<Event>>,
@@ -244,14 +303,19 @@ struct World<'a, P: Protocol, F> {
 
 type SimResult<T> = Result<T, Box<Violation>>;
 
+/// Seeds the disk faults' stream: another sequence than the main one of the same seed.
+const DISK_STREAM: u64 = 0xD15C_FA17_5EED_0001;
+
 impl<'a, P, F> World<'a, P, F>
 where
     P: Protocol,
-    F: Fn(NodeId, StartInfo) -> P,
+    F: Fn(NodeId, StartInfo, MemDir) -> Result<P, StorageError>,
 {
     fn new(cfg: &'a SimConfig, factory: &'a F) -> SimResult<World<'a, P, F>> {
         let mut rng = SimRng::new(cfg.seed);
-        let plan = FaultPlan::draw(cfg, &mut rng);
+        let mut plan = FaultPlan::draw(cfg, &mut rng);
+        let mut disk_rng = SimRng::new(cfg.seed ^ DISK_STREAM);
+        plan.disk = DiskPlan::draw(cfg.crash_model, &mut disk_rng);
         let nodes = cfg
             .nodes
             .iter()
@@ -264,6 +328,8 @@ where
                 acceptor: cfg.acceptors.contains(&id),
                 learner: cfg.learners.contains(&id),
                 crash_exempt: cfg.crash_exempt.contains(&id),
+                crash_in_commit: None,
+                last_crash: String::new(),
             })
             .collect();
         let heal_at_us = cfg.fault_phase_us;
@@ -271,6 +337,12 @@ where
             cfg,
             factory,
             rng,
+            disk_rng,
+            disks: cfg
+                .nodes
+                .iter()
+                .map(|id| MemDir::new(format!("node-{}", id.0)))
+                .collect(),
             now_us: 0,
             queue: BinaryHeap::new(),
             next_seq: 0,
@@ -309,6 +381,11 @@ where
                 bytes_sent: 0,
                 syncs: 0,
                 crashes: 0,
+                machine_crashes: 0,
+                commit_crashes: 0,
+                unsynced_bytes_lost: 0,
+                torn_files: 0,
+                flipped_bytes: 0,
                 restarts: 0,
                 partition_changes: 0,
                 heal_at_us,
@@ -341,7 +418,7 @@ where
         for i in 0..self.nodes.len() {
             match late {
                 Some((l, at)) if l == i => self.schedule(at, Action::LateStart { node: i }),
-                _ => self.start_node(i, StartInfo::FRESH)?,
+                _ => self.guarded(|w| w.start_node(i, StartInfo::FRESH))?,
             }
         }
         let first = self.proposal_gap_us();
@@ -387,7 +464,7 @@ where
                     ),
                 )));
             }
-            self.handle(ev.action)?;
+            self.guarded(|w| w.handle(ev.action))?;
             if self.now_us >= self.load_end_us {
                 match self.converged_at_us {
                     None => {
@@ -414,6 +491,26 @@ where
         report.time_to_converge_us = converged_at_us.saturating_sub(self.heal_at_us);
         report.fingerprint = self.trace.fingerprint();
         Ok(report)
+    }
+
+    /// Runs one step; a panic in it (a protocol's or a factory's assertion) ends the run
+    /// as a violation with the trace and the replay line, instead of unwinding through the
+    /// sweep without saying which seed it was.
+    fn guarded(&mut self, step: impl FnOnce(&mut Self) -> SimResult<()>) -> SimResult<()> {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| step(self))) {
+            Ok(r) => r,
+            Err(payload) => {
+                let msg = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic without a message".into());
+                Err(self.violation(Failure::new(
+                    ViolationKind::Panicked,
+                    format!("a protocol or factory call panicked: {msg}"),
+                )))
+            }
+        }
     }
 
     fn schedule(&mut self, at_us: Micros, action: Action) {
@@ -448,7 +545,8 @@ where
             Action::CrashNode { node, down_us } => {
                 if self.nodes[node].proto.is_some() {
                     let incarnation = self.nodes[node].incarnation;
-                    self.crash(node);
+                    let machine = self.disk_rng.chance_ppm(self.plan.disk.machine_crash_ppm);
+                    self.crash(node, machine);
                     self.schedule(
                         self.now_us.saturating_add(down_us),
                         Action::Restart { node, incarnation },
@@ -483,7 +581,25 @@ where
 
     fn start_node(&mut self, i: usize, start: StartInfo) -> SimResult<()> {
         let id = self.nodes[i].id;
-        let proto = (self.factory)(id, start);
+        let proto = match (self.factory)(id, start, self.disks[i].clone()) {
+            Ok(p) => p,
+            Err(e) => {
+                let after = match self.nodes[i].last_crash.as_str() {
+                    "" => String::new(),
+                    c => format!(" after {c}"),
+                };
+                return Err(self.violation(
+                    Failure::new(
+                        ViolationKind::StorageFailed,
+                        format!("{id} cannot start{after}: {e}"),
+                    )
+                    .at(id, start.incarnation),
+                ));
+            }
+        };
+        // What the protocol made of `start.amnesic` (a durable store that recovered is not
+        // amnesic).
+        let amnesic = proto.status().amnesic;
         let s = &mut self.nodes[i];
         s.proto = Some(proto);
         s.incarnation = start.incarnation;
@@ -499,7 +615,7 @@ where
             TraceEvent::Start {
                 node: id,
                 incarnation: start.incarnation,
-                amnesic: start.amnesic,
+                amnesic,
             },
         );
         self.call(i, |p, now, out| p.tick(now, out))?;
@@ -520,10 +636,13 @@ where
         )
     }
 
-    fn crash(&mut self, i: usize) {
+    /// The node's process ends; with `machine`, its machine loses power too (see the module
+    /// comment), torn as the disk plan draws.
+    fn crash(&mut self, i: usize, machine: bool) {
         let s = &mut self.nodes[i];
         s.proto = None;
         s.epoch += 1;
+        s.crash_in_commit = None;
         let (id, incarnation) = (s.id, s.incarnation);
         self.checker.crash(id, incarnation);
         self.report.crashes += 1;
@@ -534,6 +653,116 @@ where
                 incarnation,
             },
         );
+        if !machine {
+            self.disks[i].crash_process();
+            self.nodes[i].last_crash = format!("a process crash at t={}us", self.now_us);
+            return;
+        }
+        self.report.machine_crashes += 1;
+        let plan = &self.plan.disk;
+        let rng = &mut self.disk_rng;
+        let disk = &self.disks[i];
+        let unsynced = disk.unsynced_bytes();
+        let mut kept = 0usize;
+        let (mut torn, mut flips) = (0u64, 0u64);
+        let mut files = Vec::new();
+        disk.crash_machine(|name, n| {
+            if n == 0 {
+                return Tear {
+                    keep: 0,
+                    flip: None,
+                };
+            }
+            let keep = if rng.chance_ppm(plan.torn_ppm) {
+                torn += 1;
+                rng.below(n as u64) as usize
+            } else if rng.chance_ppm(500_000) {
+                0
+            } else {
+                n
+            };
+            let flip = (keep > 0 && rng.chance_ppm(plan.flip_ppm))
+                .then(|| rng.below(keep as u64) as usize);
+            flips += u64::from(flip.is_some());
+            kept += keep;
+            files.push(match flip {
+                Some(f) => {
+                    format!("{name}: kept {keep} of {n} unsynced bytes, byte {f} of them flipped")
+                }
+                None => format!("{name}: kept {keep} of {n} unsynced bytes"),
+            });
+            Tear { keep, flip }
+        });
+        self.report.unsynced_bytes_lost += unsynced.saturating_sub(kept) as u64;
+        self.report.torn_files += torn;
+        self.report.flipped_bytes += flips;
+        let what = format!(
+            "a machine crash at t={}us ({}; {} unsynced bytes before)",
+            self.now_us,
+            if files.is_empty() {
+                "no file had unsynced bytes".to_string()
+            } else {
+                files.join("; ")
+            },
+            unsynced
+        );
+        self.trace
+            .record(self.now_us, TraceEvent::Note(format!("{id}: {what}")));
+        self.nodes[i].last_crash = what;
+    }
+
+    /// Node `i` was chosen for a crash in its next group commit and has one to do now: the
+    /// write reaches the OS, the fdatasync never completes, the node crashes. The outbox
+    /// dies with the process. False (and the crash is called off) if it would take more
+    /// than f acceptors down.
+    fn crash_in_commit(&mut self, i: usize) -> bool {
+        let Some((down_us, machine)) = self.nodes[i].crash_in_commit.take() else {
+            return false;
+        };
+        let f = self.cfg.max_faulty_acceptors();
+        let id = self.nodes[i].id;
+        if self.now_us >= self.heal_at_us
+            || (self.nodes[i].acceptor && self.faulty_acceptors(i) + 1 > f)
+        {
+            self.trace.record(
+                self.now_us,
+                TraceEvent::Note(format!(
+                    "crash of {id} in its group commit called off: healed, or f = {f} acceptors down or amnesic"
+                )),
+            );
+            return false;
+        }
+        self.disks[i].begin_power_loss();
+        if let Some(p) = self.nodes[i].proto.as_mut()
+            && let Err(e) = p.sync_storage()
+        {
+            self.trace.record(
+                self.now_us,
+                TraceEvent::Note(format!("{id}: the interrupted group commit failed: {e}")),
+            );
+        }
+        let incarnation = self.nodes[i].incarnation;
+        self.report.commit_crashes += 1;
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Note(format!(
+                "{id}: {} in the middle of a group commit",
+                if machine {
+                    "power lost"
+                } else {
+                    "process killed"
+                }
+            )),
+        );
+        self.crash(i, machine);
+        self.schedule(
+            self.now_us.saturating_add(down_us),
+            Action::Restart {
+                node: i,
+                incarnation,
+            },
+        );
+        true
     }
 
     /// Schedules the node's next periodic tick; the first one at a random phase so that
@@ -579,9 +808,22 @@ where
     fn carry_out(&mut self, i: usize, out: &mut Outbox<P::Message>) -> SimResult<()> {
         let (id, incarnation) = (self.nodes[i].id, self.nodes[i].incarnation);
         if out.needs_sync {
-            // The factory's store syncs inside the protocol's own store handle; the in-memory
-            // world has nothing to flush, so a sync is only counted.
             self.report.syncs += 1;
+            if self.nodes[i].crash_in_commit.is_some() && self.crash_in_commit(i) {
+                return Ok(());
+            }
+            // The group commit, before anything that depends on it leaves.
+            if let Some(p) = self.nodes[i].proto.as_mut()
+                && let Err(e) = p.sync_storage()
+            {
+                return Err(self.violation(
+                    Failure::new(
+                        ViolationKind::StorageFailed,
+                        format!("{id}: the group commit failed: {e}"),
+                    )
+                    .at(id, incarnation),
+                ));
+            }
         }
         for (to, msg) in out.sends.drain(..) {
             let (kind, body) = encode(&msg);
@@ -1043,9 +1285,23 @@ where
             return Ok(());
         }
         let incarnation = self.nodes[target].incarnation;
-        self.crash(target);
         let (lo, hi) = self.plan.downtime_us;
-        let at = self.now_us + self.rng.between(lo, hi);
+        let down_us = self.rng.between(lo, hi);
+        let machine = self.disk_rng.chance_ppm(self.plan.disk.machine_crash_ppm);
+        if self.disk_rng.chance_ppm(self.plan.disk.in_commit_ppm) {
+            let id = self.nodes[target].id;
+            self.trace.record(
+                self.now_us,
+                TraceEvent::Note(format!(
+                    "{id} will crash ({}) in its next group commit, then stay down {down_us}us",
+                    if machine { "machine" } else { "process" }
+                )),
+            );
+            self.nodes[target].crash_in_commit = Some((down_us, machine));
+            return Ok(());
+        }
+        self.crash(target, machine);
+        let at = self.now_us + down_us;
         self.schedule(
             at,
             Action::Restart {
@@ -1061,6 +1317,9 @@ where
         self.loss_ppm = 0;
         self.dup_ppm = 0;
         self.trace.record(self.now_us, TraceEvent::Heal);
+        for s in &mut self.nodes {
+            s.crash_in_commit = None;
+        }
         for i in 0..self.nodes.len() {
             if !self.nodes[i].started {
                 self.report.late_join_at_us = Some(self.now_us);

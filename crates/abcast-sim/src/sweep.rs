@@ -2,7 +2,8 @@
 
 use crate::checker::{Failure, ViolationKind};
 use crate::config::{FaultMix, SimConfig};
-use crate::sim::{SimReport, Violation, run};
+use crate::sim::{SimReport, Violation, run_with_disk, without_disk};
+use abcast_core::storage::{MemDir, StorageError};
 use abcast_core::uring::StartInfo;
 use abcast_core::{Micros, NodeId, Protocol};
 use std::ops::Range;
@@ -18,6 +19,14 @@ pub struct SweepReport {
     pub messages_dropped: u64,
     pub crashes: u64,
     pub partition_changes: u64,
+    /// Group commits (outboxes with `needs_sync`).
+    pub syncs: u64,
+    /// Disk faults (see [`SimReport`]).
+    pub machine_crashes: u64,
+    pub commit_crashes: u64,
+    pub unsynced_bytes_lost: u64,
+    pub torn_files: u64,
+    pub flipped_bytes: u64,
     /// The slowest convergence after the heal, and its seed.
     pub time_to_converge_us_max: Micros,
     pub slowest_seed: u64,
@@ -33,6 +42,12 @@ impl SweepReport {
         self.messages_dropped += r.messages_dropped;
         self.crashes += r.crashes;
         self.partition_changes += r.partition_changes;
+        self.syncs += r.syncs;
+        self.machine_crashes += r.machine_crashes;
+        self.commit_crashes += r.commit_crashes;
+        self.unsynced_bytes_lost += r.unsynced_bytes_lost;
+        self.torn_files += r.torn_files;
+        self.flipped_bytes += r.flipped_bytes;
         if r.time_to_converge_us >= self.time_to_converge_us_max {
             self.time_to_converge_us_max = r.time_to_converge_us;
             self.slowest_seed = r.seed;
@@ -52,10 +67,25 @@ where
     P: Protocol,
     F: Fn(NodeId, StartInfo) -> P,
 {
+    run_seeds_with_disk(base, mix, seeds, &without_disk(factory))
+}
+
+/// [`run_seeds`] with a factory that keeps its stores on the node's simulated disk (see
+/// [`crate::run_with_disk`]).
+pub fn run_seeds_with_disk<P, F>(
+    base: &SimConfig,
+    mix: FaultMix,
+    seeds: Range<u64>,
+    factory: &F,
+) -> Result<SweepReport, Box<Violation>>
+where
+    P: Protocol,
+    F: Fn(NodeId, StartInfo, MemDir) -> Result<P, StorageError>,
+{
     let mut sweep = SweepReport::default();
     for seed in seeds {
         let cfg = base.with_run(seed, mix);
-        match run(&cfg, factory) {
+        match run_with_disk(&cfg, factory) {
             Ok(r) => sweep.add(&r),
             Err(v) => {
                 eprintln!("{v}");
@@ -92,6 +122,22 @@ where
     F: Fn(NodeId, StartInfo) -> P,
     S: FnOnce(&mut SimConfig) -> F,
 {
+    replay_from_env_with_disk(base, |cfg| {
+        let f = setup(cfg);
+        move |id, start, _disk| Ok(f(id, start))
+    })
+}
+
+/// [`replay_from_env`] with a factory that keeps its stores on the node's simulated disk.
+pub fn replay_from_env_with_disk<P, F, S>(
+    base: &SimConfig,
+    setup: S,
+) -> Option<Result<SimReport, Box<Violation>>>
+where
+    P: Protocol,
+    F: Fn(NodeId, StartInfo, MemDir) -> Result<P, StorageError>,
+    S: FnOnce(&mut SimConfig) -> F,
+{
     let mut cfg = match SimConfig::from_env(base) {
         Ok(Some(cfg)) => cfg,
         Ok(None) => {
@@ -117,7 +163,7 @@ where
         }
     };
     let factory = setup(&mut cfg);
-    let r = run(&cfg, &factory);
+    let r = run_with_disk(&cfg, &factory);
     match &r {
         Ok(rep) => eprintln!("replay: seed {} mix {} passed: {rep:?}", cfg.seed, cfg.mix),
         Err(v) => eprintln!("{v}"),

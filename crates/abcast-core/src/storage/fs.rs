@@ -1,7 +1,7 @@
 //! The one directory a durable store writes to, as a trait, so the log format and its recovery
 //! live in this I/O-free crate and run unchanged over real files (`abcast::disk::OsDir`) and
-//! over the simulator's disk, which loses unsynced writes, tears the last write and flips
-//! bytes when a node crashes (`abcast_sim::disk`).
+//! over the simulator's disk ([`super::MemDir`], one per node in `abcast_sim`), which loses
+//! unsynced writes, tears the last write and flips bytes when a node's machine crashes.
 //!
 //! The contract is POSIX's, kept small: `append` writes through the OS (a process crash
 //! keeps it), `sync` makes a file's data durable (a machine crash keeps it: fdatasync), and

@@ -10,7 +10,8 @@
 //! exactly what these records hold: `Promise` (rnd), `Accept` (v-rnd and v-val with its id,
 //! the batch key). `Decided` and `Trim` only save work after a restart; `Checkpoint` opens
 //! every segment, so older segments can be deleted without losing the promise or the trim
-//! point.
+//! point. `Synced` opens a write once earlier writes are durable, so that recovery can tell
+//! a garbled unsynced write (a torn tail, cut) from damage to durable bytes (refused).
 
 use crate::codec::{Decoder, Encoder};
 use crate::error::DecodeError;
@@ -44,6 +45,11 @@ pub enum Record {
     /// Everything below `log_start` was decided, learned by a quorum of learners' snapshots,
     /// and is forgotten.
     Trim { log_start: Instance },
+    /// The first `upto` bytes of this segment were durable before this record was written
+    /// (fdatasync'd with `sync = true`; written, so safe from a process crash, with
+    /// `sync = false`). A crash can damage only bytes written after the last durable point,
+    /// so a bad record below `upto` is corruption, and one above it a torn write.
+    Synced { upto: u64 },
 }
 
 const KIND_CHECKPOINT: u8 = 1;
@@ -51,6 +57,7 @@ const KIND_PROMISE: u8 = 2;
 const KIND_ACCEPT: u8 = 3;
 const KIND_DECIDED: u8 = 4;
 const KIND_TRIM: u8 = 5;
+const KIND_SYNCED: u8 = 6;
 
 impl Record {
     /// The framed record as chunks (large payloads shared, not copied) and its length.
@@ -88,6 +95,10 @@ impl Record {
             Record::Trim { log_start } => {
                 e.put_u8(KIND_TRIM);
                 e.put_u64(*log_start);
+            }
+            Record::Synced { upto } => {
+                e.put_u8(KIND_SYNCED);
+                e.put_u64(*upto);
             }
         }
         let body = e.finish();
@@ -127,10 +138,13 @@ impl Record {
             KIND_TRIM => Record::Trim {
                 log_start: d.u64("trim.log_start")?,
             },
+            KIND_SYNCED => Record::Synced {
+                upto: d.u64("synced.upto")?,
+            },
             k => {
                 return Err(DecodeError::Invalid {
                     what: "record.kind",
-                    detail: format!("{k} (expected 1 to 5)"),
+                    detail: format!("{k} (expected 1 to 6)"),
                 });
             }
         };
@@ -238,6 +252,7 @@ mod tests {
             },
             Record::Decided(18),
             Record::Trim { log_start: 19 },
+            Record::Synced { upto: 4096 },
         ]
     }
 

@@ -94,7 +94,7 @@ fn every_config_error_class_names_its_field() {
         ),
         (
             format!("{BASE}[storage]\nkind = \"rocksdb\"\n"),
-            "not available yet",
+            "expected \"memory\", \"durable\" or \"none\"",
         ),
         (
             format!("{BASE}[transport]\nsend_queue_bytes = 0\n"),

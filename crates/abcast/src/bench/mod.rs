@@ -214,6 +214,28 @@ fn x_position(axis: Axis, param: f64) -> f64 {
     }
 }
 
+/// Writes a result file, naming it in the error.
+pub(crate) fn write_file(path: &Path, text: &str) -> Result<(), DemoError> {
+    fs::write(path, text)
+        .map_err(|e| DemoError::Runtime(format!("cannot write {}: {e}", path.display())))
+}
+
+/// Why a run failed, as the summaries print it: its error, or the cluster checks.
+pub(crate) fn failure_reason(error: Option<&str>) -> &str {
+    error.unwrap_or("checks failed (agreement, loss or duplicates)")
+}
+
+/// Appends the summary's "Failed runs" section: one `- line` per failed run (nothing when
+/// every run passed).
+pub(crate) fn push_failed_runs(s: &mut String, failures: &[String]) {
+    if !failures.is_empty() {
+        let _ = writeln!(s, "\n## Failed runs\n");
+        for f in failures {
+            let _ = writeln!(s, "- {f}");
+        }
+    }
+}
+
 pub(crate) fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n']) {
         format!("\"{}\"", s.replace('"', "\"\""))
@@ -271,8 +293,7 @@ fn write_csv(
             );
         }
     }
-    fs::write(path, s)
-        .map_err(|e| DemoError::Runtime(format!("cannot write {}: {e}", path.display())))
+    write_file(path, &s)
 }
 
 fn x_label(axis: Axis) -> impl Fn(f64) -> String {
@@ -418,21 +439,16 @@ fn write_summary(
         .flat_map(|pr| {
             pr.runs.iter().filter(|r| !r.ok).map(move |r| {
                 format!(
-                    "- {} run {}: {}",
+                    "{} run {}: {}",
                     pr.point.label,
                     r.run,
-                    r.error
-                        .as_deref()
-                        .unwrap_or("checks failed (agreement, loss or duplicates)")
+                    failure_reason(r.error.as_deref())
                 )
             })
         })
         .collect();
-    if !failures.is_empty() {
-        let _ = writeln!(s, "\n## Failed runs\n\n{}", failures.join("\n"));
-    }
-    fs::write(path, s)
-        .map_err(|e| DemoError::Runtime(format!("cannot write {}: {e}", path.display())))
+    push_failed_runs(&mut s, &failures);
+    write_file(path, &s)
 }
 
 /// `abcast bench`: returns the exit status (0 when every run passed its checks).

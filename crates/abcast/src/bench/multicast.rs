@@ -25,7 +25,9 @@ use super::experiments::{
     MULTICAST_WINDOW_VALUES,
 };
 use super::plot::{self, FONT_FAMILY, Whisker};
-use super::{BenchArgs, csv_field, machine, sysctl, utc_now};
+use super::{
+    BenchArgs, csv_field, failure_reason, machine, push_failed_runs, sysctl, utc_now, write_file,
+};
 use crate::demo::{self, ClusterSpec, DemoError, bytes, group, ms};
 use crate::stats::median;
 use plotters::prelude::*;
@@ -330,8 +332,7 @@ fn write_csv(
             );
         }
     }
-    fs::write(path, s)
-        .map_err(|e| DemoError::Runtime(format!("cannot write {}: {e}", path.display())))
+    write_file(path, &s)
 }
 
 fn whiskers(series: &[Series], proto: Proto, f: &dyn Fn(&Run) -> f64) -> Vec<Whisker> {
@@ -667,22 +668,17 @@ fn write_summary(
         .flat_map(|sr| {
             sr.runs.iter().filter(|r| !r.ok).map(move |r| {
                 format!(
-                    "- {} {} learners run {}: {}",
+                    "{} {} learners run {}: {}",
                     sr.proto.as_str(),
                     sr.learners,
                     r.run,
-                    r.error
-                        .as_deref()
-                        .unwrap_or("checks failed (agreement, loss or duplicates)")
+                    failure_reason(r.error.as_deref())
                 )
             })
         })
         .collect();
-    if !failures.is_empty() {
-        let _ = writeln!(s, "\n## Failed runs\n\n{}", failures.join("\n"));
-    }
-    fs::write(path, s)
-        .map_err(|e| DemoError::Runtime(format!("cannot write {}: {e}", path.display())))
+    push_failed_runs(&mut s, &failures);
+    write_file(path, &s)
 }
 
 /// `abcast bench multicast`: returns the exit status (0 when every run passed its checks).

@@ -18,7 +18,7 @@
 //! interleaved across scenarios so the drift of a shared two-core machine spreads over all.
 
 use super::plot::{self, Line, LinePanel};
-use super::{BenchArgs, BenchName, machine, utc_now};
+use super::{BenchArgs, BenchName, machine, utc_now, write_file};
 use crate::demo::{self, ClusterRun, ClusterSpec, DemoError, group};
 use crate::runtime::linkfault::LinkFault;
 use crate::stats::median;
@@ -377,11 +377,6 @@ fn out_dir(args: &BenchArgs, name: &str) -> Result<PathBuf, DemoError> {
     Ok(out)
 }
 
-fn write(path: &Path, text: &str) -> Result<(), DemoError> {
-    fs::write(path, text)
-        .map_err(|e| DemoError::Runtime(format!("cannot write {}: {e}", path.display())))
-}
-
 fn header(s: &mut String, title: &str, args: &BenchArgs) {
     let (_, date) = utc_now();
     let _ = writeln!(s, "# {title}\n");
@@ -401,7 +396,7 @@ fn finish(
     args: &BenchArgs,
     all_ok: bool,
 ) -> Result<u8, DemoError> {
-    write(&out.join("summary.md"), summary)?;
+    write_file(&out.join("summary.md"), summary)?;
     let mut stdout = std::io::stdout().lock();
     let text = if args.json {
         format!("{json_line}\n")
@@ -538,8 +533,8 @@ fn run_skip(args: &BenchArgs) -> Result<u8, DemoError> {
             }
         }
     }
-    write(&out.join("results.csv"), &csv)?;
-    write(&out.join("buffer.csv"), &ts)?;
+    write_file(&out.join("results.csv"), &csv)?;
+    write_file(&out.join("buffer.csv"), &ts)?;
 
     // Plot: buffered instances per ring over time (first ok run of each scenario with two
     // rings), and ring 1's delivered rate over time per scenario.
@@ -737,7 +732,7 @@ fn run_rings(args: &BenchArgs) -> Result<u8, DemoError> {
             );
         }
     }
-    write(&out.join("results.csv"), &csv)?;
+    write_file(&out.join("results.csv"), &csv)?;
     let series_names: Vec<String> = {
         let mut v: Vec<String> = Vec::new();
         for s in &scenarios {
@@ -939,7 +934,7 @@ fn run_global(args: &BenchArgs) -> Result<u8, DemoError> {
             );
         }
     }
-    write(&out.join("results.csv"), &csv)?;
+    write_file(&out.join("results.csv"), &csv)?;
     let per_scenario: Vec<LocalMedians> = scenarios
         .iter()
         .zip(&results)

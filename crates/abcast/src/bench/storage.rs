@@ -23,7 +23,7 @@
 //! would make the durable points measure memory.
 
 use super::plot::{self, FONT_FAMILY, KeyedAxis, PALETTE, ValueAxis, Whisker};
-use super::{BenchArgs, csv_field, machine, utc_now};
+use super::{BenchArgs, csv_field, failure_reason, machine, push_failed_runs, utc_now, write_file};
 use crate::demo::{self, ClusterSpec, DemoError, NodeRecord, bytes, group, ms};
 use crate::stats::{LineKind, median};
 use plotters::prelude::*;
@@ -497,11 +497,6 @@ pub fn csv_text(duration_s: f64, window: u64, series: &[Series]) -> String {
     s
 }
 
-fn write_file(path: &Path, text: &str) -> Result<(), DemoError> {
-    fs::write(path, text)
-        .map_err(|e| DemoError::Runtime(format!("cannot write {}: {e}", path.display())))
-}
-
 fn perr(e: impl std::fmt::Display) -> String {
     format!("cannot draw the plot: {e}")
 }
@@ -843,20 +838,16 @@ fn write_summary(
         .flat_map(|sr| {
             sr.runs.iter().filter(|r| !r.ok).map(move |r| {
                 format!(
-                    "- {} {} run {}: {}",
+                    "{} {} run {}: {}",
                     sr.backend.as_str(),
                     bytes(sr.value_size),
                     r.run,
-                    r.error
-                        .as_deref()
-                        .unwrap_or("checks failed (agreement, loss or duplicates)")
+                    failure_reason(r.error.as_deref())
                 )
             })
         })
         .collect();
-    if !failures.is_empty() {
-        let _ = writeln!(s, "\n## Failed runs\n\n{}", failures.join("\n"));
-    }
+    push_failed_runs(&mut s, &failures);
     write_file(path, &s)
 }
 

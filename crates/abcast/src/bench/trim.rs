@@ -1,6 +1,6 @@
 //! `abcast bench trim`: constant load on a 3-node U-Ring cluster with durable storage
 //! (`sync = true`), learners snapshotting every second and acceptors trimming below what a
-//! majority of learners' snapshots cover (issue 4; URingPaxos' `Safe`/`Trim`). It plots each
+//! every learner's snapshot covers (issue 4; URingPaxos' `Safe`/`Trim`). It plots each
 //! acceptor's log on disk over time and reports, per run, the largest log seen
 //! (`log_bytes_max`), the log at the end (`log_bytes_end`) and the bytes appended over the
 //! run (`bytes_appended`). The acceptance bound: the log never exceeds a fifth of what was
@@ -11,7 +11,7 @@
 //! written: segments are deleted whole).
 
 use super::plot::{self, Line, LinePanel};
-use super::{BenchArgs, machine, utc_now};
+use super::{BenchArgs, machine, push_failed_runs, utc_now, write_file};
 use crate::demo::{self, ClusterSpec, DemoError, bytes, group};
 use crate::stats::median;
 use serde_json::json;
@@ -151,9 +151,7 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
             let _ = writeln!(csv, "{},{node},{t:.3},{lb},{ab}", i + 1);
         }
     }
-    let csv_path = out_dir.join("results.csv");
-    fs::write(&csv_path, csv)
-        .map_err(|e| DemoError::Runtime(format!("cannot write {}: {e}", csv_path.display())))?;
+    write_file(&out_dir.join("results.csv"), &csv)?;
 
     // Plot: the first good run, one line per acceptor, and the bytes appended.
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
@@ -185,7 +183,7 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
         }
         let panels = vec![
             LinePanel {
-                caption: "acceptor log on disk (trimmed below the snapshot majority)".into(),
+                caption: "acceptor log on disk (trimmed below every learner's snapshot)".into(),
                 x_desc: "time (s)".into(),
                 y_desc: "MiB".into(),
                 lines,
@@ -234,7 +232,7 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
         "3 nodes (every node proposes, accepts and learns), U-Ring Paxos, `[storage] kind = \
          \"durable\"`, `sync = true`, segments of {}, learners snapshot every second; offered \
          load {} values/s of {} over the cluster ({:.0} Mbit/s), for {} s per run. The \
-         coordinator trims acceptors below what a majority of learners' snapshots cover; an \
+         coordinator trims acceptors below what every learner's snapshot covers; an \
          acceptor deletes a segment once nothing in it is above its trim point.\n",
         bytes(TRIM_SEGMENT_BYTES),
         group(TRIM_RATE_VALUES_PER_S),
@@ -279,7 +277,7 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
         s,
         "\nThe log on disk saws between one snapshot interval of traffic and that plus a \
          segment: it grows while the trim point stands still, and drops by whole segments \
-         when a majority of learners report a newer snapshot. `results.csv` has every \
+         when every learner has reported a newer snapshot. `results.csv` has every \
          sample (every {} ms, per node); `log_size.png` shows the first good run.",
         demo::STATS_MS
     );
@@ -288,14 +286,10 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
         .iter()
         .enumerate()
         .filter(|(_, r)| !r.ok)
-        .map(|(i, r)| format!("- run {}: {}", i + 1, r.problems.join("; ")))
+        .map(|(i, r)| format!("run {}: {}", i + 1, r.problems.join("; ")))
         .collect();
-    if !failures.is_empty() {
-        let _ = writeln!(s, "\n## Failed runs\n\n{}", failures.join("\n"));
-    }
-    let summary = out_dir.join("summary.md");
-    fs::write(&summary, &s)
-        .map_err(|e| DemoError::Runtime(format!("cannot write {}: {e}", summary.display())))?;
+    push_failed_runs(&mut s, &failures);
+    write_file(&out_dir.join("summary.md"), &s)?;
 
     let mut stdout = std::io::stdout().lock();
     if args.json {

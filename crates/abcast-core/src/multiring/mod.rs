@@ -707,33 +707,25 @@ impl Protocol for MultiRing {
     }
 
     fn status(&self) -> Status {
-        let mut st = self.slots[0].ring.status();
-        st.amnesic = self.slots.iter().any(|s| s.ring.status().amnesic);
-        st.values_in_flight = self
-            .slots
-            .iter()
-            .map(|s| s.ring.status().values_in_flight)
-            .sum();
+        // Each ring's status once; the node's figures are sums over them.
+        let rings: Vec<Status> = self.slots.iter().map(|s| s.ring.status()).collect();
+        let mut st = rings[0].clone();
+        st.amnesic = rings.iter().any(|r| r.amnesic);
+        st.values_in_flight = rings.iter().map(|r| r.values_in_flight).sum();
         st.delivered_upto = self.merger.turn;
-        st.log_bytes = self.log_bytes();
-        st.log_appended_bytes = self
-            .slots
-            .iter()
-            .map(|s| s.ring.status().log_appended_bytes)
-            .sum();
+        st.log_bytes = rings.iter().map(|r| r.log_bytes).sum();
+        st.log_appended_bytes = rings.iter().map(|r| r.log_appended_bytes).sum();
         st.groups = self
             .slots
             .iter()
-            .map(|s| {
-                let ring = s.ring.status();
-                GroupStatus {
-                    group: s.group,
-                    coordinator: ring.coordinator,
-                    delivered_upto: ring.delivered_upto,
-                    following: self.follows(s.group),
-                    buffered_instances: self.buffered(s.group),
-                    buffered_instances_max: self.buffered_max(s.group),
-                }
+            .zip(&rings)
+            .map(|(s, ring)| GroupStatus {
+                group: s.group,
+                coordinator: ring.coordinator,
+                delivered_upto: ring.delivered_upto,
+                following: self.follows(s.group),
+                buffered_instances: self.buffered(s.group),
+                buffered_instances_max: self.buffered_max(s.group),
             })
             .collect();
         st

@@ -196,7 +196,7 @@ pub struct GroupStatus {
 /// instance up to `upto`, and the protocol's own learner state at that point (what it needs
 /// to go on delivering the same sequence as everyone else: the de-duplication memory),
 /// opaque to the application. Learners report `upto`; the coordinator trims the acceptors'
-/// logs below the point a quorum of learners' snapshots covers.
+/// logs below the point every learner's snapshot covers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
     pub upto: Instance,
@@ -324,7 +324,7 @@ pub trait Protocol {
     /// The application hands its state after every instance delivered so far (`app`,
     /// taken with no delivery in between); the protocol adds its learner state and returns
     /// the snapshot for the caller to persist. From now on this learner reports
-    /// `snapshot.upto`, and acceptors may trim below the point a quorum of learners
+    /// `snapshot.upto`, and acceptors may trim below the point every learner
     /// reported. `Err` for a protocol (or role) without snapshots.
     fn take_snapshot(&mut self, app: Bytes) -> Result<Snapshot, String> {
         let _ = app;

@@ -361,7 +361,7 @@ fn protocol_cost_per_value() {
 }
 
 #[test]
-fn acceptors_trim_below_what_a_majority_of_learners_snapshotted() {
+fn acceptors_trim_below_what_every_learner_snapshotted() {
     let mut net = Net::new(3);
     net.run_for(400_000);
     for k in 0..30 {
@@ -376,7 +376,7 @@ fn acceptors_trim_below_what_a_majority_of_learners_snapshotted() {
             .collect()
     };
     assert_eq!(log_starts(&net), vec![1, 1, 1]);
-    // One learner of three snapshots: no majority covers anything yet.
+    // One learner of three snapshots: the others would lose what a trim removes.
     let s0 = net.nodes[0]
         .as_mut()
         .unwrap()
@@ -386,7 +386,7 @@ fn acceptors_trim_below_what_a_majority_of_learners_snapshotted() {
     assert_eq!(
         log_starts(&net),
         vec![1, 1, 1],
-        "one snapshot is not a majority"
+        "one snapshot of three trims nothing"
     );
     for k in 30..40 {
         assert!(net.propose(k % 3, &format!("v{k}")));
@@ -400,7 +400,19 @@ fn acceptors_trim_below_what_a_majority_of_learners_snapshotted() {
         .unwrap();
     assert!(s1.upto > s0.upto);
     net.run_for(200_000);
-    // Majority of {s0, s1, none} = s0: trimmed below s0.upto + 1 everywhere.
+    assert_eq!(
+        log_starts(&net),
+        vec![1, 1, 1],
+        "node 2 has no snapshot yet"
+    );
+    let s2 = net.nodes[2]
+        .as_mut()
+        .unwrap()
+        .take_snapshot(Bytes::from_static(b"app2"))
+        .unwrap();
+    assert!(s2.upto >= s1.upto);
+    net.run_for(200_000);
+    // The lowest of {s0, s1, s2} = s0: trimmed below s0.upto + 1 everywhere.
     assert_eq!(log_starts(&net), vec![s0.upto + 1; 3]);
     // New values still flow after the trim.
     for k in 40..45 {

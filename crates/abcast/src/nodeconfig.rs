@@ -168,7 +168,7 @@ pub struct StorageConfig {
     /// Durable log segments are rolled at this size.
     pub segment_bytes: u64,
     /// A learner writes a snapshot (`<dir>/node-<id>/snapshot`) this often, reports it, and
-    /// acceptors trim below what a majority of learners' snapshots cover; 0 = never. Default
+    /// acceptors trim below what every learner's snapshot covers; 0 = never. Default
     /// 1000 with durable storage, 0 otherwise.
     pub snapshot_interval_ms: u64,
 }

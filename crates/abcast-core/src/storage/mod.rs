@@ -66,8 +66,8 @@ pub trait AcceptorStore {
     fn has_room(&self) -> bool;
     /// Bytes of decree payload held in memory.
     fn bytes_held(&self) -> usize;
-    /// Forgets every instance below `below` (the trim point: decided, and covered by a
-    /// quorum of learners' snapshots); `log_start()` becomes at least `below`.
+    /// Forgets every instance below `below` (the trim point: decided, and covered by every
+    /// learner's snapshot); `log_start()` becomes at least `below`.
     fn trim(&mut self, below: Instance);
     /// Bytes of log on disk (0 for the in-memory back-ends).
     fn log_bytes(&self) -> u64;

@@ -42,7 +42,7 @@ pub enum Record {
     },
     /// The acceptor saw the decision for an instance it holds.
     Decided(Instance),
-    /// Everything below `log_start` was decided, learned by a quorum of learners' snapshots,
+    /// Everything below `log_start` was decided, covered by every learner's snapshot,
     /// and is forgotten.
     Trim { log_start: Instance },
     /// The first `upto` bytes of this segment were durable before this record was written

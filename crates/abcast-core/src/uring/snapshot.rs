@@ -7,8 +7,8 @@
 //!   restarted from it ([`URing::restore_snapshot`]) skips the same duplicate batches as
 //!   everyone else, and the node persists it.
 //! * Every heartbeat carries the sender's latest `snapshot_upto`. The leading coordinator
-//!   keeps the latest report of every learner and computes the trim point: the highest
-//!   instance T such that a majority of learners have a snapshot at or above T. Its
+//!   keeps the latest report of every learner and computes the trim point T: the lowest
+//!   snapshot over every learner (not yet over a majority: see `trim_point`). Its
 //!   heartbeats carry `trim_below = T + 1`.
 //! * An acceptor trims its store below `trim_below` when the heartbeat comes from the
 //!   coordinator it believes in. Everything below is decided (a learner delivered it before
@@ -86,13 +86,20 @@ impl URing {
         }
     }
 
-    /// The leading coordinator's trim point: below the highest instance a majority of
-    /// learners' snapshots cover (0 = trim nothing).
+    /// The leading coordinator's trim point: below the lowest snapshot of every learner
+    /// (0 = trim nothing).
+    ///
+    /// Not yet the "minimum over a quorum of learners": trimming there leaves the
+    /// slowest learners behind the trim point, and until they can install a snapshot fetched
+    /// from a peer they would skip instances. The SIGKILL-all test showed it: a learner whose
+    /// snapshot was older than the majority's restarted behind the acceptors' log start and
+    /// skipped. With every learner's snapshot as the bound, a learner that is down holds the
+    /// trim back (its log grows) instead of losing deliveries.
     pub(crate) fn trim_point(&self) -> Instance {
         if !self.coord.is_leading() {
             return 0;
         }
-        let mut ups: Vec<Instance> = self
+        let ups: Vec<Instance> = self
             .cfg
             .members
             .iter()
@@ -106,11 +113,7 @@ impl URing {
                 }
             })
             .collect();
-        if ups.is_empty() {
-            return 0;
-        }
-        ups.sort_unstable_by(|a, b| b.cmp(a));
-        let covered = ups[ups.len() / 2];
+        let covered = ups.iter().copied().min().unwrap_or(0);
         if covered == 0 { 0 } else { covered + 1 }
     }
 

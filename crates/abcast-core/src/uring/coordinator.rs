@@ -94,6 +94,9 @@ pub struct CoordinatorState {
     prepare: Option<Prepare>,
     /// Phase 1 under the current ballot over instances below `p1_lo` (see `start_backfill`).
     backfill: Option<Prepare>,
+    /// The first instance and start time of the last backfill: the same range again waits
+    /// `p1_resend_us` (see `start_backfill`).
+    last_backfill: (Instance, Micros),
     /// Phase 1 of the current ballot began here; below it, instances are decided by hearsay.
     p1_lo: Instance,
     /// Phase 1 holds for every instance below this.
@@ -129,6 +132,7 @@ impl CoordinatorState {
             epoch_fp: 0,
             prepare: None,
             backfill: None,
+            last_backfill: (0, 0),
             p1_lo: 1,
             p1_hi: 1,
             next_instance: 1,
@@ -369,6 +373,16 @@ impl URing {
         {
             return;
         }
+        // A backfill that moved nothing (every acceptor trimmed those instances: the learner
+        // needs a snapshot, not a phase 1) is not repeated at once. Without this bound the
+        // coordinator restarted it on every tick and retrieve, and duplicated 1bs of the
+        // previous round completed each new one at the same instant: a storm with no time
+        // passing (found by the simulator, durable `uring-snapshots` 5-node mixed seed 11).
+        let (last_from, last_us) = self.coord.last_backfill;
+        if from == last_from && self.now < last_us.saturating_add(self.cfg.p1_resend_us) {
+            return;
+        }
+        self.coord.last_backfill = (from, self.now);
         let to = self.coord.p1_lo.min(from + self.cfg.retrieve_max_instances);
         self.coord.backfill = Some(Prepare::new(from, to, self.now));
         out.events.push(format!(
@@ -389,10 +403,15 @@ impl URing {
                     let key = decree.key();
                     self.record_decision(i, ballot, Some(decree.clone()), key, out);
                 }
+                // An acceptor of the quorum knows it decided (as `phase1_done`): learners
+                // retrieve it, or install a snapshot if it was trimmed everywhere. Never
+                // re-propose a vote found there: acceptors that trimmed it report no vote,
+                // so the vote found may be a stale one of a lower ballot, and proposing it
+                // could decide a second decree (found by the simulator, durable
+                // `uring-snapshots` 5-node mixed seed 12, as a stall: a restarted acceptor's
+                // own stale vote re-opened an instance trimmed everywhere else).
+                _ if i <= p.floor => {}
                 Some((_, decree, false)) => self.open_instance(i, decree.clone(), 0, out),
-                // An acceptor of the quorum knows it decided but no longer holds it: learners
-                // retrieve it from there; a proposal here could not win anyway.
-                None if i <= p.floor => {}
                 None => self.open_instance(i, Decree::Noop, 0, out),
             }
         }

@@ -15,13 +15,16 @@ pub mod error;
 pub mod multiring;
 pub mod protocol;
 pub mod ringpaxos;
+pub mod snapshot_transfer;
 pub mod storage;
 pub mod types;
 pub mod uring;
 pub mod wire;
 
 pub use error::{DecodeError, ProposeError};
-pub use protocol::{Delivery, GroupStatus, Outbox, Pass, Protocol, Snapshot, Status, Subscription};
+pub use protocol::{
+    Delivery, GroupStatus, Install, Outbox, Pass, Protocol, Snapshot, Status, Subscription,
+};
 pub use types::{
     Ballot, Batch, BatchKey, CONTROL_MAX_BYTES, Decree, GroupId, Instance, Micros, NodeId, Value,
     ValueId,

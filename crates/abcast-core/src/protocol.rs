@@ -97,6 +97,19 @@ pub struct Outbox<M> {
     pub passes: Vec<Pass>,
     /// Groups this learner starts or stops delivering (Multi-Ring only).
     pub subscriptions: Vec<Subscription>,
+    /// Snapshots this learner installed (fetched from a peer because it fell behind the
+    /// acceptors' trim point): the application replaces its state with `snapshot.app`, at
+    /// `position` among `deliveries`, and the driver persists the snapshot.
+    pub installs: Vec<Install>,
+}
+
+/// A learner installed a snapshot fetched from a peer (see [`Outbox::installs`]): every
+/// instance up to `snapshot.upto` is covered by it, and the next delivery is after it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Install {
+    pub snapshot: Snapshot,
+    /// How many of the same outbox's `deliveries` come before the install.
+    pub position: usize,
 }
 
 impl<M> Default for Outbox<M> {
@@ -111,6 +124,7 @@ impl<M> Default for Outbox<M> {
             events: Vec::new(),
             passes: Vec::new(),
             subscriptions: Vec::new(),
+            installs: Vec::new(),
         }
     }
 }
@@ -131,6 +145,7 @@ impl<M> Outbox<M> {
             && self.skips.is_empty()
             && self.passes.is_empty()
             && self.subscriptions.is_empty()
+            && self.installs.is_empty()
             && !self.needs_sync
     }
     pub fn clear(&mut self) {
@@ -142,6 +157,7 @@ impl<M> Outbox<M> {
         self.skips.clear();
         self.passes.clear();
         self.subscriptions.clear();
+        self.installs.clear();
         self.needs_sync = false;
     }
 }

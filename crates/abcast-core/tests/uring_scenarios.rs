@@ -20,15 +20,31 @@ struct Net {
     /// Every ballot a node put in a phase 1a it sent: the ballots it made (a coordinator
     /// runs phase 1 under each of its ballots before it proposes anything in it).
     phase1a_ballots: Vec<(NodeId, Ballot)>,
+    /// Snapshots a node installed from a peer, with how many deliveries it had before.
+    installs: Vec<(usize, usize, abcast_core::Snapshot)>,
 }
 
 impl Net {
     fn new(n: u32) -> Net {
         let ids: Vec<u32> = (0..n).collect();
-        let cfg = RingConfig::pal(&ids);
-        let nodes = ids
+        Net::with_ring(RingConfig::pal(&ids))
+    }
+
+    /// A ring whose learners take snapshots (acceptors trim below them; a learner behind
+    /// the trim point installs a peer's).
+    fn with_snapshots(n: u32) -> Net {
+        let ids: Vec<u32> = (0..n).collect();
+        let mut cfg = RingConfig::pal(&ids);
+        cfg.learner_snapshots = true;
+        Net::with_ring(cfg)
+    }
+
+    fn with_ring(cfg: RingConfig) -> Net {
+        let n = cfg.members.len() as u32;
+        let nodes = cfg
+            .members
             .iter()
-            .map(|&i| Some(Self::make(&cfg, i, StartInfo::FRESH)))
+            .map(|m| Some(Self::make(&cfg, m.id.0, StartInfo::FRESH)))
             .collect();
         Net {
             nodes,
@@ -40,6 +56,7 @@ impl Net {
             down: vec![false; n as usize],
             drop_decisions_to: None,
             phase1a_ballots: Vec::new(),
+            installs: Vec::new(),
         }
     }
     fn make(cfg: &RingConfig, i: u32, start: StartInfo) -> URing {
@@ -59,9 +76,19 @@ impl Net {
             let back = Message::decode(m.kind(), e.to_bytes()).expect("decodes");
             self.queue.push_back((from, to, back));
         }
-        for d in out.deliveries.drain(..) {
+        let node = from.0 as usize;
+        let mut installs = out.installs.drain(..).peekable();
+        for (k, d) in out.deliveries.drain(..).enumerate() {
+            while let Some(i) = installs.next_if(|i| i.position <= k) {
+                self.installs
+                    .push((node, self.delivered[node].len(), i.snapshot));
+            }
             self.delivered[from.0 as usize]
                 .push((d.instance, d.batch.values().map(|v| v.payload).collect()));
+        }
+        for i in installs {
+            self.installs
+                .push((node, self.delivered[node].len(), i.snapshot));
         }
         self.acks += out.acks.len();
         out.clear();
@@ -361,8 +388,8 @@ fn protocol_cost_per_value() {
 }
 
 #[test]
-fn acceptors_trim_below_what_every_learner_snapshotted() {
-    let mut net = Net::new(3);
+fn acceptors_trim_below_what_a_quorum_of_learners_snapshotted() {
+    let mut net = Net::with_snapshots(3);
     net.run_for(400_000);
     for k in 0..30 {
         assert!(net.propose(k % 3, &format!("v{k}")));
@@ -376,7 +403,7 @@ fn acceptors_trim_below_what_every_learner_snapshotted() {
             .collect()
     };
     assert_eq!(log_starts(&net), vec![1, 1, 1]);
-    // One learner of three snapshots: the others would lose what a trim removes.
+    // One learner of three snapshots: not a quorum, nothing is trimmed.
     let s0 = net.nodes[0]
         .as_mut()
         .unwrap()
@@ -400,10 +427,11 @@ fn acceptors_trim_below_what_every_learner_snapshotted() {
         .unwrap();
     assert!(s1.upto > s0.upto);
     net.run_for(200_000);
+    // Two of three: the lower of the two covers the quorum.
     assert_eq!(
         log_starts(&net),
-        vec![1, 1, 1],
-        "node 2 has no snapshot yet"
+        vec![s0.upto + 1; 3],
+        "a quorum of snapshots trims below the lower of them"
     );
     let s2 = net.nodes[2]
         .as_mut()
@@ -412,8 +440,8 @@ fn acceptors_trim_below_what_every_learner_snapshotted() {
         .unwrap();
     assert!(s2.upto >= s1.upto);
     net.run_for(200_000);
-    // The lowest of {s0, s1, s2} = s0: trimmed below s0.upto + 1 everywhere.
-    assert_eq!(log_starts(&net), vec![s0.upto + 1; 3]);
+    // The two highest of {s0, s1, s2} are s1 and s2: trimmed below s1.upto + 1.
+    assert_eq!(log_starts(&net), vec![s1.upto + 1; 3]);
     // New values still flow after the trim.
     for k in 40..45 {
         assert!(net.propose(k % 3, &format!("v{k}")));
@@ -426,7 +454,7 @@ fn acceptors_trim_below_what_every_learner_snapshotted() {
 
 #[test]
 fn a_learner_restored_from_a_snapshot_delivers_the_rest_of_the_same_sequence() {
-    let mut net = Net::new(3);
+    let mut net = Net::with_snapshots(3);
     net.run_for(400_000);
     for k in 0..20 {
         assert!(net.propose(k % 3, &format!("a{k}")));
@@ -483,4 +511,90 @@ fn a_learner_restored_from_a_snapshot_delivers_the_rest_of_the_same_sequence() {
     let last = bad.len() - 1;
     bad[last] ^= 1;
     assert!(abcast_core::Snapshot::decode(&bad).is_err());
+}
+
+/// Issue 4: "a learner that falls behind the trim point installs a snapshot transferred
+/// from a peer, in chunks, then continues from the log". Node 2 is down while nodes 0 and 1
+/// (a quorum of learners) snapshot and the acceptors trim; it comes back with nothing (an
+/// in-memory node), finds every acceptor's log starting past instance 1, fetches the
+/// snapshot of a peer, installs it, and delivers the rest of the same sequence.
+#[test]
+fn a_learner_behind_the_trim_point_installs_a_peers_snapshot_and_goes_on_from_the_log() {
+    let mut net = Net::with_snapshots(3);
+    net.run_for(400_000);
+    for k in 0..20 {
+        assert!(net.propose(k % 3, &format!("a{k}")));
+        net.run_for(1_000);
+    }
+    net.run_for(100_000);
+    net.down[2] = true;
+    net.run_for(1_000_000);
+    for k in 0..20 {
+        assert!(net.propose(k % 2, &format!("b{k}")));
+        net.run_for(1_000);
+    }
+    net.run_for(100_000);
+    // Nodes 0 and 1 snapshot; the state is the values they delivered, joined.
+    let state = |net: &Net, i: usize| Bytes::from(net.seq(i).concat());
+    for i in 0..2 {
+        let app = state(&net, i);
+        net.nodes[i].as_mut().unwrap().take_snapshot(app).unwrap();
+    }
+    net.run_for(300_000);
+    let trimmed_at = net.nodes[0]
+        .as_ref()
+        .and_then(|n| n.acceptor_log_start())
+        .unwrap();
+    assert!(
+        trimmed_at > 21,
+        "the acceptors trimmed: log starts at {trimmed_at}"
+    );
+    // Node 2 restarts with nothing.
+    let start = StartInfo {
+        incarnation: 1,
+        amnesic: true,
+        start_seq: 1 << 32,
+    };
+    net.nodes[2] = Some(Net::make(&net.cfg, 2, start));
+    let before = net.delivered[2].len();
+    net.down[2] = false;
+    for k in 0..10 {
+        net.run_for(100_000);
+        assert!(net.propose(k % 3, &format!("c{k}")));
+    }
+    net.run_for(2_000_000);
+    let installs: Vec<_> = net.installs.iter().filter(|(n, _, _)| *n == 2).collect();
+    assert_eq!(installs.len(), 1, "node 2 installed one snapshot");
+    let (_, at, snap) = installs[0];
+    assert_eq!(
+        *at, before,
+        "installed before delivering anything in its new life"
+    );
+    assert!(
+        snap.upto + 1 >= trimmed_at,
+        "the snapshot reaches the log start"
+    );
+    // The installed state is the sequence up to the snapshot, and what node 2 delivered
+    // after it is the rest of the same sequence.
+    let all = net.seq(0);
+    assert_eq!(all.len(), 50);
+    let upto_values: usize = net.delivered[0]
+        .iter()
+        .filter(|(i, _)| *i <= snap.upto)
+        .map(|(_, v)| v.len())
+        .sum();
+    assert_eq!(snap.app, Bytes::from(all[..upto_values].concat()));
+    let after: Vec<Bytes> = net.delivered[2][before..]
+        .iter()
+        .flat_map(|(_, v)| v.clone())
+        .collect();
+    assert_eq!(
+        after,
+        all[upto_values..].to_vec(),
+        "the rest, once, in order"
+    );
+    assert_eq!(
+        net.nodes[2].as_ref().unwrap().status().delivered_upto,
+        net.nodes[0].as_ref().unwrap().status().delivered_upto
+    );
 }

@@ -89,6 +89,9 @@ pub enum ViolationKind {
     StorageFailed,
     /// A protocol or factory call panicked (an assertion of its own caught something).
     Panicked,
+    /// A snapshot (taken, restored at a restart, or installed from a peer) holds another
+    /// state than the sequence up to its instance, or moved a learner backwards.
+    SnapshotMismatch,
 }
 
 impl ViolationKind {
@@ -96,7 +99,8 @@ impl ViolationKind {
     pub fn property(self) -> &'static str {
         use ViolationKind::*;
         match self {
-            ConflictingDecision | SkippedInstance | OutOfOrder | NotSubscribed => "agreement",
+            ConflictingDecision | SkippedInstance | OutOfOrder | NotSubscribed
+            | SnapshotMismatch => "agreement",
             MergeOrder => "merge order",
             DuplicateDelivery | ValueInTwoInstances | NeverProposed | PayloadMismatch
             | BadValueId | UnknownAck => "integrity",
@@ -169,6 +173,39 @@ impl fmt::Display for Failure {
 
 /// A learner incarnation: one node between a start and a crash.
 pub type LearnerId = (NodeId, u64);
+
+/// An order-sensitive digest of a delivered sequence of batches: what the simulator's
+/// learners keep as their application state, so that a snapshot's state can be compared
+/// with the sequence it claims to cover.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SeqDigest {
+    pub batches: u64,
+    pub values: u64,
+    pub hash: u64,
+}
+
+impl SeqDigest {
+    pub fn add(&mut self, key: BatchKey, count: usize) {
+        let mut h = self.hash ^ 0x9E37_79B9_7F4A_7C15;
+        for w in [u64::from(key.origin.0), key.first_seq, count as u64] {
+            h = (h ^ w).wrapping_mul(0x0100_0000_01B3).rotate_left(29);
+        }
+        self.hash = h;
+        self.batches += 1;
+        self.values += count as u64;
+    }
+}
+
+/// Why the checker is told about a snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotEvent {
+    /// The learner took it: its state must be the sequence up to `upto`.
+    Taken,
+    /// A restarted learner starts from it: it must deliver every instance after `upto`.
+    Restored,
+    /// A learner behind the trim point installed it from a peer and goes on after `upto`.
+    Installed,
+}
 
 #[derive(Debug)]
 struct Proposal {
@@ -607,6 +644,77 @@ impl Checker {
         Ok(())
     }
 
+    /// The digest of the common sequence of group 0 up to `upto`: every batch delivered
+    /// there, each at its first instance (a batch decided twice is delivered once).
+    pub fn canonical_digest(&self, upto: Instance) -> SeqDigest {
+        let g = GroupId(0);
+        let mut seen = std::collections::HashSet::new();
+        let mut d = SeqDigest::default();
+        for (_, dec) in self.decided.range((g, 0)..=(g, upto)) {
+            if seen.insert(dec.key) {
+                d.add(dec.key, dec.count);
+            }
+        }
+        d
+    }
+
+    /// A learner's snapshot of group 0 up to `upto`, whose application state is `state`:
+    /// the state must be the common sequence's up to there. A restored or installed snapshot
+    /// also moves the learner's cursor: it covers everything up to `upto` and must deliver
+    /// every instance after it.
+    pub fn snapshot(
+        &mut self,
+        node: NodeId,
+        incarnation: u64,
+        upto: Instance,
+        state: SeqDigest,
+        event: SnapshotEvent,
+    ) -> Result<(), Failure> {
+        let me = (node, incarnation);
+        let fail = |detail: String| {
+            Failure::new(ViolationKind::SnapshotMismatch, detail)
+                .at(node, incarnation)
+                .instance(upto)
+        };
+        let canonical = self.canonical_digest(upto);
+        if canonical != state {
+            return Err(fail(format!(
+                "snapshot {event:?} up to instance {upto} holds {} batches / {} values (hash {:016x}); \
+                 the sequence up to there is {} batches / {} values (hash {:016x})",
+                state.batches,
+                state.values,
+                state.hash,
+                canonical.batches,
+                canonical.values,
+                canonical.hash
+            )));
+        }
+        if event == SnapshotEvent::Taken {
+            return Ok(());
+        }
+        if !self.learners.contains_key(&me) {
+            self.start(node, incarnation, false);
+        }
+        let Some(c) = self
+            .learners
+            .get_mut(&me)
+            .and_then(|l| l.groups.get_mut(&GroupId(0)))
+        else {
+            return Ok(());
+        };
+        if upto < c.last {
+            return Err(fail(format!(
+                "snapshot {event:?} up to instance {upto} moves the learner back from {}",
+                c.last
+            )));
+        }
+        c.last = upto;
+        if c.floor.is_none() {
+            c.floor = Some(upto);
+        }
+        Ok(())
+    }
+
     /// Pairwise merge order, incrementally. `me` delivers batch `key` at its next position
     /// `p`. For every other learner `o` that delivered `key` at position `q`: the batches
     /// both delivered must come in increasing positions of `o` in `me`'s order, so `q`
@@ -838,6 +946,67 @@ mod tests {
                 .expect("propose");
         }
         c
+    }
+
+    fn digest_of(ids: &[(ValueId, Instance)]) -> SeqDigest {
+        let mut d = SeqDigest::default();
+        for (id, i) in ids {
+            d.add(one(*id, *i).batch.key(), 1);
+        }
+        d
+    }
+
+    #[test]
+    fn a_snapshot_must_hold_the_sequence_up_to_its_instance() {
+        let mut c = world(4);
+        for s in 1..=4 {
+            c.deliver(10 + s, A, 0, &one(vid(A, s), s))
+                .expect("deliver");
+        }
+        let right = digest_of(&[(vid(A, 1), 1), (vid(A, 2), 2), (vid(A, 3), 3)]);
+        c.snapshot(A, 0, 3, right, SnapshotEvent::Taken)
+            .expect("the right state passes");
+        // One instance short, or in another order: caught.
+        let short = digest_of(&[(vid(A, 1), 1), (vid(A, 2), 2)]);
+        let f = c
+            .snapshot(A, 0, 3, short, SnapshotEvent::Taken)
+            .expect_err("a state that lacks an instance");
+        assert_eq!(f.kind, ViolationKind::SnapshotMismatch);
+        let swapped = digest_of(&[(vid(A, 2), 2), (vid(A, 1), 1), (vid(A, 3), 3)]);
+        assert!(c.snapshot(A, 0, 3, swapped, SnapshotEvent::Taken).is_err());
+    }
+
+    #[test]
+    fn a_learner_restored_from_a_snapshot_must_deliver_every_instance_after_it() {
+        let mut c = world(5);
+        for s in 1..=5 {
+            c.deliver(10 + s, A, 0, &one(vid(A, s), s))
+                .expect("deliver");
+        }
+        // B restarts (incarnation 1) from a snapshot up to 2, then skips 3.
+        c.start(B, 1, false);
+        let upto2 = digest_of(&[(vid(A, 1), 1), (vid(A, 2), 2)]);
+        c.snapshot(B, 1, 2, upto2, SnapshotEvent::Restored)
+            .expect("restored");
+        let f = c
+            .deliver(30, B, 1, &one(vid(A, 4), 4))
+            .expect_err("instance 3 jumped over");
+        assert_eq!(f.kind, ViolationKind::SkippedInstance);
+        // C installs a snapshot up to 4 and goes on at 5; one that moves it back fails.
+        let upto4 = digest_of(&[
+            (vid(A, 1), 1),
+            (vid(A, 2), 2),
+            (vid(A, 3), 3),
+            (vid(A, 4), 4),
+        ]);
+        c.snapshot(C, 0, 4, upto4, SnapshotEvent::Installed)
+            .expect("installed");
+        c.deliver(31, C, 0, &one(vid(A, 5), 5)).expect("deliver 5");
+        assert!(
+            c.snapshot(C, 0, 2, upto2, SnapshotEvent::Installed)
+                .is_err(),
+            "a snapshot that moves a learner back"
+        );
     }
 
     #[test]

@@ -200,6 +200,12 @@ pub struct SimConfig {
     /// What a crash does to the node's disk. Matters only for factories that keep their
     /// store on the disk the simulator gives them ([`crate::run_with_disk`]).
     pub crash_model: CrashModel,
+    /// Every learner takes a snapshot this often (0: never): its application state (a
+    /// digest of its sequence, checked against the common sequence) plus the protocol's
+    /// learner state. The snapshot survives the node's crashes (a node writes it whole,
+    /// atomically), a restarted learner starts from it, and a learner behind the trim
+    /// point installs a peer's. For protocols that take snapshots (U-Ring Paxos).
+    pub snapshot_interval_us: Micros,
     /// Upper bound of events processed in one run; exceeding it is a liveness violation
     /// (a message storm or a zero-delay loop).
     pub event_budget: u64,
@@ -236,6 +242,7 @@ impl SimConfig {
             verbose: false,
             scheduled_crashes: Vec::new(),
             crash_model: CrashModel::Process,
+            snapshot_interval_us: 0,
             event_budget: 20_000_000,
             replay: ReplayTarget::default(),
         }

@@ -73,7 +73,7 @@ pub mod sweep;
 pub mod toy;
 pub mod trace;
 
-pub use checker::{Checker, Failure, ViolationKind};
+pub use checker::{Checker, Failure, SeqDigest, SnapshotEvent, ViolationKind};
 pub use config::{CrashModel, FaultMix, ReplayTarget, SimConfig};
 pub use plan::{DiskPlan, FaultPlan};
 pub use rng::SimRng;

@@ -20,7 +20,7 @@
 //! the rest, sometimes in the middle of a group commit. The disk faults are drawn from a
 //! random stream of their own, so runs with the default process crashes are unchanged.
 
-use crate::checker::{Checker, Failure, LearnerId, ViolationKind};
+use crate::checker::{Checker, Failure, LearnerId, SeqDigest, SnapshotEvent, ViolationKind};
 use crate::config::{FaultMix, SimConfig};
 use crate::plan::{DiskPlan, FaultPlan};
 use crate::rng::SimRng;
@@ -28,7 +28,7 @@ use crate::trace::{DropReason, Trace, TraceEvent};
 use abcast_core::codec::{Encoder, WireMessage};
 use abcast_core::storage::{MemDir, StorageError, Tear};
 use abcast_core::uring::StartInfo;
-use abcast_core::{Micros, NodeId, Outbox, ProposeError, Protocol};
+use abcast_core::{Micros, NodeId, Outbox, ProposeError, Protocol, Snapshot};
 use bytes::{Bytes, BytesMut};
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -140,6 +140,11 @@ pub struct SimReport {
     /// Bytes a machine crash flipped in a surviving unsynced prefix.
     pub flipped_bytes: u64,
     pub restarts: u64,
+    /// Snapshots learners took, restarts that began from one, and snapshots installed
+    /// from a peer by a learner behind the trim point.
+    pub snapshots_taken: u64,
+    pub snapshots_restored: u64,
+    pub snapshots_installed: u64,
     pub partition_changes: u64,
     pub heal_at_us: Micros,
     pub converged_at_us: Micros,
@@ -225,6 +230,8 @@ enum Action {
     LateStart {
         node: usize,
     },
+    /// Every live learner takes a snapshot (`SimConfig::snapshot_interval_us`).
+    Snapshot,
     Heal,
 }
 
@@ -268,6 +275,45 @@ struct Slot<P> {
     crash_in_commit: Option<(Micros, bool)>,
     /// What the last crash did to the disk, for a store that then fails to open.
     last_crash: String,
+    /// The learner's application: a digest of what it delivered (this incarnation's).
+    app: SimApp,
+    /// The node's last snapshot, as its snapshot file holds it: it survives crashes.
+    saved: Option<Snapshot>,
+}
+
+/// A simulated learner's application state: the digest of its sequence. `complete` once
+/// it is known to cover the sequence from its start (a delivery with nothing before it, a
+/// restored or installed snapshot); only a complete state is worth a snapshot.
+#[derive(Clone, Copy, Debug, Default)]
+struct SimApp {
+    digest: SeqDigest,
+    complete: bool,
+    delivered: bool,
+}
+
+impl SimApp {
+    fn encode(&self) -> Bytes {
+        let mut e = Encoder::new();
+        e.put_u64(self.digest.batches);
+        e.put_u64(self.digest.values);
+        e.put_u64(self.digest.hash);
+        e.to_bytes()
+    }
+    fn decode(b: &Bytes) -> Result<SimApp, String> {
+        let mut d = abcast_core::codec::Decoder::new(b.clone());
+        let mut get = |what| d.u64(what).map_err(|e| e.to_string());
+        let digest = SeqDigest {
+            batches: get("app.batches")?,
+            values: get("app.values")?,
+            hash: get("app.hash")?,
+        };
+        d.finish().map_err(|e| e.to_string())?;
+        Ok(SimApp {
+            digest,
+            complete: true,
+            delivered: true,
+        })
+    }
 }
 
 /// Once a late node waits for a first decision, it looks again this often.
@@ -328,6 +374,8 @@ where
                 acceptor: cfg.acceptors.contains(&id),
                 learner: cfg.learners.contains(&id),
                 crash_exempt: cfg.crash_exempt.contains(&id),
+                app: SimApp::default(),
+                saved: None,
                 crash_in_commit: None,
                 last_crash: String::new(),
             })
@@ -387,6 +435,9 @@ where
                 torn_files: 0,
                 flipped_bytes: 0,
                 restarts: 0,
+                snapshots_taken: 0,
+                snapshots_restored: 0,
+                snapshots_installed: 0,
                 partition_changes: 0,
                 heal_at_us,
                 converged_at_us: 0,
@@ -437,6 +488,9 @@ where
             }
         }
         self.schedule(self.heal_at_us, Action::Heal);
+        if self.cfg.snapshot_interval_us > 0 {
+            self.schedule(self.cfg.snapshot_interval_us, Action::Snapshot);
+        }
 
         let deadline_us = self
             .heal_at_us
@@ -573,8 +627,99 @@ where
                 self.report.late_join_at_us = Some(self.now_us);
                 self.start_node(node, StartInfo::FRESH)
             }
+            Action::Snapshot => {
+                self.take_snapshots()?;
+                self.schedule(
+                    self.now_us.saturating_add(self.cfg.snapshot_interval_us),
+                    Action::Snapshot,
+                );
+                Ok(())
+            }
             Action::Heal => self.on_heal(),
         }
+    }
+
+    // ---- snapshots ---------------------------------------------------------------------
+
+    /// Every live learner with a complete state snapshots it; the checker compares the
+    /// state with the common sequence up to the snapshot's instance.
+    fn take_snapshots(&mut self) -> SimResult<()> {
+        for i in 0..self.nodes.len() {
+            let s = &mut self.nodes[i];
+            if !s.learner || !s.app.complete {
+                continue;
+            }
+            let Some(p) = s.proto.as_mut() else { continue };
+            let state = s.app;
+            let snap = match p.take_snapshot(state.encode()) {
+                Ok(snap) => snap,
+                // A protocol without snapshots: nothing to do, ever.
+                Err(_) => continue,
+            };
+            let (id, incarnation) = (s.id, s.incarnation);
+            s.saved = Some(snap.clone());
+            self.report.snapshots_taken += 1;
+            self.trace.record(
+                self.now_us,
+                TraceEvent::Note(format!("{id}: snapshot up to instance {}", snap.upto)),
+            );
+            if let Err(f) = self.checker.snapshot(
+                id,
+                incarnation,
+                snap.upto,
+                state.digest,
+                SnapshotEvent::Taken,
+            ) {
+                return Err(self.violation(f));
+            }
+        }
+        Ok(())
+    }
+
+    /// A restarted learner starts from its saved snapshot, if it has one.
+    fn restore_snapshot(&mut self, i: usize) -> SimResult<()> {
+        let s = &mut self.nodes[i];
+        let (id, incarnation) = (s.id, s.incarnation);
+        let (Some(snap), Some(p)) = (s.saved.clone(), s.proto.as_mut()) else {
+            return Ok(());
+        };
+        let restored = p
+            .restore_snapshot(&snap)
+            .and_then(|()| SimApp::decode(&snap.app));
+        let app = match restored {
+            Ok(app) => app,
+            Err(e) => {
+                return Err(self.violation(
+                    Failure::new(
+                        ViolationKind::SnapshotMismatch,
+                        format!(
+                            "{id}: its snapshot up to {} was not restored: {e}",
+                            snap.upto
+                        ),
+                    )
+                    .at(id, incarnation),
+                ));
+            }
+        };
+        self.nodes[i].app = app;
+        self.report.snapshots_restored += 1;
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Note(format!(
+                "{id}: restarted from its snapshot up to instance {}",
+                snap.upto
+            )),
+        );
+        if let Err(f) = self.checker.snapshot(
+            id,
+            incarnation,
+            snap.upto,
+            app.digest,
+            SnapshotEvent::Restored,
+        ) {
+            return Err(self.violation(f));
+        }
+        Ok(())
     }
 
     // ---- nodes -------------------------------------------------------------------------
@@ -605,11 +750,15 @@ where
         s.incarnation = start.incarnation;
         s.started = true;
         s.epoch += 1;
+        s.app = SimApp::default();
         self.checker.start(
             id,
             start.incarnation,
             !start.amnesic && start.incarnation == 0,
         );
+        if self.nodes[i].learner {
+            self.restore_snapshot(i)?;
+        }
         self.trace.record(
             self.now_us,
             TraceEvent::Start {
@@ -841,7 +990,11 @@ where
         let mut subs = std::mem::take(&mut out.subscriptions)
             .into_iter()
             .peekable();
+        let mut installs = std::mem::take(&mut out.installs).into_iter().peekable();
         for (n, d) in out.deliveries.drain(..).enumerate() {
+            while let Some(inst) = installs.next_if(|x| x.position <= n) {
+                self.install(i, &inst.snapshot)?;
+            }
             while let Some(sub) = subs.next_if(|s| s.position <= n) {
                 self.trace.record(
                     self.now_us,
@@ -865,6 +1018,15 @@ where
             if let Err(f) = self.checker.deliver(self.now_us, id, incarnation, &d) {
                 return Err(self.violation(f));
             }
+            self.app_deliver(i, &d);
+        }
+        for inst in installs {
+            self.install(i, &inst.snapshot)?;
+        }
+        if !out.skips.is_empty() {
+            // Instances passed over: the state no longer covers the sequence.
+            self.nodes[i].app.complete = false;
+            out.skips.clear();
         }
         for sub in subs {
             self.trace.record(
@@ -892,6 +1054,61 @@ where
         for text in out.events.drain(..) {
             self.trace
                 .record(self.now_us, TraceEvent::Protocol { node: id, text });
+        }
+        Ok(())
+    }
+
+    /// The learner's application takes a delivery (group 0 only: snapshots are single-ring).
+    fn app_deliver(&mut self, i: usize, d: &abcast_core::Delivery) {
+        if d.group.0 != 0 {
+            self.nodes[i].app.complete = false;
+            return;
+        }
+        let app = &mut self.nodes[i].app;
+        if !app.delivered {
+            // Complete if nothing of the sequence comes before this delivery.
+            app.delivered = true;
+            app.complete =
+                self.checker.canonical_digest(d.instance.saturating_sub(1)) == SeqDigest::default();
+        }
+        let app = &mut self.nodes[i].app;
+        app.digest.add(d.batch.key(), d.batch.len());
+    }
+
+    /// The learner installed a peer's snapshot: the application takes its state, the node
+    /// saves it, and the checker holds the learner to every instance after it.
+    fn install(&mut self, i: usize, snap: &Snapshot) -> SimResult<()> {
+        let (id, incarnation) = (self.nodes[i].id, self.nodes[i].incarnation);
+        let app = match SimApp::decode(&snap.app) {
+            Ok(app) => app,
+            Err(e) => {
+                return Err(self.violation(
+                    Failure::new(
+                        ViolationKind::SnapshotMismatch,
+                        format!("{id}: installed a snapshot whose state does not decode: {e}"),
+                    )
+                    .at(id, incarnation),
+                ));
+            }
+        };
+        self.nodes[i].app = app;
+        self.nodes[i].saved = Some(snap.clone());
+        self.report.snapshots_installed += 1;
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Note(format!(
+                "{id}: installed a peer's snapshot up to instance {}",
+                snap.upto
+            )),
+        );
+        if let Err(f) = self.checker.snapshot(
+            id,
+            incarnation,
+            snap.upto,
+            app.digest,
+            SnapshotEvent::Installed,
+        ) {
+            return Err(self.violation(f));
         }
         Ok(())
     }

@@ -27,6 +27,10 @@ pub struct SweepReport {
     pub unsynced_bytes_lost: u64,
     pub torn_files: u64,
     pub flipped_bytes: u64,
+    /// Snapshots taken, restarts from a snapshot, snapshots installed from a peer.
+    pub snapshots_taken: u64,
+    pub snapshots_restored: u64,
+    pub snapshots_installed: u64,
     /// The slowest convergence after the heal, and its seed.
     pub time_to_converge_us_max: Micros,
     pub slowest_seed: u64,
@@ -48,6 +52,9 @@ impl SweepReport {
         self.unsynced_bytes_lost += r.unsynced_bytes_lost;
         self.torn_files += r.torn_files;
         self.flipped_bytes += r.flipped_bytes;
+        self.snapshots_taken += r.snapshots_taken;
+        self.snapshots_restored += r.snapshots_restored;
+        self.snapshots_installed += r.snapshots_installed;
         if r.time_to_converge_us >= self.time_to_converge_us_max {
             self.time_to_converge_us_max = r.time_to_converge_us;
             self.slowest_seed = r.seed;

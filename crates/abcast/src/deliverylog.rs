@@ -31,6 +31,9 @@ pub struct LearnerLog {
     pub entries: Vec<Entry>,
     /// Instances `[from, to)` passed over: trimmed at every acceptor.
     pub skipped: Vec<(u64, u64)>,
+    /// Instances `[from, to)` covered by a snapshot installed from a peer (the learner fell
+    /// behind the trim point): delivered by the snapshot's state, not one by one.
+    pub installed: Vec<(u64, u64)>,
 }
 
 /// Reads every `deliveries-<incarnation>.log` of a node's directory.
@@ -53,12 +56,13 @@ pub fn read_node(node: u32, dir: &Path) -> Result<Vec<LearnerLog>, String> {
             .map_err(|_| format!("bad delivery log name {name}"))?;
         let text =
             std::fs::read_to_string(item.path()).map_err(|e| format!("cannot read {name}: {e}"))?;
-        let (entries, skipped) = parse_log(&text).map_err(|e| format!("{name}: {e}"))?;
+        let p = parse_log(&text).map_err(|e| format!("{name}: {e}"))?;
         logs.push(LearnerLog {
             node,
             incarnation,
-            entries,
-            skipped,
+            entries: p.entries,
+            skipped: p.skipped,
+            installed: p.installed,
         });
     }
     logs.sort_by_key(|l| l.incarnation);
@@ -66,22 +70,32 @@ pub fn read_node(node: u32, dir: &Path) -> Result<Vec<LearnerLog>, String> {
 }
 
 pub fn parse(text: &str) -> Result<Vec<Entry>, String> {
-    parse_log(text).map(|(e, _)| e)
+    parse_log(text).map(|p| p.entries)
 }
 
-/// Parses delivered batches and `skip FROM TO` lines (instances the learner passed over
-/// because every acceptor had trimmed them).
-/// Delivered batches and skipped instance ranges of one log.
-pub type ParsedLog = (Vec<Entry>, Vec<(u64, u64)>);
+/// Delivered batches, skipped instance ranges and installed snapshots of one log.
+#[derive(Debug, Default)]
+pub struct ParsedLog {
+    pub entries: Vec<Entry>,
+    pub skipped: Vec<(u64, u64)>,
+    /// `[from, upto + 1)` per `snapshot UPTO` line, `from` one past the instance delivered
+    /// before it.
+    pub installed: Vec<(u64, u64)>,
+}
 
+/// Parses delivered batches, `skip FROM TO` lines (instances the learner passed over
+/// because every acceptor had trimmed them) and `snapshot UPTO` lines (a snapshot fetched
+/// from a peer covers every instance up to UPTO).
 pub fn parse_log(text: &str) -> Result<ParsedLog, String> {
     let mut out = Vec::new();
     let mut skips = Vec::new();
+    let mut installed = Vec::new();
+    let mut reached = 0u64;
     for (i, line) in text.lines().enumerate() {
         let f: Vec<&str> = line.split_whitespace().collect();
         let bad = || {
             format!(
-                "line {}: {line:?} is neither 4 numbers nor `skip FROM TO`",
+                "line {}: {line:?} is neither 4 numbers, `skip FROM TO` nor `snapshot UPTO`",
                 i + 1
             )
         };
@@ -93,6 +107,16 @@ pub fn parse_log(text: &str) -> Result<ParsedLog, String> {
                 return Err(bad());
             }
             skips.push((num(1)?, num(2)?));
+            reached = reached.max(num(2)?.saturating_sub(1));
+            continue;
+        }
+        if f.first() == Some(&"snapshot") {
+            if f.len() != 2 {
+                return Err(bad());
+            }
+            let upto = num(1)?;
+            installed.push((reached + 1, upto.saturating_add(1)));
+            reached = reached.max(upto);
             continue;
         }
         if f.len() != 4 {
@@ -100,14 +124,20 @@ pub fn parse_log(text: &str) -> Result<ParsedLog, String> {
         }
         let origin =
             u32::try_from(num(1)?).map_err(|_| format!("line {}: origin out of range", i + 1))?;
+        let instance = num(0)?;
+        reached = reached.max(instance);
         out.push(Entry {
-            instance: num(0)?,
+            instance,
             origin,
             first_seq: num(2)?,
             count: num(3)?,
         });
     }
-    Ok((out, skips))
+    Ok(ParsedLog {
+        entries: out,
+        skipped: skips,
+        installed,
+    })
 }
 
 /// What the comparison found.
@@ -118,6 +148,9 @@ pub struct Verdict {
     /// Instances learners passed over because every acceptor had trimmed them (in-memory
     /// storage without snapshots): not a disagreement, reported apart.
     pub trimmed_skipped: u64,
+    /// Instances learners did not deliver one by one because a snapshot installed from a
+    /// peer covered them.
+    pub snapshot_covered: u64,
     pub disagreements: Vec<String>,
     pub duplicates: Vec<String>,
     pub lost: Vec<String>,
@@ -190,12 +223,15 @@ pub fn compare(logs: &[LearnerLog], acked_by_origin: &BTreeMap<u32, u64>) -> Ver
         // copy); a learner that restarted between the two delivers the second. Either way the
         // learner has the batch: skipping that instance is the de-duplication rule at work.
         let in_skip = |i: u64| log.skipped.iter().any(|&(f, t)| f <= i && i < t);
+        let in_install = |i: u64| log.installed.iter().any(|&(f, t)| f <= i && i < t);
         let mut reported = false;
         for (i, (g, _, _)) in global.range(first.instance..=last.instance) {
             if have.contains(i) || batches.contains(&(g.origin, g.first_seq)) {
                 continue;
             }
-            if in_skip(*i) {
+            if in_install(*i) {
+                v.snapshot_covered += 1;
+            } else if in_skip(*i) {
                 v.trimmed_skipped += 1;
             } else if !reported {
                 reported = true;
@@ -217,7 +253,20 @@ pub fn compare(logs: &[LearnerLog], acked_by_origin: &BTreeMap<u32, u64>) -> Ver
         }
     }
     for (node, log) in last_by_node {
-        let reached = log.entries.last().map_or(0, |e| e.instance);
+        // A snapshot installed (or a trimmed range skipped) after the last delivery counts
+        // as reaching the instance before its end.
+        let reached = log
+            .entries
+            .last()
+            .map_or(0, |e| e.instance)
+            .max(log.installed.iter().map(|&(_, t)| t - 1).max().unwrap_or(0))
+            .max(
+                log.skipped
+                    .iter()
+                    .map(|&(_, t)| t.saturating_sub(1))
+                    .max()
+                    .unwrap_or(0),
+            );
         if reached < v.last_instance {
             v.disagreements.push(format!(
                 "node {node} is behind: delivered up to instance {reached}, others up to {}",
@@ -248,12 +297,13 @@ mod tests {
     use super::*;
 
     fn log(node: u32, inc: u64, text: &str) -> LearnerLog {
-        let (entries, skipped) = parse_log(text).expect("parses");
+        let p = parse_log(text).expect("parses");
         LearnerLog {
             node,
             incarnation: inc,
-            entries,
-            skipped,
+            entries: p.entries,
+            skipped: p.skipped,
+            installed: p.installed,
         }
     }
 
@@ -332,7 +382,50 @@ mod tests {
     }
 
     #[test]
+    fn instances_covered_by_an_installed_snapshot_are_not_a_gap() {
+        let logs = vec![
+            log(0, 0, "1 0 1 1\n2 0 2 1\n3 0 3 1\n4 0 4 1\n5 0 5 1\n"),
+            log(1, 0, "1 0 1 1\nsnapshot 3\n4 0 4 1\n5 0 5 1\n"),
+        ];
+        let v = compare(&logs, &BTreeMap::new());
+        assert!(v.disagreements.is_empty(), "{v:?}");
+        assert_eq!(v.snapshot_covered, 2);
+        assert_eq!(logs[1].installed, vec![(2, 4)]);
+        // A snapshot that does not cover the gap is still a gap.
+        let logs = vec![
+            log(0, 0, "1 0 1 1\n2 0 2 1\n3 0 3 1\n4 0 4 1\n"),
+            log(1, 0, "1 0 1 1\nsnapshot 2\n4 0 4 1\n"),
+        ];
+        let v = compare(&logs, &BTreeMap::new());
+        assert!(
+            v.disagreements
+                .iter()
+                .any(|d| d.contains("skipped instance 3")),
+            "{v:?}"
+        );
+        // A log that ends with an install reached the snapshot's instance; one short of
+        // the others' end is behind.
+        let logs = vec![
+            log(0, 0, "1 0 1 1\n2 0 2 1\n3 0 3 1\n"),
+            log(1, 0, "1 0 1 1\nsnapshot 3\n"),
+        ];
+        assert!(compare(&logs, &BTreeMap::new()).disagreements.is_empty());
+        let logs = vec![
+            log(0, 0, "1 0 1 1\n2 0 2 1\n3 0 3 1\n"),
+            log(1, 0, "1 0 1 1\nsnapshot 2\n"),
+        ];
+        let v = compare(&logs, &BTreeMap::new());
+        assert!(
+            v.disagreements
+                .iter()
+                .any(|d| d.contains("node 1 is behind")),
+            "{v:?}"
+        );
+    }
+
+    #[test]
     fn garbage_lines_are_errors() {
+        assert!(parse_log("snapshot\n").is_err());
         assert!(parse_log("skip 1\n").is_err());
         assert!(parse("1 2 3\n").is_err());
         assert!(parse("a b c d\n").is_err());

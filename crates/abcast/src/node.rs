@@ -815,6 +815,18 @@ impl Application for NodeStats<'_> {
         }
     }
 
+    fn install(&mut self, _now: Micros, snapshot: &abcast_core::Snapshot) -> Result<(), String> {
+        self.restore(&snapshot.app)?;
+        if let Some(log) = self.delivery_log.as_mut() {
+            use std::io::Write as _;
+            if let Err(e) = writeln!(log, "snapshot {}", snapshot.upto) {
+                eprintln!("[{}] delivery log write failed, log disabled: {e}", self.me);
+                self.delivery_log = None;
+            }
+        }
+        Ok(())
+    }
+
     fn skipped(&mut self, _now: Micros, from: u64, to: u64) {
         if let Some(log) = self.delivery_log.as_mut() {
             use std::io::Write as _;

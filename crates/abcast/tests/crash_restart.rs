@@ -5,6 +5,11 @@
 //! delivered exactly once, in one order, at every learner: learners restart from their
 //! snapshots (taken every second), so a learner's sequence is its first life's deliveries up
 //! to the snapshot, then its second life's.
+//!
+//! A second test keeps one node down while the others snapshot and trim their logs past
+//! it: restarted, it finds its instances trimmed at every acceptor, installs a peer's
+//! snapshot transferred in chunks, and goes on from the log (issue 4, "a learner that
+//! falls behind the trim point installs a snapshot transferred from a peer").
 
 use abcast::client::Client;
 use abcast::deliverylog::{self, Entry};
@@ -28,29 +33,35 @@ fn temp_dir(name: &str) -> PathBuf {
 
 /// A free port below the kernel's ephemeral range (32768 and up here), so no outgoing
 /// connection can take it between the kill and the restart.
-fn free_addr(k: u32) -> String {
+/// Ports come from one counter for the whole test process, so tests running in parallel
+/// never pick the same ones (a port is only tried, then released for the node to bind).
+fn free_addr() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let base = 20_000 + (std::process::id() % 500) * 20;
-    for port in (base + k * 2)..(base + k * 2 + 4000) {
-        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port as u16)) {
+    loop {
+        let k = NEXT.fetch_add(1, Ordering::SeqCst);
+        assert!(k < 4000, "no free port from {base}");
+        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", (base + k) as u16)) {
             return l.local_addr().expect("addr").to_string();
         }
     }
-    panic!("no free port from {base}")
 }
 
-/// The cluster config: durable storage with fdatasync, client ports on every node.
-fn write_config(dir: &Path) -> (PathBuf, Vec<String>) {
+/// The cluster config: durable storage with fdatasync, client ports on every node, and
+/// `storage_extra` lines in the `[storage]` table.
+fn write_config(dir: &Path, storage_extra: &str) -> (PathBuf, Vec<String>) {
     let mut text = String::from("cluster_id = 44\n");
     let mut clients = Vec::new();
     for id in 0..NODES {
-        let client = free_addr(id * 2);
+        let client = free_addr();
         text += &format!(
             "[[members]]\nid = {id}\naddr = \"{}\"\nclient_addr = \"{client}\"\n",
-            free_addr(id * 2 + 1)
+            free_addr()
         );
         clients.push(client);
     }
     text += "[storage]\nkind = \"durable\"\nsync = true\ndir = \"data\"\n";
+    text += storage_extra;
     let path = dir.join("cluster.toml");
     std::fs::write(&path, text).expect("config");
     (path, clients)
@@ -120,17 +131,51 @@ fn node_logs(dir: &Path) -> Vec<Vec<deliverylog::LearnerLog>> {
         .collect()
 }
 
+/// A field (`instance=`, `hash=`) of a node's last stats line in one life (`None` before
+/// the first line).
+fn last_stat(dir: &Path, id: u32, life: u32, field: &str) -> Option<String> {
+    let text =
+        std::fs::read_to_string(dir.join(format!("node-{id}-{life}.stats"))).unwrap_or_default();
+    text.lines().rev().find_map(|l| {
+        l.split_whitespace()
+            .find_map(|w| w.strip_prefix(field))
+            .map(str::to_string)
+    })
+}
+
 /// The `instance=` of a node's last stats line after the restart (0 before the first).
 fn delivered_instance(dir: &Path, id: u32) -> u64 {
-    let text = std::fs::read_to_string(dir.join(format!("node-{id}-1.stats"))).unwrap_or_default();
-    text.lines()
-        .rev()
-        .find_map(|l| {
-            l.split_whitespace()
-                .find_map(|w| w.strip_prefix("instance="))
-                .and_then(|v| v.parse().ok())
-        })
+    last_stat(dir, id, 1, "instance=")
+        .and_then(|v| v.parse().ok())
         .unwrap_or(0)
+}
+
+/// What every node's last life says at its clean exit (its `final` line): the instance it
+/// delivered up to and the order hash over every value id up to there. A learner that
+/// installed a peer's snapshot took the peer's hash with it and went on hashing, so equal
+/// hashes at an equal instance mean one and the same sequence.
+fn assert_same_final_state(dir: &Path, last_life: &[u32]) {
+    let states: Vec<(String, String)> = (0..NODES)
+        .map(|id| {
+            let life = last_life[id as usize];
+            let text = std::fs::read_to_string(dir.join(format!("node-{id}-{life}.stats")))
+                .unwrap_or_default();
+            assert!(
+                text.lines().last().is_some_and(|l| l.starts_with("final")),
+                "node {id} printed no final stats line\n{}",
+                node_log_tail(dir)
+            );
+            (
+                last_stat(dir, id, life, "instance=").unwrap_or_default(),
+                last_stat(dir, id, life, "hash=").unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert!(
+        states.iter().all(|s| *s == states[0]),
+        "learners end in different states (instance, order hash): {states:?}\n{}",
+        node_log_tail(dir)
+    );
 }
 
 /// The instance a node's second life restored its snapshot at (0: none).
@@ -165,7 +210,7 @@ fn node_log_tail(dir: &Path) -> String {
 #[test]
 fn acknowledged_values_survive_sigkill_of_every_node_with_sync_storage() {
     let dir = temp_dir("crash-restart");
-    let (config, clients) = write_config(&dir);
+    let (config, clients) = write_config(&dir, "");
     let mut children = Nodes((0..NODES).map(|id| spawn(&config, &dir, id, 0)).collect());
 
     // Load: one client per node, proposing until the processes die under it. Every
@@ -278,8 +323,9 @@ fn acknowledged_values_survive_sigkill_of_every_node_with_sync_storage() {
     // U + 1 on; its sequence is what its first life delivered up to U, then what the second
     // delivered (the first life's log reached U before the snapshot was written).
     let logs = node_logs(&dir);
-    let mut after: Vec<Vec<ValueId>> = Vec::new();
+    let mut after: Vec<Option<Vec<ValueId>>> = Vec::new();
     let mut restored_from = Vec::new();
+    let mut installed = Vec::new();
     for (id, lives) in logs.iter().enumerate() {
         let upto = snapshot_restored_at(&dir, id as u32);
         restored_from.push(upto);
@@ -289,6 +335,21 @@ fn acknowledged_values_survive_sigkill_of_every_node_with_sync_storage() {
             .find(|l| l.incarnation == 1)
             .unwrap_or_else(|| panic!("node {id} has no delivery log after the restart"));
         assert!(last.skipped.is_empty(), "node {id} skipped instances");
+        if let Some(&(_, end)) = last.installed.last() {
+            // Its own snapshot was older than the trim point (acceptors trim below what a
+            // quorum of learners' snapshots cover): it installed a peer's snapshot up to
+            // `end - 1` and went on after it. Its state is checked through the final
+            // order hashes below; its value ids before `end` are in the peer's state.
+            assert!(
+                last.entries.first().is_none_or(|e| e.instance == end),
+                "node {id} installed a snapshot up to {} but delivered {:?} first",
+                end - 1,
+                last.entries.first()
+            );
+            installed.push((id, end - 1));
+            after.push(None);
+            continue;
+        }
         let mut entries: Vec<Entry> = first
             .map(|f| {
                 f.entries
@@ -332,7 +393,7 @@ fn acknowledged_values_survive_sigkill_of_every_node_with_sync_storage() {
             acked.len(),
             node_log_tail(&dir)
         );
-        after.push(ids);
+        after.push(Some(ids));
     }
     // One order: every learner's sequence up to the marker is the same.
     let upto = |ids: &Vec<ValueId>| -> Vec<ValueId> {
@@ -342,30 +403,195 @@ fn acknowledged_values_survive_sigkill_of_every_node_with_sync_storage() {
             .map_or(ids.len(), |p| p + 1);
         ids[..end].to_vec()
     };
-    for n in 1..NODES as usize {
+    let whole: Vec<(usize, &Vec<ValueId>)> = after
+        .iter()
+        .enumerate()
+        .filter_map(|(n, a)| a.as_ref().map(|a| (n, a)))
+        .collect();
+    assert!(
+        !whole.is_empty(),
+        "every learner installed a peer's snapshot: the learner whose snapshot was the \
+         newest cannot have been behind the trim point"
+    );
+    for (n, ids) in &whole[1..] {
         assert!(
-            upto(&after[n]) == upto(&after[0]),
-            "node {n} delivered another order than node 0"
+            upto(ids) == upto(whole[0].1),
+            "node {n} delivered another order than node {}",
+            whole[0].0
         );
     }
     // What each learner's first life delivered (its log may have lost an unflushed tail to
     // the SIGKILL) is a prefix of that order.
+    let order = whole[0].1;
     for (id, lives) in logs.iter().enumerate() {
         if let Some(first) = lives.iter().find(|l| l.incarnation == 0) {
             let before = ids_of(&first.entries);
             assert!(
-                after[id].starts_with(&before),
+                order.starts_with(&before),
                 "node {id}: what it delivered before the kill is not a prefix of the order"
             );
         }
     }
+    assert_same_final_state(&dir, &[1; NODES as usize]);
     assert!(
         restored_from.iter().all(|&u| u > 0),
         "every learner took a snapshot before the kill (every second): {restored_from:?}"
     );
     eprintln!(
-        "{} values acknowledged before the SIGKILL, all delivered once, in one order, by {NODES} learners restarted from their snapshots at instances {restored_from:?}",
+        "{} values acknowledged before the SIGKILL, all delivered once, in one order, by {NODES} learners restarted from their snapshots at instances {restored_from:?}; installed from a peer (node, up to): {installed:?}",
         acked.len()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Proposes from one client in chunks until `stop` is set; returns the ids acknowledged.
+fn load_until(
+    addr: String,
+    n: usize,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<Vec<ValueId>> {
+    std::thread::spawn(move || {
+        let mut c = connect(&addr);
+        let mut acked = Vec::new();
+        let mut chunk = 0u32;
+        while !stop.load(Ordering::SeqCst) {
+            let payloads: Vec<Bytes> = (0..2_000u32)
+                .map(|i| Bytes::from(format!("n{n}-c{chunk}-v{i}-{}", "y".repeat(200))))
+                .collect();
+            c.propose_all(payloads, Duration::from_secs(30), |id| acked.push(id))
+                .unwrap_or_else(|e| panic!("client of node {n}: {e}"));
+            chunk += 1;
+        }
+        acked
+    })
+}
+
+#[test]
+fn a_learner_down_past_the_trim_point_installs_a_peers_snapshot_and_catches_up() {
+    let dir = temp_dir("install");
+    // Snapshots every 200 ms, so the two live learners move the trim point well past the
+    // down node's last snapshot within a few seconds.
+    let (config, clients) = write_config(&dir, "snapshot_interval_ms = 200\n");
+    let mut children = Nodes((0..NODES).map(|id| spawn(&config, &dir, id, 0)).collect());
+    let stop = Arc::new(AtomicBool::new(false));
+    let loaders: Vec<_> = (0..2)
+        .map(|n| load_until(clients[n].clone(), n, Arc::clone(&stop)))
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    // Node 2 dies; nodes 0 and 1 (a quorum of acceptors and of learners) go on, snapshot,
+    // and the coordinator trims the acceptors below what both their snapshots cover.
+    children.0[2].kill().expect("SIGKILL node 2");
+    let _ = children.0[2].wait();
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, Ordering::SeqCst);
+    let acked: Vec<ValueId> = loaders
+        .into_iter()
+        .flat_map(|l| l.join().expect("loader"))
+        .collect();
+    assert!(
+        acked.len() > 1000,
+        "only {} values acknowledged",
+        acked.len()
+    );
+
+    // Node 2 comes back on its directory.
+    children.0[2] = spawn(&config, &dir, 2, 1);
+    let mut c = connect(&clients[0]);
+    c.propose_all(
+        vec![Bytes::from_static(b"marker")],
+        Duration::from_secs(60),
+        |_| {},
+    )
+    .unwrap_or_else(|e| panic!("marker not decided: {e}\n{}", node_log_tail(&dir)));
+    std::thread::sleep(Duration::from_millis(1500));
+    let target: u64 = last_stat(&dir, 0, 0, "instance=")
+        .and_then(|v| v.parse().ok())
+        .expect("node 0 prints stats");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while delivered_instance(&dir, 2) < target {
+        assert!(
+            Instant::now() < deadline,
+            "node 2 did not reach instance {target}\n{}",
+            node_log_tail(&dir)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for c in &mut children.0 {
+        // SAFETY: kill(2) with a valid pid of our own child and a standard signal.
+        unsafe {
+            libc::kill(c.id() as libc::pid_t, libc::SIGTERM);
+        }
+    }
+    for c in &mut children.0 {
+        let st = c.wait().expect("wait");
+        assert!(
+            st.success(),
+            "node exited with {st}\n{}",
+            node_log_tail(&dir)
+        );
+    }
+
+    let log2 = std::fs::read_to_string(dir.join("node-2-1.log")).unwrap_or_default();
+    let installed_line = log2
+        .lines()
+        .find(|l| l.contains("installed a peer's snapshot"))
+        .unwrap_or_else(|| {
+            panic!(
+                "node 2 did not install a peer's snapshot\n{}",
+                node_log_tail(&dir)
+            )
+        });
+    let logs = node_logs(&dir);
+    let second = logs[2]
+        .iter()
+        .find(|l| l.incarnation == 1)
+        .expect("node 2's second life logged deliveries");
+    let &(_, end) = second
+        .installed
+        .last()
+        .expect("node 2's delivery log marks the install");
+    assert!(second.skipped.is_empty(), "node 2 skipped instances");
+    assert!(
+        second.entries.first().is_none_or(|e| e.instance == end),
+        "node 2 installed a snapshot up to {} and delivered {:?} first",
+        end - 1,
+        second.entries.first()
+    );
+    let own_snapshot = snapshot_restored_at(&dir, 2);
+    assert!(
+        own_snapshot < end - 1,
+        "node 2's own snapshot ({own_snapshot}) already covered the install ({})",
+        end - 1
+    );
+    // Node 0 never stopped: it delivered every acknowledged value, once.
+    let node0 = ids_of(&logs[0][0].entries);
+    let delivered: HashSet<ValueId> = node0.iter().copied().collect();
+    assert_eq!(
+        delivered.len(),
+        node0.len(),
+        "node 0 delivered a value twice"
+    );
+    let lost: Vec<_> = acked
+        .iter()
+        .filter(|v| !delivered.contains(v))
+        .take(5)
+        .collect();
+    assert!(lost.is_empty(), "acknowledged values lost: {lost:?}");
+    // Instance by instance, every learner's log agrees where they overlap, and node 2's
+    // second life has no gap outside what the installed snapshot covers.
+    let all: Vec<deliverylog::LearnerLog> = logs.into_iter().flatten().collect();
+    let v = deliverylog::compare(&all, &Default::default());
+    assert!(
+        v.disagreements.is_empty() && v.duplicates.is_empty(),
+        "{v:?}"
+    );
+    // And the installed state plus what followed is the same sequence as everyone's.
+    assert_same_final_state(&dir, &[0, 0, 1]);
+    eprintln!(
+        "{} values acknowledged; node 2 restarted from its own snapshot at {own_snapshot}, \
+         found it trimmed everywhere, and installed a peer's up to {}: {installed_line}",
+        acked.len(),
+        end - 1,
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

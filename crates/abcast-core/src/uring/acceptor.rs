@@ -233,8 +233,9 @@ impl URing {
             let key = decree.key();
             self.record_decision(instance, Ballot::ZERO, Some(decree), key, out);
         }
-        // Nobody can serve what lies below the responder's log start (trimmed after every
-        // node delivered it, or this node restarted after it was trimmed): skip over it.
+        // Nobody can serve what lies below the responder's log start (trimmed below a
+        // quorum of learners' snapshots, or slid out of an in-memory window): once every
+        // live acceptor says so, fetch a peer's snapshot, or skip (`behind_trim_point`).
         let next = self.learn.next;
         if next < m.log_start && !self.learn.knows(next) {
             let l = &mut self.learn;
@@ -252,12 +253,8 @@ impl URing {
                 .iter()
                 .all(|&p| mask & super::ring::bit(p) != 0)
             {
-                let to = self.learn.trimmed_floor;
-                out.events.push(format!(
-                    "learner skips instances {next}..{to}: trimmed at every acceptor (snapshots come with durable storage)"
-                ));
-                out.skips.push((next, to));
-                self.learn.jump_to(to);
+                let floor = self.learn.trimmed_floor;
+                self.behind_trim_point(next, floor, out);
             }
         }
         // Catching up: ask for the next range at once instead of after a timeout, so a

@@ -78,6 +78,12 @@ pub struct RingConfig {
     /// Acceptor store capacity (seed 000 §3.4 `CyclicArray`: 15 000 decisions).
     pub store_capacity_instances: usize,
     pub store_capacity_bytes: usize,
+    /// The ring's learners take snapshots (the node's `storage.snapshot_interval_ms > 0`):
+    /// acceptors' logs are trimmed below them, and a learner that falls behind the trim
+    /// point installs a peer's snapshot; it never skips instances. Off, nothing is
+    /// trimmed by snapshots, and a learner behind every acceptor's bounded in-memory
+    /// window can only skip to it (reported through `Outbox::skips`).
+    pub learner_snapshots: bool,
 }
 
 impl RingConfig {
@@ -208,6 +214,7 @@ impl Default for RingConfig {
             retrieve_max_instances: 1024,
             store_capacity_instances: 15_000,
             store_capacity_bytes: 1 << 30,
+            learner_snapshots: false,
         }
     }
 }

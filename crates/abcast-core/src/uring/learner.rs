@@ -368,14 +368,31 @@ impl LearnerState {
         self.decided_max >= self.next
     }
 
-    /// Starts over after `upto` from a snapshot: the de-duplication memory it carried, and
-    /// nothing pending below.
-    pub fn restore(&mut self, upto: Instance, dedup: Dedup) {
+    /// Goes on after `upto` from a snapshot (restored at start, or installed from a peer):
+    /// the de-duplication memory it carried replaces this learner's, and decisions held
+    /// for instances after `upto` stay.
+    pub fn install(&mut self, upto: Instance, dedup: Dedup) {
+        debug_assert!(
+            upto + 1 >= self.next,
+            "a snapshot never moves the learner back"
+        );
         self.dedup = dedup;
-        self.pending.clear();
-        self.waiting.clear();
-        self.next = upto + 1;
+        while matches!(self.pending.first_key_value(), Some((&i, _)) if i <= upto) {
+            if let Some((_, p)) = self.pending.pop_first()
+                && let Some(k) = p.key
+            {
+                self.waiting.remove(&k);
+            }
+        }
+        self.next = self.next.max(upto + 1);
         self.decided_max = self.decided_max.max(upto);
+        self.retrieve_round = 0;
+        self.trimmed_at = 0;
+        self.trimmed_mask = 0;
+        debug_assert!(
+            self.pending.keys().all(|&i| i > upto),
+            "nothing pending at or below the snapshot"
+        );
     }
 
     /// Encodes the de-duplication memory (see [`Dedup::encode`]).

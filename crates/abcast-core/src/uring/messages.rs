@@ -11,6 +11,7 @@
 
 use crate::codec::{Decoder, Encoder, WireMessage};
 use crate::error::DecodeError;
+pub use crate::snapshot_transfer::{SnapshotChunk, SnapshotFetch};
 use crate::types::{Ballot, Batch, BatchKey, Decree, Instance, NodeId};
 use crate::wire::{
     BALLOT_BYTES, get_ballot, get_batch, get_bool, get_decree, get_decree_tagged, get_u64s,
@@ -189,6 +190,10 @@ pub enum Message {
     Decided(Decided),
     Heartbeat(Heartbeat),
     Repair(Repair),
+    /// A learner behind the trim point asks a peer learner for its snapshot, in chunks
+    /// (`snapshot_transfer.rs`).
+    SnapshotFetch(SnapshotFetch),
+    SnapshotChunk(SnapshotChunk),
 }
 
 const K_FORWARD: u8 = 1;
@@ -201,6 +206,8 @@ const K_RETRIEVE: u8 = 7;
 const K_DECIDED: u8 = 8;
 const K_HEARTBEAT: u8 = 9;
 const K_REPAIR: u8 = 10;
+const K_SNAPSHOT_FETCH: u8 = 11;
+const K_SNAPSHOT_CHUNK: u8 = 12;
 
 fn put_wire_decree(e: &mut Encoder, w: &WireDecree) {
     match w {
@@ -249,6 +256,8 @@ impl WireMessage for Message {
             Message::Decided(_) => K_DECIDED,
             Message::Heartbeat(_) => K_HEARTBEAT,
             Message::Repair(_) => K_REPAIR,
+            Message::SnapshotFetch(_) => K_SNAPSHOT_FETCH,
+            Message::SnapshotChunk(_) => K_SNAPSHOT_CHUNK,
         }
     }
 
@@ -331,6 +340,8 @@ impl WireMessage for Message {
                 e.put_u64(m.decided_floor);
                 e.put_u64(m.upto);
             }
+            Message::SnapshotFetch(m) => m.encode(e),
+            Message::SnapshotChunk(m) => m.encode(e),
         }
     }
 
@@ -446,6 +457,8 @@ impl WireMessage for Message {
                 decided_floor: d.u64("repair.decided_floor")?,
                 upto: d.u64("repair.upto")?,
             }),
+            K_SNAPSHOT_FETCH => Message::SnapshotFetch(SnapshotFetch::decode(&mut d)?),
+            K_SNAPSHOT_CHUNK => Message::SnapshotChunk(SnapshotChunk::decode(&mut d)?),
             k => return Err(DecodeError::UnknownKind(k)),
         };
         d.finish()?;
@@ -571,6 +584,17 @@ mod tests {
                 ballot: bal,
                 decided_floor: 2,
                 upto: 9,
+            }),
+            Message::SnapshotFetch(SnapshotFetch {
+                upto: 9,
+                min_upto: 7,
+                offset: 1 << 20,
+            }),
+            Message::SnapshotChunk(SnapshotChunk {
+                upto: 9,
+                total: 5000,
+                offset: 100,
+                data: Bytes::from(vec![3u8; 4000]),
             }),
         ]
     }

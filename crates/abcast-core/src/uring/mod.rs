@@ -448,6 +448,7 @@ impl URing {
     }
 
     fn learner_tick(&mut self, out: &mut Out) {
+        self.snapshot_fetch_tick(out);
         let stalled = self.learn.behind() || self.learn.has_waiting();
         if !stalled {
             return;
@@ -514,6 +515,8 @@ impl Protocol for URing {
             Message::Decided(m) => self.on_decided_reply(from_pos, m, out),
             Message::Heartbeat(m) => self.on_heartbeat(from_pos, m, out),
             Message::Repair(m) => self.on_repair(from_pos, m, out),
+            Message::SnapshotFetch(m) => self.on_snapshot_fetch(from_pos, m, out),
+            Message::SnapshotChunk(m) => self.on_snapshot_chunk(from_pos, m, out),
         }
         if first_contact {
             self.coordinator_on_first_contact(from_pos, out);

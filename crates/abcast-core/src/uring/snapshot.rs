@@ -7,22 +7,38 @@
 //!   restarted from it ([`URing::restore_snapshot`]) skips the same duplicate batches as
 //!   everyone else, and the node persists it.
 //! * Every heartbeat carries the sender's latest `snapshot_upto`. The leading coordinator
-//!   keeps the latest report of every learner and computes the trim point T: the lowest
-//!   snapshot over every learner (not yet over a majority: see `trim_point`). Its
-//!   heartbeats carry `trim_below = T + 1`.
+//!   keeps the latest report of every learner and computes the trim point T: the minimum
+//!   over a quorum of learners (the highest point that a majority of learners' snapshots
+//!   cover, see `trim_point`). Its heartbeats carry `trim_below = T + 1`.
 //! * An acceptor trims its store below `trim_below` when the heartbeat comes from the
 //!   coordinator it believes in. Everything below is decided (a learner delivered it before
 //!   snapshotting), so no phase 1 needs those votes: acceptors answer with their log start,
 //!   and coordinators treat what lies below as decided.
-//! * A learner that falls behind the trim point today skips to the acceptors' log start,
-//!   reported through `Outbox::skips` (the pre-snapshot behaviour); installing a snapshot
-//!   transferred from a peer in chunks is the next step (issue 4, left).
+//! * A learner that falls behind the trim point (every live acceptor answers its retrieve
+//!   with a log start above the instance it needs) fetches the snapshot of a peer learner
+//!   whose report covers the gap, in chunks (`crate::snapshot_transfer`), installs it
+//!   (`Outbox::installs`: the application takes the state, the driver persists it) and
+//!   goes on retrieving from the log after it.
+//! * In a ring whose learners take no snapshots (`RingConfig::learner_snapshots` off: the
+//!   log start moved because an in-memory store's bounded window slid past a restarted
+//!   learner), and for a node that only relays or counts merge slots (not a learner, or a
+//!   Multi-Ring ring), there is nothing to install: the node skips to the log start,
+//!   reported through `Outbox::skips`. With snapshots on, a learner never skips: it waits
+//!   until a live peer reports a snapshot that covers what it needs.
 
+use super::messages::Message;
 use super::{Out, URing};
 use crate::codec::{Decoder, Encoder};
-use crate::protocol::Snapshot;
+use crate::protocol::{Install, Snapshot};
+use crate::snapshot_transfer::{
+    ChunkOutcome, SnapshotChunk, SnapshotFetch, SnapshotFetcher, SnapshotServer,
+};
 use crate::types::Instance;
 use bytes::Bytes;
+
+/// Fetches of one chunk repeated without an answer before the transfer is given up (and
+/// started again, maybe from another peer, by the next retrieve).
+const FETCH_RETRIES_MAX: u32 = 3;
 
 #[derive(Debug)]
 pub struct SnapshotState {
@@ -30,6 +46,14 @@ pub struct SnapshotState {
     pub own_upto: Instance,
     /// Per ring position, the latest `snapshot_upto` heard (the coordinator's view).
     pub reported: Vec<Instance>,
+    /// This learner's latest snapshot, served to peers in chunks.
+    pub server: SnapshotServer,
+    /// A transfer from a peer, when this learner is behind the trim point.
+    pub fetcher: SnapshotFetcher,
+    /// Fetches repeated for the current chunk.
+    pub fetch_retries: u32,
+    /// The instance this learner last logged waiting for a covering snapshot at.
+    pub waiting_logged: Instance,
 }
 
 impl SnapshotState {
@@ -37,6 +61,10 @@ impl SnapshotState {
         SnapshotState {
             own_upto: 0,
             reported: vec![0; members],
+            server: SnapshotServer::default(),
+            fetcher: SnapshotFetcher::default(),
+            fetch_retries: 0,
+            waiting_logged: 0,
         }
     }
 }
@@ -56,6 +84,7 @@ impl URing {
         };
         debug_assert!(upto >= self.snap.own_upto, "snapshots go forward");
         self.snap.own_upto = upto;
+        self.snap.server.set_latest(&snap);
         Ok(snap)
     }
 
@@ -66,13 +95,156 @@ impl URing {
         if self.learn.delivered_upto() > 0 {
             return Err("a snapshot is restored before the learner delivers anything".into());
         }
+        self.apply_snapshot(snap)?;
+        Ok(())
+    }
+
+    /// Moves the learner to after `snap` (restored at start or installed from a peer).
+    fn apply_snapshot(&mut self, snap: &Snapshot) -> Result<(), String> {
         let mut d = Decoder::new(snap.protocol.clone());
         let dedup = super::learner::Dedup::decode(&mut d).map_err(|e| format!("snapshot: {e}"))?;
         d.finish().map_err(|e| format!("snapshot: {e}"))?;
-        self.learn.restore(snap.upto, dedup);
-        self.snap.own_upto = snap.upto;
+        self.learn.install(snap.upto, dedup);
+        self.learn.last_progress_us = self.now;
+        self.snap.own_upto = self.snap.own_upto.max(snap.upto);
+        self.snap.server.set_latest(snap);
         self.cluster_delivered_max = self.cluster_delivered_max.max(snap.upto);
         Ok(())
+    }
+
+    /// Every live acceptor answered that instance `next` lies below its log start (the
+    /// lowest of them: `floor`). A learner of a ring whose learners take snapshots fetches
+    /// one that covers `floor - 1` from a peer; see the module comment for when it skips.
+    ///
+    /// Whether to skip is configuration (`RingConfig::learner_snapshots`), not inferred
+    /// from peers' snapshot reports: a learner that just restarted has heard none yet, and
+    /// its young view may hold one acceptor only (found by the simulator, durable
+    /// `uring-snapshots` seed 25: a restarted learner skipped 102..427 that way).
+    pub(crate) fn behind_trim_point(&mut self, next: Instance, floor: Instance, out: &mut Out) {
+        debug_assert!(
+            next < floor,
+            "behind the trim point means below the log start"
+        );
+        let need = floor - 1;
+        let has_state = self.learn.deliver && !self.learn.report_passes;
+        if !has_state || !self.cfg.learner_snapshots {
+            out.events.push(format!(
+                "learner skips instances {next}..{floor}: trimmed at every acceptor, and {}",
+                if has_state {
+                    "this ring's learners take no snapshots"
+                } else {
+                    "this node has no application state to install"
+                }
+            ));
+            out.skips.push((next, floor));
+            self.learn.jump_to(floor);
+            return;
+        }
+        let learner_peers: Vec<usize> = (0..self.cfg.members.len())
+            .filter(|&p| p != self.pos && self.cfg.members[p].roles.learner)
+            .collect();
+        if self.snap.fetcher.in_progress() {
+            return;
+        }
+        let alive = self.view.alive_positions(self.now);
+        let source = learner_peers
+            .iter()
+            .copied()
+            .filter(|p| alive.contains(p) && self.snap.reported[*p] >= need)
+            .max_by_key(|&p| self.snap.reported[p]);
+        let Some(p) = source else {
+            if self.snap.waiting_logged != next {
+                self.snap.waiting_logged = next;
+                out.events.push(format!(
+                    "learner behind the trim point at {next}: waits for a live peer whose snapshot covers {need}"
+                ));
+            }
+            return;
+        };
+        out.events.push(format!(
+            "learner behind the trim point at {next} (log starts at {floor}): fetching the snapshot of node {} (up to {})",
+            self.node_at(p),
+            self.snap.reported[p]
+        ));
+        self.snap.fetch_retries = 0;
+        let fetch = self.snap.fetcher.start(self.now, self.node_at(p), need);
+        out.send(self.node_at(p), Message::SnapshotFetch(fetch));
+    }
+
+    pub(crate) fn on_snapshot_fetch(&mut self, from_pos: usize, m: SnapshotFetch, out: &mut Out) {
+        if !self.learn.deliver {
+            return;
+        }
+        let chunk = self.snap.server.serve(self.now, &m);
+        out.send(self.node_at(from_pos), Message::SnapshotChunk(chunk));
+    }
+
+    pub(crate) fn on_snapshot_chunk(&mut self, from_pos: usize, m: SnapshotChunk, out: &mut Out) {
+        let from = self.node_at(from_pos);
+        match self.snap.fetcher.on_chunk(self.now, from, m) {
+            ChunkOutcome::Ignored => {}
+            ChunkOutcome::Next(fetch) => {
+                self.snap.fetch_retries = 0;
+                out.send(from, Message::SnapshotFetch(fetch));
+            }
+            ChunkOutcome::Abandoned(why) => {
+                out.events
+                    .push(format!("snapshot transfer given up: {why}"));
+            }
+            ChunkOutcome::Complete(snap) => self.install_snapshot(snap, out),
+        }
+    }
+
+    /// A snapshot fetched from a peer arrived whole: the learner moves past it and the
+    /// application takes its state (`Outbox::installs`), before any later delivery.
+    fn install_snapshot(&mut self, snap: Snapshot, out: &mut Out) {
+        if snap.upto < self.learn.next {
+            // The learner caught up from the log meanwhile (an acceptor still had it).
+            out.events.push(format!(
+                "snapshot up to {} not installed: the learner already delivered up to {}",
+                snap.upto,
+                self.learn.delivered_upto()
+            ));
+            return;
+        }
+        if let Err(e) = self.apply_snapshot(&snap) {
+            out.events
+                .push(format!("snapshot up to {} refused: {e}", snap.upto));
+            return;
+        }
+        out.events.push(format!(
+            "learner installed a peer's snapshot up to {} ({} bytes of application state)",
+            snap.upto,
+            snap.app.len()
+        ));
+        out.installs.push(Install {
+            snapshot: snap,
+            position: out.deliveries.len(),
+        });
+        // Go on from the log at once.
+        if self.learn.behind() {
+            self.send_retrieve(out);
+        }
+    }
+
+    /// A transfer whose chunk did not come: ask again, and give up after a few tries.
+    pub(crate) fn snapshot_fetch_tick(&mut self, out: &mut Out) {
+        let Some(t) = self.snap.fetcher.transfer.as_ref() else {
+            return;
+        };
+        if self.now < t.last_progress_us + self.cfg.retrieve_timeout_us {
+            return;
+        }
+        if self.snap.fetch_retries >= FETCH_RETRIES_MAX {
+            self.snap.fetcher.abandon();
+            out.events
+                .push("snapshot transfer given up: the peer stopped answering".into());
+            return;
+        }
+        self.snap.fetch_retries += 1;
+        if let Some((peer, fetch)) = self.snap.fetcher.retry(self.now) {
+            out.send(peer, Message::SnapshotFetch(fetch));
+        }
     }
 
     /// The acceptor's log start (everything below is trimmed), if this node is an acceptor.
@@ -86,20 +258,16 @@ impl URing {
         }
     }
 
-    /// The leading coordinator's trim point: below the lowest snapshot of every learner
-    /// (0 = trim nothing).
-    ///
-    /// Not yet the issue's "minimum over a quorum of learners": trimming there leaves the
-    /// slowest learners behind the trim point, and until they can install a snapshot fetched
-    /// from a peer they would skip instances. The SIGKILL-all test showed it: a learner whose
-    /// snapshot was older than the majority's restarted behind the acceptors' log start and
-    /// skipped. With every learner's snapshot as the bound, a learner that is down holds the
-    /// trim back (its log grows) instead of losing deliveries.
+    /// The leading coordinator's trim point: below the minimum over a quorum of learners
+    /// (URingPaxos' `Safe`), i.e. the highest instance that a majority of learners' snapshots
+    /// cover (0 = trim nothing). A learner whose snapshot is older (or that is down) and
+    /// falls behind it fetches a newer snapshot from a peer (`behind_trim_point`); a
+    /// majority's snapshots cover the trim point, so one of them can serve it.
     pub(crate) fn trim_point(&self) -> Instance {
         if !self.coord.is_leading() {
             return 0;
         }
-        let ups: Vec<Instance> = self
+        let mut ups: Vec<Instance> = self
             .cfg
             .members
             .iter()
@@ -113,7 +281,16 @@ impl URing {
                 }
             })
             .collect();
-        let covered = ups.iter().copied().min().unwrap_or(0);
+        if ups.is_empty() {
+            return 0;
+        }
+        ups.sort_unstable_by(|a, b| b.cmp(a));
+        let quorum = ups.len() / 2 + 1;
+        let covered = ups[quorum - 1];
+        debug_assert!(
+            ups.iter().filter(|&&u| u >= covered).count() >= quorum,
+            "a quorum of learners' snapshots covers the trim point"
+        );
         if covered == 0 { 0 } else { covered + 1 }
     }
 

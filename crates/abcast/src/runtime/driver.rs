@@ -139,6 +139,9 @@ pub enum DriverError {
     Storage(StorageError),
     /// The configuration cannot be run; `field` names the offending setting.
     Config { field: String, reason: String },
+    /// The learner fell behind the acceptors' trim point and installed a peer's snapshot,
+    /// which the application could not take: its state no longer matches the sequence.
+    Install(String),
 }
 
 impl fmt::Display for DriverError {
@@ -147,6 +150,7 @@ impl fmt::Display for DriverError {
             DriverError::Io { what, source } => write!(f, "{what}: {source}"),
             DriverError::Storage(e) => write!(f, "{e}"),
             DriverError::Config { field, reason } => write!(f, "{field}: {reason}"),
+            DriverError::Install(e) => write!(f, "installing a peer's snapshot: {e}"),
         }
     }
 }
@@ -186,6 +190,8 @@ pub struct TransportStats {
     pub storage_syncs: u64,
     /// Snapshots written.
     pub snapshots: u64,
+    /// Snapshots fetched from a peer and installed.
+    pub snapshots_installed: u64,
 }
 
 /// Writes a snapshot file so that a crash leaves the old one or the new one, whole: a
@@ -645,6 +651,25 @@ impl<P: Protocol> Driver<P> {
         Ok(())
     }
 
+    /// The protocol installed a peer's snapshot: the application takes its state, and the
+    /// snapshot becomes this node's own (a restart goes on from it).
+    fn install<A: Application + ?Sized>(
+        &mut self,
+        now: Micros,
+        app: &mut A,
+        snap: &abcast_core::Snapshot,
+    ) -> Result<(), DriverError> {
+        app.install(now, snap).map_err(DriverError::Install)?;
+        if let Some(path) = self.cfg.snapshot_path.clone() {
+            write_snapshot(&path, snap).map_err(|source| DriverError::Io {
+                what: "writing an installed snapshot",
+                source,
+            })?;
+        }
+        self.stats.snapshots_installed += 1;
+        Ok(())
+    }
+
     fn fire_timers<A: Application + ?Sized>(&mut self, now: Micros, app: &mut A) {
         while let Some((idx, f)) = self.faults.as_mut().and_then(|lf| lf.pop_due(now)) {
             self.queue_frame(now, idx, f.kind, f.group, &f.chunks);
@@ -743,9 +768,16 @@ impl<P: Protocol> Driver<P> {
             }
             self.loopback.push_back(msg);
         }
-        for d in &out.deliveries {
+        let mut installs = std::mem::take(&mut out.installs).into_iter().peekable();
+        for (n, d) in out.deliveries.iter().enumerate() {
+            while let Some(i) = installs.next_if(|i| i.position <= n) {
+                self.install(now, app, &i.snapshot)?;
+            }
             app.deliver(now, d);
             self.deliver_to_clients(d);
+        }
+        for i in installs {
+            self.install(now, app, &i.snapshot)?;
         }
         for a in &out.acks {
             if a.key.origin == self.cfg.me

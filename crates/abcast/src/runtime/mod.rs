@@ -50,6 +50,16 @@ pub trait Application {
     fn snapshot(&mut self) -> Option<bytes::Bytes> {
         None
     }
+    /// The learner fell behind the acceptors' trim point and installed a snapshot fetched
+    /// from a peer: replace the state with `snapshot.app` (what some learner's `snapshot`
+    /// returned after every instance up to `snapshot.upto`); the next delivery follows it.
+    /// `Err` stops the node: its state would no longer match the sequence.
+    fn install(&mut self, _now: Micros, snapshot: &abcast_core::Snapshot) -> Result<(), String> {
+        Err(format!(
+            "this application cannot install a snapshot (up to instance {})",
+            snapshot.upto
+        ))
+    }
 }
 
 /// An application that ignores everything (a node that only relays and serves clients).

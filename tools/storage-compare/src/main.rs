@@ -154,7 +154,7 @@ fn payload(pool: &Bytes, i: u64, value: usize) -> Bytes {
 }
 
 fn ballot() -> Ballot {
-    Ballot::new(3, NodeId(1))
+    Ballot::new(3, NodeId(1), 0)
 }
 
 struct PointResult {

@@ -332,6 +332,25 @@ pub trait Protocol {
         Ok(())
     }
 
+    /// `sync_storage` in two halves, for a driver that overlaps the fdatasync with its
+    /// other work (see `AcceptorStore::begin_sync`): the writes reach the OS now, the job
+    /// makes them durable on any thread, and the driver holds the outbox until it is done,
+    /// then calls `end_sync_storage` with the job's result. `None`: durable already.
+    fn begin_sync_storage(
+        &mut self,
+    ) -> Result<Option<crate::storage::SyncJob>, crate::storage::StorageError> {
+        self.sync_storage().map(|()| None)
+    }
+
+    /// The job of `begin_sync_storage` ran with this result; an error is the store's
+    /// failure from now on, and the driver stops the node.
+    fn end_sync_storage(
+        &mut self,
+        result: Result<(), crate::storage::StorageError>,
+    ) -> Result<(), crate::storage::StorageError> {
+        result
+    }
+
     /// Bytes of acceptor log on disk, over every store this node holds.
     fn log_bytes(&self) -> u64 {
         0

@@ -206,6 +206,12 @@ pub struct SimConfig {
     /// atomically), a restarted learner starts from it, and a learner behind the trim
     /// point installs a peer's. For protocols that take snapshots (U-Ring Paxos).
     pub snapshot_interval_us: Micros,
+    /// The driver's pipelined group commit (the runtime's sync thread): a group commit's
+    /// fdatasync completes this long after it began, drawn in the range (one in twenty
+    /// stalls for up to 50 times its upper bound, as real disks do), while the node goes
+    /// on; what it produces meanwhile waits behind it. `None`: syncs complete at once, in
+    /// place (the runtime's `sync_thread = false`).
+    pub sync_delay_us: Option<(Micros, Micros)>,
     /// Upper bound of events processed in one run; exceeding it is a liveness violation
     /// (a message storm or a zero-delay loop).
     pub event_budget: u64,
@@ -243,6 +249,7 @@ impl SimConfig {
             scheduled_crashes: Vec::new(),
             crash_model: CrashModel::Process,
             snapshot_interval_us: 0,
+            sync_delay_us: None,
             event_budget: 20_000_000,
             replay: ReplayTarget::default(),
         }

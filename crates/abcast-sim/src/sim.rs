@@ -19,6 +19,12 @@
 //! write, a machine crash keeps the synced bytes and a seeded torn (maybe garbled) prefix of
 //! the rest, sometimes in the middle of a group commit. The disk faults are drawn from a
 //! random stream of their own, so runs with the default process crashes are unchanged.
+//!
+//! With [`SimConfig::sync_delay_us`] the driver is the runtime's pipelined one (its sync
+//! thread, `abcast::runtime::syncer`): an outbox that needs a sync begins it
+//! (`Protocol::begin_sync_storage`) and waits *in flight* until a `SyncDone` event a drawn
+//! delay later runs the job; whatever the node produces meanwhile gathers into one outbox
+//! behind it, in order, and waits for the next sync. A crash drops both, job unrun.
 
 use crate::checker::{Checker, Failure, LearnerId, SeqDigest, SnapshotEvent, ViolationKind};
 use crate::config::{FaultMix, SimConfig};
@@ -232,7 +238,28 @@ enum Action {
     },
     /// Every live learner takes a snapshot (`SimConfig::snapshot_interval_us`).
     Snapshot,
+    /// The node's sync job in flight completes (`SimConfig::sync_delay_us`).
+    SyncDone {
+        node: usize,
+        epoch: u64,
+    },
     Heal,
+}
+
+/// A node's pipelined group commit (`SimConfig::sync_delay_us`): the outbox whose sync job
+/// is in flight, and what the node produced since, gathered behind it.
+struct Pipe<M> {
+    in_flight: Option<(abcast_core::storage::SyncJob, Outbox<M>)>,
+    gather: Outbox<M>,
+}
+
+impl<M> Default for Pipe<M> {
+    fn default() -> Self {
+        Pipe {
+            in_flight: None,
+            gather: Outbox::new(),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -332,6 +359,8 @@ struct World<'a, P: Protocol, F> {
     queue: BinaryHeap<Reverse<Event>>,
     next_seq: u64,
     nodes: Vec<Slot<P>>,
+    /// Per node, its pipelined group commit.
+    pipes: Vec<Pipe<P::Message>>,
     index: BTreeMap<NodeId, usize>,
     blocked: BTreeSet<(NodeId, NodeId)>,
     loss_ppm: u32,
@@ -408,6 +437,7 @@ where
             checker: Checker::new(cfg.fresh_learners_deliver_all),
             trace: Trace::new(cfg.trace_tail_events, cfg.verbose),
             outbox: Outbox::new(),
+            pipes: (0..cfg.nodes.len()).map(|_| Pipe::default()).collect(),
             next_client_value: 0,
             heal_at_us,
             load_end_us: heal_at_us.saturating_add(cfg.heal_load_us),
@@ -635,6 +665,7 @@ where
                 );
                 Ok(())
             }
+            Action::SyncDone { node, epoch } => self.on_sync_done(node, epoch),
             Action::Heal => self.on_heal(),
         }
     }
@@ -645,6 +676,10 @@ where
     /// state with the common sequence up to the snapshot's instance.
     fn take_snapshots(&mut self) -> SimResult<()> {
         for i in 0..self.nodes.len() {
+            // Deliveries held behind a sync in flight have not reached the application.
+            if self.pipes[i].in_flight.is_some() {
+                continue;
+            }
             let s = &mut self.nodes[i];
             if !s.learner || !s.app.complete {
                 continue;
@@ -788,6 +823,8 @@ where
     /// The node's process ends; with `machine`, its machine loses power too (see the module
     /// comment), torn as the disk plan draws.
     fn crash(&mut self, i: usize, machine: bool) {
+        // The process dies with its sync in flight (never run) and what gathered behind it.
+        self.pipes[i] = Pipe::default();
         let s = &mut self.nodes[i];
         s.proto = None;
         s.epoch += 1;
@@ -939,9 +976,16 @@ where
         i: usize,
         input: impl FnOnce(&mut P, Micros, &mut Outbox<P::Message>),
     ) -> SimResult<()> {
+        let now = self.now_us;
+        if self.pipes[i].in_flight.is_some() {
+            // Behind the sync in flight: gather, carry out later.
+            if let Some(p) = self.nodes[i].proto.as_mut() {
+                input(p, now, &mut self.pipes[i].gather);
+            }
+            return Ok(());
+        }
         let mut out = std::mem::take(&mut self.outbox);
         out.clear();
-        let now = self.now_us;
         let Some(p) = self.nodes[i].proto.as_mut() else {
             self.outbox = out;
             return Ok(());
@@ -953,6 +997,88 @@ where
         r
     }
 
+    /// The pipelined group commit's first half: the writes reach the disk's "OS" now; the
+    /// outbox waits for the job, which runs at a `SyncDone` a drawn delay later.
+    fn begin_sync(
+        &mut self,
+        i: usize,
+        out: &mut Outbox<P::Message>,
+        lo: Micros,
+        hi: Micros,
+    ) -> SimResult<()> {
+        let (id, incarnation) = (self.nodes[i].id, self.nodes[i].incarnation);
+        let begun = match self.nodes[i].proto.as_mut() {
+            Some(p) => p.begin_sync_storage(),
+            None => return Ok(()),
+        };
+        match begun {
+            Err(e) => Err(self.violation(
+                Failure::new(
+                    ViolationKind::StorageFailed,
+                    format!("{id}: the group commit failed: {e}"),
+                )
+                .at(id, incarnation),
+            )),
+            Ok(None) => {
+                // Durable already: carry it out now.
+                out.needs_sync = false;
+                self.carry_out(i, out)
+            }
+            Ok(Some(job)) => {
+                let mut held = std::mem::take(out);
+                held.needs_sync = false;
+                self.pipes[i].in_flight = Some((job, held));
+                // Real fdatasyncs have long tails (ext4 journal commits, other writers):
+                // one in twenty stalls for up to 50 times the upper bound, long enough for
+                // heartbeats, trims and retransmissions to happen behind it.
+                let hi = hi.max(lo);
+                let delay = if self.rng.chance_ppm(50_000) {
+                    self.rng.between(hi, hi.saturating_mul(50))
+                } else {
+                    self.rng.between(lo, hi)
+                };
+                let epoch = self.nodes[i].epoch;
+                self.schedule(
+                    self.now_us.saturating_add(delay),
+                    Action::SyncDone { node: i, epoch },
+                );
+                Ok(())
+            }
+        }
+    }
+
+    /// The sync job in flight completes: the held outbox goes out, then what gathered
+    /// behind it (which may begin the next sync).
+    fn on_sync_done(&mut self, i: usize, epoch: u64) -> SimResult<()> {
+        if self.nodes[i].epoch != epoch {
+            return Ok(()); // the process that began it is gone
+        }
+        let Some((job, mut held)) = self.pipes[i].in_flight.take() else {
+            return Ok(());
+        };
+        let (id, incarnation) = (self.nodes[i].id, self.nodes[i].incarnation);
+        let result = job.run();
+        let ended = match self.nodes[i].proto.as_mut() {
+            Some(p) => p.end_sync_storage(result),
+            None => Ok(()),
+        };
+        if let Err(e) = ended {
+            return Err(self.violation(
+                Failure::new(
+                    ViolationKind::StorageFailed,
+                    format!("{id}: the group commit failed: {e}"),
+                )
+                .at(id, incarnation),
+            ));
+        }
+        self.carry_out(i, &mut held)?;
+        let mut gathered = std::mem::take(&mut self.pipes[i].gather);
+        if gathered.is_empty() {
+            return Ok(());
+        }
+        self.carry_out(i, &mut gathered)
+    }
+
     /// The contract's order: sync, then sends and multicasts, then deliveries and acks.
     fn carry_out(&mut self, i: usize, out: &mut Outbox<P::Message>) -> SimResult<()> {
         let (id, incarnation) = (self.nodes[i].id, self.nodes[i].incarnation);
@@ -960,6 +1086,9 @@ where
             self.report.syncs += 1;
             if self.nodes[i].crash_in_commit.is_some() && self.crash_in_commit(i) {
                 return Ok(());
+            }
+            if let Some((lo, hi)) = self.cfg.sync_delay_us {
+                return self.begin_sync(i, out, lo, hi);
             }
             // The group commit, before anything that depends on it leaves.
             if let Some(p) = self.nodes[i].proto.as_mut()
@@ -1324,8 +1453,15 @@ where
             return Ok(());
         };
         let (id, incarnation) = (self.nodes[i].id, self.nodes[i].incarnation);
-        let mut out = std::mem::take(&mut self.outbox);
-        out.clear();
+        // Behind a sync in flight the outputs gather (see `call`).
+        let gathering = self.pipes[i].in_flight.is_some();
+        let mut out = if gathering {
+            std::mem::take(&mut self.pipes[i].gather)
+        } else {
+            let mut o = std::mem::take(&mut self.outbox);
+            o.clear();
+            o
+        };
         let now = self.now_us;
         let result = match self.nodes[i].proto.as_mut() {
             Some(p) => p.propose(now, payload.clone(), &mut out),
@@ -1367,6 +1503,11 @@ where
                 Ok(())
             }
         };
+        if gathering {
+            self.pipes[i].gather = out;
+            recorded?;
+            return self.call(i, |p, now, out| p.tick(now, out));
+        }
         let carried = recorded.and_then(|()| self.carry_out(i, &mut out));
         out.clear();
         self.outbox = out;

@@ -136,6 +136,18 @@ impl Scenario {
         if self == Scenario::URingSnapshots {
             cfg.snapshot_interval_us = 100_000;
         }
+        // The runtime's default: fdatasync on the sync thread while the node goes on, its
+        // outbox held until the sync completes 50 us to 2 ms later. One scenario keeps the
+        // in-place sync (`storage.sync_thread = false`).
+        if matches!(
+            self,
+            Scenario::URingSync
+                | Scenario::RingPaxosSync
+                | Scenario::MultiRingSync
+                | Scenario::URingSnapshots
+        ) {
+            cfg.sync_delay_us = Some((50, 2_000));
+        }
         cfg
     }
 }
@@ -204,8 +216,11 @@ impl LogDir for LyingDisk {
     fn create(&mut self, name: &str) -> io::Result<()> {
         self.0.create(name)
     }
-    fn append(&mut self, name: &str, chunks: &[&[u8]]) -> io::Result<()> {
-        self.0.append(name, chunks)
+    fn write_at(&mut self, name: &str, offset: u64, chunks: &[&[u8]]) -> io::Result<()> {
+        self.0.write_at(name, offset, chunks)
+    }
+    fn preallocate(&mut self, name: &str, len: u64) -> io::Result<()> {
+        self.0.preallocate(name, len)
     }
     fn sync(&mut self, _name: &str) -> io::Result<()> {
         Ok(())

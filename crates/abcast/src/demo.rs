@@ -135,17 +135,19 @@ pub struct DemoArgs {
     #[arg(long = "keep-dir")]
     pub keep_dir: bool,
     /// Acceptor storage: memory (bounded, in memory), durable (a log on disk, fdatasync
-    /// before votes leave: survives a machine crash), durable-nosync (written through the
-    /// OS: survives a process crash) or none (benchmarks only).
+    /// before votes leave: survives a machine crash), durable-inloop (the same, with the
+    /// fdatasync in the event loop instead of on a sync thread: for comparison),
+    /// durable-nosync (written through the OS: survives a process crash) or none
+    /// (benchmarks only).
     #[arg(long, value_name = "KIND", default_value = "memory",
-          value_parser = ["memory", "durable", "durable-nosync", "none"])]
+          value_parser = ["memory", "durable", "durable-inloop", "durable-nosync", "none"])]
     pub storage: String,
 }
 
 /// The config edits that select a storage back-end by its `--storage` name.
 pub fn storage_edits(kind: &str) -> Vec<(String, toml::Value)> {
     let (k, sync) = match kind {
-        "durable" => ("durable", Some(true)),
+        "durable" | "durable-inloop" => ("durable", Some(true)),
         "durable-nosync" => ("durable", Some(false)),
         "none" => ("none", None),
         _ => ("memory", None),
@@ -153,6 +155,9 @@ pub fn storage_edits(kind: &str) -> Vec<(String, toml::Value)> {
     let mut edits = vec![("storage.kind".to_string(), toml::Value::from(k))];
     if let Some(sync) = sync {
         edits.push(("storage.sync".to_string(), toml::Value::from(sync)));
+    }
+    if kind == "durable-inloop" {
+        edits.push(("storage.sync_thread".to_string(), toml::Value::from(false)));
     }
     edits
 }

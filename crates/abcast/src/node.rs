@@ -382,6 +382,9 @@ where
     dcfg.transport = cfg.transport.clone();
     dcfg.periodic_us = args.stats_ms.saturating_mul(1000);
     dcfg.group_commit = matches!(cfg.storage.kind, StorageKind::Durable { .. });
+    // Without fdatasync there is nothing to overlap.
+    dcfg.sync_thread =
+        cfg.storage.sync_thread && matches!(cfg.storage.kind, StorageKind::Durable { sync: true });
     if roles.learner {
         dcfg.snapshot_interval_us = cfg.storage.snapshot_interval_ms.saturating_mul(1000);
         dcfg.snapshot_path = Some(snapshot_path);

@@ -171,6 +171,10 @@ pub struct StorageConfig {
     /// acceptors trim below what every learner's snapshot covers; 0 = never. Default
     /// 1000 with durable storage, 0 otherwise.
     pub snapshot_interval_ms: u64,
+    /// Durable storage with `sync = true`: fdatasync on a thread of its own while the event
+    /// loop goes on (pipelined group commit; default), or in the loop (`false`, for
+    /// comparison).
+    pub sync_thread: bool,
 }
 
 /// The acceptor store back-end (seed 000 §3.4).
@@ -386,6 +390,7 @@ struct FileStorage {
     sync: Option<bool>,
     segment_bytes: Option<u64>,
     snapshot_interval_ms: Option<u64>,
+    sync_thread: Option<bool>,
 }
 
 /// Where the data root is when `[storage] dir` is not given.
@@ -600,6 +605,12 @@ pub fn parse(
             format!("applies to kind = \"durable\" only (kind is \"{kind}\")"),
         );
     }
+    if file.storage.sync_thread.is_some() && !matches!(kind, StorageKind::Durable { sync: true }) {
+        return invalid(
+            "storage.sync_thread",
+            format!("applies to kind = \"durable\" with sync = true only (kind is \"{kind}\")"),
+        );
+    }
     let segment_bytes = file
         .storage
         .segment_bytes
@@ -651,6 +662,7 @@ pub fn parse(
             kind,
             segment_bytes,
             snapshot_interval_ms,
+            sync_thread: file.storage.sync_thread.unwrap_or(true),
         },
         multiring,
         protocol,

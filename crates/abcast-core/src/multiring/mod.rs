@@ -702,6 +702,48 @@ impl Protocol for MultiRing {
         Ok(())
     }
 
+    /// Every ring's store writes now; their fdatasyncs go into one job.
+    fn begin_sync_storage(
+        &mut self,
+    ) -> Result<Option<crate::storage::SyncJob>, crate::storage::StorageError> {
+        let mut job = crate::storage::SyncJob::default();
+        let mut first_err = None;
+        for slot in &mut self.slots {
+            match slot.ring.begin_sync_storage() {
+                Ok(Some(j)) => job.append(j),
+                Ok(None) => {}
+                // Later rings still begin (and end) theirs: each store expects its end_sync.
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            if !job.is_empty() {
+                let r = job.run();
+                for slot in &mut self.slots {
+                    let _ = slot.ring.end_sync_storage(r.clone());
+                }
+            }
+            return Err(e);
+        }
+        Ok((!job.is_empty()).then_some(job))
+    }
+
+    fn end_sync_storage(
+        &mut self,
+        result: Result<(), crate::storage::StorageError>,
+    ) -> Result<(), crate::storage::StorageError> {
+        // Every ring's store hears the result, whatever the others say.
+        let mut first_err = None;
+        for slot in &mut self.slots {
+            if let Err(e) = slot.ring.end_sync_storage(result.clone()) {
+                first_err.get_or_insert(e);
+            }
+        }
+        result.and(first_err.map_or(Ok(()), Err))
+    }
+
     fn log_bytes(&self) -> u64 {
         self.slots.iter().map(|s| s.ring.log_bytes()).sum()
     }

@@ -365,6 +365,25 @@ impl Protocol for RingPaxos {
         }
     }
 
+    fn begin_sync_storage(
+        &mut self,
+    ) -> Result<Option<crate::storage::SyncJob>, crate::storage::StorageError> {
+        match self.acc.as_mut() {
+            Some(acc) => acc.store.begin_sync(),
+            None => Ok(None),
+        }
+    }
+
+    fn end_sync_storage(
+        &mut self,
+        result: Result<(), crate::storage::StorageError>,
+    ) -> Result<(), crate::storage::StorageError> {
+        if let Some(acc) = self.acc.as_mut() {
+            acc.store.end_sync(&result);
+        }
+        result
+    }
+
     fn log_bytes(&self) -> u64 {
         self.acc.as_ref().map_or(0, |acc| acc.store.log_bytes())
     }

@@ -12,7 +12,10 @@
 //! * **Segments.** `seg-<n>.log`, rolled at `segment_bytes`. Each opens with a `Checkpoint`
 //!   (promise and trim point), so a whole old segment can be deleted once nothing in it is
 //!   live: trimming keeps the log bounded. A few live stragglers in an old segment are
-//!   copied forward first.
+//!   copied forward first. A new segment is preallocated to `segment_bytes`
+//!   ([`LogDir::preallocate`]) and written at the store's own offsets: a write then changes
+//!   no file size, and an fdatasync has no metadata to commit (1.75 times the synced write
+//!   rate on ext4). Zeros after the last record are that reserved space.
 //! * **Reads.** Recent instances come from the cache (a [`MemoryStore`]); older ones from
 //!   disk through an index of record locations (`range`, for retrieves and phase 1). The
 //!   cache's window moves past instances this acceptor never voted in (it was away): a
@@ -23,7 +26,9 @@
 //!   fdatasync'd (with `sync = false`: written). A crash damages only what was written after
 //!   the last durable point, and may damage it anywhere: the OS writes pages back in any
 //!   order, so a garbled record can be followed by whole ones of the same unsynced write.
-//! * **Recovery** (`open`): replays every segment in order. A bad record in the last
+//! * **Recovery** (`open`): replays every segment in order. Zeros to the end of a segment
+//!   end its records (preallocated space; cut off, since appends go to a new segment). A
+//!   bad record in the last
 //!   segment above every durable point its markers name (those after it included) is a
 //!   torn tail: the file is cut there, whole records after it in the same unsynced write
 //!   included, and [`Recovery::torn_tail`] says where (the node logs it). A bad record below
@@ -141,6 +146,18 @@ pub struct DurableStore<D: LogDir> {
     /// `open` found a log (at least one whole record): the state was kept.
     recovered: bool,
     syncs: u64,
+    /// The current segment's file size by preallocation (0: not preallocated).
+    allocated: u64,
+    /// A sync job in flight (`begin_sync` returned it): the segment and length it makes
+    /// durable, and the segments to delete once it did (their trim record is in it).
+    in_flight: Option<InFlight>,
+}
+
+#[derive(Debug)]
+struct InFlight {
+    seg: u64,
+    len: u64,
+    delete: Vec<u64>,
 }
 
 fn seg_name(n: u64) -> String {
@@ -268,6 +285,16 @@ impl<D: LogDir> DurableStore<D> {
                         }
                         off = next;
                     }
+                    Framed::Bad(_) if buf[off..].iter().all(|&b| b == 0) => {
+                        // Preallocated space the records never reached, or that unsynced
+                        // writes did not reach before a crash. (A disk that lost synced
+                        // bytes to the end of a file cannot be told from this, as with a
+                        // torn tail: the markers that would say so were in those bytes.)
+                        // Appends go to a new segment: give the reserved space back.
+                        dir.truncate(&name, off as u64)
+                            .map_err(|e| io("cutting the preallocated tail of", &name, e))?;
+                        break;
+                    }
                     Framed::Bad(why) => {
                         if Some(num) != last {
                             return Err(StorageError(format!(
@@ -300,10 +327,12 @@ impl<D: LogDir> DurableStore<D> {
                             .map_err(|e| io("cutting the torn tail of", &name, e))?;
                         dir.sync(&name)
                             .map_err(|e| io("syncing after cutting", &name, e))?;
+                        // What was written: the zeros at the end are preallocated space.
+                        let written = buf.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
                         rec.torn_tail = Some(TornTail {
                             file: format!("{where_}/{name}"),
                             offset: off as u64,
-                            bytes_cut: (buf.len() - off) as u64,
+                            bytes_cut: written.saturating_sub(off) as u64,
                             why,
                         });
                         break;
@@ -361,6 +390,8 @@ impl<D: LogDir> DurableStore<D> {
             appended_bytes: 0,
             recovered: rec.records > 0,
             syncs: 0,
+            allocated: 0,
+            in_flight: None,
         };
         for (&i, &loc) in &locs {
             store.index_set(i, loc);
@@ -402,6 +433,13 @@ impl<D: LogDir> DurableStore<D> {
     /// The segments on disk, oldest first (for tests and the trim benchmark).
     pub fn segment_numbers(&self) -> Vec<u64> {
         self.segments.keys().copied().collect()
+    }
+
+    /// The current segment's file name and the bytes of records written to it (where the
+    /// next write goes; the file may be longer, preallocated). For tests that damage a log.
+    pub fn write_end(&self) -> (String, u64) {
+        let cur = self.current();
+        (seg_name(cur), self.segments.get(&cur).copied().unwrap_or(0))
     }
 
     fn current(&self) -> u64 {
@@ -447,6 +485,16 @@ impl<D: LogDir> DurableStore<D> {
         self.dir_dirty = true;
         self.durable = 0;
         self.marked = 0;
+        // Reserve the segment's space now (one metadata change per segment instead of one
+        // per group commit); the checkpoint's sync makes the size durable with it.
+        self.allocated = match self.dir.preallocate(&name, self.segment_bytes) {
+            Ok(()) => self.segment_bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => 0,
+            Err(e) => {
+                self.fail("preallocating", &name, e);
+                0
+            }
+        };
         let cp = Record::Checkpoint {
             promised: self.cache.promised(),
             log_start: self.log_start,
@@ -497,7 +545,8 @@ impl<D: LogDir> DurableStore<D> {
         let cur = self.current();
         let name = seg_name(cur);
         let slices: Vec<&[u8]> = self.pending.iter().map(|c| c.as_ref()).collect();
-        match self.dir.append(&name, &slices) {
+        let at = self.segments.get(&cur).copied().unwrap_or(0);
+        match self.dir.write_at(&name, at, &slices) {
             Ok(()) => {
                 if let Some(len) = self.segments.get_mut(&cur) {
                     *len += self.pending_bytes as u64;
@@ -512,6 +561,21 @@ impl<D: LogDir> DurableStore<D> {
         }
         self.pending.clear();
         self.pending_bytes = 0;
+    }
+
+    /// Deletes old segments whose trim record is durable; the names change is made durable
+    /// by the next sync.
+    fn delete_segments(&mut self, segs: Vec<u64>) {
+        for s in segs {
+            let name = seg_name(s);
+            match self.dir.remove(&name) {
+                Ok(()) => {
+                    self.segments.remove(&s);
+                    self.dir_dirty = true;
+                }
+                Err(e) => self.fail("removing", &name, e),
+            }
+        }
     }
 
     /// Closes the current segment (durable first, with `sync`) and begins the next.
@@ -594,11 +658,20 @@ impl<D: LogDir> DurableStore<D> {
                 e.1 += u64::from(l.len);
             }
         }
+        // Segments already doomed (waiting for the sync of the trim that freed them, maybe
+        // in flight) are not taken again: a second `remove` of one failed the store.
+        let doomed = |s: &u64| {
+            self.deletable.contains(s)
+                || self
+                    .in_flight
+                    .as_ref()
+                    .is_some_and(|f| f.delete.contains(s))
+        };
         let old: Vec<u64> = self
             .segments
             .keys()
             .copied()
-            .filter(|&s| s != cur)
+            .filter(|s| *s != cur && !doomed(s))
             .collect();
         for s in old {
             let (held, held_bytes) = live
@@ -634,9 +707,7 @@ impl<D: LogDir> DurableStore<D> {
                 moved.decided = loc.decided;
                 self.index_set(i, moved);
             }
-            if !self.deletable.contains(&s) {
-                self.deletable.push(s);
-            }
+            self.deletable.push(s);
         }
     }
 }
@@ -694,6 +765,17 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
         self.index_set(instance, loc);
         true
     }
+    /// In the cache only: see [`AcceptorStore::put_learned`]. Below the cache it is not
+    /// kept at all (the voters have it on disk). If the cache held an undecided vote of
+    /// this acceptor there, the log keeps that vote, which stays safe: it is of a lower
+    /// ballot than the decision's quorum, or for the same decree.
+    fn put_learned(&mut self, instance: Instance, accepted: Accepted) -> bool {
+        debug_assert!(accepted.decided, "put_learned takes decisions only");
+        if self.failed.is_some() || instance < self.cache.log_start().max(self.log_start) {
+            return false;
+        }
+        self.cache.put(instance, accepted)
+    }
     fn mark_decided(&mut self, instance: Instance) {
         if instance < self.cache.log_start() {
             if let Some(mut l) = self.index_get(instance)
@@ -749,44 +831,103 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
         out
     }
     fn sync(&mut self) -> Result<(), StorageError> {
-        if let Some(e) = &self.failed {
-            return Err(e.clone());
-        }
-        let wrote = !self.pending.is_empty();
-        self.write_pending();
-        if self.sync_writes && self.unsynced {
-            let cur = self.current();
-            let name = seg_name(cur);
-            match self.dir.sync(&name) {
-                Ok(()) => self.durable = self.segments.get(&cur).copied().unwrap_or(0),
-                Err(e) => self.fail("syncing", &name, e),
-            }
-            self.unsynced = false;
-        }
-        if self.sync_writes
-            && self.dir_dirty
-            && let Err(e) = self.dir.sync_dir()
-        {
-            self.fail("syncing the directory", "", e);
-        }
-        self.dir_dirty = false;
-        // The trim record that frees these segments is written now: delete them.
-        for s in std::mem::take(&mut self.deletable) {
-            let name = seg_name(s);
-            match self.dir.remove(&name) {
-                Ok(()) => {
-                    self.segments.remove(&s);
-                    self.dir_dirty = true;
-                }
-                Err(e) => self.fail("removing", &name, e),
-            }
-        }
-        if wrote {
-            self.syncs += 1;
+        // One code path: the job, if any, runs here and now.
+        if let Some(job) = self.begin_sync()? {
+            let r = job.run();
+            self.end_sync(&r);
         }
         match &self.failed {
             Some(e) => Err(e.clone()),
             None => Ok(()),
+        }
+    }
+    /// Writes what is pending and, with `sync = true`, returns the fdatasync of the current
+    /// segment (and the directory fsync, if names changed) as a job; where the directory
+    /// cannot hand out steps, syncs in place. Segments freed by a trim are deleted once the
+    /// trim record is durable: in place, or at `end_sync`.
+    fn begin_sync(&mut self) -> Result<Option<super::SyncJob>, StorageError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        debug_assert!(self.in_flight.is_none(), "begin_sync before end_sync");
+        let wrote = !self.pending.is_empty();
+        self.write_pending();
+        let mut job = super::SyncJob::default();
+        let cur = self.current();
+        let len = self.segments.get(&cur).copied().unwrap_or(0);
+        let mut synced_here = false;
+        if self.sync_writes && self.unsynced {
+            let name = seg_name(cur);
+            match self.dir.sync_step(Some(&name)) {
+                Ok(Some(step)) => {
+                    job.push(format!("{}/{name}: syncing", self.dir.describe()), step)
+                }
+                Ok(None) => match self.dir.sync(&name) {
+                    Ok(()) => synced_here = true,
+                    Err(e) => self.fail("syncing", &name, e),
+                },
+                Err(e) => self.fail("syncing", &name, e),
+            }
+            self.unsynced = false;
+        }
+        if self.sync_writes && self.dir_dirty {
+            match self.dir.sync_step(None) {
+                Ok(Some(step)) => job.push(
+                    format!("{}: syncing the directory", self.dir.describe()),
+                    step,
+                ),
+                Ok(None) => {
+                    if let Err(e) = self.dir.sync_dir() {
+                        self.fail("syncing the directory", "", e);
+                    }
+                }
+                Err(e) => self.fail("syncing the directory", "", e),
+            }
+        }
+        self.dir_dirty = false;
+        if wrote {
+            self.syncs += 1;
+        }
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let delete = std::mem::take(&mut self.deletable);
+        if job.is_empty() {
+            if synced_here || !self.sync_writes {
+                self.durable = self.durable.max(len);
+            }
+            self.delete_segments(delete);
+            return match &self.failed {
+                Some(e) => Err(e.clone()),
+                None => Ok(None),
+            };
+        }
+        self.in_flight = Some(InFlight {
+            seg: cur,
+            len,
+            delete,
+        });
+        Ok(Some(job))
+    }
+    fn end_sync(&mut self, result: &Result<(), StorageError>) {
+        // Nothing in flight: this store's `begin_sync` synced in place (a node with several
+        // stores ends them all).
+        let Some(f) = self.in_flight.take() else {
+            return;
+        };
+        match result {
+            Err(e) => {
+                if self.failed.is_none() {
+                    self.failed = Some(e.clone());
+                }
+            }
+            Ok(()) => {
+                // The segment may have rolled meanwhile (`roll` syncs it in place).
+                if f.seg == self.current() {
+                    self.durable = self.durable.max(f.len);
+                }
+                self.delete_segments(f.delete);
+            }
         }
     }
     /// Whether `open` found a log. An empty directory is a first start, or a restart after
@@ -814,7 +955,12 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
         self.collect_segments();
     }
     fn log_bytes(&self) -> u64 {
-        self.segments.values().sum::<u64>() + self.pending_bytes as u64
+        // On disk: the current segment takes its preallocated size.
+        let written =
+            self.segments.get(&self.current()).copied().unwrap_or(0) + self.pending_bytes as u64;
+        self.segments.values().sum::<u64>()
+            + self.pending_bytes as u64
+            + self.allocated.saturating_sub(written)
     }
     fn appended_bytes(&self) -> u64 {
         self.appended_bytes
@@ -885,6 +1031,81 @@ mod tests {
             assert_eq!(a.decided, i <= 5, "instance {i}");
         }
         assert!(s.get(11).is_none());
+    }
+
+    /// Found by `abcast demo --storage durable` once fdatasync ran on the sync thread: a
+    /// trim while a sync was in flight doomed again the segments that sync was to delete,
+    /// and the second `remove` failed the store ("No such file or directory").
+    #[test]
+    fn trims_while_a_sync_is_in_flight_delete_each_segment_once() {
+        let dir = MemDir::new("q");
+        let mut o = opts(true);
+        o.segment_bytes = 64 << 10;
+        let (mut s, _) = open(&dir, o.clone());
+        let mut i = 0;
+        let mut put_ten = |s: &mut DurableStore<MemDir>| {
+            for _ in 0..10 {
+                i += 1;
+                assert!(s.put(i, vote(i, false)));
+                s.mark_decided(i);
+            }
+            i
+        };
+        let mut max_segments = 0;
+        for _ in 0..100 {
+            let top = put_ten(&mut s);
+            s.trim(top - 5);
+            let job = s.begin_sync().expect("begin");
+            // While the fdatasync runs elsewhere: more votes, and trims that look at the
+            // same old segments again.
+            let top = put_ten(&mut s);
+            s.trim(top - 5);
+            if let Some(j) = job {
+                let r = j.run();
+                s.end_sync(&r);
+            }
+            s.sync().expect("no segment is removed twice");
+            max_segments = max_segments.max(s.segment_numbers().len());
+        }
+        assert!(
+            max_segments <= 4,
+            "trimmed segments were deleted: {max_segments}"
+        );
+        drop(s);
+        let (s, rec) = open(&dir, o);
+        assert_eq!(rec.torn_tail, None);
+        assert_eq!(s.range(i - 4, i + 1).len(), 5);
+    }
+
+    /// A decision learned without a vote serves reads from memory and never reaches the
+    /// log: each value is written once per voter, not once per acceptor.
+    #[test]
+    fn learned_decisions_are_served_from_memory_and_never_written() {
+        let dir = MemDir::new("l");
+        let (mut s, _) = open(&dir, opts(true));
+        assert!(s.put(1, vote(1, false)));
+        s.mark_decided(1);
+        s.sync().unwrap();
+        let before = s.appended_bytes();
+        for i in 2..=5 {
+            assert!(s.put_learned(i, vote(i, true)));
+        }
+        s.sync().unwrap();
+        assert_eq!(
+            s.appended_bytes(),
+            before,
+            "nothing appended for learned decisions"
+        );
+        assert_eq!(s.get(3).map(|a| a.decided), Some(true));
+        assert_eq!(s.range(1, 6).len(), 5, "served from the cache");
+        drop(s);
+        let (s, _) = open(&dir, opts(true));
+        assert_eq!(
+            s.get(1).map(|a| a.decided),
+            Some(true),
+            "the vote is durable"
+        );
+        assert!(s.get(3).is_none(), "a learned decision is not");
     }
 
     /// Found with the simulator (`tests/durable.rs`, `sync = false` under machine crashes):
@@ -1051,7 +1272,8 @@ mod tests {
             assert!(s.put(i, vote(i, false)));
         }
         s.sync().unwrap();
-        let at = dir.sizes().values().next().copied().expect("a segment");
+        // Where the records end (the file itself is preallocated, zeros after them).
+        let at = s.write_end().1 as usize;
         for i in 1..=3 {
             s.mark_decided(i);
         }
@@ -1181,8 +1403,9 @@ mod tests {
             max_bytes = max_bytes.max(s.log_bytes());
         }
         assert!(s.appended_bytes() > 6_000_000);
+        // The bound for the records, plus the current segment's preallocated space.
         assert!(
-            max_bytes < 400_000,
+            max_bytes < 400_000 + o.segment_bytes,
             "log grew to {max_bytes} bytes though only ~50 instances are live"
         );
         drop(s);

@@ -2,7 +2,10 @@
 //! the tests. Deterministic: the caller (the simulator, with its seeded random source)
 //! decides how a crash tears each file.
 //!
-//! * `append` lands "in the OS": a process crash ([`MemDir::crash_process`]) keeps it.
+//! * `write_at` lands "in the OS": a process crash ([`MemDir::crash_process`]) keeps it. It
+//!   writes only at the end of what was written (all the durable store does).
+//! * `preallocate` reserves zeros after what was written (fallocate); the file reads as
+//!   zeros there. The reservation survives a machine crash once the file was synced.
 //! * `sync` makes a file's bytes durable, `sync_dir` makes created and removed names durable.
 //! * A machine crash ([`MemDir::crash_machine`]) keeps per file the synced bytes plus a prefix
 //!   of the unsynced ones that the caller picks, optionally with one byte flipped inside that
@@ -23,10 +26,21 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 #[derive(Clone, Debug, Default)]
 struct MemFile {
+    /// What was written.
     data: Vec<u8>,
     synced_len: usize,
+    /// The file's size by `preallocate` (zeros after `data`), and what of it is durable.
+    allocated: usize,
+    allocated_synced: usize,
     /// The name survives a machine crash.
     name_durable: bool,
+}
+
+impl MemFile {
+    /// The file's size: what was written, or the preallocated size if larger.
+    fn size(&self) -> usize {
+        self.data.len().max(self.allocated)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -144,6 +158,7 @@ impl MemDir {
             {
                 f.data[f.synced_len + i] ^= 0x5a;
             }
+            f.allocated = f.allocated_synced;
             // The machine restarts reading what reached the disk: no page cache any more.
             f.synced_len = f.data.len();
             f.name_durable = true;
@@ -168,7 +183,7 @@ impl MemDir {
         self.disk()
             .files
             .iter()
-            .filter_map(|(n, f)| self.own(n).map(|n| (n.to_string(), f.data.len())))
+            .filter_map(|(n, f)| self.own(n).map(|n| (n.to_string(), f.size())))
             .collect()
     }
 
@@ -200,7 +215,11 @@ impl LogDir for MemDir {
         self.disk()
             .files
             .get(&self.path(name))
-            .map(|f| f.data.clone())
+            .map(|f| {
+                let mut v = f.data.clone();
+                v.resize(f.size(), 0);
+                v
+            })
             .ok_or_else(|| not_found(name))
     }
     fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> io::Result<()> {
@@ -210,11 +229,13 @@ impl LogDir for MemDir {
             .get(&self.path(name))
             .ok_or_else(|| not_found(name))?;
         let start = usize::try_from(offset).map_err(|_| io::ErrorKind::InvalidInput)?;
-        let src = f
-            .data
-            .get(start..start + buf.len())
+        let end = start
+            .checked_add(buf.len())
+            .filter(|&e| e <= f.size())
             .ok_or(io::ErrorKind::UnexpectedEof)?;
-        buf.copy_from_slice(src);
+        let written = end.min(f.data.len()).max(start);
+        buf[..written - start].copy_from_slice(&f.data[start..written]);
+        buf[written - start..].fill(0);
         Ok(())
     }
     fn create(&mut self, name: &str) -> io::Result<()> {
@@ -230,15 +251,32 @@ impl LogDir for MemDir {
         d.files.insert(path, MemFile::default());
         Ok(())
     }
-    fn append(&mut self, name: &str, chunks: &[&[u8]]) -> io::Result<()> {
+    fn write_at(&mut self, name: &str, offset: u64, chunks: &[&[u8]]) -> io::Result<()> {
         let path = self.path(name);
         let mut d = self.disk();
         let n: usize = chunks.iter().map(|c| c.len()).sum();
         let f = d.files.get_mut(&path).ok_or_else(|| not_found(name))?;
+        if offset != f.data.len() as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{name}: a write at {offset}, not at the end of what was written ({})",
+                    f.data.len()
+                ),
+            ));
+        }
         for c in chunks {
             f.data.extend_from_slice(c);
         }
         d.bytes_appended += n as u64;
+        Ok(())
+    }
+    fn preallocate(&mut self, name: &str, len: u64) -> io::Result<()> {
+        let path = self.path(name);
+        let mut d = self.disk();
+        let f = d.files.get_mut(&path).ok_or_else(|| not_found(name))?;
+        let len = usize::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?;
+        f.allocated = f.allocated.max(len);
         Ok(())
     }
     fn sync(&mut self, name: &str) -> io::Result<()> {
@@ -250,6 +288,7 @@ impl LogDir for MemDir {
             return Ok(());
         }
         f.synced_len = f.data.len();
+        f.allocated_synced = f.allocated;
         d.syncs += 1;
         Ok(())
     }
@@ -266,6 +305,18 @@ impl LogDir for MemDir {
         }
         Ok(())
     }
+    /// A handle on the same disk that syncs when the step runs (what it makes durable then
+    /// includes anything written after the step was taken: "at least", as the trait says).
+    fn sync_step(&mut self, name: Option<&str>) -> io::Result<Option<super::SyncStep>> {
+        let mut d = self.clone();
+        Ok(Some(match name {
+            Some(n) => {
+                let n = n.to_string();
+                Box::new(move || d.sync(&n))
+            }
+            None => Box::new(move || d.sync_dir()),
+        }))
+    }
     fn truncate(&mut self, name: &str, len: u64) -> io::Result<()> {
         let path = self.path(name);
         let mut d = self.disk();
@@ -273,6 +324,8 @@ impl LogDir for MemDir {
         let len = usize::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?;
         f.data.truncate(len);
         f.synced_len = f.synced_len.min(len);
+        f.allocated = f.allocated.min(len);
+        f.allocated_synced = f.allocated_synced.min(len);
         Ok(())
     }
     fn remove(&mut self, name: &str) -> io::Result<()> {
@@ -297,6 +350,55 @@ impl LogDir for MemDir {
 mod tests {
     use super::*;
 
+    /// Writes at the end of what was written (what the durable store does).
+    trait Append {
+        fn append(&mut self, name: &str, chunks: &[&[u8]]) -> io::Result<()>;
+    }
+
+    impl Append for MemDir {
+        fn append(&mut self, name: &str, chunks: &[&[u8]]) -> io::Result<()> {
+            let end = self
+                .disk()
+                .files
+                .get(&self.path(name))
+                .map_or(0, |f| f.data.len());
+            self.write_at(name, end as u64, chunks)
+        }
+    }
+
+    #[test]
+    fn preallocated_space_reads_as_zeros_and_survives_a_crash_once_synced() {
+        let mut d = MemDir::new("p");
+        d.create("a").unwrap();
+        d.preallocate("a", 8).unwrap();
+        d.write_at("a", 0, &[b"abc"]).unwrap();
+        assert_eq!(d.read("a").unwrap(), b"abc\0\0\0\0\0");
+        let mut buf = [9u8; 4];
+        d.read_at("a", 2, &mut buf).unwrap();
+        assert_eq!(&buf, b"c\0\0\0");
+        assert!(d.read_at("a", 6, &mut buf).is_err(), "past the file's size");
+        assert!(
+            d.write_at("a", 5, &[b"x"]).is_err(),
+            "only at the written end"
+        );
+        d.sync_dir().unwrap();
+        // Not synced: the crash takes the reservation and the unsynced bytes.
+        d.crash_machine(keep_none);
+        assert_eq!(d.read("a").unwrap(), b"");
+        d.write_at("a", 0, &[b"abc"]).unwrap();
+        d.preallocate("a", 8).unwrap();
+        d.sync("a").unwrap();
+        d.write_at("a", 3, &[b"de"]).unwrap();
+        d.crash_machine(keep_none);
+        assert_eq!(
+            d.read("a").unwrap(),
+            b"abc\0\0\0\0\0",
+            "synced: kept, as zeros"
+        );
+        d.truncate("a", 2).unwrap();
+        assert_eq!(d.read("a").unwrap(), b"ab");
+    }
+
     fn keep_none(_: &str, _: usize) -> Tear {
         Tear {
             keep: 0,
@@ -308,12 +410,12 @@ mod tests {
     fn a_machine_crash_keeps_synced_bytes_and_the_chosen_prefix_of_the_rest() {
         let mut d = MemDir::new("t");
         d.create("a").unwrap();
-        d.append("a", &[b"hello"]).unwrap();
+        d.write_at("a", 0, &[b"hello"]).unwrap();
         d.sync("a").unwrap();
         d.sync_dir().unwrap();
-        d.append("a", &[b" world"]).unwrap();
+        d.write_at("a", 5, &[b" world"]).unwrap();
         d.create("b").unwrap();
-        d.append("b", &[b"gone"]).unwrap();
+        d.write_at("b", 0, &[b"gone"]).unwrap();
         d.sync("b").unwrap();
         assert_eq!(d.unsynced_bytes(), 6);
         let mut seen = Vec::new();

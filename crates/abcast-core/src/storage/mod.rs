@@ -14,6 +14,11 @@
 //! calls `sync` before sending any message that depends on those writes (the protocol sets
 //! `Outbox::needs_sync`), like raft-rs' `Ready`. The durable log's format, recovery and
 //! trimming live here, over the [`LogDir`] trait, so this crate does no I/O itself.
+//!
+//! A group commit splits in two for a driver that overlaps the fdatasync with its other
+//! work ([`AcceptorStore::begin_sync`]): the writes reach the OS at once, and a [`SyncJob`]
+//! (the fdatasyncs, runnable on another thread) makes them durable; the driver holds every
+//! message that depends on them until the job is done, and calls `end_sync`.
 
 mod durable;
 mod fs;
@@ -23,7 +28,7 @@ mod none;
 pub mod record;
 
 pub use durable::{DurableOptions, DurableStore, Recovery, TornTail};
-pub use fs::LogDir;
+pub use fs::{LogDir, SyncStep};
 pub use memdir::{MemDir, Tear};
 pub use memory::MemoryStore;
 pub use none::NoneStore;
@@ -39,6 +44,41 @@ pub struct Accepted {
     pub decided: bool,
 }
 
+/// The slow half of a group commit: fdatasyncs (and directory fsyncs) of what was already
+/// written, to run on any thread ([`AcceptorStore::begin_sync`]).
+#[derive(Default)]
+pub struct SyncJob {
+    steps: Vec<(String, SyncStep)>,
+}
+
+impl SyncJob {
+    /// Adds one step; `what` names it in an error ("<dir>/<file>: syncing").
+    pub fn push(&mut self, what: String, step: SyncStep) {
+        self.steps.push((what, step));
+    }
+    /// Adds the steps of another job (a node with several stores syncs them together).
+    pub fn append(&mut self, other: SyncJob) {
+        self.steps.extend(other.steps);
+    }
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+    /// Runs every step, in order; the first failure is the result.
+    pub fn run(self) -> Result<(), StorageError> {
+        for (what, step) in self.steps {
+            step().map_err(|e| StorageError(format!("{what}: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for SyncJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.steps.iter().map(|(w, _)| w.as_str()).collect();
+        f.debug_struct("SyncJob").field("steps", &names).finish()
+    }
+}
+
 /// Storage of an acceptor's promises and votes.
 pub trait AcceptorStore {
     /// The promised ballot (seed 003's rnd). It covers every instance at or above
@@ -49,6 +89,16 @@ pub trait AcceptorStore {
     /// Stores a vote. Returns false, storing nothing, when the store cannot hold it without
     /// dropping an undecided vote (the acceptor then does not vote: not voting is always safe).
     fn put(&mut self, instance: Instance, accepted: Accepted) -> bool;
+    /// Stores a decision (`accepted.decided`) this acceptor learned without voting for it.
+    /// It serves retrieves and phase 1 replies, and safety does not need it: the quorum that
+    /// decided it holds the votes. So a durable store keeps it in memory only, and the log
+    /// holds each value once per voter instead of once per acceptor (a crash forgets it;
+    /// learners fetch it from the voters). An amnesic acceptor under repair must not use it:
+    /// what it learns up to its repair target stands in for the votes it forgot.
+    fn put_learned(&mut self, instance: Instance, accepted: Accepted) -> bool {
+        debug_assert!(accepted.decided, "put_learned takes decisions only");
+        self.put(instance, accepted)
+    }
     fn mark_decided(&mut self, instance: Instance);
     /// The highest instance with an accepted value, or 0.
     fn max_instance(&self) -> Instance;
@@ -58,6 +108,16 @@ pub trait AcceptorStore {
     fn range(&self, from: Instance, to: Instance) -> Vec<(Instance, Accepted)>;
     /// Makes every write so far durable (group commit). No-op for in-memory stores.
     fn sync(&mut self) -> Result<(), StorageError>;
+    /// The first half of `sync`, for a driver that overlaps the fdatasync with other work:
+    /// every write so far reaches the OS now, and the job returned, run on any thread, makes
+    /// it durable; then the driver calls `end_sync` with its result. `None`: durable already
+    /// (synced in place, or nothing to sync). No second `begin_sync` before `end_sync`.
+    fn begin_sync(&mut self) -> Result<Option<SyncJob>, StorageError> {
+        self.sync().map(|()| None)
+    }
+    /// The job of `begin_sync` ran, with this result. An error fails the store (every later
+    /// call returns it): the acceptor can no longer keep its promises.
+    fn end_sync(&mut self, _result: &Result<(), StorageError>) {}
     /// Whether the store kept its state across the last restart. An in-memory store did not:
     /// the acceptor is amnesic until repaired (see `uring::acceptor`).
     fn is_durable(&self) -> bool;

@@ -52,7 +52,9 @@ impl AcceptorState {
         }
     }
 
-    /// Stores a decided decree (a fact: safe to hold as a vote at any ballot).
+    /// Stores a decided decree (a fact: safe to hold as a vote at any ballot). Where this
+    /// acceptor voted for it, a decided mark; otherwise a learned decision
+    /// ([`Self::put_learned`]).
     pub fn record_decided(&mut self, instance: Instance, ballot: Ballot, decree: &Decree) {
         match self.store.get(instance) {
             Some(a) if a.decree.same_as(decree) => {
@@ -65,7 +67,7 @@ impl AcceptorState {
                     .store
                     .get(instance)
                     .map_or(ballot, |a| a.ballot.max(ballot));
-                self.store.put(
+                self.put_learned(
                     instance,
                     Accepted {
                         ballot,
@@ -83,7 +85,7 @@ impl AcceptorState {
             && !self.store.get(instance).is_some_and(|a| a.decided)
         {
             let ballot = self.store.get(instance).map_or(Ballot::ZERO, |a| a.ballot);
-            self.store.put(
+            self.put_learned(
                 instance,
                 Accepted {
                     ballot,
@@ -91,6 +93,18 @@ impl AcceptorState {
                     decided: true,
                 },
             );
+        }
+    }
+
+    /// A decision this acceptor did not vote for (or voted otherwise at a lower ballot):
+    /// the votes of the quorum that decided it are durable, so a durable store need not
+    /// write it (`AcceptorStore::put_learned`), except while the acceptor is amnesic: the
+    /// decisions it learns up to its repair target replace the votes it forgot (§4.2).
+    fn put_learned(&mut self, instance: Instance, accepted: Accepted) {
+        if self.amnesic {
+            self.store.put(instance, accepted);
+        } else {
+            self.store.put_learned(instance, accepted);
         }
     }
 

@@ -14,8 +14,15 @@
 //! Group commit (`DriverConfig::group_commit`, set for durable storage): an outbox that
 //! needs a sync is not carried out at once; the outboxes of every input of the iteration
 //! gather into one, which is carried out at the end of the iteration (or when it grows past
-//! `GROUP_COMMIT_MAX_SENDS`) after one `Protocol::sync_storage`: one write and one fdatasync
-//! for every vote of the iteration, and no message that depends on them leaves before.
+//! `GROUP_COMMIT_MAX_SENDS`) after one sync: one write and one fdatasync for every vote of
+//! the iteration, and no message that depends on them leaves before.
+//!
+//! Pipelined (`DriverConfig::sync_thread`, the default with group commit): at the end of
+//! the iteration the writes reach the OS (`Protocol::begin_sync_storage`) and the fdatasync
+//! runs on the sync thread (`syncer.rs`) while the loop goes on: the gathered outbox waits
+//! *in flight* until the thread reports the job done (a `mio::Waker`), and everything the
+//! loop produces meanwhile gathers behind it, in order, for the next sync. So a voter
+//! writes the next group while the disk flushes the last one, instead of waiting idle.
 //!
 //! Connections. Each node dials every peer it sends to (lazily, on the first send) and uses
 //! that connection only to write; it reads what peers send on the connections they dialed
@@ -32,6 +39,7 @@ use super::frame::{self, Frame, KIND_CLIENT_MIN, KIND_HELLO, KIND_PROTOCOL_MAX};
 use super::linkfault::{LinkFaults, QueueRoom, Verdict};
 use super::loadgen::{LoadConfig, LoadGen};
 use super::multicast::{self, Multicast, MulticastStats, Received};
+use super::syncer::Syncer;
 use super::transport::{self, Backoff, OutQueue, PushError, ReadOutcome, TransportConfig};
 use abcast_core::codec::{Decoder, Encoder, WireMessage};
 use abcast_core::protocol::Ack;
@@ -53,7 +61,9 @@ const PEER_LISTENER: Token = Token(0);
 const CLIENT_LISTENER: Token = Token(1);
 /// The UDP multicast socket (`TransportConfig::multicast`).
 const MULTICAST_SOCKET: Token = Token(2);
-const FIRST_CONN_TOKEN: usize = 3;
+/// The sync thread finished a job.
+const SYNC_DONE: Token = Token(3);
+const FIRST_CONN_TOKEN: usize = 4;
 /// Reads from one socket per readiness event before the loop serves the others; the socket
 /// is revisited in the next iteration.
 const READS_PER_EVENT: usize = 16;
@@ -96,6 +106,9 @@ pub struct DriverConfig {
     pub history_bytes: usize,
     /// Gather the outboxes of one iteration under one storage sync (durable storage).
     pub group_commit: bool,
+    /// With `group_commit`: run the fdatasync on a thread of its own while the loop goes
+    /// on (pipelined group commit); off, the loop waits for each fdatasync.
+    pub sync_thread: bool,
     /// Take a snapshot this often (0 = never) and write it to `snapshot_path`.
     pub snapshot_interval_us: Micros,
     pub snapshot_path: Option<PathBuf>,
@@ -112,6 +125,7 @@ impl DriverConfig {
             periodic_us: 0,
             history_bytes: 16 << 20,
             group_commit: false,
+            sync_thread: true,
             snapshot_interval_us: 0,
             snapshot_path: None,
         }
@@ -347,6 +361,9 @@ pub struct Driver<P: Protocol> {
     faults: Option<LinkFaults>,
     /// The UDP multicast endpoint; `None` = multicasts go as TCP copies to every peer.
     mcast: Option<Multicast>,
+    /// The sync thread (pipelined group commit), and the outbox waiting for its job.
+    syncer: Option<Syncer>,
+    in_flight: Option<Outbox<P::Message>>,
 }
 
 impl<P: Protocol> Driver<P> {
@@ -438,8 +455,17 @@ impl<P: Protocol> Driver<P> {
                 Some(m)
             }
         };
+        let syncer = if cfg.group_commit && cfg.sync_thread {
+            let waker = mio::Waker::new(poll.registry(), SYNC_DONE)
+                .map_err(io_err("creating the sync thread's waker"))?;
+            Some(Syncer::start(waker).map_err(io_err("starting the sync thread"))?)
+        } else {
+            None
+        };
         let last_tick_us = 0;
         Ok(Driver {
+            syncer,
+            in_flight: None,
             next_periodic_us: cfg.periodic_us,
             next_snapshot_us: cfg.snapshot_interval_us,
             cfg,
@@ -541,6 +567,8 @@ impl<P: Protocol> Driver<P> {
         loop {
             let now = self.now();
             if until(now) {
+                self.wait_in_flight(now, app)?;
+                self.carry_out_now(now, app)?;
                 self.flush_all(now);
                 return Ok(());
             }
@@ -581,7 +609,7 @@ impl<P: Protocol> Driver<P> {
             self.protocol.tick(now, &mut self.outbox);
             self.last_tick_us = now;
             // The iteration's group commit, if one is gathering.
-            self.carry_out_now(now, app)?;
+            self.commit(now, app)?;
             self.maybe_snapshot(now, app)?;
             self.fire_timers(now, app);
             self.flush_all(now);
@@ -625,7 +653,11 @@ impl<P: Protocol> Driver<P> {
         app: &mut A,
     ) -> Result<(), DriverError> {
         let every = self.cfg.snapshot_interval_us;
-        if every == 0 || now < self.next_snapshot_us || !self.outbox.is_empty() {
+        if every == 0
+            || now < self.next_snapshot_us
+            || !self.outbox.is_empty()
+            || self.in_flight.is_some()
+        {
             return Ok(());
         }
         self.next_snapshot_us = now.saturating_add(every);
@@ -729,13 +761,102 @@ impl<P: Protocol> Driver<P> {
         now: Micros,
         app: &mut A,
     ) -> Result<(), DriverError> {
-        if self.cfg.group_commit
-            && self.outbox.needs_sync
-            && self.outbox.sends.len() + self.outbox.multicasts.len() < GROUP_COMMIT_MAX_SENDS
-        {
-            return Ok(());
+        if self.cfg.group_commit && (self.outbox.needs_sync || self.in_flight.is_some()) {
+            if self.outbox.sends.len() + self.outbox.multicasts.len() < GROUP_COMMIT_MAX_SENDS {
+                return Ok(());
+            }
+            // Too much gathered: finish the sync in flight, then sync this group in place.
+            self.wait_in_flight(now, app)?;
         }
         self.carry_out_now(now, app)
+    }
+
+    /// The end of an iteration: the gathered outbox is carried out, after its sync. With
+    /// the sync thread, the writes go out now and the outbox waits in flight for the
+    /// thread's fdatasync; while one is in flight, the next group keeps gathering.
+    fn commit<A: Application + ?Sized>(
+        &mut self,
+        now: Micros,
+        app: &mut A,
+    ) -> Result<(), DriverError> {
+        if self.in_flight.is_some() || self.outbox.is_empty() {
+            return Ok(());
+        }
+        if self.syncer.is_none() || !self.outbox.needs_sync {
+            return self.carry_out_now(now, app);
+        }
+        match self
+            .protocol
+            .begin_sync_storage()
+            .map_err(DriverError::Storage)?
+        {
+            None => {
+                // Durable already (synced in place, or nothing to sync).
+                self.outbox.needs_sync = false;
+                self.carry_out_now(now, app)
+            }
+            Some(job) => {
+                if let Some(s) = self.syncer.as_mut() {
+                    s.submit(job).map_err(DriverError::Storage)?;
+                }
+                self.stats.storage_syncs += 1;
+                let mut held = std::mem::take(&mut self.outbox);
+                held.needs_sync = false;
+                self.in_flight = Some(held);
+                Ok(())
+            }
+        }
+    }
+
+    /// The sync thread's waker fired: carry out the outbox its job made durable, then start
+    /// the next group's sync.
+    fn on_sync_done<A: Application + ?Sized>(
+        &mut self,
+        now: Micros,
+        app: &mut A,
+    ) -> Result<(), DriverError> {
+        let Some(result) = self.syncer.as_mut().and_then(Syncer::try_done) else {
+            return Ok(());
+        };
+        self.finish_in_flight(now, app, result)?;
+        self.commit(now, app)
+    }
+
+    /// Waits for the job in flight, if any, and carries out its outbox.
+    fn wait_in_flight<A: Application + ?Sized>(
+        &mut self,
+        now: Micros,
+        app: &mut A,
+    ) -> Result<(), DriverError> {
+        let busy = self.syncer.as_ref().is_some_and(Syncer::busy);
+        if !busy {
+            return Ok(());
+        }
+        let result = match self.syncer.as_mut() {
+            Some(s) => s.wait(),
+            None => Ok(()),
+        };
+        self.finish_in_flight(now, app, result)
+    }
+
+    fn finish_in_flight<A: Application + ?Sized>(
+        &mut self,
+        now: Micros,
+        app: &mut A,
+        result: Result<(), StorageError>,
+    ) -> Result<(), DriverError> {
+        self.protocol
+            .end_sync_storage(result)
+            .map_err(DriverError::Storage)?;
+        let Some(held) = self.in_flight.take() else {
+            return Ok(());
+        };
+        debug_assert!(!held.needs_sync, "an outbox in flight is synced by its job");
+        // What gathered meanwhile goes after the held outbox, as it came after it.
+        let newer = std::mem::replace(&mut self.outbox, held);
+        let r = self.carry_out_now(now, app);
+        self.outbox = newer;
+        r
     }
 
     /// Carries out the outbox in the contract's order: sync, sends, deliveries and acks.
@@ -1273,6 +1394,7 @@ impl<P: Protocol> Driver<P> {
         writable: bool,
     ) -> Result<(), DriverError> {
         match token {
+            SYNC_DONE => self.on_sync_done(now, app)?,
             PEER_LISTENER => self.accept(now, false),
             CLIENT_LISTENER => self.accept(now, true),
             MULTICAST_SOCKET => {

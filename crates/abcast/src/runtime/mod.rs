@@ -17,6 +17,7 @@ pub mod frame;
 pub mod linkfault;
 pub mod loadgen;
 pub mod multicast;
+pub mod syncer;
 pub mod transport;
 
 pub use driver::{Driver, DriverConfig, DriverError, Listeners, TransportStats};

@@ -163,6 +163,10 @@ struct Opens {
     /// Of those, the ones whose log ended in a torn record that recovery cut.
     torn_tails: AtomicU64,
     records_recovered: AtomicU64,
+    /// Reopened logs that found spare (recycled) segment files, and recycled segments
+    /// whose earlier contents recovery cut after their records.
+    spares_found: AtomicU64,
+    recycled_tails: AtomicU64,
     /// Restarted protocols that report an amnesic acceptor.
     amnesic_restarts: AtomicU64,
     restarts: AtomicU64,
@@ -187,12 +191,15 @@ impl std::fmt::Display for Opens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "restarts {} ({} amnesic); logs reopened {}, torn tails cut {}, records recovered {}",
+            "restarts {} ({} amnesic); logs reopened {}, torn tails cut {}, records recovered {}, \
+             spares found {}, recycled tails cut {}",
             Opens::get(&self.restarts),
             Opens::get(&self.amnesic_restarts),
             Opens::get(&self.reopened),
             Opens::get(&self.torn_tails),
-            Opens::get(&self.records_recovered)
+            Opens::get(&self.records_recovered),
+            Opens::get(&self.spares_found),
+            Opens::get(&self.recycled_tails)
         )
     }
 }
@@ -221,6 +228,9 @@ impl LogDir for LyingDisk {
     }
     fn preallocate(&mut self, name: &str, len: u64) -> io::Result<()> {
         self.0.preallocate(name, len)
+    }
+    fn rename(&mut self, from: &str, to: &str) -> io::Result<()> {
+        self.0.rename(from, to)
     }
     fn sync(&mut self, _name: &str) -> io::Result<()> {
         Ok(())
@@ -318,6 +328,12 @@ fn open_durable<D: LogDir + 'static>(
     if rec.torn_tail.is_some() {
         opens.torn_tails.fetch_add(1, Ordering::Relaxed);
     }
+    if rec.spares > 0 {
+        opens.spares_found.fetch_add(1, Ordering::Relaxed);
+    }
+    opens
+        .recycled_tails
+        .fetch_add(rec.recycled_tails, Ordering::Relaxed);
     opens
         .records_recovered
         .fetch_add(rec.records, Ordering::Relaxed);
@@ -645,10 +661,16 @@ fn uring_with_synced_logs_keeps_its_promises_through_process_and_machine_crashes
 /// peer's (in chunks). The checkers compare every snapshot's state with the common
 /// sequence up to its instance, and hold a learner that restarted from a snapshot, or
 /// installed one, to every instance after it: the same sequence as everyone else.
-fn assert_snapshots_met(s: &SweepReport) {
+fn assert_snapshots_met(s: &SweepReport, opens: &Opens) {
     assert!(
         s.snapshots_taken > 0 && s.snapshots_restored > 0 && s.snapshots_installed > 0,
         "snapshots were not taken, restored and installed: {s:?}"
+    );
+    // The trims free whole segments, which are recycled: restarts met spare files and
+    // recycled segments with earlier contents after their records.
+    assert!(
+        Opens::get(&opens.spares_found) > 0 && Opens::get(&opens.recycled_tails) > 0,
+        "segments were not recycled across restarts: {opens}"
     );
 }
 
@@ -656,14 +678,14 @@ fn assert_snapshots_met(s: &SweepReport) {
 fn learners_restarted_from_snapshots_deliver_the_same_sequence_three_nodes() {
     let (s, opens) = sweep(Scenario::URingSnapshots, 3, FaultMix::Crash, 0..200);
     assert_disk_faults_met(&s, &opens);
-    assert_snapshots_met(&s);
+    assert_snapshots_met(&s, &opens);
 }
 
 #[test]
 fn learners_restarted_from_snapshots_deliver_the_same_sequence_five_nodes_mixed() {
     let (s, opens) = sweep(Scenario::URingSnapshots, 5, FaultMix::Mixed, 0..200);
     assert_disk_faults_met(&s, &opens);
-    assert_snapshots_met(&s);
+    assert_snapshots_met(&s, &opens);
 }
 
 #[test]

@@ -190,6 +190,24 @@ impl LogDir for OsDir {
             .remove(name);
         fs::remove_file(self.path.join(name))
     }
+    fn rename(&mut self, from: &str, to: &str) -> io::Result<()> {
+        check_name(from)?;
+        check_name(to)?;
+        let dest = self.path.join(to);
+        if dest.exists() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{to} exists"),
+            ));
+        }
+        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        fs::rename(self.path.join(from), dest)?;
+        // The open handle follows the file (same inode): keep it under the new name.
+        if let Some(f) = files.remove(from) {
+            files.insert(to.to_string(), f);
+        }
+        Ok(())
+    }
     fn describe(&self) -> String {
         self.path.display().to_string()
     }

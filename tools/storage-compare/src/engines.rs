@@ -41,7 +41,7 @@ impl Vote {
             decided: true,
             decree: self.decree(),
         };
-        let (chunks, len) = r.encode();
+        let (chunks, len) = r.encode(1);
         let mut out = Vec::with_capacity(len);
         for c in chunks.iter().skip(1) {
             out.extend_from_slice(c);

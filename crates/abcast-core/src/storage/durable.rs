@@ -85,6 +85,10 @@ pub struct Recovery {
     /// Instances held (accepted values not trimmed).
     pub instances: u64,
     pub torn_tail: Option<TornTail>,
+    /// Segments whose recycled file's earlier contents were cut after their records.
+    pub recycled_tails: u64,
+    /// Spare segment files found, kept for reuse.
+    pub spares: usize,
 }
 
 impl std::fmt::Display for Recovery {
@@ -99,6 +103,9 @@ impl std::fmt::Display for Recovery {
             self.max_instance,
             self.instances
         )?;
+        if self.spares > 0 {
+            write!(f, "; {} spare segment files", self.spares)?;
+        }
         if let Some(t) = &self.torn_tail {
             write!(
                 f,
@@ -151,6 +158,14 @@ pub struct DurableStore<D: LogDir> {
     /// A sync job in flight (`begin_sync` returned it): the segment and length it makes
     /// durable, and the segments to delete once it did (their trim record is in it).
     in_flight: Option<InFlight>,
+    /// Trimmed segment files kept for reuse (number, bytes): writing over a file's blocks
+    /// costs the disk half what allocating new ones does (measured with fresh 64 MiB
+    /// segments: 175 to 433 MB/s per writer, against 630 to 800 MB/s writing over
+    /// written blocks). `spares` may become segments; `spares_pending` were renamed since
+    /// the last directory sync and may not, yet: a crash could bring their old segment
+    /// names back, and a reused file under an old segment's name would read as damage.
+    spares: Vec<(u64, u64)>,
+    spares_pending: Vec<(u64, u64)>,
 }
 
 #[derive(Debug)]
@@ -158,10 +173,27 @@ struct InFlight {
     seg: u64,
     len: u64,
     delete: Vec<u64>,
+    /// Spares whose renames this job's directory sync makes durable.
+    promote: Vec<(u64, u64)>,
 }
+
+/// Spare segment files kept at most (each `segment_bytes` of disk).
+const SPARES_MAX: usize = 4;
 
 fn seg_name(n: u64) -> String {
     format!("seg-{n:020}.log")
+}
+
+fn spare_name(n: u64) -> String {
+    format!("spare-{n:020}.log")
+}
+
+fn parse_spare_name(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("spare-")?.strip_suffix(".log")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
 }
 
 fn parse_seg_name(name: &str) -> Option<u64> {
@@ -175,11 +207,11 @@ fn parse_seg_name(name: &str) -> Option<u64> {
 /// After a bad record at `off`: the first whole good record after it, if any, and the
 /// highest durable point stated by `durable` and by the `Synced` markers among the whole
 /// records after it.
-fn records_after(buf: &[u8], off: usize, mut durable: u64) -> (Option<usize>, u64) {
-    let first = record::good_record_after(buf, off);
+fn records_after(buf: &[u8], off: usize, mut durable: u64, seg: u64) -> (Option<usize>, u64) {
+    let first = record::good_record_after(buf, off, seg);
     let mut at = first;
     while let Some(a) = at {
-        match record::frame_at(buf, a) {
+        match record::frame_at(buf, a, seg) {
             Framed::Whole { body, next } => {
                 if let Ok(Record::Synced { upto }) =
                     Record::decode(Bytes::copy_from_slice(&buf[body]))
@@ -189,7 +221,7 @@ fn records_after(buf: &[u8], off: usize, mut durable: u64) -> (Option<usize>, u6
                 at = Some(next);
             }
             Framed::End => break,
-            Framed::Bad(_) => at = record::good_record_after(buf, a),
+            Framed::Bad(_) => at = record::good_record_after(buf, a, seg),
         }
     }
     (first, durable)
@@ -214,10 +246,13 @@ impl<D: LogDir> DurableStore<D> {
         }
         let names = dir.list().map_err(|e| io("listing", "", e))?;
         let mut seg_nums: Vec<u64> = Vec::new();
+        let mut spares: Vec<u64> = Vec::new();
         for n in &names {
             if let Some(num) = parse_seg_name(n) {
                 seg_nums.push(num);
-            } else if n.starts_with("seg-") {
+            } else if let Some(num) = parse_spare_name(n) {
+                spares.push(num);
+            } else if n.starts_with("seg-") || n.starts_with("spare-") {
                 return Err(StorageError(format!(
                     "{where_}/{n}: not a segment name this version writes (seg-<20 digits>.log)"
                 )));
@@ -237,11 +272,20 @@ impl<D: LogDir> DurableStore<D> {
         for &num in &seg_nums {
             let name = seg_name(num);
             let buf = dir.read(&name).map_err(|e| io("reading", &name, e))?;
+            if buf.get(..4) == Some(&record::MAGIC_V1.to_le_bytes()[..]) {
+                return Err(StorageError(format!(
+                    "{where_}/{name}: a log of format 1, written by an earlier version of abcast; \
+                     this version writes format 2 and does not read it. Move the directory away \
+                     (the acceptor then starts empty, as a new or amnesic one)"
+                )));
+            }
             let mut off = 0usize;
             // The highest durable point this segment's markers state.
             let mut durable = 0u64;
+            // The file was recycled: its earlier contents may follow the records.
+            let mut recycled = false;
             loop {
-                match record::frame_at(&buf, off) {
+                match record::frame_at(&buf, off, num) {
                     Framed::End => break,
                     Framed::Whole { body, next } => {
                         let r = Record::decode(Bytes::copy_from_slice(&buf[body.clone()]))
@@ -255,9 +299,11 @@ impl<D: LogDir> DurableStore<D> {
                             Record::Checkpoint {
                                 promised: p,
                                 log_start: s,
+                                recycled: r,
                             } => {
                                 promised = promised.max(p);
                                 log_start = log_start.max(s);
+                                recycled |= r;
                             }
                             Record::Promise(p) => promised = promised.max(p),
                             Record::Accept {
@@ -295,6 +341,19 @@ impl<D: LogDir> DurableStore<D> {
                             .map_err(|e| io("cutting the preallocated tail of", &name, e))?;
                         break;
                     }
+                    Framed::Bad(_)
+                        if recycled && (off as u64) >= records_after(&buf, off, durable, num).1 =>
+                    {
+                        // A recycled file: after its records come its earlier contents, which
+                        // fail the checksum (another segment number). Above every durable
+                        // point they cannot be told from a torn write, and both end the
+                        // records: cut, as a torn tail would be. (Below one: corruption,
+                        // refused by the arm after this one.)
+                        dir.truncate(&name, off as u64)
+                            .map_err(|e| io("cutting the old contents of recycled", &name, e))?;
+                        rec.recycled_tails += 1;
+                        break;
+                    }
                     Framed::Bad(why) => {
                         if Some(num) != last {
                             return Err(StorageError(format!(
@@ -304,7 +363,7 @@ impl<D: LogDir> DurableStore<D> {
                         }
                         // Above every durable point: the last write, garbled or cut short
                         // by the crash, is a torn tail. Below one: corruption.
-                        let (after, durable) = records_after(&buf, off, durable);
+                        let (after, durable) = records_after(&buf, off, durable, num);
                         if (off as u64) < durable {
                             let detail = match after {
                                 Some(a) => format!("a good record follows at offset {a}"),
@@ -358,6 +417,19 @@ impl<D: LogDir> DurableStore<D> {
         rec.log_start = log_start;
         rec.max_instance = max_instance;
         rec.instances = locs.len() as u64;
+        // Spares from the last life: kept up to the bound (waiting for this open's directory
+        // sync before reuse, see `spares_pending`), the rest removed.
+        spares.sort_unstable();
+        let extra = spares.len().saturating_sub(SPARES_MAX);
+        for &n in &spares[..extra] {
+            let name = spare_name(n);
+            dir.remove(&name).map_err(|e| io("removing", &name, e))?;
+        }
+        let spares_pending: Vec<(u64, u64)> = spares[extra..]
+            .iter()
+            .map(|&n| (n, opts.segment_bytes))
+            .collect();
+        rec.spares = spares_pending.len();
 
         // The cache holds every undecided vote (an acceptor must answer phase 1 with them)
         // and the newest decided instances it has room for. It grows past its configured
@@ -392,6 +464,8 @@ impl<D: LogDir> DurableStore<D> {
             syncs: 0,
             allocated: 0,
             in_flight: None,
+            spares: Vec::new(),
+            spares_pending,
         };
         for (&i, &loc) in &locs {
             store.index_set(i, loc);
@@ -477,10 +551,22 @@ impl<D: LogDir> DurableStore<D> {
     /// Creates segment `n` and opens it with a checkpoint.
     fn begin_segment(&mut self, n: u64) {
         let name = seg_name(n);
-        if let Err(e) = self.dir.create(&name) {
-            self.fail("creating", &name, e);
-            return;
-        }
+        let recycled = match self.spares.pop() {
+            Some((spare, _)) => {
+                if let Err(e) = self.dir.rename(&spare_name(spare), &name) {
+                    self.fail("recycling a spare file as", &name, e);
+                    return;
+                }
+                true
+            }
+            None => {
+                if let Err(e) = self.dir.create(&name) {
+                    self.fail("creating", &name, e);
+                    return;
+                }
+                false
+            }
+        };
         self.segments.insert(n, 0);
         self.dir_dirty = true;
         self.durable = 0;
@@ -498,6 +584,7 @@ impl<D: LogDir> DurableStore<D> {
         let cp = Record::Checkpoint {
             promised: self.cache.promised(),
             log_start: self.log_start,
+            recycled,
         };
         self.append(&cp);
     }
@@ -522,7 +609,7 @@ impl<D: LogDir> DurableStore<D> {
     fn push(&mut self, r: &Record) -> Loc {
         let cur = self.current();
         let at = self.segments.get(&cur).copied().unwrap_or(0) + self.pending_bytes as u64;
-        let (chunks, len) = r.encode();
+        let (chunks, len) = r.encode(cur);
         self.pending.extend(chunks);
         self.pending_bytes += len;
         self.appended_bytes += len as u64;
@@ -565,15 +652,40 @@ impl<D: LogDir> DurableStore<D> {
 
     /// Deletes old segments whose trim record is durable; the names change is made durable
     /// by the next sync.
+    /// Deletes old segments whose trim record is durable, keeping up to `SPARES_MAX` of
+    /// their files as spares; the names change is made durable by the next sync.
     fn delete_segments(&mut self, segs: Vec<u64>) {
         for s in segs {
             let name = seg_name(s);
-            match self.dir.remove(&name) {
+            let bytes = self.segments.get(&s).copied().unwrap_or(0);
+            let keep = self.spares.len() + self.spares_pending.len() < SPARES_MAX;
+            let r = if keep {
+                self.dir.rename(&name, &spare_name(s))
+            } else {
+                self.dir.remove(&name)
+            };
+            match r {
                 Ok(()) => {
                     self.segments.remove(&s);
                     self.dir_dirty = true;
+                    if keep {
+                        if self.sync_writes {
+                            self.spares_pending.push((s, bytes));
+                        } else {
+                            // Nothing survives a machine crash without sync anyway.
+                            self.spares.push((s, bytes));
+                        }
+                    }
                 }
-                Err(e) => self.fail("removing", &name, e),
+                Err(e) => self.fail(
+                    if keep {
+                        "keeping as a spare"
+                    } else {
+                        "removing"
+                    },
+                    &name,
+                    e,
+                ),
             }
         }
     }
@@ -627,7 +739,7 @@ impl<D: LogDir> DurableStore<D> {
                 loc.off
             ))
         })?;
-        let Framed::Whole { body, .. } = record::frame_at(&buf, 0) else {
+        let Framed::Whole { body, .. } = record::frame_at(&buf, 0, loc.seg) else {
             return Err(StorageError(format!(
                 "{}/{name}: record at offset {} is damaged on disk",
                 self.dir.describe(),
@@ -870,6 +982,12 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
             }
             self.unsynced = false;
         }
+        // Spares renamed before this directory sync may become segments once it is done.
+        let promote = if self.sync_writes && self.dir_dirty {
+            std::mem::take(&mut self.spares_pending)
+        } else {
+            Vec::new()
+        };
         if self.sync_writes && self.dir_dirty {
             match self.dir.sync_step(None) {
                 Ok(Some(step)) => job.push(
@@ -896,6 +1014,7 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
             if synced_here || !self.sync_writes {
                 self.durable = self.durable.max(len);
             }
+            self.spares.extend(promote);
             self.delete_segments(delete);
             return match &self.failed {
                 Some(e) => Err(e.clone()),
@@ -906,6 +1025,7 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
             seg: cur,
             len,
             delete,
+            promote,
         });
         Ok(Some(job))
     }
@@ -926,6 +1046,7 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
                 if f.seg == self.current() {
                     self.durable = self.durable.max(f.len);
                 }
+                self.spares.extend(f.promote);
                 self.delete_segments(f.delete);
             }
         }
@@ -958,9 +1079,16 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
         // On disk: the current segment takes its preallocated size.
         let written =
             self.segments.get(&self.current()).copied().unwrap_or(0) + self.pending_bytes as u64;
+        let spares: u64 = self
+            .spares
+            .iter()
+            .chain(&self.spares_pending)
+            .map(|s| s.1)
+            .sum();
         self.segments.values().sum::<u64>()
             + self.pending_bytes as u64
             + self.allocated.saturating_sub(written)
+            + spares
     }
     fn appended_bytes(&self) -> u64 {
         self.appended_bytes
@@ -1075,6 +1203,58 @@ mod tests {
         let (s, rec) = open(&dir, o);
         assert_eq!(rec.torn_tail, None);
         assert_eq!(s.range(i - 4, i + 1).len(), 5);
+    }
+
+    /// Trimmed segments are kept as spares and written over as new segments; the records a
+    /// recycled file held before never pass for new ones (their checksum names another
+    /// segment), through restarts and machine crashes alike.
+    #[test]
+    fn recycled_segments_recover_only_their_own_records() {
+        for crash in [false, true] {
+            let dir = MemDir::new("y");
+            let mut o = opts(true);
+            o.segment_bytes = 64 << 10;
+            let (mut s, _) = open(&dir, o.clone());
+            for i in 1..=600u64 {
+                assert!(s.put(i, vote(i, false)));
+                s.mark_decided(i);
+                if i % 20 == 0 {
+                    s.trim(i - 10);
+                }
+                s.sync().unwrap();
+            }
+            // A vote written to the OS but not synced, then the process or the machine dies.
+            assert!(s.put(601, vote(601, false)));
+            s.write_pending();
+            let names = dir.list().unwrap();
+            assert!(
+                names.iter().any(|n| n.starts_with("spare-")),
+                "trimmed segments are kept as spares: {names:?}"
+            );
+            drop(s);
+            if crash {
+                dir.crash_machine(|_, n| Tear {
+                    keep: n / 2,
+                    flip: None,
+                });
+            }
+            let (s, rec) = open(&dir, o.clone());
+            // (A machine crash may undo the last renames to spares: their segments come
+            // back, trimmed, and are read like any old segment.)
+            assert!(crash || rec.spares > 0, "{rec}");
+            for i in 591..=600 {
+                let a = s.get(i).unwrap_or_else(|| panic!("instance {i} lost"));
+                assert_eq!(a.decree, value(i, 3000), "instance {i}");
+            }
+            // The unsynced vote survives a process crash; half its write survives the
+            // machine crash, and a torn record is cut.
+            assert_eq!(s.range(591, 700).len(), if crash { 10 } else { 11 });
+            assert!(s.get(100).is_none(), "trimmed long ago, not resurrected");
+            drop(s);
+            let (_, again) = open(&dir, o);
+            assert_eq!(again.torn_tail, None);
+            assert_eq!(again.recycled_tails, 0, "cut once, at the first reopen");
+        }
     }
 
     /// A decision learned without a vote serves reads from memory and never reaches the

@@ -45,6 +45,10 @@ pub trait LogDir: Send {
     /// Cuts the file to `len` bytes.
     fn truncate(&mut self, name: &str, len: u64) -> io::Result<()>;
     fn remove(&mut self, name: &str) -> io::Result<()>;
+    /// Renames a file of the directory (the durable store recycles trimmed segments); the
+    /// new name is durable after the next `sync_dir`, until then a crash may bring back
+    /// the old one. `to` must not exist.
+    fn rename(&mut self, from: &str, to: &str) -> io::Result<()>;
     /// Where the directory is, for error messages.
     fn describe(&self) -> String;
 }

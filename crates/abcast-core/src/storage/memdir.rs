@@ -6,7 +6,9 @@
 //!   writes only at the end of what was written (all the durable store does).
 //! * `preallocate` reserves zeros after what was written (fallocate); the file reads as
 //!   zeros there. The reservation survives a machine crash once the file was synced.
-//! * `sync` makes a file's bytes durable, `sync_dir` makes created and removed names durable.
+//! * `sync` makes a file's bytes durable, `sync_dir` makes created, removed and renamed
+//!   names durable. A machine crash undoes a rename not yet synced: the file is back under
+//!   its last durable name, with what it holds now (as on a real file system).
 //! * A machine crash ([`MemDir::crash_machine`]) keeps per file the synced bytes plus a prefix
 //!   of the unsynced ones that the caller picks, optionally with one byte flipped inside that
 //!   prefix (a torn, garbled last write); files created since the last `sync_dir` vanish and
@@ -24,11 +26,16 @@ use std::collections::BTreeMap;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 struct MemFile {
-    /// What was written.
+    /// What was written (what a read sees).
     data: Vec<u8>,
-    synced_len: usize,
+    /// What survives a machine crash: the bytes as of the last sync.
+    durable: Vec<u8>,
+    /// The range written since the last sync, `dirty_from..dirty_to` (`dirty_from` is
+    /// `CLEAN`: none): `data` and `durable` agree outside it.
+    dirty_from: usize,
+    dirty_to: usize,
     /// The file's size by `preallocate` (zeros after `data`), and what of it is durable.
     allocated: usize,
     allocated_synced: usize,
@@ -36,10 +43,34 @@ struct MemFile {
     name_durable: bool,
 }
 
+const CLEAN: usize = usize::MAX;
+
+impl Default for MemFile {
+    fn default() -> Self {
+        MemFile {
+            data: Vec::new(),
+            durable: Vec::new(),
+            dirty_from: CLEAN,
+            dirty_to: 0,
+            allocated: 0,
+            allocated_synced: 0,
+            name_durable: false,
+        }
+    }
+}
+
 impl MemFile {
     /// The file's size: what was written, or the preallocated size if larger.
     fn size(&self) -> usize {
         self.data.len().max(self.allocated)
+    }
+    /// Bytes written since the last sync (the span from the lowest to the highest).
+    fn unsynced(&self) -> usize {
+        if self.dirty_from == CLEAN {
+            0
+        } else {
+            self.dirty_to.saturating_sub(self.dirty_from)
+        }
     }
 }
 
@@ -48,6 +79,9 @@ struct Disk {
     files: BTreeMap<String, MemFile>,
     /// Removed since the last `sync_dir`: a machine crash brings them back.
     removed: BTreeMap<String, MemFile>,
+    /// Renamed since the last `sync_dir`: new name -> the last durable name (none for a
+    /// file created since, which a crash takes away).
+    renamed: BTreeMap<String, Option<String>>,
     /// Counters, for tests and the simulator's summary.
     syncs: u64,
     bytes_appended: u64,
@@ -141,6 +175,15 @@ impl MemDir {
     pub fn crash_machine(&self, mut tear: impl FnMut(&str, usize) -> Tear) {
         let mut d = self.disk();
         d.power_lost = false;
+        for (new, orig) in std::mem::take(&mut d.renamed) {
+            if d.files.get(&new).is_some_and(|f| !f.name_durable)
+                && let Some(mut f) = d.files.remove(&new)
+                && let Some(o) = orig
+            {
+                f.name_durable = true;
+                d.files.insert(o, f);
+            }
+        }
         let removed = std::mem::take(&mut d.removed);
         for (name, f) in removed {
             if f.name_durable {
@@ -149,18 +192,30 @@ impl MemDir {
         }
         d.files.retain(|_, f| f.name_durable);
         for (name, f) in d.files.iter_mut() {
-            let unsynced = f.data.len() - f.synced_len;
+            let unsynced = f.unsynced();
             let t = tear(name, unsynced);
             let keep = t.keep.min(unsynced);
-            f.data.truncate(f.synced_len + keep);
-            if let Some(i) = t.flip
-                && i < keep
-            {
-                f.data[f.synced_len + i] ^= 0x5a;
+            if f.dirty_from != CLEAN {
+                // The durable bytes, with a prefix of what was written since laid over
+                // them (a recycled file shows its older contents after that prefix).
+                let from = f.dirty_from;
+                let mut out = std::mem::take(&mut f.durable);
+                if out.len() < from + keep {
+                    out.resize(from + keep, 0);
+                }
+                out[from..from + keep].copy_from_slice(&f.data[from..from + keep]);
+                if let Some(i) = t.flip
+                    && i < keep
+                {
+                    out[from + i] ^= 0x5a;
+                }
+                f.data = out;
             }
             f.allocated = f.allocated_synced;
             // The machine restarts reading what reached the disk: no page cache any more.
-            f.synced_len = f.data.len();
+            f.durable = f.data.clone();
+            f.dirty_from = CLEAN;
+            f.dirty_to = 0;
             f.name_durable = true;
         }
     }
@@ -169,7 +224,13 @@ impl MemDir {
     pub fn flip_byte(&self, name: &str, offset: usize) -> bool {
         let mut d = self.disk();
         let path = self.path(name);
-        match d.files.get_mut(&path).and_then(|f| f.data.get_mut(offset)) {
+        let Some(f) = d.files.get_mut(&path) else {
+            return false;
+        };
+        if let Some(b) = f.durable.get_mut(offset) {
+            *b ^= 0xff;
+        }
+        match f.data.get_mut(offset) {
             Some(b) => {
                 *b ^= 0xff;
                 true
@@ -189,11 +250,7 @@ impl MemDir {
 
     /// Bytes written and not yet synced, over the whole disk.
     pub fn unsynced_bytes(&self) -> usize {
-        self.disk()
-            .files
-            .values()
-            .map(|f| f.data.len() - f.synced_len)
-            .sum()
+        self.disk().files.values().map(MemFile::unsynced).sum()
     }
 
     /// fdatasyncs done so far on the whole disk (those that completed).
@@ -256,17 +313,24 @@ impl LogDir for MemDir {
         let mut d = self.disk();
         let n: usize = chunks.iter().map(|c| c.len()).sum();
         let f = d.files.get_mut(&path).ok_or_else(|| not_found(name))?;
-        if offset != f.data.len() as u64 {
+        let off = usize::try_from(offset).map_err(|_| io::ErrorKind::InvalidInput)?;
+        if off > f.data.len() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
-                    "{name}: a write at {offset}, not at the end of what was written ({})",
+                    "{name}: a write at {offset}, past the end of what was written ({})",
                     f.data.len()
                 ),
             ));
         }
+        f.dirty_from = f.dirty_from.min(off);
+        f.dirty_to = f.dirty_to.max(off + n);
+        let mut at = off;
         for c in chunks {
-            f.data.extend_from_slice(c);
+            let over = c.len().min(f.data.len() - at);
+            f.data[at..at + over].copy_from_slice(&c[..over]);
+            f.data.extend_from_slice(&c[over..]);
+            at += c.len();
         }
         d.bytes_appended += n as u64;
         Ok(())
@@ -287,7 +351,13 @@ impl LogDir for MemDir {
         if power_lost {
             return Ok(());
         }
-        f.synced_len = f.data.len();
+        if f.dirty_from != CLEAN {
+            let from = f.dirty_from.min(f.durable.len());
+            f.durable.truncate(from);
+            f.durable.extend_from_slice(&f.data[from..]);
+            f.dirty_from = CLEAN;
+            f.dirty_to = 0;
+        }
         f.allocated_synced = f.allocated;
         d.syncs += 1;
         Ok(())
@@ -298,6 +368,7 @@ impl LogDir for MemDir {
             return Ok(());
         }
         d.removed.retain(|n, _| self.own(n).is_none());
+        d.renamed.retain(|n, _| self.own(n).is_none());
         for (n, f) in d.files.iter_mut() {
             if self.own(n).is_some() {
                 f.name_durable = true;
@@ -323,7 +394,12 @@ impl LogDir for MemDir {
         let f = d.files.get_mut(&path).ok_or_else(|| not_found(name))?;
         let len = usize::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?;
         f.data.truncate(len);
-        f.synced_len = f.synced_len.min(len);
+        f.durable.truncate(len);
+        if f.dirty_from >= len {
+            f.dirty_from = CLEAN;
+            f.dirty_to = 0;
+        }
+        f.dirty_to = f.dirty_to.min(len);
         f.allocated = f.allocated.min(len);
         f.allocated_synced = f.allocated_synced.min(len);
         Ok(())
@@ -331,8 +407,39 @@ impl LogDir for MemDir {
     fn remove(&mut self, name: &str) -> io::Result<()> {
         let path = self.path(name);
         let mut d = self.disk();
-        let f = d.files.remove(&path).ok_or_else(|| not_found(name))?;
-        d.removed.insert(path, f);
+        let mut f = d.files.remove(&path).ok_or_else(|| not_found(name))?;
+        // Renamed and removed since the last `sync_dir`: a crash brings it back under its
+        // last durable name.
+        match d.renamed.remove(&path) {
+            Some(Some(orig)) => {
+                f.name_durable = true;
+                d.removed.insert(orig, f);
+            }
+            Some(None) => {}
+            None => {
+                d.removed.insert(path, f);
+            }
+        }
+        Ok(())
+    }
+    fn rename(&mut self, from: &str, to: &str) -> io::Result<()> {
+        let (fp, tp) = (self.path(from), self.path(to));
+        let mut d = self.disk();
+        if d.files.contains_key(&tp) {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{to} exists"),
+            ));
+        }
+        let mut f = d.files.remove(&fp).ok_or_else(|| not_found(from))?;
+        let orig = if f.name_durable {
+            Some(fp.clone())
+        } else {
+            d.renamed.remove(&fp).flatten()
+        };
+        f.name_durable = false;
+        d.renamed.insert(tp.clone(), orig);
+        d.files.insert(tp, f);
         Ok(())
     }
     fn describe(&self) -> String {
@@ -364,6 +471,60 @@ mod tests {
                 .map_or(0, |f| f.data.len());
             self.write_at(name, end as u64, chunks)
         }
+    }
+
+    #[test]
+    fn an_unsynced_overwrite_is_torn_over_the_durable_bytes() {
+        let mut d = MemDir::new("o");
+        d.create("a").unwrap();
+        d.write_at("a", 0, &[b"0123456789"]).unwrap();
+        d.sync("a").unwrap();
+        d.sync_dir().unwrap();
+        d.write_at("a", 2, &[b"abcdef"]).unwrap();
+        assert_eq!(d.read("a").unwrap(), b"01abcdef89");
+        assert_eq!(
+            d.unsynced_bytes(),
+            6,
+            "what was written, not the old bytes after it"
+        );
+        // Three bytes of the overwrite reached the disk; the rest shows the old bytes.
+        d.crash_machine(|_, n| {
+            assert_eq!(n, 6);
+            Tear {
+                keep: 3,
+                flip: None,
+            }
+        });
+        assert_eq!(d.read("a").unwrap(), b"01abc56789");
+        d.write_at("a", 10, &[b"XY"]).unwrap();
+        d.sync("a").unwrap();
+        d.crash_machine(keep_none);
+        assert_eq!(d.read("a").unwrap(), b"01abc56789XY");
+    }
+
+    #[test]
+    fn a_crash_undoes_renames_not_yet_synced_keeping_what_the_file_holds() {
+        let mut d = MemDir::new("r");
+        d.create("seg-1").unwrap();
+        d.append("seg-1", &[b"old"]).unwrap();
+        d.sync("seg-1").unwrap();
+        d.sync_dir().unwrap();
+        d.rename("seg-1", "spare-1").unwrap();
+        d.rename("spare-1", "seg-9").unwrap();
+        d.append("seg-9", &[b"new"]).unwrap();
+        d.sync("seg-9").unwrap();
+        d.crash_machine(keep_none);
+        assert_eq!(d.list().unwrap(), vec!["seg-1".to_string()]);
+        assert_eq!(
+            d.read("seg-1").unwrap(),
+            b"oldnew",
+            "the name came back, not the data"
+        );
+        // Synced names stay.
+        d.rename("seg-1", "spare-1").unwrap();
+        d.sync_dir().unwrap();
+        d.crash_machine(keep_none);
+        assert_eq!(d.list().unwrap(), vec!["spare-1".to_string()]);
     }
 
     #[test]

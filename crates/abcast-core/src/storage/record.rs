@@ -1,10 +1,16 @@
 //! The records of the durable acceptor log and their checked framing.
 //!
 //! ```text
-//! record = magic "ABL1" (u32 le) | body_len (u32 le) | crc32c (u32 le) | body
+//! record = magic "ABL2" (u32 le) | body_len (u32 le) | crc32c (u32 le) | body
 //! body   = kind (u8) | fields (wire codec: `wire::put_ballot`, `wire::put_decree`)
-//! crc32c covers body_len's four bytes and the body
+//! crc32c covers the segment number (u64 le, not stored), body_len's four bytes and the body
 //! ```
+//!
+//! The segment number in the checksum (format 2) makes a record valid only in the segment
+//! it was written for: a recycled segment file (a trimmed one renamed and written over)
+//! still holds its earlier records after the new ones, and those fail the checksum instead
+//! of passing for new records. Format 1 (magic "ABL1") had no segment number; a log in it
+//! is refused with a message that says so.
 //!
 //! What an acceptor must not forget (seed 003 §4.2: `rnd`, `v-rnd`, `v-val`, `v-vid`) is
 //! exactly what these records hold: `Promise` (rnd), `Accept` (v-rnd and v-val with its id,
@@ -19,17 +25,21 @@ use crate::types::{Ballot, Decree, Instance};
 use crate::wire::{get_ballot, get_bool, get_decree, put_ballot, put_decree};
 use bytes::Bytes;
 
-pub const MAGIC: u32 = u32::from_le_bytes(*b"ABL1");
+pub const MAGIC: u32 = u32::from_le_bytes(*b"ABL2");
+/// The magic of format 1 (no segment number in the checksum), recognised to refuse it.
+pub const MAGIC_V1: u32 = u32::from_le_bytes(*b"ABL1");
 pub const HEADER_BYTES: usize = 12;
 /// No record is larger: a batch is bounded far below this by the proposer's settings.
 pub const BODY_MAX_BYTES: usize = 256 << 20;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
-    /// Opens every segment: the promise and the trim point when the segment began.
+    /// Opens every segment: the promise and the trim point when the segment began, and
+    /// whether the file is a recycled one (its earlier contents may follow the records).
     Checkpoint {
         promised: Ballot,
         log_start: Instance,
+        recycled: bool,
     },
     /// The acceptor promised this ballot (rnd).
     Promise(Ballot),
@@ -60,17 +70,20 @@ const KIND_TRIM: u8 = 5;
 const KIND_SYNCED: u8 = 6;
 
 impl Record {
-    /// The framed record as chunks (large payloads shared, not copied) and its length.
-    pub fn encode(&self) -> (Vec<Bytes>, usize) {
+    /// The framed record for segment `seg`, as chunks (large payloads shared, not copied),
+    /// and its length.
+    pub fn encode(&self, seg: u64) -> (Vec<Bytes>, usize) {
         let mut e = Encoder::new();
         match self {
             Record::Checkpoint {
                 promised,
                 log_start,
+                recycled,
             } => {
                 e.put_u8(KIND_CHECKPOINT);
                 put_ballot(&mut e, *promised);
                 e.put_u64(*log_start);
+                e.put_u8(u8::from(*recycled));
             }
             Record::Promise(b) => {
                 e.put_u8(KIND_PROMISE);
@@ -105,7 +118,7 @@ impl Record {
         let body_len: usize = body.iter().map(|c| c.len()).sum();
         debug_assert!(body_len <= BODY_MAX_BYTES, "record body over its bound");
         let len_le = (body_len as u32).to_le_bytes();
-        let mut crc = crc32c::crc32c(&len_le);
+        let mut crc = crc32c::crc32c_append(crc32c::crc32c(&seg.to_le_bytes()), &len_le);
         for c in &body {
             crc = crc32c::crc32c_append(crc, c);
         }
@@ -126,6 +139,7 @@ impl Record {
             KIND_CHECKPOINT => Record::Checkpoint {
                 promised: get_ballot(&mut d)?,
                 log_start: d.u64("checkpoint.log_start")?,
+                recycled: get_bool(&mut d, "checkpoint.recycled")?,
             },
             KIND_PROMISE => Record::Promise(get_ballot(&mut d)?),
             KIND_ACCEPT => Record::Accept {
@@ -167,8 +181,9 @@ pub enum Framed {
     Bad(String),
 }
 
-/// Reads the framing of the record at `off` in `buf`, checking magic, length and checksum.
-pub fn frame_at(buf: &[u8], off: usize) -> Framed {
+/// Reads the framing of the record at `off` in `buf`, a file of segment `seg`, checking
+/// magic, length and checksum.
+pub fn frame_at(buf: &[u8], off: usize, seg: u64) -> Framed {
     if off == buf.len() {
         return Framed::End;
     }
@@ -179,6 +194,9 @@ pub fn frame_at(buf: &[u8], off: usize) -> Framed {
         ));
     };
     let word = |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
+    if word(0) == MAGIC_V1 {
+        return Framed::Bad("a record of log format 1 (\"ABL1\")".into());
+    }
     if word(0) != MAGIC {
         return Framed::Bad(format!("no record magic (found {:#010x})", word(0)));
     }
@@ -193,7 +211,8 @@ pub fn frame_at(buf: &[u8], off: usize) -> Framed {
             buf.len() - start
         ));
     };
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&head[4..8]), body);
+    let salted = crc32c::crc32c_append(crc32c::crc32c(&seg.to_le_bytes()), &head[4..8]);
+    let crc = crc32c::crc32c_append(salted, body);
     if crc != word(8) {
         return Framed::Bad("record checksum mismatch".into());
     }
@@ -205,14 +224,14 @@ pub fn frame_at(buf: &[u8], off: usize) -> Framed {
 
 /// Whether a whole good record starts anywhere after `off`: tells a torn tail (nothing
 /// after) from corruption in the middle of the log (something good after).
-pub fn good_record_after(buf: &[u8], off: usize) -> Option<usize> {
+pub fn good_record_after(buf: &[u8], off: usize, seg: u64) -> Option<usize> {
     let magic = MAGIC.to_le_bytes();
     let mut at = off + 1;
     while at + HEADER_BYTES <= buf.len() {
         let rest = buf.get(at..)?;
         let found = rest.windows(4).position(|w| w == magic)?;
         at += found;
-        if matches!(frame_at(buf, at), Framed::Whole { .. }) {
+        if matches!(frame_at(buf, at, seg), Framed::Whole { .. }) {
             return Some(at);
         }
         at += 1;
@@ -242,6 +261,7 @@ mod tests {
             Record::Checkpoint {
                 promised: Ballot::new(3, NodeId(1), 0),
                 log_start: 17,
+                recycled: true,
             },
             Record::Promise(Ballot::new(4, NodeId(2), 0)),
             Record::Accept {
@@ -260,14 +280,14 @@ mod tests {
     fn every_record_kind_round_trips() {
         let mut buf = Vec::new();
         for r in sample() {
-            let (chunks, len) = r.encode();
+            let (chunks, len) = r.encode(7);
             assert_eq!(flat(&chunks).len(), len);
             buf.extend(flat(&chunks));
         }
         let mut off = 0;
         let mut back = Vec::new();
         loop {
-            match frame_at(&buf, off) {
+            match frame_at(&buf, off, 7) {
                 Framed::Whole { body, next } => {
                     back.push(Record::decode(Bytes::copy_from_slice(&buf[body])).unwrap());
                     off = next;
@@ -281,11 +301,11 @@ mod tests {
 
     #[test]
     fn a_torn_or_flipped_record_is_bad_and_never_panics() {
-        let (chunks, len) = sample()[2].encode();
+        let (chunks, len) = sample()[2].encode(7);
         let whole = flat(&chunks);
         for cut in 0..len {
             assert!(matches!(
-                frame_at(&whole[..cut], 0),
+                frame_at(&whole[..cut], 0, 7),
                 Framed::Bad(_) | Framed::End
             ));
         }
@@ -293,7 +313,7 @@ mod tests {
             let mut bad = whole.clone();
             bad[i] ^= 0x40;
             assert!(
-                matches!(frame_at(&bad, 0), Framed::Bad(_)),
+                matches!(frame_at(&bad, 0, 7), Framed::Bad(_)),
                 "flip at byte {i} went unnoticed"
             );
         }
@@ -303,15 +323,29 @@ mod tests {
     fn a_good_record_after_a_bad_one_is_found() {
         let mut buf = Vec::new();
         for r in sample() {
-            buf.extend(flat(&r.encode().0));
+            buf.extend(flat(&r.encode(7).0));
         }
-        let second = match frame_at(&buf, 0) {
+        let second = match frame_at(&buf, 0, 7) {
             Framed::Whole { next, .. } => next,
             other => panic!("{other:?}"),
         };
         buf[2] ^= 1; // the first record's magic
-        assert_eq!(good_record_after(&buf, 0), Some(second));
+        assert_eq!(good_record_after(&buf, 0, 7), Some(second));
         let tail_at = buf.len() - 3;
-        assert_eq!(good_record_after(&buf, tail_at), None);
+        assert_eq!(good_record_after(&buf, tail_at, 7), None);
+    }
+
+    #[test]
+    fn a_record_is_valid_only_in_the_segment_it_was_written_for() {
+        let (chunks, _) = sample()[2].encode(7);
+        let buf = flat(&chunks);
+        assert!(matches!(frame_at(&buf, 0, 7), Framed::Whole { .. }));
+        assert!(
+            matches!(frame_at(&buf, 0, 8), Framed::Bad(why) if why.contains("checksum")),
+            "the earlier contents of a recycled segment must not pass"
+        );
+        let mut v1 = buf.clone();
+        v1[..4].copy_from_slice(&MAGIC_V1.to_le_bytes());
+        assert!(matches!(frame_at(&v1, 0, 7), Framed::Bad(why) if why.contains("format 1")));
     }
 }

@@ -736,22 +736,36 @@ where
                 ));
             }
         };
-        self.nodes[i].app = app;
         self.report.snapshots_restored += 1;
+        self.adopt_snapshot(i, &snap, app, SnapshotEvent::Restored)
+    }
+
+    /// The learner's application now holds `app`, the state of `snap` (restored at a
+    /// restart or installed from a peer): traced, and checked against the common sequence.
+    fn adopt_snapshot(
+        &mut self,
+        i: usize,
+        snap: &Snapshot,
+        app: SimApp,
+        event: SnapshotEvent,
+    ) -> SimResult<()> {
+        let (id, incarnation) = (self.nodes[i].id, self.nodes[i].incarnation);
+        self.nodes[i].app = app;
         self.trace.record(
             self.now_us,
             TraceEvent::Note(format!(
-                "{id}: restarted from its snapshot up to instance {}",
+                "{id}: {} snapshot up to instance {}",
+                match event {
+                    SnapshotEvent::Restored => "restarted from its",
+                    _ => "installed a peer's",
+                },
                 snap.upto
             )),
         );
-        if let Err(f) = self.checker.snapshot(
-            id,
-            incarnation,
-            snap.upto,
-            app.digest,
-            SnapshotEvent::Restored,
-        ) {
+        if let Err(f) = self
+            .checker
+            .snapshot(id, incarnation, snap.upto, app.digest, event)
+        {
             return Err(self.violation(f));
         }
         Ok(())
@@ -997,6 +1011,18 @@ where
         r
     }
 
+    /// The violation of a group commit that failed on node `i`.
+    fn commit_failed(&mut self, i: usize, e: &StorageError) -> Box<Violation> {
+        let (id, incarnation) = (self.nodes[i].id, self.nodes[i].incarnation);
+        self.violation(
+            Failure::new(
+                ViolationKind::StorageFailed,
+                format!("{id}: the group commit failed: {e}"),
+            )
+            .at(id, incarnation),
+        )
+    }
+
     /// The pipelined group commit's first half: the writes reach the disk's "OS" now; the
     /// outbox waits for the job, which runs at a `SyncDone` a drawn delay later.
     fn begin_sync(
@@ -1006,19 +1032,12 @@ where
         lo: Micros,
         hi: Micros,
     ) -> SimResult<()> {
-        let (id, incarnation) = (self.nodes[i].id, self.nodes[i].incarnation);
         let begun = match self.nodes[i].proto.as_mut() {
             Some(p) => p.begin_sync_storage(),
             None => return Ok(()),
         };
         match begun {
-            Err(e) => Err(self.violation(
-                Failure::new(
-                    ViolationKind::StorageFailed,
-                    format!("{id}: the group commit failed: {e}"),
-                )
-                .at(id, incarnation),
-            )),
+            Err(e) => Err(self.commit_failed(i, &e)),
             Ok(None) => {
                 // Durable already: carry it out now.
                 out.needs_sync = false;
@@ -1056,20 +1075,13 @@ where
         let Some((job, mut held)) = self.pipes[i].in_flight.take() else {
             return Ok(());
         };
-        let (id, incarnation) = (self.nodes[i].id, self.nodes[i].incarnation);
         let result = job.run();
         let ended = match self.nodes[i].proto.as_mut() {
             Some(p) => p.end_sync_storage(result),
             None => Ok(()),
         };
         if let Err(e) = ended {
-            return Err(self.violation(
-                Failure::new(
-                    ViolationKind::StorageFailed,
-                    format!("{id}: the group commit failed: {e}"),
-                )
-                .at(id, incarnation),
-            ));
+            return Err(self.commit_failed(i, &e));
         }
         self.carry_out(i, &mut held)?;
         let mut gathered = std::mem::take(&mut self.pipes[i].gather);
@@ -1094,13 +1106,7 @@ where
             if let Some(p) = self.nodes[i].proto.as_mut()
                 && let Err(e) = p.sync_storage()
             {
-                return Err(self.violation(
-                    Failure::new(
-                        ViolationKind::StorageFailed,
-                        format!("{id}: the group commit failed: {e}"),
-                    )
-                    .at(id, incarnation),
-                ));
+                return Err(self.commit_failed(i, &e));
             }
         }
         for (to, msg) in out.sends.drain(..) {
@@ -1220,26 +1226,9 @@ where
                 ));
             }
         };
-        self.nodes[i].app = app;
         self.nodes[i].saved = Some(snap.clone());
         self.report.snapshots_installed += 1;
-        self.trace.record(
-            self.now_us,
-            TraceEvent::Note(format!(
-                "{id}: installed a peer's snapshot up to instance {}",
-                snap.upto
-            )),
-        );
-        if let Err(f) = self.checker.snapshot(
-            id,
-            incarnation,
-            snap.upto,
-            app.digest,
-            SnapshotEvent::Installed,
-        ) {
-            return Err(self.violation(f));
-        }
-        Ok(())
+        self.adopt_snapshot(i, snap, app, SnapshotEvent::Installed)
     }
 
     // ---- network -----------------------------------------------------------------------

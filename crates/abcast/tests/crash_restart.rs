@@ -71,6 +71,27 @@ fn write_config(dir: &Path, storage_extra: &str) -> (PathBuf, Vec<String>) {
 /// failing run leaves no process behind.
 struct Nodes(Vec<Child>);
 
+impl Nodes {
+    /// SIGTERM to every node (a clean stop flushes the delivery logs and prints the final
+    /// stats line), and each must exit successfully.
+    fn stop_cleanly(&mut self, dir: &Path) {
+        for c in &mut self.0 {
+            // SAFETY: kill(2) with a valid pid of our own child and a standard signal.
+            unsafe {
+                libc::kill(c.id() as libc::pid_t, libc::SIGTERM);
+            }
+        }
+        for c in &mut self.0 {
+            let st = c.wait().expect("wait");
+            assert!(
+                st.success(),
+                "node exited with {st}\n{}",
+                node_log_tail(dir)
+            );
+        }
+    }
+}
+
 impl Drop for Nodes {
     fn drop(&mut self) {
         for c in &mut self.0 {
@@ -303,21 +324,7 @@ fn acknowledged_values_survive_sigkill_of_every_node_with_sync_storage() {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
-    for c in &mut children.0 {
-        // SIGTERM: a clean stop flushes the delivery logs.
-        // SAFETY: kill(2) with a valid pid of our own child and a standard signal.
-        unsafe {
-            libc::kill(c.id() as libc::pid_t, libc::SIGTERM);
-        }
-    }
-    for c in &mut children.0 {
-        let st = c.wait().expect("wait");
-        assert!(
-            st.success(),
-            "node exited with {st}\n{}",
-            node_log_tail(&dir)
-        );
-    }
+    children.stop_cleanly(&dir);
 
     // Check the logs. A learner restarted from its snapshot at instance U delivers from
     // U + 1 on; its sequence is what its first life delivered up to U, then what the second
@@ -516,20 +523,7 @@ fn a_learner_down_past_the_trim_point_installs_a_peers_snapshot_and_catches_up()
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    for c in &mut children.0 {
-        // SAFETY: kill(2) with a valid pid of our own child and a standard signal.
-        unsafe {
-            libc::kill(c.id() as libc::pid_t, libc::SIGTERM);
-        }
-    }
-    for c in &mut children.0 {
-        let st = c.wait().expect("wait");
-        assert!(
-            st.success(),
-            "node exited with {st}\n{}",
-            node_log_tail(&dir)
-        );
-    }
+    children.stop_cleanly(&dir);
 
     let log2 = std::fs::read_to_string(dir.join("node-2-1.log")).unwrap_or_default();
     let installed_line = log2

@@ -1,6 +1,6 @@
 //! `abcast bench trim`: constant load on a 3-node U-Ring cluster with durable storage
 //! (`sync = true`), learners snapshotting every second and acceptors trimming below what a
-//! every learner's snapshot covers (issue 4; URingPaxos' `Safe`/`Trim`). It plots each
+//! quorum of learners' snapshots cover (issue 4; URingPaxos' `Safe`/`Trim`). It plots each
 //! acceptor's log on disk over time and reports, per run, the largest log seen
 //! (`log_bytes_max`), the log at the end (`log_bytes_end`) and the bytes appended over the
 //! run (`bytes_appended`). The acceptance bound: the log never exceeds a fifth of what was
@@ -183,7 +183,8 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
         }
         let panels = vec![
             LinePanel {
-                caption: "acceptor log on disk (trimmed below every learner's snapshot)".into(),
+                caption: "acceptor log on disk (trimmed below a quorum of learners' snapshots)"
+                    .into(),
                 x_desc: "time (s)".into(),
                 y_desc: "MiB".into(),
                 lines,
@@ -232,8 +233,10 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
         "3 nodes (every node proposes, accepts and learns), U-Ring Paxos, `[storage] kind = \
          \"durable\"`, `sync = true`, segments of {}, learners snapshot every second; offered \
          load {} values/s of {} over the cluster ({:.0} Mbit/s), for {} s per run. The \
-         coordinator trims acceptors below what every learner's snapshot covers; an \
-         acceptor deletes a segment once nothing in it is above its trim point.\n",
+         coordinator trims acceptors below what a quorum of learners' snapshots cover; an \
+         acceptor frees a segment once nothing in it is above its trim point, and keeps up \
+         to 4 freed segment files as spares to write over. The log on disk counts the live \
+         segments, the current one at its preallocated size, and the spares.\n",
         bytes(TRIM_SEGMENT_BYTES),
         group(TRIM_RATE_VALUES_PER_S),
         bytes(TRIM_VALUE_SIZE_BYTES),
@@ -277,7 +280,7 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
         s,
         "\nThe log on disk saws between one snapshot interval of traffic and that plus a \
          segment: it grows while the trim point stands still, and drops by whole segments \
-         when every learner has reported a newer snapshot. `results.csv` has every \
+         when a quorum of learners has reported a newer snapshot. `results.csv` has every \
          sample (every {} ms, per node); `log_size.png` shows the first good run.",
         demo::STATS_MS
     );

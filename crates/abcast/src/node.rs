@@ -254,6 +254,11 @@ pub fn open_store(
                 field: "storage.dir",
                 reason: format!("cannot open {}: {e}", path.display()),
             })?;
+            let dir = if sync && cfg.storage.direct_io {
+                dir.with_direct_writes()
+            } else {
+                dir
+            };
             let opts = DurableOptions {
                 sync,
                 segment_bytes: cfg.storage.segment_bytes,

@@ -175,6 +175,10 @@ pub struct StorageConfig {
     /// loop goes on (pipelined group commit; default), or in the loop (`false`, for
     /// comparison).
     pub sync_thread: bool,
+    /// Durable storage with `sync = true`: write the log around the page cache (`O_DIRECT`,
+    /// on the sync thread; default), or through it (`false`, for comparison). See
+    /// `disk.rs`.
+    pub direct_io: bool,
 }
 
 /// The acceptor store back-end (seed 000 §3.4).
@@ -391,6 +395,7 @@ struct FileStorage {
     segment_bytes: Option<u64>,
     snapshot_interval_ms: Option<u64>,
     sync_thread: Option<bool>,
+    direct_io: Option<bool>,
 }
 
 /// Where the data root is when `[storage] dir` is not given.
@@ -611,6 +616,12 @@ pub fn parse(
             format!("applies to kind = \"durable\" with sync = true only (kind is \"{kind}\")"),
         );
     }
+    if file.storage.direct_io.is_some() && !matches!(kind, StorageKind::Durable { sync: true }) {
+        return invalid(
+            "storage.direct_io",
+            format!("applies to kind = \"durable\" with sync = true only (kind is \"{kind}\")"),
+        );
+    }
     let segment_bytes = file
         .storage
         .segment_bytes
@@ -663,6 +674,7 @@ pub fn parse(
             segment_bytes,
             snapshot_interval_ms,
             sync_thread: file.storage.sync_thread.unwrap_or(true),
+            direct_io: file.storage.direct_io.unwrap_or(true),
         },
         multiring,
         protocol,
@@ -1516,6 +1528,14 @@ rings = [1]
             "kind = \"durable\"\nsegment_bytes = 10",
         );
         assert_eq!(field_of(&text, Some(0)), "storage.segment_bytes");
+        let text = GOOD.replace(
+            "kind = \"memory\"",
+            "kind = \"durable\"\nsync = false\ndirect_io = true",
+        );
+        assert_eq!(field_of(&text, Some(0)), "storage.direct_io");
+        let text = GOOD.replace("kind = \"memory\"", "kind = \"durable\"\ndirect_io = false");
+        let cfg = parse(&text, Some(0), Path::new("/")).expect("valid");
+        assert!(!cfg.storage.direct_io);
     }
 
     #[test]

@@ -149,6 +149,9 @@ pub struct DurableStore<D: LogDir> {
     durable: u64,
     marked: u64,
     failed: Option<StorageError>,
+    /// A record `range` (which cannot fail) could not read back: the next sync reports it,
+    /// and the store fails, as `open` would refuse the damaged log.
+    read_failed: std::cell::RefCell<Option<StorageError>>,
     appended_bytes: u64,
     /// `open` found a log (at least one whole record): the state was kept.
     recovered: bool,
@@ -459,6 +462,7 @@ impl<D: LogDir> DurableStore<D> {
             durable: 0,
             marked: 0,
             failed: None,
+            read_failed: std::cell::RefCell::new(None),
             appended_bytes: 0,
             recovered: rec.records > 0,
             syncs: 0,
@@ -925,17 +929,31 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
         // elsewhere, and the next sync reports a damaged log.
         while i < to.min(cache_start) {
             if let Some(loc) = self.index_get(i) {
-                match self.read_record_ro(loc) {
-                    Ok(Record::Accept { ballot, decree, .. }) => out.push((
-                        i,
-                        Accepted {
-                            ballot,
-                            decree,
-                            decided: loc.decided,
-                        },
+                let e = match self.read_record_ro(loc) {
+                    Ok(Record::Accept { ballot, decree, .. }) => {
+                        out.push((
+                            i,
+                            Accepted {
+                                ballot,
+                                decree,
+                                decided: loc.decided,
+                            },
+                        ));
+                        i += 1;
+                        continue;
+                    }
+                    Ok(other) => StorageError(format!(
+                        "{}/{}: offset {} holds a {} record where the index has the vote \
+                         of instance {i}",
+                        self.dir.describe(),
+                        seg_name(loc.seg),
+                        loc.off,
+                        other.kind_name()
                     )),
-                    _ => return out,
-                }
+                    Err(e) => e,
+                };
+                self.read_failed.borrow_mut().get_or_insert(e);
+                return out;
             }
             i += 1;
         }
@@ -958,6 +976,11 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
     /// cannot hand out steps, syncs in place. Segments freed by a trim are deleted once the
     /// trim record is durable: in place, or at `end_sync`.
     fn begin_sync(&mut self) -> Result<Option<super::SyncJob>, StorageError> {
+        if let Some(e) = self.read_failed.get_mut().take()
+            && self.failed.is_none()
+        {
+            self.failed = Some(e);
+        }
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
@@ -1316,6 +1339,40 @@ mod tests {
         let (s, rec) = open(&dir, opts(false));
         assert_eq!(rec.records, 0);
         assert!(!s.is_durable());
+    }
+
+    #[test]
+    fn a_record_that_cannot_be_read_back_fails_the_store_at_its_next_sync() {
+        let dir = MemDir::new("rot");
+        let o = DurableOptions {
+            cache_instances: 8,
+            ..opts(true)
+        };
+        let (mut s, _) = open(&dir, o);
+        for i in 1..=40 {
+            assert!(s.put(i, vote(i, true)));
+        }
+        s.sync().unwrap();
+        assert_eq!(
+            s.range(1, 41).len(),
+            40,
+            "old instances read back from the log"
+        );
+        // Bit rot in the record of instance 3, long after it was written.
+        let loc = s.index_get(3).expect("on disk");
+        assert!(dir.flip_byte(&seg_name(loc.seg), loc.off as usize + 100));
+        let got = s.range(1, 41);
+        assert_eq!(
+            got.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+            vec![1, 2],
+            "the answer ends before the damaged record"
+        );
+        let e = s.sync().expect_err("the damage is reported");
+        assert!(
+            e.0.contains(&seg_name(loc.seg)) && e.0.contains(&loc.off.to_string()),
+            "names the file and offset: {e}"
+        );
+        assert!(s.begin_sync().is_err(), "and the store stays failed");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! unsynced writes, tears the last write and flips bytes when a node's machine crashes.
 //!
 //! The contract is POSIX's, kept small: `write_at` writes through the OS (a process crash
-//! keeps it), `preallocate` reserves a file's space (fallocate), `sync` makes a file's data
+//! keeps it; a directory that writes around the page cache holds it until the next sync or
+//! sync step, and only a store with `sync = true` may use one), `preallocate` reserves a file's space (fallocate), `sync` makes a file's data
 //! and size durable (a machine crash keeps it: fdatasync), and `sync_dir` makes created and
 //! removed names durable.
 

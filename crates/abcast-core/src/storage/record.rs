@@ -70,6 +70,18 @@ const KIND_TRIM: u8 = 5;
 const KIND_SYNCED: u8 = 6;
 
 impl Record {
+    /// The record's kind, for messages.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Record::Checkpoint { .. } => "checkpoint",
+            Record::Promise(_) => "promise",
+            Record::Accept { .. } => "accept",
+            Record::Decided(_) => "decided",
+            Record::Trim { .. } => "trim",
+            Record::Synced { .. } => "synced",
+        }
+    }
+
     /// The framed record for segment `seg`, as chunks (large payloads shared, not copied),
     /// and its length.
     pub fn encode(&self, seg: u64) -> (Vec<Bytes>, usize) {

@@ -818,7 +818,43 @@ impl<P: Protocol> Driver<P> {
         let Some(result) = self.syncer.as_mut().and_then(Syncer::try_done) else {
             return Ok(());
         };
-        self.finish_in_flight(now, app, result)?;
+        self.protocol
+            .end_sync_storage(result)
+            .map_err(DriverError::Storage)?;
+        let held = self.in_flight.take();
+        // The next group's sync starts before the last group is carried out (its sends,
+        // deliveries and acks take the loop a while at full speed, and the disk would wait
+        // for them): its messages leave after the last group's anyway, once it is done.
+        let mut started = false;
+        if self.outbox.needs_sync {
+            match self
+                .protocol
+                .begin_sync_storage()
+                .map_err(DriverError::Storage)?
+            {
+                None => self.outbox.needs_sync = false,
+                Some(job) => {
+                    if let Some(s) = self.syncer.as_mut() {
+                        s.submit(job).map_err(DriverError::Storage)?;
+                    }
+                    self.stats.storage_syncs += 1;
+                    let mut next = std::mem::take(&mut self.outbox);
+                    next.needs_sync = false;
+                    self.in_flight = Some(next);
+                    started = true;
+                }
+            }
+        }
+        if let Some(held) = held {
+            debug_assert!(!held.needs_sync, "an outbox in flight is synced by its job");
+            let newer = std::mem::replace(&mut self.outbox, held);
+            let r = self.carry_out_now(now, app);
+            self.outbox = newer;
+            r?;
+        }
+        if started {
+            return Ok(());
+        }
         self.commit(now, app)
     }
 

@@ -721,6 +721,13 @@ impl<D: LogDir> DurableStore<D> {
         }
     }
 
+    /// Whether the record at `loc` has been handed to the directory (it may still be
+    /// pending, in this group's write).
+    fn written(&self, loc: Loc) -> bool {
+        loc.seg != self.current()
+            || loc.off + u64::from(loc.len) <= self.segments.get(&loc.seg).copied().unwrap_or(0)
+    }
+
     fn read_record_ro(&self, loc: Loc) -> Result<Record, StorageError> {
         let name = seg_name(loc.seg);
         let mut buf = vec![0u8; loc.len as usize];
@@ -929,6 +936,12 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
         // elsewhere, and the next sync reports a damaged log.
         while i < to.min(cache_start) {
             if let Some(loc) = self.index_get(i) {
+                if !self.written(loc) {
+                    // Appended in this group (a vote for an instance below the cache
+                    // window) and not written yet: the answer ends here, the asker asks
+                    // again.
+                    return out;
+                }
                 let e = match self.read_record_ro(loc) {
                     Ok(Record::Accept { ballot, decree, .. }) => {
                         out.push((

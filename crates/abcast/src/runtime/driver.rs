@@ -43,7 +43,7 @@ use super::syncer::Syncer;
 use super::transport::{self, Backoff, OutQueue, PushError, ReadOutcome, TransportConfig};
 use abcast_core::codec::{Decoder, Encoder, WireMessage};
 use abcast_core::protocol::Ack;
-use abcast_core::storage::StorageError;
+use abcast_core::storage::{StorageError, SyncJob};
 use abcast_core::{
     DecodeError, Delivery, GroupId, Instance, Micros, NodeId, Outbox, ProposeError, Protocol,
 };
@@ -795,17 +795,20 @@ impl<P: Protocol> Driver<P> {
                 self.outbox.needs_sync = false;
                 self.carry_out_now(now, app)
             }
-            Some(job) => {
-                if let Some(s) = self.syncer.as_mut() {
-                    s.submit(job).map_err(DriverError::Storage)?;
-                }
-                self.stats.storage_syncs += 1;
-                let mut held = std::mem::take(&mut self.outbox);
-                held.needs_sync = false;
-                self.in_flight = Some(held);
-                Ok(())
-            }
+            Some(job) => self.submit_sync(job),
         }
+    }
+
+    /// Hands the gathered outbox's sync job to the sync thread; the outbox waits in flight.
+    fn submit_sync(&mut self, job: SyncJob) -> Result<(), DriverError> {
+        if let Some(s) = self.syncer.as_mut() {
+            s.submit(job).map_err(DriverError::Storage)?;
+        }
+        self.stats.storage_syncs += 1;
+        let mut held = std::mem::take(&mut self.outbox);
+        held.needs_sync = false;
+        self.in_flight = Some(held);
+        Ok(())
     }
 
     /// The sync thread's waker fired: carry out the outbox its job made durable, then start
@@ -834,13 +837,7 @@ impl<P: Protocol> Driver<P> {
             {
                 None => self.outbox.needs_sync = false,
                 Some(job) => {
-                    if let Some(s) = self.syncer.as_mut() {
-                        s.submit(job).map_err(DriverError::Storage)?;
-                    }
-                    self.stats.storage_syncs += 1;
-                    let mut next = std::mem::take(&mut self.outbox);
-                    next.needs_sync = false;
-                    self.in_flight = Some(next);
+                    self.submit_sync(job)?;
                     started = true;
                 }
             }

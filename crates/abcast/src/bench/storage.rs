@@ -803,8 +803,8 @@ fn write_summary(
         "- Back-ends (`[storage]` of the node config): `none` keeps only undecided votes \
          (benchmarks only); `memory` a bounded log in memory; `durable` a log of checked \
          records on disk, written through the OS with `sync = false` (survives a process \
-         crash) or made durable with fdatasync before any vote leaves with `sync = true` \
-         (survives a machine crash)."
+         crash) or, with `sync = true`, written around the page cache (`O_DIRECT`) and made \
+         durable with fdatasync before any vote leaves (survives a machine crash)."
     );
     let _ = writeln!(
         s,
@@ -847,15 +847,16 @@ fn write_summary(
            3-node ring, not three times.\n\
          - Preallocated segments, and trimmed ones recycled: no fdatasync has a file size to \
            commit (`storage/durable.rs`).\n\n\
-         What remains (a `perf record -a` of `abcast demo` at 8 KiB, 2026-11-23): the \
-         memory back-end keeps both cores busy (2 % idle); the synced log leaves 20 % of \
-         them idle, waiting between groups (each value crosses two fdatasyncs in turn, the \
-         coordinator's vote and the next acceptor's, and a sync thread was busy about half \
-         the time), and spends about twice the CPU per delivered byte on copies and crc32c \
-         (the log's checksum and its one copy come on top of the network's). All three \
-         node processes share one disk and two cores here; on separate machines each voter \
-         would have its own. With {window} values in flight per proposer, every back-end \
-         runs at what it can write."
+         What remains (measured with `abcast demo` at 8 KiB, 2026-11-23; ARCHITECTURE.md, \
+         \"What bounds the synced log\"): the memory back-end keeps both cores busy (2 % idle \
+         under `perf record -a`); the synced log leaves 20 % of them idle, and its voters' \
+         event loops wait in `poll` 42 % of the time, yet neither the disk (fio: 2.5 to 3.4 \
+         GB/s for two synced writers; the voters write about 1 GB/s) nor the window (512 to \
+         2048 values in flight deliver the same) is the bound, and the two voters' syncs \
+         overlap rather than take turns: the cause is not found yet. The log also costs CPU, \
+         about 1.5 times the memory back-end's per delivered MiB (its crc32c and its one copy \
+         come on top of the network's). All three node processes share one disk and two \
+         cores here; on separate machines each voter would have its own."
     );
     let failures: Vec<String> = series
         .iter()

@@ -278,10 +278,12 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
     );
     let _ = writeln!(
         s,
-        "\nThe log on disk saws between one snapshot interval of traffic and that plus a \
-         segment: it grows while the trim point stands still, and drops by whole segments \
-         when a quorum of learners has reported a newer snapshot. `results.csv` has every \
-         sample (every {} ms, per node); `log_size.png` shows the first good run.",
+        "\nA voter's log grows for a few seconds, until the first trims free segments, and \
+         then stays flat: the segments a trim frees become spares and are written over, so \
+         the live segments (about one snapshot interval of traffic plus the current segment) \
+         and the spares together keep one size. A node outside the phase 2 quorum holds \
+         only its current segment (it keeps what it learned in memory). `results.csv` has \
+         every sample (every {} ms, per node); `log_size.png` shows the first good run.",
         demo::STATS_MS
     );
     s += &plot_note;

@@ -43,7 +43,7 @@ use super::syncer::Syncer;
 use super::transport::{self, Backoff, OutQueue, PushError, ReadOutcome, TransportConfig};
 use abcast_core::codec::{Decoder, Encoder, WireMessage};
 use abcast_core::protocol::Ack;
-use abcast_core::storage::{StorageError, SyncJob};
+use abcast_core::storage::StorageError;
 use abcast_core::{
     DecodeError, Delivery, GroupId, Instance, Micros, NodeId, Outbox, ProposeError, Protocol,
 };
@@ -785,22 +785,24 @@ impl<P: Protocol> Driver<P> {
         if self.syncer.is_none() || !self.outbox.needs_sync {
             return self.carry_out_now(now, app);
         }
-        match self
+        if self.start_sync()? {
+            return Ok(());
+        }
+        self.carry_out_now(now, app)
+    }
+
+    /// Begins the gathered outbox's sync: its job goes to the sync thread and the outbox
+    /// waits in flight (true), or the store was durable already (synced in place, or
+    /// nothing to sync) and the outbox may be carried out (false).
+    fn start_sync(&mut self) -> Result<bool, DriverError> {
+        let Some(job) = self
             .protocol
             .begin_sync_storage()
             .map_err(DriverError::Storage)?
-        {
-            None => {
-                // Durable already (synced in place, or nothing to sync).
-                self.outbox.needs_sync = false;
-                self.carry_out_now(now, app)
-            }
-            Some(job) => self.submit_sync(job),
-        }
-    }
-
-    /// Hands the gathered outbox's sync job to the sync thread; the outbox waits in flight.
-    fn submit_sync(&mut self, job: SyncJob) -> Result<(), DriverError> {
+        else {
+            self.outbox.needs_sync = false;
+            return Ok(false);
+        };
         if let Some(s) = self.syncer.as_mut() {
             s.submit(job).map_err(DriverError::Storage)?;
         }
@@ -808,7 +810,7 @@ impl<P: Protocol> Driver<P> {
         let mut held = std::mem::take(&mut self.outbox);
         held.needs_sync = false;
         self.in_flight = Some(held);
-        Ok(())
+        Ok(true)
     }
 
     /// The sync thread's waker fired: carry out the outbox its job made durable, then start
@@ -828,26 +830,9 @@ impl<P: Protocol> Driver<P> {
         // The next group's sync starts before the last group is carried out (its sends,
         // deliveries and acks take the loop a while at full speed, and the disk would wait
         // for them): its messages leave after the last group's anyway, once it is done.
-        let mut started = false;
-        if self.outbox.needs_sync {
-            match self
-                .protocol
-                .begin_sync_storage()
-                .map_err(DriverError::Storage)?
-            {
-                None => self.outbox.needs_sync = false,
-                Some(job) => {
-                    self.submit_sync(job)?;
-                    started = true;
-                }
-            }
-        }
+        let started = self.outbox.needs_sync && self.start_sync()?;
         if let Some(held) = held {
-            debug_assert!(!held.needs_sync, "an outbox in flight is synced by its job");
-            let newer = std::mem::replace(&mut self.outbox, held);
-            let r = self.carry_out_now(now, app);
-            self.outbox = newer;
-            r?;
+            self.carry_out_held(now, app, held)?;
         }
         if started {
             return Ok(());
@@ -881,11 +866,21 @@ impl<P: Protocol> Driver<P> {
         self.protocol
             .end_sync_storage(result)
             .map_err(DriverError::Storage)?;
-        let Some(held) = self.in_flight.take() else {
-            return Ok(());
-        };
+        match self.in_flight.take() {
+            Some(held) => self.carry_out_held(now, app, held),
+            None => Ok(()),
+        }
+    }
+
+    /// Carries out an outbox its sync job made durable. What gathered meanwhile stays in
+    /// `self.outbox`, to go after it, as it came after it.
+    fn carry_out_held<A: Application + ?Sized>(
+        &mut self,
+        now: Micros,
+        app: &mut A,
+        held: Outbox<P::Message>,
+    ) -> Result<(), DriverError> {
         debug_assert!(!held.needs_sync, "an outbox in flight is synced by its job");
-        // What gathered meanwhile goes after the held outbox, as it came after it.
         let newer = std::mem::replace(&mut self.outbox, held);
         let r = self.carry_out_now(now, app);
         self.outbox = newer;

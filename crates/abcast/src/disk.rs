@@ -233,52 +233,50 @@ impl OsDir {
     /// Direct mode: stages `chunks` for `offset`, behind what is staged when it ends there;
     /// otherwise writes that out first and starts with the bytes of `offset`'s block
     /// before it.
-    fn stage(&self, name: &str, offset: u64, chunks: &[&[u8]]) -> io::Result<()> {
+    fn stage(&self, name: &str, o: &mut Open, offset: u64, chunks: &[&[u8]]) -> io::Result<()> {
         let body: usize = chunks.iter().map(|c| c.len()).sum();
-        self.with_open(name, |o| {
-            if o.staged.as_ref().is_some_and(|s| s.end() != offset) {
-                self.write_staged(name, o)?;
-            }
-            if o.staged.is_none() {
-                let at = offset - offset % BLOCK as u64;
-                let prefix = (offset - at) as usize;
-                let mut buf = self.buffer();
-                buf.reserve(prefix + body);
-                match &o.tail {
-                    Some((t, bytes)) if *t == at && bytes.len() >= prefix => {
-                        buf.as_mut()[..prefix].copy_from_slice(&bytes[..prefix]);
-                    }
-                    _ if prefix > 0 => {
-                        // Nothing kept (a reopened file, a truncate): read it back, once
-                        // the writes in flight are on the file.
-                        self.in_flight.wait_idle(name);
-                        o.file.read_exact_at(&mut buf.as_mut()[..prefix], at)?;
-                    }
-                    _ => {}
+        if o.staged.as_ref().is_some_and(|s| s.end() != offset) {
+            self.write_staged(name, o)?;
+        }
+        if o.staged.is_none() {
+            let at = offset - offset % BLOCK as u64;
+            let prefix = (offset - at) as usize;
+            let mut buf = self.buffer();
+            buf.reserve(prefix + body);
+            match &o.tail {
+                Some((t, bytes)) if *t == at && bytes.len() >= prefix => {
+                    buf.as_mut()[..prefix].copy_from_slice(&bytes[..prefix]);
                 }
-                o.staged = Some(Staged {
-                    at,
-                    buf,
-                    len: prefix,
-                });
+                _ if prefix > 0 => {
+                    // Nothing kept (a reopened file, a truncate): read it back, once
+                    // the writes in flight are on the file.
+                    self.in_flight.wait_idle(name);
+                    o.file.read_exact_at(&mut buf.as_mut()[..prefix], at)?;
+                }
+                _ => {}
             }
-            let Some(st) = o.staged.as_mut() else {
-                return Err(io::Error::other("nothing staged"));
-            };
-            st.buf.reserve(st.len + body);
-            for c in chunks {
-                st.buf.as_mut()[st.len..st.len + c.len()].copy_from_slice(c);
-                st.len += c.len();
-            }
-            let end = st.end();
-            let last = end - end % BLOCK as u64;
-            let from = (last - st.at) as usize;
-            o.tail = Some((last, st.buf.as_ref()[from..st.len].to_vec()));
-            if st.len > STAGED_BYTES_MAX {
-                self.write_staged(name, o)?;
-            }
-            Ok(())
-        })
+            o.staged = Some(Staged {
+                at,
+                buf,
+                len: prefix,
+            });
+        }
+        let Some(st) = o.staged.as_mut() else {
+            return Err(io::Error::other("nothing staged"));
+        };
+        st.buf.reserve(st.len + body);
+        for c in chunks {
+            st.buf.as_mut()[st.len..st.len + c.len()].copy_from_slice(c);
+            st.len += c.len();
+        }
+        let end = st.end();
+        let last = end - end % BLOCK as u64;
+        let from = (last - st.at) as usize;
+        o.tail = Some((last, st.buf.as_ref()[from..st.len].to_vec()));
+        if st.len > STAGED_BYTES_MAX {
+            self.write_staged(name, o)?;
+        }
+        Ok(())
     }
 
     /// Direct mode: writes what is staged for the file now, in place, after the writes in
@@ -457,12 +455,11 @@ impl LogDir for OsDir {
         Ok(())
     }
     fn write_at(&mut self, name: &str, offset: u64, chunks: &[&[u8]]) -> io::Result<()> {
-        let direct = self.with_open(name, |o| Ok(o.direct.is_some()))?;
-        if direct {
-            return self.stage(name, offset, chunks);
-        }
-        self.with_file(name, |f| {
-            let f = &*f;
+        self.with_open(name, |o| {
+            if o.direct.is_some() {
+                return self.stage(name, o, offset, chunks);
+            }
+            let f = &o.file;
             let mut slices: Vec<IoSlice<'_>> = chunks.iter().map(|c| IoSlice::new(c)).collect();
             let mut rest = &mut slices[..];
             let mut at = offset;

@@ -731,17 +731,14 @@ impl<D: LogDir> DurableStore<D> {
     fn read_record_ro(&self, loc: Loc) -> Result<Record, StorageError> {
         let name = seg_name(loc.seg);
         let mut buf = vec![0u8; loc.len as usize];
-        if loc.seg == self.current() {
-            // Not yet written: nothing reads records it appended in the same batch, but be
+        if !self.written(loc) {
+            // Still pending in this group's write (`range` stops before such records): be
             // safe and say so clearly.
-            let written = self.segments.get(&loc.seg).copied().unwrap_or(0);
-            if loc.off + u64::from(loc.len) > written {
-                return Err(StorageError(format!(
-                    "{}/{name}: record at offset {} not written yet",
-                    self.dir.describe(),
-                    loc.off
-                )));
-            }
+            return Err(StorageError(format!(
+                "{}/{name}: record at offset {} not written yet",
+                self.dir.describe(),
+                loc.off
+            )));
         }
         self.dir.read_at(&name, loc.off, &mut buf).map_err(|e| {
             StorageError(format!(

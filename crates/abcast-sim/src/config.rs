@@ -212,6 +212,10 @@ pub struct SimConfig {
     /// on; what it produces meanwhile waits behind it. `None`: syncs complete at once, in
     /// place (the runtime's `sync_thread = false`).
     pub sync_delay_us: Option<(Micros, Micros)>,
+    /// With `sync_delay_us`: sync jobs in flight at once, at most (the runtime's
+    /// `SYNC_JOBS_IN_FLIGHT_MAX`); a node's next group begins its sync while up to this
+    /// many older ones run, in order. 0: one to three, by seed (`1 + seed % 3`).
+    pub sync_jobs_max: usize,
     /// Upper bound of events processed in one run; exceeding it is a liveness violation
     /// (a message storm or a zero-delay loop).
     pub event_budget: u64,
@@ -250,8 +254,17 @@ impl SimConfig {
             crash_model: CrashModel::Process,
             snapshot_interval_us: 0,
             sync_delay_us: None,
+            sync_jobs_max: 0,
             event_budget: 20_000_000,
             replay: ReplayTarget::default(),
+        }
+    }
+
+    /// Sync jobs in flight at once, at most (see `sync_jobs_max`).
+    pub fn sync_jobs_limit(&self) -> usize {
+        match self.sync_jobs_max {
+            0 => 1 + (self.seed % 3) as usize,
+            n => n,
         }
     }
 

@@ -24,7 +24,9 @@
 //! thread, `abcast::runtime::syncer`): an outbox that needs a sync begins it
 //! (`Protocol::begin_sync_storage`) and waits *in flight* until a `SyncDone` event a drawn
 //! delay later runs the job; whatever the node produces meanwhile gathers into one outbox
-//! behind it, in order, and waits for the next sync. A crash drops both, job unrun.
+//! behind it, in order, and begins its own sync at once if fewer than
+//! [`SimConfig::sync_jobs_max`] are in flight (jobs complete in order), or waits. A crash
+//! drops them all, jobs unrun.
 
 use crate::checker::{Checker, Failure, LearnerId, SeqDigest, SnapshotEvent, ViolationKind};
 use crate::config::{FaultMix, SimConfig};
@@ -37,7 +39,7 @@ use abcast_core::uring::StartInfo;
 use abcast_core::{Micros, NodeId, Outbox, ProposeError, Protocol, Snapshot};
 use bytes::{Bytes, BytesMut};
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::fmt;
 
 /// A property broken in one run, with everything needed to understand and replay it.
@@ -246,17 +248,21 @@ enum Action {
     Heal,
 }
 
-/// A node's pipelined group commit (`SimConfig::sync_delay_us`): the outbox whose sync job
-/// is in flight, and what the node produced since, gathered behind it.
+/// A node's pipelined group commit (`SimConfig::sync_delay_us`): the outboxes whose sync
+/// jobs are in flight (up to `SimConfig::sync_jobs_max`, oldest first; they complete in
+/// order), and what the node produced since, gathered behind them.
 struct Pipe<M> {
-    in_flight: Option<(abcast_core::storage::SyncJob, Outbox<M>)>,
+    in_flight: VecDeque<(abcast_core::storage::SyncJob, Outbox<M>)>,
+    /// When the newest job in flight completes.
+    last_done_us: Micros,
     gather: Outbox<M>,
 }
 
 impl<M> Default for Pipe<M> {
     fn default() -> Self {
         Pipe {
-            in_flight: None,
+            in_flight: VecDeque::new(),
+            last_done_us: 0,
             gather: Outbox::new(),
         }
     }
@@ -677,7 +683,7 @@ where
     fn take_snapshots(&mut self) -> SimResult<()> {
         for i in 0..self.nodes.len() {
             // Deliveries held behind a sync in flight have not reached the application.
-            if self.pipes[i].in_flight.is_some() {
+            if !self.pipes[i].in_flight.is_empty() {
                 continue;
             }
             let s = &mut self.nodes[i];
@@ -991,12 +997,13 @@ where
         input: impl FnOnce(&mut P, Micros, &mut Outbox<P::Message>),
     ) -> SimResult<()> {
         let now = self.now_us;
-        if self.pipes[i].in_flight.is_some() {
-            // Behind the sync in flight: gather, carry out later.
+        if !self.pipes[i].in_flight.is_empty() {
+            // Behind the syncs in flight: gather, and begin its own sync if there is room
+            // (the runtime's end of an iteration), or carry out later.
             if let Some(p) = self.nodes[i].proto.as_mut() {
                 input(p, now, &mut self.pipes[i].gather);
             }
-            return Ok(());
+            return self.commit_gathered(i);
         }
         let mut out = std::mem::take(&mut self.outbox);
         out.clear();
@@ -1039,14 +1046,19 @@ where
         match begun {
             Err(e) => Err(self.commit_failed(i, &e)),
             Ok(None) => {
-                // Durable already: carry it out now.
+                // Durable already: carry it out now, or after the jobs in flight.
                 out.needs_sync = false;
-                self.carry_out(i, out)
+                if self.pipes[i].in_flight.is_empty() {
+                    return self.carry_out(i, out);
+                }
+                debug_assert!(self.pipes[i].gather.is_empty(), "two gathered outboxes");
+                self.pipes[i].gather = std::mem::take(out);
+                Ok(())
             }
             Ok(Some(job)) => {
                 let mut held = std::mem::take(out);
                 held.needs_sync = false;
-                self.pipes[i].in_flight = Some((job, held));
+                self.pipes[i].in_flight.push_back((job, held));
                 // Real fdatasyncs have long tails (ext4 journal commits, other writers):
                 // one in twenty stalls for up to 50 times the upper bound, long enough for
                 // heartbeats, trims and retransmissions to happen behind it.
@@ -1056,23 +1068,39 @@ where
                 } else {
                     self.rng.between(lo, hi)
                 };
+                // Jobs run in order on the one sync thread.
+                let at = self
+                    .now_us
+                    .saturating_add(delay)
+                    .max(self.pipes[i].last_done_us);
+                self.pipes[i].last_done_us = at;
                 let epoch = self.nodes[i].epoch;
-                self.schedule(
-                    self.now_us.saturating_add(delay),
-                    Action::SyncDone { node: i, epoch },
-                );
+                self.schedule(at, Action::SyncDone { node: i, epoch });
                 Ok(())
             }
         }
     }
 
-    /// The sync job in flight completes: the held outbox goes out, then what gathered
-    /// behind it (which may begin the next sync).
+    /// What gathered behind the syncs in flight: with none left, it is carried out (which
+    /// may begin its sync); with room for another job and a sync needed, its sync begins
+    /// now; otherwise it keeps gathering.
+    fn commit_gathered(&mut self, i: usize) -> SimResult<()> {
+        let pipe = &self.pipes[i];
+        let begin = pipe.gather.needs_sync && pipe.in_flight.len() < self.cfg.sync_jobs_limit();
+        if pipe.gather.is_empty() || !(pipe.in_flight.is_empty() || begin) {
+            return Ok(());
+        }
+        let mut gathered = std::mem::take(&mut self.pipes[i].gather);
+        self.carry_out(i, &mut gathered)
+    }
+
+    /// The oldest sync job in flight completes: its held outbox goes out, then what
+    /// gathered behind the jobs (which may begin the next sync).
     fn on_sync_done(&mut self, i: usize, epoch: u64) -> SimResult<()> {
         if self.nodes[i].epoch != epoch {
             return Ok(()); // the process that began it is gone
         }
-        let Some((job, mut held)) = self.pipes[i].in_flight.take() else {
+        let Some((job, mut held)) = self.pipes[i].in_flight.pop_front() else {
             return Ok(());
         };
         let result = job.run();
@@ -1084,11 +1112,7 @@ where
             return Err(self.commit_failed(i, &e));
         }
         self.carry_out(i, &mut held)?;
-        let mut gathered = std::mem::take(&mut self.pipes[i].gather);
-        if gathered.is_empty() {
-            return Ok(());
-        }
-        self.carry_out(i, &mut gathered)
+        self.commit_gathered(i)
     }
 
     /// The contract's order: sync, then sends and multicasts, then deliveries and acks.
@@ -1443,7 +1467,7 @@ where
         };
         let (id, incarnation) = (self.nodes[i].id, self.nodes[i].incarnation);
         // Behind a sync in flight the outputs gather (see `call`).
-        let gathering = self.pipes[i].in_flight.is_some();
+        let gathering = !self.pipes[i].in_flight.is_empty();
         let mut out = if gathering {
             std::mem::take(&mut self.pipes[i].gather)
         } else {

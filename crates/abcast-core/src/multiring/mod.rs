@@ -44,6 +44,7 @@ use crate::uring::{self, ConfigError, StartInfo, URing};
 use bytes::Bytes;
 use merge::{Follow, Merger, RingQueue};
 use skip::SkipState;
+use std::collections::VecDeque;
 use std::fmt;
 
 /// Why a subscribe or unsubscribe was refused.
@@ -124,6 +125,10 @@ pub struct MultiRing {
     announced: bool,
     next_report_us: Micros,
     now: Micros,
+    /// Per sync job in flight, oldest first: the slots whose stores put a part in it. Only
+    /// those hear its end: a store that synced in place for a job has nothing in flight for
+    /// it, and must not end an older job of its own early (the driver runs a few at once).
+    sync_parts: VecDeque<Vec<usize>>,
 }
 
 impl MultiRing {
@@ -199,6 +204,7 @@ impl MultiRing {
             announced: false,
             next_report_us: 0,
             now: 0,
+            sync_parts: VecDeque::new(),
         })
     }
 
@@ -707,10 +713,14 @@ impl Protocol for MultiRing {
         &mut self,
     ) -> Result<Option<crate::storage::SyncJob>, crate::storage::StorageError> {
         let mut job = crate::storage::SyncJob::default();
+        let mut parts = Vec::new();
         let mut first_err = None;
-        for slot in &mut self.slots {
+        for (k, slot) in self.slots.iter_mut().enumerate() {
             match slot.ring.begin_sync_storage() {
-                Ok(Some(j)) => job.append(j),
+                Ok(Some(j)) => {
+                    job.append(j);
+                    parts.push(k);
+                }
                 Ok(None) => {}
                 // Later rings still begin (and end) theirs: each store expects its end_sync.
                 Err(e) => {
@@ -721,23 +731,29 @@ impl Protocol for MultiRing {
         if let Some(e) = first_err {
             if !job.is_empty() {
                 let r = job.run();
-                for slot in &mut self.slots {
-                    let _ = slot.ring.end_sync_storage(r.clone());
+                for k in parts {
+                    let _ = self.slots[k].ring.end_sync_storage(r.clone());
                 }
             }
             return Err(e);
         }
-        Ok((!job.is_empty()).then_some(job))
+        if job.is_empty() {
+            return Ok(None);
+        }
+        self.sync_parts.push_back(parts);
+        Ok(Some(job))
     }
 
     fn end_sync_storage(
         &mut self,
         result: Result<(), crate::storage::StorageError>,
     ) -> Result<(), crate::storage::StorageError> {
-        // Every ring's store hears the result, whatever the others say.
+        // Every ring's store with a part in the job hears the result, whatever the others
+        // say.
+        let parts = self.sync_parts.pop_front().unwrap_or_default();
         let mut first_err = None;
-        for slot in &mut self.slots {
-            if let Err(e) = slot.ring.end_sync_storage(result.clone()) {
+        for k in parts {
+            if let Err(e) = self.slots[k].ring.end_sync_storage(result.clone()) {
                 first_err.get_or_insert(e);
             }
         }

@@ -111,7 +111,9 @@ pub trait AcceptorStore {
     /// The first half of `sync`, for a driver that overlaps the fdatasync with other work:
     /// every write so far reaches the OS now, and the job returned, run on any thread, makes
     /// it durable; then the driver calls `end_sync` with its result. `None`: durable already
-    /// (synced in place, or nothing to sync). No second `begin_sync` before `end_sync`.
+    /// (synced in place, or nothing to sync). Several jobs may be in flight: the driver runs
+    /// them in the order `begin_sync` returned them and calls `end_sync` once for each, in
+    /// that order. `sync` only with none in flight (its writes would overtake theirs).
     fn begin_sync(&mut self) -> Result<Option<SyncJob>, StorageError> {
         self.sync().map(|()| None)
     }

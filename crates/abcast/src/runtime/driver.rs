@@ -20,9 +20,12 @@
 //! Pipelined (`DriverConfig::sync_thread`, the default with group commit): at the end of
 //! the iteration the writes reach the OS (`Protocol::begin_sync_storage`) and the fdatasync
 //! runs on the sync thread (`syncer.rs`) while the loop goes on: the gathered outbox waits
-//! *in flight* until the thread reports the job done (a `mio::Waker`), and everything the
-//! loop produces meanwhile gathers behind it, in order, for the next sync. So a voter
-//! writes the next group while the disk flushes the last one, instead of waiting idle.
+//! *in flight* until the thread reports the job done (a `mio::Waker`). The next iteration's
+//! group begins its own sync at once, behind it, while fewer than
+//! `syncer::SYNC_JOBS_IN_FLIGHT_MAX` (2) jobs are in flight; past that, what the loop
+//! produces gathers, in order, for the next sync. So a voter writes the next group while
+//! the disk flushes the last one, and the disk does not wait for the loop to notice that
+//! a job is done. Outboxes are carried out in the order of their jobs.
 //!
 //! Connections. Each node dials every peer it sends to (lazily, on the first send) and uses
 //! that connection only to write; it reads what peers send on the connections they dialed
@@ -363,7 +366,8 @@ pub struct Driver<P: Protocol> {
     mcast: Option<Multicast>,
     /// The sync thread (pipelined group commit), and the outbox waiting for its job.
     syncer: Option<Syncer>,
-    in_flight: Option<Outbox<P::Message>>,
+    /// Outboxes waiting for their sync jobs, oldest first (one per job in the syncer).
+    in_flight: VecDeque<Outbox<P::Message>>,
 }
 
 impl<P: Protocol> Driver<P> {
@@ -465,7 +469,7 @@ impl<P: Protocol> Driver<P> {
         let last_tick_us = 0;
         Ok(Driver {
             syncer,
-            in_flight: None,
+            in_flight: VecDeque::new(),
             next_periodic_us: cfg.periodic_us,
             next_snapshot_us: cfg.snapshot_interval_us,
             cfg,
@@ -656,7 +660,7 @@ impl<P: Protocol> Driver<P> {
         if every == 0
             || now < self.next_snapshot_us
             || !self.outbox.is_empty()
-            || self.in_flight.is_some()
+            || !self.in_flight.is_empty()
         {
             return Ok(());
         }
@@ -761,11 +765,11 @@ impl<P: Protocol> Driver<P> {
         now: Micros,
         app: &mut A,
     ) -> Result<(), DriverError> {
-        if self.cfg.group_commit && (self.outbox.needs_sync || self.in_flight.is_some()) {
+        if self.cfg.group_commit && (self.outbox.needs_sync || !self.in_flight.is_empty()) {
             if self.outbox.sends.len() + self.outbox.multicasts.len() < GROUP_COMMIT_MAX_SENDS {
                 return Ok(());
             }
-            // Too much gathered: finish the sync in flight, then sync this group in place.
+            // Too much gathered: finish the syncs in flight, then sync this group in place.
             self.wait_in_flight(now, app)?;
         }
         self.carry_out_now(now, app)
@@ -773,19 +777,28 @@ impl<P: Protocol> Driver<P> {
 
     /// The end of an iteration: the gathered outbox is carried out, after its sync. With
     /// the sync thread, the writes go out now and the outbox waits in flight for the
-    /// thread's fdatasync; while one is in flight, the next group keeps gathering.
+    /// thread's fdatasync, behind the jobs already in flight (up to
+    /// `SYNC_JOBS_IN_FLIGHT_MAX`); when they are that many, the next group keeps gathering.
+    /// An outbox that needs no sync still goes after the ones in flight, as it came after
+    /// them.
     fn commit<A: Application + ?Sized>(
         &mut self,
         now: Micros,
         app: &mut A,
     ) -> Result<(), DriverError> {
-        if self.in_flight.is_some() || self.outbox.is_empty() {
+        if self.outbox.is_empty() {
             return Ok(());
         }
-        if self.syncer.is_none() || !self.outbox.needs_sync {
+        let Some(syncer) = self.syncer.as_ref() else {
             return self.carry_out_now(now, app);
+        };
+        if !self.outbox.needs_sync || !syncer.has_room() {
+            if self.in_flight.is_empty() {
+                return self.carry_out_now(now, app);
+            }
+            return Ok(());
         }
-        if self.start_sync()? {
+        if self.start_sync()? || !self.in_flight.is_empty() {
             return Ok(());
         }
         self.carry_out_now(now, app)
@@ -793,7 +806,8 @@ impl<P: Protocol> Driver<P> {
 
     /// Begins the gathered outbox's sync: its job goes to the sync thread and the outbox
     /// waits in flight (true), or the store was durable already (synced in place, or
-    /// nothing to sync) and the outbox may be carried out (false).
+    /// nothing to sync) and the outbox may be carried out once those in flight are
+    /// (false).
     fn start_sync(&mut self) -> Result<bool, DriverError> {
         let Some(job) = self
             .protocol
@@ -809,67 +823,55 @@ impl<P: Protocol> Driver<P> {
         self.stats.storage_syncs += 1;
         let mut held = std::mem::take(&mut self.outbox);
         held.needs_sync = false;
-        self.in_flight = Some(held);
+        self.in_flight.push_back(held);
         Ok(true)
     }
 
-    /// The sync thread's waker fired: carry out the outbox its job made durable, then start
-    /// the next group's sync.
+    /// The sync thread's waker fired: carry out the outboxes its jobs made durable, oldest
+    /// first, starting the next group's sync as soon as there is room.
     fn on_sync_done<A: Application + ?Sized>(
         &mut self,
         now: Micros,
         app: &mut A,
     ) -> Result<(), DriverError> {
-        let Some(result) = self.syncer.as_mut().and_then(Syncer::try_done) else {
-            return Ok(());
-        };
-        self.protocol
-            .end_sync_storage(result)
-            .map_err(DriverError::Storage)?;
-        let held = self.in_flight.take();
-        // The next group's sync starts before the last group is carried out (its sends,
-        // deliveries and acks take the loop a while at full speed, and the disk would wait
-        // for them): its messages leave after the last group's anyway, once it is done.
-        let started = self.outbox.needs_sync && self.start_sync()?;
-        if let Some(held) = held {
-            self.carry_out_held(now, app, held)?;
-        }
-        if started {
-            return Ok(());
+        while let Some(result) = self.syncer.as_mut().and_then(Syncer::try_done) {
+            self.protocol
+                .end_sync_storage(result)
+                .map_err(DriverError::Storage)?;
+            let held = self.in_flight.pop_front();
+            // The next group's sync starts before the last group is carried out (its sends,
+            // deliveries and acks take the loop a while at full speed, and the disk would
+            // wait for them): its messages leave after the last group's anyway.
+            if self.outbox.needs_sync {
+                self.start_sync()?;
+            }
+            if let Some(held) = held {
+                self.carry_out_held(now, app, held)?;
+            }
         }
         self.commit(now, app)
     }
 
-    /// Waits for the job in flight, if any, and carries out its outbox.
+    /// Waits for every job in flight, and carries out their outboxes, oldest first.
     fn wait_in_flight<A: Application + ?Sized>(
         &mut self,
         now: Micros,
         app: &mut A,
     ) -> Result<(), DriverError> {
-        let busy = self.syncer.as_ref().is_some_and(Syncer::busy);
-        if !busy {
-            return Ok(());
+        while let Some(s) = self.syncer.as_mut().filter(|s| s.in_flight() > 0) {
+            let result = s.wait();
+            self.protocol
+                .end_sync_storage(result)
+                .map_err(DriverError::Storage)?;
+            if let Some(held) = self.in_flight.pop_front() {
+                self.carry_out_held(now, app, held)?;
+            }
         }
-        let result = match self.syncer.as_mut() {
-            Some(s) => s.wait(),
-            None => Ok(()),
-        };
-        self.finish_in_flight(now, app, result)
-    }
-
-    fn finish_in_flight<A: Application + ?Sized>(
-        &mut self,
-        now: Micros,
-        app: &mut A,
-        result: Result<(), StorageError>,
-    ) -> Result<(), DriverError> {
-        self.protocol
-            .end_sync_storage(result)
-            .map_err(DriverError::Storage)?;
-        match self.in_flight.take() {
-            Some(held) => self.carry_out_held(now, app, held),
-            None => Ok(()),
-        }
+        debug_assert!(
+            self.in_flight.is_empty(),
+            "an outbox in flight without its job"
+        );
+        Ok(())
     }
 
     /// Carries out an outbox its sync job made durable. What gathered meanwhile stays in
@@ -898,6 +900,12 @@ impl<P: Protocol> Driver<P> {
         }
         let mut out = std::mem::take(&mut self.outbox);
         if out.needs_sync {
+            // In place only with no job in flight: a job still queued would write its
+            // bytes after these (and a direct write rewrites the block they share).
+            debug_assert!(
+                self.in_flight.is_empty(),
+                "an in-place sync behind a job in flight"
+            );
             self.protocol.sync_storage().map_err(DriverError::Storage)?;
             self.stats.storage_syncs += 1;
         }

@@ -7,26 +7,33 @@
 //! millisecond for a few hundred KiB here), so the next group could only start after it;
 //! overlapping them lets a voter write the next group while the disk flushes the last.
 //!
-//! One job at a time: the driver submits the next only after the last one's result came
-//! back, so the jobs' order is the order of the writes they cover.
+//! Up to [`SYNC_JOBS_IN_FLIGHT_MAX`] jobs at a time, run in the order they were submitted
+//! (so in the order of the writes they cover), their results reported in that order. Why
+//! more than one: with one, the disk waited while the loop, busy with the last group,
+//! had not yet noticed the job done and submitted the next (measured at a voter under the
+//! synced log at 8 KiB: the thread worked 4 ms of each 7 ms from submit to notice, and
+//! the loop's work and the disk's took turns instead of overlapping).
 
 use abcast_core::storage::{StorageError, SyncJob};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
+/// Jobs submitted and not yet reported done, at most.
+pub const SYNC_JOBS_IN_FLIGHT_MAX: usize = 2;
+
 pub struct Syncer {
     jobs: Option<mpsc::SyncSender<SyncJob>>,
     done: mpsc::Receiver<Result<(), StorageError>>,
     thread: Option<JoinHandle<()>>,
-    /// A job was submitted and its result not yet taken.
-    busy: bool,
+    /// Jobs submitted whose results were not yet taken.
+    in_flight: usize,
 }
 
 impl Syncer {
     /// Starts the thread; `waker` wakes the event loop after each job.
     pub fn start(waker: mio::Waker) -> std::io::Result<Syncer> {
-        let (jobs, rx) = mpsc::sync_channel::<SyncJob>(1);
-        let (tx, done) = mpsc::sync_channel(1);
+        let (jobs, rx) = mpsc::sync_channel::<SyncJob>(SYNC_JOBS_IN_FLIGHT_MAX);
+        let (tx, done) = mpsc::sync_channel(SYNC_JOBS_IN_FLIGHT_MAX);
         let thread = std::thread::Builder::new()
             .name("abcast-sync".into())
             .spawn(move || {
@@ -44,28 +51,37 @@ impl Syncer {
             jobs: Some(jobs),
             done,
             thread: Some(thread),
-            busy: false,
+            in_flight: 0,
         })
     }
 
-    pub fn busy(&self) -> bool {
-        self.busy
+    /// Jobs submitted whose results were not yet taken.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
     }
 
-    /// Hands a job to the thread. Only when not `busy`.
+    /// Whether another job may be submitted now.
+    pub fn has_room(&self) -> bool {
+        self.in_flight < SYNC_JOBS_IN_FLIGHT_MAX
+    }
+
+    /// Hands a job to the thread, behind those in flight. Only when it `has_room`.
     pub fn submit(&mut self, job: SyncJob) -> Result<(), StorageError> {
-        debug_assert!(!self.busy, "one sync job at a time");
+        debug_assert!(
+            self.has_room(),
+            "more sync jobs than SYNC_JOBS_IN_FLIGHT_MAX"
+        );
         let sent = self.jobs.as_ref().is_some_and(|j| j.send(job).is_ok());
         if !sent {
             return Err(StorageError("the sync thread is gone".into()));
         }
-        self.busy = true;
+        self.in_flight += 1;
         Ok(())
     }
 
-    /// The result of the job in flight, if it is done.
+    /// The result of the oldest job in flight, if it is done.
     pub fn try_done(&mut self) -> Option<Result<(), StorageError>> {
-        if !self.busy {
+        if self.in_flight == 0 {
             return None;
         }
         let r = match self.done.try_recv() {
@@ -75,14 +91,14 @@ impl Syncer {
                 Err(StorageError("the sync thread is gone".into()))
             }
         };
-        self.busy = false;
+        self.in_flight -= 1;
         Some(r)
     }
 
-    /// Waits for the job in flight (there must be one).
+    /// Waits for the oldest job in flight (there must be one).
     pub fn wait(&mut self) -> Result<(), StorageError> {
-        debug_assert!(self.busy, "waiting without a job in flight");
-        self.busy = false;
+        debug_assert!(self.in_flight > 0, "waiting without a job in flight");
+        self.in_flight -= 1;
         self.done
             .recv()
             .unwrap_or_else(|_| Err(StorageError("the sync thread is gone".into())))
@@ -124,13 +140,13 @@ mod tests {
                 }),
             );
             s.submit(job).expect("submit");
-            assert!(s.busy());
+            assert_eq!(s.in_flight(), 1);
             let mut events = mio::Events::with_capacity(4);
             poll.poll(&mut events, Some(Duration::from_secs(10)))
                 .expect("poll");
             assert!(events.iter().any(|e| e.token() == mio::Token(7)), "woken");
             assert_eq!(s.try_done(), Some(Ok(())));
-            assert!(!s.busy());
+            assert_eq!(s.in_flight(), 0);
         }
         // A failing step comes back as the job's error, naming the step.
         let mut job = SyncJob::default();
@@ -144,5 +160,45 @@ mod tests {
             e.0.contains("seg-1: syncing") && e.0.contains("disk on fire"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn two_jobs_in_flight_run_in_order_and_report_in_order() {
+        let poll = mio::Poll::new().expect("poll");
+        let waker = mio::Waker::new(poll.registry(), mio::Token(7)).expect("waker");
+        let mut s = Syncer::start(waker).expect("thread");
+        let (release, gate) = std::sync::mpsc::channel::<()>();
+        let ran = Arc::new(AtomicU32::new(0));
+        let mut first = SyncJob::default();
+        let ran1 = Arc::clone(&ran);
+        first.push(
+            "first".into(),
+            Box::new(move || {
+                gate.recv().map_err(std::io::Error::other)?;
+                assert_eq!(ran1.fetch_add(1, Ordering::SeqCst), 0, "first runs first");
+                Ok(())
+            }),
+        );
+        let mut second = SyncJob::default();
+        let ran2 = Arc::clone(&ran);
+        second.push(
+            "second".into(),
+            Box::new(move || {
+                assert_eq!(ran2.fetch_add(1, Ordering::SeqCst), 1, "second runs second");
+                Err(std::io::Error::other("second failed"))
+            }),
+        );
+        s.submit(first).expect("submit");
+        assert!(s.has_room());
+        s.submit(second).expect("submit");
+        assert!(!s.has_room(), "at most {SYNC_JOBS_IN_FLIGHT_MAX} in flight");
+        // Neither is done while the first waits.
+        assert_eq!(s.try_done(), None);
+        release.send(()).expect("release");
+        assert_eq!(s.wait(), Ok(()), "the first job's result comes first");
+        let e = s.wait().expect_err("then the second's");
+        assert!(e.0.contains("second failed"), "{e}");
+        assert_eq!(s.in_flight(), 0);
+        assert_eq!(ran.load(Ordering::SeqCst), 2);
     }
 }

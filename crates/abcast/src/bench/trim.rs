@@ -234,9 +234,10 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
          \"durable\"`, `sync = true`, segments of {}, learners snapshot every second; offered \
          load {} values/s of {} over the cluster ({:.0} Mbit/s), for {} s per run. The \
          coordinator trims acceptors below what a quorum of learners' snapshots cover; an \
-         acceptor frees a segment once nothing in it is above its trim point, and keeps up \
-         to 4 freed segment files as spares to write over. The log on disk counts the live \
-         segments, the current one at its preallocated size, and the spares.\n",
+         acceptor frees a segment once nothing in it is above its trim point, and keeps the \
+         files a trim frees as spares to write over (as many as it frees, 4 to 64). The log \
+         on disk counts the live segments, the current one at its preallocated size, and the \
+         spares.\n",
         bytes(TRIM_SEGMENT_BYTES),
         group(TRIM_RATE_VALUES_PER_S),
         bytes(TRIM_VALUE_SIZE_BYTES),

@@ -37,6 +37,8 @@ fn name(m: &Message) -> &'static str {
         Message::Decided(_) => "decided",
         Message::Heartbeat(_) => "heartbeat",
         Message::Repair(_) => "repair",
+        Message::SnapshotFetch(_) => "snapshot-fetch",
+        Message::SnapshotChunk(_) => "snapshot-chunk",
     }
 }
 

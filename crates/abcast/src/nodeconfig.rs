@@ -655,6 +655,10 @@ pub fn parse(
     // With snapshots the coordinator trims acceptors below them, and a learner behind the
     // trim point must install a peer's snapshot rather than skip (`RingConfig`).
     ring.learner_snapshots = snapshot_interval_ms > 0;
+    let mut ringpaxos = ringpaxos;
+    if let Some(rp) = ringpaxos.as_mut() {
+        rp.learner_snapshots = snapshot_interval_ms > 0;
+    }
     let multiring = multiring(&file, &ring)?;
     if multiring.is_some() && protocol == ProtocolKind::RingPaxos {
         return invalid(

@@ -50,7 +50,13 @@ fn free_addr() -> String {
 /// The cluster config: durable storage with fdatasync, client ports on every node, and
 /// `storage_extra` lines in the `[storage]` table.
 fn write_config(dir: &Path, storage_extra: &str) -> (PathBuf, Vec<String>) {
+    write_config_with(dir, "", storage_extra)
+}
+
+/// `top_extra`: top-level keys (`protocol = ...`), before the tables.
+fn write_config_with(dir: &Path, top_extra: &str, storage_extra: &str) -> (PathBuf, Vec<String>) {
     let mut text = String::from("cluster_id = 44\n");
+    text += top_extra;
     let mut clients = Vec::new();
     for id in 0..NODES {
         let client = free_addr();
@@ -475,10 +481,20 @@ fn load_until(
 
 #[test]
 fn a_learner_down_past_the_trim_point_installs_a_peers_snapshot_and_catches_up() {
-    let dir = temp_dir("install");
+    learner_down_past_the_trim_point("install", "");
+}
+
+#[test]
+fn a_ring_paxos_learner_down_past_the_trim_point_installs_a_peers_snapshot_and_catches_up() {
+    // Ring Paxos over TCP (no [multicast]): the same trim and install rules on its messages.
+    learner_down_past_the_trim_point("install-rp", "protocol = \"ringpaxos\"\n");
+}
+
+fn learner_down_past_the_trim_point(name: &str, top_extra: &str) {
+    let dir = temp_dir(name);
     // Snapshots every 200 ms, so the two live learners move the trim point well past the
     // down node's last snapshot within a few seconds.
-    let (config, clients) = write_config(&dir, "snapshot_interval_ms = 200\n");
+    let (config, clients) = write_config_with(&dir, top_extra, "snapshot_interval_ms = 200\n");
     let mut children = Nodes((0..NODES).map(|id| spawn(&config, &dir, id, 0)).collect());
     let stop = Arc::new(AtomicBool::new(false));
     let loaders: Vec<_> = (0..2)

@@ -44,6 +44,11 @@ pub struct RingPaxosConfig {
     pub failure_timeout_us: Micros,
     /// A learner missing an instance this long asks for it (§4.2).
     pub retrieve_timeout_us: Micros,
+    /// The learners take snapshots (the node's `storage.snapshot_interval_ms > 0`): the
+    /// coordinator trims acceptors below a quorum of them, and a learner behind the trim
+    /// point installs a peer's snapshot; without, it skips what every acceptor forgot (an
+    /// in-memory store's window slid past it). As `uring::RingConfig::learner_snapshots`.
+    pub learner_snapshots: bool,
     pub retrieve_max_instances: u64,
     /// Acceptor store capacity.
     pub store_capacity_instances: usize,
@@ -195,6 +200,7 @@ impl Default for RingPaxosConfig {
             heartbeat_interval_us: 50_000,
             failure_timeout_us: 300_000,
             retrieve_timeout_us: 100_000,
+            learner_snapshots: false,
             retrieve_max_instances: 1024,
             store_capacity_instances: 15_000,
             store_capacity_bytes: 1 << 30,

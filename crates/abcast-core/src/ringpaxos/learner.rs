@@ -83,8 +83,9 @@ impl RingPaxos {
             let key = decree.key();
             self.record_decision(instance, Ballot::ZERO, Some(decree), key, out);
         }
-        // Nobody can serve what lies below every live acceptor's log start: skip it (the
-        // same rule as U-Ring Paxos; snapshots replace it with durable storage).
+        // Nobody can serve what lies below every live acceptor's log start (trimmed below a
+        // quorum of learners' snapshots, or slid out of an in-memory window): once every
+        // live acceptor says so, fetch a peer's snapshot, or skip (`behind_trim_point`).
         let next = self.learn.next;
         if next < m.log_start && !self.learn.knows(next) && self.is_acceptor_pos(from_pos) {
             let l = &mut self.learn;
@@ -102,12 +103,8 @@ impl RingPaxos {
                 .filter(|&&p| p != self.pos && self.view.alive(p, self.now))
                 .all(|&p| mask & bit(p) != 0);
             if everyone {
-                let to = self.learn.trimmed_floor;
-                out.events.push(format!(
-                    "learner skips instances {next}..{to}: trimmed at every acceptor"
-                ));
-                out.skips.push((next, to));
-                self.learn.jump_to(to);
+                let floor = self.learn.trimmed_floor;
+                self.behind_trim_point(next, floor, out);
             }
         }
         // Catching up moves at network speed: ask for the next range at once.

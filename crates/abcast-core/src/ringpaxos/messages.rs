@@ -9,7 +9,8 @@
 //! | `Decision` | coordinator → everybody | ip-multicast | Task 5 line 35 |
 //! | `Nack` | acceptor → coordinator | unicast | (a refusal, §4.2 "re-send ... with a bigger round") |
 //! | `Retrieve` / `Decided` | learner ↔ coordinator or preferred acceptor | unicast | §4.2 lost messages |
-//! | `Heartbeat`, `Repair` | everybody | unicast | §4.2 failure detection, amnesic repair |
+//! | `Heartbeat`, `Repair` | everybody | unicast | §4.2 failure detection, amnesic repair; snapshot reports and the trim point (issue 4) |
+//! | `SnapshotFetch` / `SnapshotChunk` | learner ↔ learner | unicast | a learner behind the trim point fetches a peer's snapshot (issue 4) |
 //!
 //! A `Phase2a` carries the decisions of earlier instances in its first part and the new
 //! proposed value with its id in the second (§6.1, §4.3 last paragraph); a `Decision`
@@ -17,6 +18,7 @@
 
 use crate::codec::{Decoder, Encoder, WireMessage};
 use crate::error::DecodeError;
+pub use crate::snapshot_transfer::{SnapshotChunk, SnapshotFetch};
 use crate::types::{Ballot, Batch, BatchKey, Decree, Instance, NodeId};
 use crate::wire::{
     BALLOT_BYTES, get_ballot, get_batch, get_bool, get_decree, get_u64s, put_ballot, put_batch,
@@ -144,6 +146,10 @@ pub struct Heartbeat {
     pub decided_max: Instance,
     pub amnesic: bool,
     pub epoch: Vec<u64>,
+    /// The sender's latest snapshot covers instances up to here (0: none).
+    pub snapshot_upto: Instance,
+    /// From the coordinator: acceptors may forget every instance below this (0: nothing).
+    pub trim_below: Instance,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -167,6 +173,8 @@ pub enum Message {
     Decided(Decided),
     Heartbeat(Heartbeat),
     Repair(Repair),
+    SnapshotFetch(SnapshotFetch),
+    SnapshotChunk(SnapshotChunk),
 }
 
 const K_SUBMIT: u8 = 1;
@@ -180,6 +188,8 @@ const K_RETRIEVE: u8 = 8;
 const K_DECIDED: u8 = 9;
 const K_HEARTBEAT: u8 = 10;
 const K_REPAIR: u8 = 11;
+const K_SNAPSHOT_FETCH: u8 = 12;
+const K_SNAPSHOT_CHUNK: u8 = 13;
 
 fn put_vid(e: &mut Encoder, v: Vid) {
     match v {
@@ -245,6 +255,8 @@ impl WireMessage for Message {
             Message::Decided(_) => K_DECIDED,
             Message::Heartbeat(_) => K_HEARTBEAT,
             Message::Repair(_) => K_REPAIR,
+            Message::SnapshotFetch(_) => K_SNAPSHOT_FETCH,
+            Message::SnapshotChunk(_) => K_SNAPSHOT_CHUNK,
         }
     }
 
@@ -314,12 +326,16 @@ impl WireMessage for Message {
                 e.put_u64(m.decided_max);
                 e.put_u8(m.amnesic as u8);
                 put_u64s(e, &m.epoch);
+                e.put_u64(m.snapshot_upto);
+                e.put_u64(m.trim_below);
             }
             Message::Repair(m) => {
                 put_ballot(e, m.ballot);
                 e.put_u64(m.decided_floor);
                 e.put_u64(m.upto);
             }
+            Message::SnapshotFetch(m) => m.encode(e),
+            Message::SnapshotChunk(m) => m.encode(e),
         }
     }
 
@@ -427,7 +443,11 @@ impl WireMessage for Message {
                 decided_max: d.u64("heartbeat.decided_max")?,
                 amnesic: get_bool(&mut d, "heartbeat.amnesic")?,
                 epoch: get_u64s(&mut d, "epoch", MAX_MEMBERS)?,
+                snapshot_upto: d.u64("heartbeat.snapshot_upto")?,
+                trim_below: d.u64("heartbeat.trim_below")?,
             }),
+            K_SNAPSHOT_FETCH => Message::SnapshotFetch(SnapshotFetch::decode(&mut d)?),
+            K_SNAPSHOT_CHUNK => Message::SnapshotChunk(SnapshotChunk::decode(&mut d)?),
             K_REPAIR => Message::Repair(Repair {
                 ballot: get_ballot(&mut d)?,
                 decided_floor: d.u64("repair.decided_floor")?,
@@ -530,11 +550,24 @@ mod tests {
                 decided_max: 4,
                 amnesic: true,
                 epoch: vec![0, 0, 0],
+                snapshot_upto: 2,
+                trim_below: 3,
             }),
             Message::Repair(Repair {
                 ballot: bal,
                 decided_floor: 2,
                 upto: 9,
+            }),
+            Message::SnapshotFetch(SnapshotFetch {
+                upto: 9,
+                min_upto: 7,
+                offset: 1 << 20,
+            }),
+            Message::SnapshotChunk(SnapshotChunk {
+                upto: 9,
+                total: 5000,
+                offset: 100,
+                data: bytes::Bytes::from(vec![3u8; 4000]),
             }),
         ]
     }

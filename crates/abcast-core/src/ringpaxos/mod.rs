@@ -49,6 +49,7 @@ pub mod coordinator;
 pub mod learner;
 pub mod messages;
 pub mod proposer;
+pub mod snapshot;
 
 pub use config::{ConfigError, Member, RingPaxosConfig, Roles, StartInfo};
 pub use messages::Message;
@@ -99,6 +100,8 @@ pub struct RingPaxos {
     /// The first input's time is known: the failure detector's grace period starts there.
     pub(crate) started: bool,
     pub(crate) incarnation: u64,
+    /// Snapshots and trimming (`snapshot.rs`).
+    pub(crate) snap: crate::uring::snapshot::SnapshotState,
 }
 
 impl RingPaxos {
@@ -152,6 +155,7 @@ impl RingPaxos {
             last_coordinator: None,
             started: false,
             incarnation,
+            snap: crate::uring::snapshot::SnapshotState::new(cfg.members.len()),
             me,
             pos,
             cfg,
@@ -233,6 +237,10 @@ impl RingPaxos {
     fn on_heartbeat(&mut self, from_pos: usize, m: Heartbeat, out: &mut Out) {
         self.note_ballot(m.ballot);
         self.view.merge_epoch(&m.epoch);
+        self.on_snapshot_report(from_pos, m.snapshot_upto);
+        if m.trim_below > 0 {
+            self.on_trim(from_pos, m.trim_below, out);
+        }
         if m.amnesic {
             let fp = crate::uring::ring::fingerprint(&m.epoch);
             self.coordinator_on_amnesic_heartbeat(from_pos, fp, out);
@@ -259,7 +267,13 @@ impl RingPaxos {
             decided_max: self.learn.decided_max,
             amnesic: self.acc.as_ref().is_some_and(|a| a.amnesic),
             epoch: self.view.epoch().to_vec(),
+            snapshot_upto: self.snap.own_upto,
+            trim_below: self.trim_point(),
         };
+        // The coordinator's own acceptor trims as its heartbeats tell the others.
+        if hb.trim_below > 0 {
+            self.on_trim(self.pos, hb.trim_below, out);
+        }
         for (p, m) in self.cfg.members.iter().enumerate() {
             if p != self.pos {
                 out.send(m.id, Message::Heartbeat(hb.clone()));
@@ -332,6 +346,8 @@ impl Protocol for RingPaxos {
             Message::Decided(m) => self.on_decided_reply(from_pos, m, out),
             Message::Heartbeat(m) => self.on_heartbeat(from_pos, m, out),
             Message::Repair(m) => self.on_repair(m, out),
+            Message::SnapshotFetch(m) => self.on_snapshot_fetch(from_pos, m, out),
+            Message::SnapshotChunk(m) => self.on_snapshot_chunk(from_pos, m, out),
         }
         self.after_input(out);
     }
@@ -342,6 +358,7 @@ impl Protocol for RingPaxos {
         self.coordinator_tick(out);
         self.proposer_tick(out);
         self.learner_tick(out);
+        self.snapshot_fetch_tick(out);
         self.after_input(out);
     }
 
@@ -386,6 +403,14 @@ impl Protocol for RingPaxos {
 
     fn log_bytes(&self) -> u64 {
         self.acc.as_ref().map_or(0, |acc| acc.store.log_bytes())
+    }
+
+    fn take_snapshot(&mut self, app: Bytes) -> Result<crate::protocol::Snapshot, String> {
+        self.take_snapshot_here(app)
+    }
+
+    fn restore_snapshot(&mut self, snapshot: &crate::protocol::Snapshot) -> Result<(), String> {
+        self.restore_snapshot_here(snapshot)
     }
 
     fn status(&self) -> Status {

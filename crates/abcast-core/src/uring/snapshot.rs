@@ -26,6 +26,7 @@
 //!   reported through `Outbox::skips`. With snapshots on, a learner never skips: it waits
 //!   until a live peer reports a snapshot that covers what it needs.
 
+use super::learner::LearnerState;
 use super::messages::Message;
 use super::{Out, URing};
 use crate::codec::{Decoder, Encoder};
@@ -69,23 +70,69 @@ impl SnapshotState {
     }
 }
 
+/// The learner's snapshot: the application's state `app` after every instance delivered so
+/// far, with the learner's de-duplication memory. Shared by U-Ring Paxos and Ring Paxos,
+/// whose learners are the same `LearnerState`.
+pub(crate) fn take_snapshot_of(
+    learn: &LearnerState,
+    snap: &mut SnapshotState,
+    app: Bytes,
+) -> Snapshot {
+    let upto = learn.delivered_upto();
+    let mut e = Encoder::new();
+    learn.encode_dedup(&mut e);
+    let s = Snapshot {
+        upto,
+        protocol: e.to_bytes(),
+        app,
+    };
+    debug_assert!(upto >= snap.own_upto, "snapshots go forward");
+    snap.own_upto = upto;
+    snap.server.set_latest(&s);
+    s
+}
+
+/// Moves the learner to after `s` (restored at start or installed from a peer).
+pub(crate) fn apply_snapshot_to(
+    learn: &mut LearnerState,
+    snap: &mut SnapshotState,
+    s: &Snapshot,
+    now: crate::types::Micros,
+) -> Result<(), String> {
+    let mut d = Decoder::new(s.protocol.clone());
+    let dedup = super::learner::Dedup::decode(&mut d).map_err(|e| format!("snapshot: {e}"))?;
+    d.finish().map_err(|e| format!("snapshot: {e}"))?;
+    learn.install(s.upto, dedup);
+    learn.last_progress_us = now;
+    snap.own_upto = snap.own_upto.max(s.upto);
+    snap.server.set_latest(s);
+    Ok(())
+}
+
+/// The trim point over the learners' snapshot reports `ups`: one past the highest instance
+/// that a majority of them cover (URingPaxos' `Safe`), 0 = trim nothing. A learner whose
+/// snapshot is older (or that is down) and falls behind it fetches a newer one from a peer;
+/// a majority's snapshots cover the trim point, so one of them can serve it.
+pub(crate) fn quorum_trim_point(mut ups: Vec<Instance>) -> Instance {
+    if ups.is_empty() {
+        return 0;
+    }
+    ups.sort_unstable_by(|a, b| b.cmp(a));
+    let quorum = ups.len() / 2 + 1;
+    let covered = ups[quorum - 1];
+    debug_assert!(
+        ups.iter().filter(|&&u| u >= covered).count() >= quorum,
+        "a quorum of learners' snapshots covers the trim point"
+    );
+    if covered == 0 { 0 } else { covered + 1 }
+}
+
 impl URing {
     pub(crate) fn take_snapshot_here(&mut self, app: Bytes) -> Result<Snapshot, String> {
         if !self.learn.deliver {
             return Err(format!("node {} is not a learner of this ring", self.me));
         }
-        let upto = self.learn.delivered_upto();
-        let mut e = Encoder::new();
-        self.learn.encode_dedup(&mut e);
-        let snap = Snapshot {
-            upto,
-            protocol: e.to_bytes(),
-            app,
-        };
-        debug_assert!(upto >= self.snap.own_upto, "snapshots go forward");
-        self.snap.own_upto = upto;
-        self.snap.server.set_latest(&snap);
-        Ok(snap)
+        Ok(take_snapshot_of(&self.learn, &mut self.snap, app))
     }
 
     pub(crate) fn restore_snapshot_here(&mut self, snap: &Snapshot) -> Result<(), String> {
@@ -101,13 +148,7 @@ impl URing {
 
     /// Moves the learner to after `snap` (restored at start or installed from a peer).
     fn apply_snapshot(&mut self, snap: &Snapshot) -> Result<(), String> {
-        let mut d = Decoder::new(snap.protocol.clone());
-        let dedup = super::learner::Dedup::decode(&mut d).map_err(|e| format!("snapshot: {e}"))?;
-        d.finish().map_err(|e| format!("snapshot: {e}"))?;
-        self.learn.install(snap.upto, dedup);
-        self.learn.last_progress_us = self.now;
-        self.snap.own_upto = self.snap.own_upto.max(snap.upto);
-        self.snap.server.set_latest(snap);
+        apply_snapshot_to(&mut self.learn, &mut self.snap, snap, self.now)?;
         self.cluster_delivered_max = self.cluster_delivered_max.max(snap.upto);
         Ok(())
     }
@@ -267,7 +308,7 @@ impl URing {
         if !self.coord.is_leading() {
             return 0;
         }
-        let mut ups: Vec<Instance> = self
+        let ups: Vec<Instance> = self
             .cfg
             .members
             .iter()
@@ -281,17 +322,7 @@ impl URing {
                 }
             })
             .collect();
-        if ups.is_empty() {
-            return 0;
-        }
-        ups.sort_unstable_by(|a, b| b.cmp(a));
-        let quorum = ups.len() / 2 + 1;
-        let covered = ups[quorum - 1];
-        debug_assert!(
-            ups.iter().filter(|&&u| u >= covered).count() >= quorum,
-            "a quorum of learners' snapshots covers the trim point"
-        );
-        if covered == 0 { 0 } else { covered + 1 }
+        quorum_trim_point(ups)
     }
 
     /// An acceptor trims below what the coordinator it believes in says.

@@ -241,6 +241,19 @@ fn get_decisions(d: &mut Decoder) -> Result<Vec<(Instance, Vid)>, DecodeError> {
     Ok(v)
 }
 
+/// For the snapshot rules shared by U-Ring Paxos and Ring Paxos (`uring::snapshot`).
+impl From<SnapshotFetch> for Message {
+    fn from(m: SnapshotFetch) -> Message {
+        Message::SnapshotFetch(m)
+    }
+}
+
+impl From<SnapshotChunk> for Message {
+    fn from(m: SnapshotChunk) -> Message {
+        Message::SnapshotChunk(m)
+    }
+}
+
 impl WireMessage for Message {
     fn kind(&self) -> u8 {
         match self {

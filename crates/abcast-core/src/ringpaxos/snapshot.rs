@@ -1,7 +1,8 @@
-//! Snapshots and trimming for Ring Paxos (issue 4), the rules of U-Ring Paxos
-//! (`uring/snapshot.rs`, whose module comment has the whole argument) on Ring Paxos'
-//! messages; the learner state, the snapshot contents and the trim point are shared code
-//! (`uring::snapshot::{take_snapshot_of, apply_snapshot_to, quorum_trim_point}`).
+//! Snapshots and trimming for Ring Paxos (issue 4): the rules of U-Ring Paxos
+//! (`uring/snapshot.rs`, whose module comment has the whole argument), run by the same
+//! functions there (`take_snapshot_of`, `apply_snapshot_to`, `behind_trim_point_in`,
+//! `on_chunk_in`, `install_in`, `fetch_tick_in`, `SnapshotState::trim_point`, `trim_acceptor`) on
+//! Ring Paxos' state and messages; this file only wires them to it.
 //!
 //! * A learner's snapshot is its application state plus the learner's de-duplication
 //!   memory; every heartbeat carries the sender's `snapshot_upto`.
@@ -18,15 +19,14 @@
 
 use super::messages::Message;
 use super::{Out, RingPaxos};
-use crate::protocol::{Install, Snapshot};
-use crate::snapshot_transfer::{ChunkOutcome, SnapshotChunk, SnapshotFetch};
+use crate::protocol::Snapshot;
+use crate::snapshot_transfer::{SnapshotChunk, SnapshotFetch};
 use crate::types::Instance;
-use crate::uring::snapshot::{apply_snapshot_to, quorum_trim_point, take_snapshot_of};
+use crate::uring::snapshot::{
+    apply_snapshot_to, behind_trim_point_in, fetch_tick_in, install_in, on_chunk_in,
+    take_snapshot_of, trim_acceptor,
+};
 use bytes::Bytes;
-
-/// Fetches of one chunk repeated without an answer before the transfer is given up (and
-/// started again, maybe from another peer, by the next retrieve).
-const FETCH_RETRIES_MAX: u32 = 3;
 
 impl RingPaxos {
     pub(crate) fn take_snapshot_here(&mut self, app: Bytes) -> Result<Snapshot, String> {
@@ -50,53 +50,21 @@ impl RingPaxos {
     /// lowest of them: `floor`): fetch a snapshot covering `floor - 1` from a peer learner,
     /// or skip where this node has no state to install or the learners take no snapshots.
     pub(crate) fn behind_trim_point(&mut self, next: Instance, floor: Instance, out: &mut Out) {
-        debug_assert!(
-            next < floor,
-            "behind the trim point means below the log start"
-        );
-        let need = floor - 1;
-        let has_state = self.learn.deliver && !self.learn.report_passes;
-        if !has_state || !self.cfg.learner_snapshots {
-            out.events.push(format!(
-                "learner skips instances {next}..{floor}: trimmed at every acceptor, and {}",
-                if has_state {
-                    "this group's learners take no snapshots"
-                } else {
-                    "this node has no application state to install"
-                }
-            ));
-            out.skips.push((next, floor));
-            self.learn.jump_to(floor);
-            return;
-        }
-        if self.snap.fetcher.in_progress() {
-            return;
-        }
-        let source = (0..self.cfg.members.len())
+        let candidates: Vec<_> = (0..self.cfg.members.len())
             .filter(|&p| {
-                p != self.pos
-                    && self.cfg.members[p].roles.learner
-                    && self.view.alive(p, self.now)
-                    && self.snap.reported[p] >= need
+                p != self.pos && self.cfg.members[p].roles.learner && self.view.alive(p, self.now)
             })
-            .max_by_key(|&p| self.snap.reported[p]);
-        let Some(p) = source else {
-            if self.snap.waiting_logged != next {
-                self.snap.waiting_logged = next;
-                out.events.push(format!(
-                    "learner behind the trim point at {next}: waits for a live peer whose snapshot covers {need}"
-                ));
-            }
-            return;
-        };
-        out.events.push(format!(
-            "learner behind the trim point at {next} (log starts at {floor}): fetching the snapshot of node {} (up to {})",
-            self.node_at(p),
-            self.snap.reported[p]
-        ));
-        self.snap.fetch_retries = 0;
-        let fetch = self.snap.fetcher.start(self.now, self.node_at(p), need);
-        out.send(self.node_at(p), Message::SnapshotFetch(fetch));
+            .map(|p| (p, self.node_at(p)))
+            .collect();
+        behind_trim_point_in(
+            &mut self.learn,
+            &mut self.snap,
+            self.cfg.learner_snapshots,
+            self.now,
+            &candidates,
+            (next, floor),
+            out,
+        );
     }
 
     pub(crate) fn on_snapshot_fetch(&mut self, from_pos: usize, m: SnapshotFetch, out: &mut Out) {
@@ -109,97 +77,32 @@ impl RingPaxos {
 
     pub(crate) fn on_snapshot_chunk(&mut self, from_pos: usize, m: SnapshotChunk, out: &mut Out) {
         let from = self.node_at(from_pos);
-        match self.snap.fetcher.on_chunk(self.now, from, m) {
-            ChunkOutcome::Ignored => {}
-            ChunkOutcome::Next(fetch) => {
-                self.snap.fetch_retries = 0;
-                out.send(from, Message::SnapshotFetch(fetch));
-            }
-            ChunkOutcome::Abandoned(why) => {
-                out.events
-                    .push(format!("snapshot transfer given up: {why}"));
-            }
-            ChunkOutcome::Complete(snap) => self.install_snapshot(snap, out),
-        }
-    }
-
-    /// A snapshot fetched from a peer arrived whole: the learner moves past it and the
-    /// application takes its state (`Outbox::installs`), before any later delivery.
-    fn install_snapshot(&mut self, snap: Snapshot, out: &mut Out) {
-        if snap.upto < self.learn.next {
-            out.events.push(format!(
-                "snapshot up to {} not installed: the learner already delivered up to {}",
-                snap.upto,
-                self.learn.delivered_upto()
-            ));
+        let Some(snap) = on_chunk_in(&mut self.snap, self.now, from, m, out) else {
             return;
-        }
-        if let Err(e) = apply_snapshot_to(&mut self.learn, &mut self.snap, &snap, self.now) {
-            out.events
-                .push(format!("snapshot up to {} refused: {e}", snap.upto));
-            return;
-        }
-        out.events.push(format!(
-            "learner installed a peer's snapshot up to {} ({} bytes of application state)",
-            snap.upto,
-            snap.app.len()
-        ));
-        out.installs.push(Install {
-            snapshot: snap,
-            position: out.deliveries.len(),
-        });
-        if self.learn.behind() {
+        };
+        // Installed: go on from the log at once.
+        if install_in(&mut self.learn, &mut self.snap, snap, self.now, out) && self.learn.behind() {
             self.send_retrieve(out);
         }
     }
 
     /// A transfer whose chunk did not come: ask again, and give up after a few tries.
     pub(crate) fn snapshot_fetch_tick(&mut self, out: &mut Out) {
-        let Some(t) = self.snap.fetcher.transfer.as_ref() else {
-            return;
-        };
-        if self.now < t.last_progress_us + self.cfg.retrieve_timeout_us {
-            return;
-        }
-        if self.snap.fetch_retries >= FETCH_RETRIES_MAX {
-            self.snap.fetcher.abandon();
-            out.events
-                .push("snapshot transfer given up: the peer stopped answering".into());
-            return;
-        }
-        self.snap.fetch_retries += 1;
-        if let Some((peer, fetch)) = self.snap.fetcher.retry(self.now) {
-            out.send(peer, Message::SnapshotFetch(fetch));
-        }
+        fetch_tick_in(&mut self.snap, self.now, self.cfg.retrieve_timeout_us, out);
     }
 
     pub(crate) fn on_snapshot_report(&mut self, from_pos: usize, upto: Instance) {
-        if let Some(r) = self.snap.reported.get_mut(from_pos) {
-            *r = (*r).max(upto);
-        }
+        self.snap.report(from_pos, upto);
     }
 
-    /// The leading coordinator's trim point over every learner's latest report (its own
-    /// snapshot for itself), 0 when not leading or with no quorum of snapshots.
+    /// The leading coordinator's trim point (`SnapshotState::trim_point`); 0 when not
+    /// leading.
     pub(crate) fn trim_point(&self) -> Instance {
         if !self.coord.is_leading() {
             return 0;
         }
-        let ups: Vec<Instance> = self
-            .cfg
-            .members
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| m.roles.learner)
-            .map(|(p, _)| {
-                if p == self.pos {
-                    self.snap.own_upto
-                } else {
-                    self.snap.reported[p]
-                }
-            })
-            .collect();
-        quorum_trim_point(ups)
+        let learners = (0..self.cfg.members.len()).filter(|&p| self.cfg.members[p].roles.learner);
+        self.snap.trim_point(self.pos, learners)
     }
 
     /// An acceptor trims below what the coordinator it believes in says.
@@ -207,14 +110,6 @@ impl RingPaxos {
         if self.coordinator_pos() != Some(from_pos) {
             return;
         }
-        let Some(acc) = self.acc.as_mut() else {
-            return;
-        };
-        if below > acc.store.log_start() {
-            acc.store.trim(below);
-            // A durable store deletes the segments the trim freed when it next syncs; a
-            // spare acceptor outside the ring may have no vote to sync for a long time.
-            out.needs_sync = true;
-        }
+        trim_acceptor(self.acc.as_mut(), below, out);
     }
 }

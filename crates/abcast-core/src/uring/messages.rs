@@ -243,6 +243,19 @@ fn check_range(from: Instance, to: Instance, what: &'static str) -> Result<(), D
     Ok(())
 }
 
+/// For the snapshot rules shared by U-Ring Paxos and Ring Paxos (`uring::snapshot`).
+impl From<SnapshotFetch> for Message {
+    fn from(m: SnapshotFetch) -> Message {
+        Message::SnapshotFetch(m)
+    }
+}
+
+impl From<SnapshotChunk> for Message {
+    fn from(m: SnapshotChunk) -> Message {
+        Message::SnapshotChunk(m)
+    }
+}
+
 impl WireMessage for Message {
     fn kind(&self) -> u8 {
         match self {

@@ -68,6 +68,28 @@ impl SnapshotState {
             waiting_logged: 0,
         }
     }
+
+    /// A learner at `pos` reported a snapshot up to `upto` (heartbeats carry it).
+    pub fn report(&mut self, pos: usize, upto: Instance) {
+        if let Some(r) = self.reported.get_mut(pos) {
+            *r = (*r).max(upto);
+        }
+    }
+
+    /// The trim point over the learners at `learners` (this node, at `me`, by its own
+    /// snapshot): see [`quorum_trim_point`].
+    pub fn trim_point(&self, me: usize, learners: impl Iterator<Item = usize>) -> Instance {
+        let ups: Vec<Instance> = learners
+            .map(|p| {
+                if p == me {
+                    self.own_upto
+                } else {
+                    self.reported.get(p).copied().unwrap_or(0)
+                }
+            })
+            .collect();
+        quorum_trim_point(ups)
+    }
 }
 
 /// The learner's snapshot: the application's state `app` after every instance delivered so
@@ -127,6 +149,170 @@ pub(crate) fn quorum_trim_point(mut ups: Vec<Instance>) -> Instance {
     if covered == 0 { 0 } else { covered + 1 }
 }
 
+/// The rule for a learner behind the trim point (every live acceptor answered that `next`
+/// lies below its log start, the lowest of them `floor`), shared by U-Ring Paxos and Ring
+/// Paxos. `candidates`: the other live learners' positions, with their node ids. Skips when
+/// this node has no state to install or its group's learners take no snapshots; otherwise
+/// fetches a snapshot covering `floor - 1` from the candidate whose report is highest, or
+/// waits for one (logged once per instance).
+pub(crate) fn behind_trim_point_in<M: From<SnapshotFetch>>(
+    learn: &mut LearnerState,
+    snap: &mut SnapshotState,
+    learner_snapshots: bool,
+    now: crate::types::Micros,
+    candidates: &[(usize, crate::types::NodeId)],
+    (next, floor): (Instance, Instance),
+    out: &mut crate::protocol::Outbox<M>,
+) {
+    debug_assert!(
+        next < floor,
+        "behind the trim point means below the log start"
+    );
+    let need = floor - 1;
+    let has_state = learn.deliver && !learn.report_passes;
+    if !has_state || !learner_snapshots {
+        out.events.push(format!(
+            "learner skips instances {next}..{floor}: trimmed at every acceptor, and {}",
+            if has_state {
+                "this group's learners take no snapshots"
+            } else {
+                "this node has no application state to install"
+            }
+        ));
+        out.skips.push((next, floor));
+        learn.jump_to(floor);
+        return;
+    }
+    if snap.fetcher.in_progress() {
+        return;
+    }
+    let source = candidates
+        .iter()
+        .copied()
+        .filter(|&(p, _)| snap.reported[p] >= need)
+        .max_by_key(|&(p, _)| snap.reported[p]);
+    let Some((p, node)) = source else {
+        if snap.waiting_logged != next {
+            snap.waiting_logged = next;
+            out.events.push(format!(
+                "learner behind the trim point at {next}: waits for a live peer whose snapshot covers {need}"
+            ));
+        }
+        return;
+    };
+    out.events.push(format!(
+        "learner behind the trim point at {next} (log starts at {floor}): fetching the snapshot of node {node} (up to {})",
+        snap.reported[p]
+    ));
+    snap.fetch_retries = 0;
+    let fetch = snap.fetcher.start(now, node, need);
+    out.send(node, M::from(fetch));
+}
+
+/// A chunk of a peer's snapshot arrived: ask for the next, or return the whole snapshot.
+pub(crate) fn on_chunk_in<M: From<SnapshotFetch>>(
+    snap: &mut SnapshotState,
+    now: crate::types::Micros,
+    from: crate::types::NodeId,
+    m: SnapshotChunk,
+    out: &mut crate::protocol::Outbox<M>,
+) -> Option<Snapshot> {
+    match snap.fetcher.on_chunk(now, from, m) {
+        ChunkOutcome::Ignored => None,
+        ChunkOutcome::Next(fetch) => {
+            snap.fetch_retries = 0;
+            out.send(from, M::from(fetch));
+            None
+        }
+        ChunkOutcome::Abandoned(why) => {
+            out.events
+                .push(format!("snapshot transfer given up: {why}"));
+            None
+        }
+        ChunkOutcome::Complete(s) => Some(s),
+    }
+}
+
+/// A snapshot fetched from a peer arrived whole: the learner moves past it and the
+/// application takes its state (`Outbox::installs`), before any later delivery. False if
+/// it was not installed (the learner caught up from the log meanwhile, or it is bad).
+pub(crate) fn install_in<M>(
+    learn: &mut LearnerState,
+    snap: &mut SnapshotState,
+    s: Snapshot,
+    now: crate::types::Micros,
+    out: &mut crate::protocol::Outbox<M>,
+) -> bool {
+    if s.upto < learn.next {
+        // The learner caught up from the log meanwhile (an acceptor still had it).
+        out.events.push(format!(
+            "snapshot up to {} not installed: the learner already delivered up to {}",
+            s.upto,
+            learn.delivered_upto()
+        ));
+        return false;
+    }
+    if let Err(e) = apply_snapshot_to(learn, snap, &s, now) {
+        out.events
+            .push(format!("snapshot up to {} refused: {e}", s.upto));
+        return false;
+    }
+    out.events.push(format!(
+        "learner installed a peer's snapshot up to {} ({} bytes of application state)",
+        s.upto,
+        s.app.len()
+    ));
+    out.installs.push(Install {
+        snapshot: s,
+        position: out.deliveries.len(),
+    });
+    true
+}
+
+/// A transfer whose chunk did not come within `timeout_us`: ask again, and give up after
+/// a few tries.
+pub(crate) fn fetch_tick_in<M: From<SnapshotFetch>>(
+    snap: &mut SnapshotState,
+    now: crate::types::Micros,
+    timeout_us: crate::types::Micros,
+    out: &mut crate::protocol::Outbox<M>,
+) {
+    let Some(t) = snap.fetcher.transfer.as_ref() else {
+        return;
+    };
+    if now < t.last_progress_us + timeout_us {
+        return;
+    }
+    if snap.fetch_retries >= FETCH_RETRIES_MAX {
+        snap.fetcher.abandon();
+        out.events
+            .push("snapshot transfer given up: the peer stopped answering".into());
+        return;
+    }
+    snap.fetch_retries += 1;
+    if let Some((peer, fetch)) = snap.fetcher.retry(now) {
+        out.send(peer, M::from(fetch));
+    }
+}
+
+/// An acceptor trims below `below` (the coordinator it believes in said so).
+pub(crate) fn trim_acceptor<M>(
+    acc: Option<&mut super::acceptor::AcceptorState>,
+    below: Instance,
+    out: &mut crate::protocol::Outbox<M>,
+) {
+    let Some(acc) = acc else {
+        return;
+    };
+    if below > acc.store.log_start() {
+        // Silent: it happens with every heartbeat while the trim point moves.
+        acc.store.trim(below);
+        // A durable store deletes the segments the trim freed when it next syncs; an
+        // acceptor outside the phase 2 quorum may have no vote to sync for a long time.
+        out.needs_sync = true;
+    }
+}
+
 impl URing {
     pub(crate) fn take_snapshot_here(&mut self, app: Bytes) -> Result<Snapshot, String> {
         if !self.learn.deliver {
@@ -162,54 +348,20 @@ impl URing {
     /// its young view may hold one acceptor only (found by the simulator, durable
     /// `uring-snapshots` seed 25: a restarted learner skipped 102..427 that way).
     pub(crate) fn behind_trim_point(&mut self, next: Instance, floor: Instance, out: &mut Out) {
-        debug_assert!(
-            next < floor,
-            "behind the trim point means below the log start"
-        );
-        let need = floor - 1;
-        let has_state = self.learn.deliver && !self.learn.report_passes;
-        if !has_state || !self.cfg.learner_snapshots {
-            out.events.push(format!(
-                "learner skips instances {next}..{floor}: trimmed at every acceptor, and {}",
-                if has_state {
-                    "this ring's learners take no snapshots"
-                } else {
-                    "this node has no application state to install"
-                }
-            ));
-            out.skips.push((next, floor));
-            self.learn.jump_to(floor);
-            return;
-        }
-        let learner_peers: Vec<usize> = (0..self.cfg.members.len())
-            .filter(|&p| p != self.pos && self.cfg.members[p].roles.learner)
-            .collect();
-        if self.snap.fetcher.in_progress() {
-            return;
-        }
         let alive = self.view.alive_positions(self.now);
-        let source = learner_peers
-            .iter()
-            .copied()
-            .filter(|p| alive.contains(p) && self.snap.reported[*p] >= need)
-            .max_by_key(|&p| self.snap.reported[p]);
-        let Some(p) = source else {
-            if self.snap.waiting_logged != next {
-                self.snap.waiting_logged = next;
-                out.events.push(format!(
-                    "learner behind the trim point at {next}: waits for a live peer whose snapshot covers {need}"
-                ));
-            }
-            return;
-        };
-        out.events.push(format!(
-            "learner behind the trim point at {next} (log starts at {floor}): fetching the snapshot of node {} (up to {})",
-            self.node_at(p),
-            self.snap.reported[p]
-        ));
-        self.snap.fetch_retries = 0;
-        let fetch = self.snap.fetcher.start(self.now, self.node_at(p), need);
-        out.send(self.node_at(p), Message::SnapshotFetch(fetch));
+        let candidates: Vec<_> = (0..self.cfg.members.len())
+            .filter(|&p| p != self.pos && self.cfg.members[p].roles.learner && alive.contains(&p))
+            .map(|p| (p, self.node_at(p)))
+            .collect();
+        behind_trim_point_in(
+            &mut self.learn,
+            &mut self.snap,
+            self.cfg.learner_snapshots,
+            self.now,
+            &candidates,
+            (next, floor),
+            out,
+        );
     }
 
     pub(crate) fn on_snapshot_fetch(&mut self, from_pos: usize, m: SnapshotFetch, out: &mut Out) {
@@ -222,70 +374,21 @@ impl URing {
 
     pub(crate) fn on_snapshot_chunk(&mut self, from_pos: usize, m: SnapshotChunk, out: &mut Out) {
         let from = self.node_at(from_pos);
-        match self.snap.fetcher.on_chunk(self.now, from, m) {
-            ChunkOutcome::Ignored => {}
-            ChunkOutcome::Next(fetch) => {
-                self.snap.fetch_retries = 0;
-                out.send(from, Message::SnapshotFetch(fetch));
-            }
-            ChunkOutcome::Abandoned(why) => {
-                out.events
-                    .push(format!("snapshot transfer given up: {why}"));
-            }
-            ChunkOutcome::Complete(snap) => self.install_snapshot(snap, out),
-        }
-    }
-
-    /// A snapshot fetched from a peer arrived whole: the learner moves past it and the
-    /// application takes its state (`Outbox::installs`), before any later delivery.
-    fn install_snapshot(&mut self, snap: Snapshot, out: &mut Out) {
-        if snap.upto < self.learn.next {
-            // The learner caught up from the log meanwhile (an acceptor still had it).
-            out.events.push(format!(
-                "snapshot up to {} not installed: the learner already delivered up to {}",
-                snap.upto,
-                self.learn.delivered_upto()
-            ));
+        let Some(snap) = on_chunk_in(&mut self.snap, self.now, from, m, out) else {
             return;
-        }
-        if let Err(e) = self.apply_snapshot(&snap) {
-            out.events
-                .push(format!("snapshot up to {} refused: {e}", snap.upto));
-            return;
-        }
-        out.events.push(format!(
-            "learner installed a peer's snapshot up to {} ({} bytes of application state)",
-            snap.upto,
-            snap.app.len()
-        ));
-        out.installs.push(Install {
-            snapshot: snap,
-            position: out.deliveries.len(),
-        });
-        // Go on from the log at once.
-        if self.learn.behind() {
-            self.send_retrieve(out);
+        };
+        if install_in(&mut self.learn, &mut self.snap, snap, self.now, out) {
+            self.cluster_delivered_max = self.cluster_delivered_max.max(self.snap.own_upto);
+            // Go on from the log at once.
+            if self.learn.behind() {
+                self.send_retrieve(out);
+            }
         }
     }
 
     /// A transfer whose chunk did not come: ask again, and give up after a few tries.
     pub(crate) fn snapshot_fetch_tick(&mut self, out: &mut Out) {
-        let Some(t) = self.snap.fetcher.transfer.as_ref() else {
-            return;
-        };
-        if self.now < t.last_progress_us + self.cfg.retrieve_timeout_us {
-            return;
-        }
-        if self.snap.fetch_retries >= FETCH_RETRIES_MAX {
-            self.snap.fetcher.abandon();
-            out.events
-                .push("snapshot transfer given up: the peer stopped answering".into());
-            return;
-        }
-        self.snap.fetch_retries += 1;
-        if let Some((peer, fetch)) = self.snap.fetcher.retry(self.now) {
-            out.send(peer, Message::SnapshotFetch(fetch));
-        }
+        fetch_tick_in(&mut self.snap, self.now, self.cfg.retrieve_timeout_us, out);
     }
 
     /// The acceptor's log start (everything below is trimmed), if this node is an acceptor.
@@ -294,35 +397,17 @@ impl URing {
     }
 
     pub(crate) fn on_snapshot_report(&mut self, from_pos: usize, upto: Instance) {
-        if let Some(r) = self.snap.reported.get_mut(from_pos) {
-            *r = (*r).max(upto);
-        }
+        self.snap.report(from_pos, upto);
     }
 
     /// The leading coordinator's trim point: below the minimum over a quorum of learners
-    /// (URingPaxos' `Safe`), i.e. the highest instance that a majority of learners' snapshots
-    /// cover (0 = trim nothing). A learner whose snapshot is older (or that is down) and
-    /// falls behind it fetches a newer snapshot from a peer (`behind_trim_point`); a
-    /// majority's snapshots cover the trim point, so one of them can serve it.
+    /// (URingPaxos' `Safe`, see [`quorum_trim_point`]); 0 when not leading.
     pub(crate) fn trim_point(&self) -> Instance {
         if !self.coord.is_leading() {
             return 0;
         }
-        let ups: Vec<Instance> = self
-            .cfg
-            .members
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| m.roles.learner)
-            .map(|(p, _)| {
-                if p == self.pos {
-                    self.snap.own_upto
-                } else {
-                    self.snap.reported[p]
-                }
-            })
-            .collect();
-        quorum_trim_point(ups)
+        let learners = (0..self.cfg.members.len()).filter(|&p| self.cfg.members[p].roles.learner);
+        self.snap.trim_point(self.pos, learners)
     }
 
     /// An acceptor trims below what the coordinator it believes in says.
@@ -330,15 +415,6 @@ impl URing {
         if self.coordinator_pos() != Some(from_pos) {
             return;
         }
-        let Some(acc) = self.acc.as_mut() else {
-            return;
-        };
-        if below > acc.store.log_start() {
-            // Silent: it happens with every heartbeat while the trim point moves.
-            acc.store.trim(below);
-            // A durable store deletes the segments the trim freed when it next syncs; an
-            // acceptor outside the phase 2 quorum may have no vote to sync for a long time.
-            out.needs_sync = true;
-        }
+        trim_acceptor(self.acc.as_mut(), below, out);
     }
 }

@@ -195,6 +195,17 @@ pub struct ClusterSpec {
     /// learn nothing): after the stop, wait until every node's count stops moving instead
     /// of until all counts are equal.
     pub learners_differ: bool,
+    /// Where each node runs, by id: empty = every node on 127.0.0.1 in the caller's network
+    /// namespace; else one entry per node (an emulated LAN, `bench::lan`), whose address
+    /// replaces 127.0.0.1 in the node's `addr` and `client_addr`.
+    pub placement: Vec<NodePlace>,
+}
+
+/// A node's own network namespace and its address there.
+#[derive(Debug, Clone)]
+pub struct NodePlace {
+    pub netns_path: PathBuf,
+    pub addr: std::net::Ipv4Addr,
 }
 
 impl ClusterSpec {
@@ -213,6 +224,7 @@ impl ClusterSpec {
             program: None,
             load_rates: None,
             learners_differ: false,
+            placement: Vec::new(),
         }
     }
 
@@ -232,6 +244,13 @@ impl ClusterSpec {
             return usage(format!(
                 "--duration {} must be positive and at most a day",
                 self.duration_s
+            ));
+        }
+        if !self.placement.is_empty() && self.placement.len() != self.nodes as usize {
+            return usage(format!(
+                "{} node places for {} nodes: give one per node or none",
+                self.placement.len(),
+                self.nodes
             ));
         }
         if self.kill && self.nodes < 3 {
@@ -472,6 +491,13 @@ pub fn set_toml_key(
     Ok(())
 }
 
+/// The port of `members[i].KEY` in a generated config.
+fn member_port(table: &toml::Table, i: usize, key: &str) -> Option<u16> {
+    let member = table.get("members")?.as_array()?.get(i)?;
+    let addr = member.get(key)?.as_str()?;
+    Some(addr.parse::<std::net::SocketAddr>().ok()?.port())
+}
+
 /// The config text for a cluster of `nodes` on free loopback ports, with the spec's edits
 /// applied. The layout is `nodeconfig::local_cluster`'s; we only touch the keys we own.
 fn cluster_config(spec: &ClusterSpec) -> Result<toml::Table, DemoError> {
@@ -493,6 +519,16 @@ fn cluster_config(spec: &ClusterSpec) -> Result<toml::Table, DemoError> {
         }
         for (key, value) in &spec.config_edits {
             set_toml_key(&mut table, key, value.clone())?;
+        }
+        for (i, place) in spec.placement.iter().enumerate() {
+            for key in ["addr", "client_addr"] {
+                let dotted = format!("members[{i}].{key}");
+                let Some(port) = member_port(&table, i, key) else {
+                    return runtime(&dotted, "the generated config has no port there");
+                };
+                let addr = std::net::SocketAddrV4::new(place.addr, port).to_string();
+                set_toml_key(&mut table, &dotted, toml::Value::String(addr))?;
+            }
         }
         return Ok(table);
     }
@@ -684,6 +720,39 @@ impl Cluster {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log));
+        // The namespace to enter, held open until `spawn` has returned (the child has
+        // exec'd by then).
+        let mut _netns: Option<fs::File> = None;
+        if let Some(place) = self.spec.placement.get(slot_idx) {
+            // Opened here, in the parent (close-on-exec, so the node does not inherit it),
+            // and entered in the child between fork and exec.
+            let ns = match fs::File::open(&place.netns_path) {
+                Ok(f) => f,
+                Err(e) => {
+                    return runtime(
+                        format!(
+                            "cannot open network namespace {}",
+                            place.netns_path.display()
+                        ),
+                        e,
+                    );
+                }
+            };
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&ns);
+            // SAFETY: the closure runs in the child after fork and only makes the setns
+            // system call, which is async-signal-safe; `ns` lives in `_netns` until after
+            // `spawn` below, so the descriptor is open in the child.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                    if libc::setns(fd, libc::CLONE_NEWNET) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+            _netns = Some(ns);
+        }
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => return runtime(format!("cannot start {} node", self.program.display()), e),
@@ -1940,6 +2009,7 @@ mod tests {
             program: None,
             load_rates: None,
             learners_differ: false,
+            placement: Vec::new(),
         }
     }
 

@@ -26,7 +26,8 @@
 //! protocol = "ringpaxos"            # default "uring"
 //! [multicast]                       # optional: without it, multicasts go as TCP copies
 //! group = "239.255.77.1:30000"      # group address and port
-//! interface = "127.0.0.1"           # default 127.0.0.1 (nodes on one machine)
+//! interface = "127.0.0.1"           # default 127.0.0.1 (nodes on one machine); "0.0.0.0":
+//!                                   # the interface of each host's route to the group
 //! ttl = 1                           # default 1
 //! recv_buffer_bytes = 8388608       # default 8 MiB (SO_RCVBUFFORCE when permitted)
 //! send_buffer_bytes = 4194304       # default 4 MiB

@@ -92,7 +92,7 @@ impl BenchName {
             BenchName::Multicast => {
                 "Ring Paxos over UDP multicast vs U-Ring Paxos, 3 acceptors and 1 .. 5 \
                  learners, 8 KiB values: throughput per learner, MTE, latency (seed 003 \
-                 fig 4, table 2)"
+                 fig 4, table 2); `--link-mbit 1000` on an emulated 1 Gbit/s LAN (root)"
             }
             BenchName::Trim => {
                 "constant load, durable storage (sync), snapshots every second: the acceptor \

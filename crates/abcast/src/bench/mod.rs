@@ -7,6 +7,7 @@
 //! with min/max whiskers. Output per invocation: `results.csv`, `plot.png`, `summary.md`.
 
 pub mod experiments;
+pub mod lan;
 pub mod multicast;
 pub mod multiring;
 pub mod plot;
@@ -56,6 +57,12 @@ pub struct BenchArgs {
     /// Print one JSON line with the medians at the end instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// `multicast` only: run every node in its own network namespace on an emulated switched
+    /// LAN whose links carry this many Mbit/s each way (`tc tbf` on veth pairs to a bridge,
+    /// as seed 003's 1 Gbit/s switch); needs root. Without it nodes share the loopback.
+    #[arg(long = "link-mbit", value_name = "MBIT_PER_S",
+          value_parser = clap::value_parser!(u32).range(i64::from(lan::LAN_RATE_MBIT_MIN)..=i64::from(lan::LAN_RATE_MBIT_MAX)))]
+    pub link_mbit: Option<u32>,
 }
 
 /// What one run of one point measured.
@@ -204,6 +211,7 @@ fn spec_for(
         program: None,
         load_rates: None,
         learners_differ: false,
+        placement: Vec::new(),
     }
 }
 
@@ -458,6 +466,12 @@ pub fn run_bench(args: &BenchArgs) -> Result<u8, DemoError> {
         let _ = stdout.write_all(list().as_bytes());
         return Ok(0);
     };
+    if args.link_mbit.is_some() && name != BenchName::Multicast {
+        return Err(DemoError::Usage(format!(
+            "--link-mbit applies to `bench multicast` only, not to `bench {}`",
+            name.as_str()
+        )));
+    }
     if let Some(result) = multiring::run(name, args) {
         return result;
     }

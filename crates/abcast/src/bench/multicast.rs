@@ -16,6 +16,13 @@
 //! Paxos' per-learner throughput with 5 learners over that with 1: seed 003 fig 4 shows it
 //! flat (ratio 1).
 //!
+//! `--link-mbit N` runs the same points on the network seed 003 measured on instead of the
+//! loopback: every node in a network namespace of its own, on an emulated switched LAN whose
+//! links carry N Mbit/s each way (`lan.rs`). On the loopback the two cores copy every
+//! datagram once per receiver, so the host's CPU, not the protocol, sets the shape of the
+//! curve (the probe alone loses half its rate from 1 to 5 receivers); with links of 1 Gbit/s
+//! the network bounds each learner, as the seed's switch did, and MTE divides by the link.
+//!
 //! Runs are interleaved (round r runs every point of both protocols) so the drift of a
 //! shared two-core machine spreads over all points. Each run is a full
 //! [`crate::demo::run_cluster`], so agreement, loss and duplicates are checked every time.
@@ -24,6 +31,7 @@ use super::experiments::{
     MULTICAST_ACCEPTORS, MULTICAST_LEARNERS_MAX, MULTICAST_VALUE_SIZE_BYTES,
     MULTICAST_WINDOW_VALUES,
 };
+use super::lan::{self, EmulatedLan};
 use super::plot::{self, FONT_FAMILY, Whisker};
 use super::{
     BenchArgs, csv_field, failure_reason, machine, push_failed_runs, sysctl, utc_now, write_file,
@@ -134,7 +142,12 @@ fn random_u64(salt: u64) -> u64 {
 /// The config edits that turn the demo's all-PAL cluster into 3 acceptors and `learners`
 /// learner-only nodes running `proto`. Each run gets its own cluster id and group port, so
 /// two runs (or benches) at once can neither mix datagrams nor accept each other's.
-fn config_edits(proto: Proto, learners: u32, salt: u64) -> Vec<(String, toml::Value)> {
+fn config_edits(
+    proto: Proto,
+    learners: u32,
+    salt: u64,
+    on_lan: bool,
+) -> Vec<(String, toml::Value)> {
     let mut edits = Vec::new();
     let learner = toml::Value::Array(vec![toml::Value::String("learner".into())]);
     for i in MULTICAST_ACCEPTORS..MULTICAST_ACCEPTORS + learners {
@@ -152,6 +165,14 @@ fn config_edits(proto: Proto, learners: u32, salt: u64) -> Vec<(String, toml::Va
             "multicast.group".into(),
             toml::Value::String(SocketAddrV4::new(GROUP_IP, port).to_string()),
         ));
+        if on_lan {
+            // One config for every node: each namespace's route to the group picks its
+            // interface.
+            edits.push((
+                "multicast.interface".into(),
+                toml::Value::String(Ipv4Addr::UNSPECIFIED.to_string()),
+            ));
+        }
     }
     edits
 }
@@ -228,16 +249,37 @@ fn failed_run(run: u32, e: &DemoError) -> Run {
 
 /// One sender thread multicasts datagrams of `datagram_bytes` to a fresh group port for
 /// `duration` as fast as the kernel takes them; `receivers` threads each count what they
-/// receive. Returns the median receiver's Mbit/s: what the loopback delivers to one member
-/// of a multicast group on this machine with no protocol work at all.
+/// receive. Returns the median receiver's Mbit/s: what the network delivers to one member
+/// of a multicast group with no protocol work at all. On the loopback (`lan` = `None`)
+/// every thread is in this namespace; on an emulated LAN the sender sits where the
+/// coordinator (node 0) runs and receiver i where learner-only node i does.
 pub fn udp_multicast_limit_mbit_per_s(
     receivers: usize,
     datagram_bytes: usize,
     duration: Duration,
+    lan: Option<&EmulatedLan>,
 ) -> Result<f64, String> {
     let group = SocketAddrV4::new(GROUP_IP, 40_000 + (random_u64(7) % 10_000) as u16);
-    let err = |what: &str, e: std::io::Error| format!("multicast probe: {what}: {e}");
-    let open = |bind: bool| -> Result<Socket, String> {
+    let interface = if lan.is_some() {
+        Ipv4Addr::UNSPECIFIED
+    } else {
+        Ipv4Addr::LOCALHOST
+    };
+    let netns = |node: usize| -> Result<Option<PathBuf>, String> {
+        match lan {
+            None => Ok(None),
+            Some(l) => l
+                .nodes
+                .get(node)
+                .map(|n| Some(n.netns_path()))
+                .ok_or_else(|| format!("multicast probe: the LAN has no node {node}")),
+        }
+    };
+    let open = move |bind: bool, ns: Option<PathBuf>| -> Result<Socket, String> {
+        if let Some(ns) = ns {
+            lan::enter_netns(&ns).map_err(|e| format!("multicast probe: {e}"))?;
+        }
+        let err = |what: &str, e: std::io::Error| format!("multicast probe: {what}: {e}");
         let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(SockProtocol::UDP))
             .map_err(|e| err("socket", e))?;
         s.set_reuse_address(true)
@@ -245,46 +287,97 @@ pub fn udp_multicast_limit_mbit_per_s(
         if bind {
             s.bind(&SockAddr::from(SocketAddr::V4(group)))
                 .map_err(|e| err("bind", e))?;
-            s.join_multicast_v4(group.ip(), &Ipv4Addr::LOCALHOST)
+            s.join_multicast_v4(group.ip(), &interface)
                 .map_err(|e| err("join", e))?;
             s.set_recv_buffer_size(8 << 20)
                 .map_err(|e| err("SO_RCVBUF", e))?;
             s.set_read_timeout(Some(Duration::from_millis(100)))
                 .map_err(|e| err("timeout", e))?;
         }
-        s.set_multicast_if_v4(&Ipv4Addr::LOCALHOST)
+        s.set_multicast_if_v4(&interface)
             .map_err(|e| err("IP_MULTICAST_IF", e))?;
         s.set_multicast_loop_v4(true)
             .map_err(|e| err("IP_MULTICAST_LOOP", e))?;
         Ok(s)
     };
     let stop = Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
     let mut handles = Vec::new();
-    for _ in 0..receivers {
-        let s = open(true)?;
+    for i in 0..receivers {
+        let ns = netns(MULTICAST_ACCEPTORS as usize + i)?;
         let stop = Arc::clone(&stop);
-        handles.push(std::thread::spawn(move || {
+        let ready = ready_tx.clone();
+        // Each receiver opens its socket on its own thread: entering a namespace moves
+        // only the calling thread.
+        handles.push(std::thread::spawn(move || -> f64 {
+            let s = match open(true, ns) {
+                Ok(s) => {
+                    let _ = ready.send(Ok(()));
+                    s
+                }
+                Err(e) => {
+                    let _ = ready.send(Err(e));
+                    return f64::NAN;
+                }
+            };
+            // The rate between the first and the last datagram: neither the wait for the
+            // sender to start nor the read timeout after it stops counts.
             let mut buf = vec![MaybeUninit::<u8>::uninit(); 1 << 16];
             let mut got = 0u64;
-            let start = Instant::now();
+            let mut first: Option<Instant> = None;
+            let mut last = Instant::now();
             while !stop.load(Ordering::Relaxed) {
                 if let Ok(n) = s.recv(&mut buf) {
-                    got += n as u64;
+                    last = Instant::now();
+                    if first.is_none() {
+                        first = Some(last);
+                    } else {
+                        got += n as u64;
+                    }
                 }
             }
-            got as f64 * 8.0 / 1e6 / start.elapsed().as_secs_f64()
+            match first {
+                Some(t) if last > t => {
+                    got as f64 * 8.0 / 1e6 / last.duration_since(t).as_secs_f64()
+                }
+                _ => 0.0,
+            }
         }));
     }
-    let sender = open(false)?;
-    let payload = vec![0x5au8; datagram_bytes];
-    let to = SockAddr::from(SocketAddr::V4(group));
-    let start = Instant::now();
-    while start.elapsed() < duration {
-        // Errors (ENOBUFS) only mean this datagram is lost; the receivers count what arrived.
-        let _ = sender.send_to(&payload, &to);
+    drop(ready_tx);
+    let mut failed = None;
+    for r in ready_rx.iter().take(receivers) {
+        if let Err(e) = r {
+            failed.get_or_insert(e);
+        }
     }
+    let sent = match failed {
+        Some(e) => Err(e),
+        None => {
+            let ns = netns(0)?;
+            std::thread::spawn(move || -> Result<(), String> {
+                let sender = open(false, ns)?;
+                let payload = vec![0x5au8; datagram_bytes];
+                let to = SockAddr::from(SocketAddr::V4(group));
+                let start = Instant::now();
+                while start.elapsed() < duration {
+                    // Errors (ENOBUFS) only mean this datagram is lost; the receivers count
+                    // what arrived.
+                    let _ = sender.send_to(&payload, &to);
+                }
+                Ok(())
+            })
+            .join()
+            .unwrap_or_else(|_| Err("multicast probe: the sender thread panicked".into()))
+        }
+    };
     stop.store(true, Ordering::Relaxed);
-    let rates: Vec<f64> = handles.into_iter().filter_map(|h| h.join().ok()).collect();
+    let rates: Vec<f64> = handles
+        .into_iter()
+        .filter_map(|h| h.join().ok())
+        .filter(|v| v.is_finite())
+        .collect();
+    sent?;
     median(&rates).ok_or_else(|| "multicast probe: no receiver finished".to_string())
 }
 
@@ -399,7 +492,10 @@ fn write_plot(path: &Path, series: &[Series], limit_mbit: Option<f64>) -> Result
     root.fill(&WHITE).map_err(perr)?;
     let root = root
         .titled(
-            "Ring Paxos (UDP multicast) vs U-Ring Paxos, 3 acceptors, 8 KiB values (cf. seed 003 fig 4)",
+            &format!(
+                "Ring Paxos (UDP multicast) vs U-Ring Paxos, 3 acceptors, 8 KiB values, {} (cf. seed 003 fig 4)",
+                limit_mbit.map_or("loopback".to_string(), |m| format!("{m:.0} Mbit/s LAN"))
+            ),
             (FONT_FAMILY, 22).into_font().style(FontStyle::Bold),
         )
         .map_err(perr)?;
@@ -447,7 +543,7 @@ fn write_plot(path: &Path, series: &[Series], limit_mbit: Option<f64>) -> Result
                 grey.stroke_width(1),
             ))
             .map_err(perr)?
-            .label("UDP multicast loopback limit, 1 receiver, no protocol (measured)")
+            .label("link rate of the emulated LAN")
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 24, y)], grey.stroke_width(1))
             });
@@ -525,7 +621,11 @@ fn table(series: &[Series], limits: &Limits) -> String {
         let _ = writeln!(s, "\n### {}\n", proto.title());
         let _ = writeln!(
             s,
-            "| learners | values/s per learner | Mbit/s per learner | slowest learner | MTE vs TCP 17 Gbit/s | MTE vs UDP multicast limit | p50 latency | p99 latency | CPU % coordinator / acceptor / learner | runs ok |"
+            "| learners | values/s per learner | Mbit/s per learner | slowest learner | MTE vs {} | MTE vs UDP multicast limit | p50 latency | p99 latency | CPU % coordinator / acceptor / learner | runs ok |",
+            match limits.link_mbit {
+                Some(m) => format!("the {m:.0} Mbit/s link"),
+                None => "TCP 17 Gbit/s".to_string(),
+            }
         );
         let _ = writeln!(
             s,
@@ -550,7 +650,7 @@ fn table(series: &[Series], limits: &Limits) -> String {
                 cell(m(&|r| r.mbit_per_s_min), &|v| format!("{v:.0}")),
                 cell(mbit, &|v| format!(
                     "{:.1} %",
-                    v / TCP_LOOPBACK_MBIT_PER_S * 100.0
+                    v / limits.mte_base_mbit() * 100.0
                 )),
                 match (mbit, udp_limit) {
                     (Some(v), Some(l)) if l > 0.0 => format!("{:.0} %", v / l * 100.0),
@@ -576,8 +676,25 @@ fn table(series: &[Series], limits: &Limits) -> String {
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Limits {
+    /// The UDP multicast probe, 1 and 5 receivers, Mbit/s per receiver.
     udp_1: Option<f64>,
     udp_5: Option<f64>,
+    /// The emulated LAN's link rate; `None` = the loopback.
+    link_mbit: Option<f64>,
+}
+
+impl Limits {
+    fn network(&self) -> String {
+        match self.link_mbit {
+            Some(m) => format!("emulated {m:.0} Mbit/s LAN"),
+            None => "loopback".to_string(),
+        }
+    }
+
+    /// What MTE divides by: the link on a LAN, else the TCP loopback stream.
+    fn mte_base_mbit(&self) -> f64 {
+        self.link_mbit.unwrap_or(TCP_LOOPBACK_MBIT_PER_S)
+    }
 }
 
 fn write_summary(
@@ -610,9 +727,18 @@ fn write_summary(
         sysctl("net.core.rmem_max"),
         sysctl("net.core.wmem_max")
     );
+    let place = match limits.link_mbit {
+        Some(m) => format!(
+            "each in its own network namespace on an emulated switched LAN (a bridge; each \
+             node's link shaped by `tc tbf` to {m:.0} Mbit/s each way, {} byte frames; see \
+             `bench/lan.rs`)",
+            lan::LAN_MTU_BYTES
+        ),
+        None => "on 127.0.0.1".to_string(),
+    };
     let _ = writeln!(
         s,
-        "- Each point: real node processes on 127.0.0.1, every acceptor proposing with at \
+        "- Each point: real node processes {place}, every acceptor proposing with at \
          most {window} values in flight, {} s of load, {} run(s), rounds interleaved; \
          medians below, min/max as whiskers in `plot.png`; all runs in `results.csv`.",
         args.duration_s, args.runs
@@ -624,16 +750,31 @@ fn write_summary(
     );
     let fmt_limit =
         |l: Option<f64>| l.map_or("not measured".to_string(), |v| format!("{v:.0} Mbit/s"));
-    let _ = writeln!(
-        s,
-        "- Loopback limits: one TCP stream about {TCP_LOOPBACK_MBIT_PER_S:.0} Mbit/s with large \
-         writes (guide, iperf3); UDP multicast of {PROBE_DATAGRAM_BYTES}-byte datagrams, one \
-         sender, measured here: {} per receiver with 1 receiver, {} with {MULTICAST_LEARNERS_MAX} \
-         receivers. MTE columns divide per-learner throughput by these (the UDP one by the \
-         limit with as many receivers as the point has, 1 or {MULTICAST_LEARNERS_MAX}).\n",
-        fmt_limit(limits.udp_1),
-        fmt_limit(limits.udp_5)
-    );
+    match limits.link_mbit {
+        None => {
+            let _ = writeln!(
+                s,
+                "- Loopback limits: one TCP stream about {TCP_LOOPBACK_MBIT_PER_S:.0} Mbit/s with large \
+                 writes (guide, iperf3); UDP multicast of {PROBE_DATAGRAM_BYTES}-byte datagrams, one \
+                 sender, measured here: {} per receiver with 1 receiver, {} with {MULTICAST_LEARNERS_MAX} \
+                 receivers. MTE columns divide per-learner throughput by these (the UDP one by the \
+                 limit with as many receivers as the point has, 1 or {MULTICAST_LEARNERS_MAX}).\n",
+                fmt_limit(limits.udp_1),
+                fmt_limit(limits.udp_5)
+            );
+        }
+        Some(m) => {
+            let _ = writeln!(
+                s,
+                "- Limits: the link, {m:.0} Mbit/s (seed 003 table 2 divides by it: MTE); UDP \
+                 multicast of {PROBE_DATAGRAM_BYTES}-byte datagrams over the same LAN, one \
+                 sender where the coordinator runs and no protocol, measured here: {} per \
+                 receiver with 1 receiver, {} with {MULTICAST_LEARNERS_MAX} receivers.\n",
+                fmt_limit(limits.udp_1),
+                fmt_limit(limits.udp_5)
+            );
+        }
+    }
     s += &table(series, limits);
     let _ = writeln!(s, "\n## Shape compared with seed 003 fig 4\n");
     for proto in Proto::ALL {
@@ -698,20 +839,41 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
             out.display()
         )));
     }
-    let probe =
-        |n: usize| match udp_multicast_limit_mbit_per_s(n, PROBE_DATAGRAM_BYTES, PROBE_DURATION) {
-            Ok(v) => Some(v),
-            Err(e) => {
-                eprintln!("{e}");
-                None
-            }
-        };
+    let lan = match args.link_mbit {
+        None => None,
+        Some(mbit) => {
+            let tag = format!("m{:05x}", random_u64(11) % 0x10_0000);
+            let nodes = (MULTICAST_ACCEPTORS + MULTICAST_LEARNERS_MAX) as usize;
+            let l = EmulatedLan::create(&tag, nodes, mbit).map_err(DemoError::Runtime)?;
+            eprintln!(
+                "emulated LAN: {nodes} nodes in network namespaces abcast-{tag}-n*, links of \
+                 {mbit} Mbit/s each way (tc tbf), {} byte frames, bridge at {}",
+                lan::LAN_MTU_BYTES,
+                l.gateway
+            );
+            Some(l)
+        }
+    };
+    let probe = |n: usize| match udp_multicast_limit_mbit_per_s(
+        n,
+        PROBE_DATAGRAM_BYTES,
+        PROBE_DURATION,
+        lan.as_ref(),
+    ) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            eprintln!("{e}");
+            None
+        }
+    };
     let limits = Limits {
         udp_1: probe(1),
         udp_5: probe(MULTICAST_LEARNERS_MAX as usize),
+        link_mbit: args.link_mbit.map(f64::from),
     };
     eprintln!(
-        "UDP multicast loopback limit (no protocol): {:?} Mbit/s with 1 receiver, {:?} with {MULTICAST_LEARNERS_MAX}",
+        "UDP multicast limit on the {} (no protocol): {:?} Mbit/s with 1 receiver, {:?} with {MULTICAST_LEARNERS_MAX}",
+        limits.network(),
         limits.udp_1.map(|v| v.round()),
         limits.udp_5.map(|v| v.round())
     );
@@ -745,13 +907,23 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
                 rate_values_per_s: 0,
                 window_values: window,
                 kill: false,
-                config_edits: config_edits(sr.proto, sr.learners, u64::from(done)),
+                config_edits: config_edits(sr.proto, sr.learners, u64::from(done), lan.is_some()),
                 keep_dir: false,
                 progress: !args.json,
                 label: label.clone(),
                 program: None,
                 load_rates: None,
                 learners_differ: false,
+                placement: lan.as_ref().map_or_else(Vec::new, |l| {
+                    l.nodes
+                        .iter()
+                        .take((MULTICAST_ACCEPTORS + sr.learners) as usize)
+                        .map(|n| demo::NodePlace {
+                            netns_path: n.netns_path(),
+                            addr: n.addr,
+                        })
+                        .collect()
+                }),
             };
             let figures = match measure(&spec, run) {
                 Ok((r, stop)) => {
@@ -784,8 +956,8 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
     let window_n = window.unwrap_or(0);
     write_csv(&out.join("results.csv"), args, window_n, &series)?;
     // The loopback limits are tens of Gbit/s: drawn, they would flatten both curves into
-    // the axis, so they are in the summary and the JSON line only.
-    if let Err(e) = write_plot(&out.join("plot.png"), &series, None) {
+    // the axis, so they are in the summary and the JSON line only. A LAN's link is drawn.
+    if let Err(e) = write_plot(&out.join("plot.png"), &series, limits.link_mbit) {
         eprintln!("{e}");
     }
     write_summary(
@@ -810,7 +982,7 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
                     "values_per_s_per_learner": m(&|r| r.values_per_s),
                     "mbit_per_s_per_learner": m(&|r| r.mbit_per_s),
                     "mbit_per_s_slowest_learner": m(&|r| r.mbit_per_s_min),
-                    "mte_vs_tcp_loopback": m(&|r| r.mbit_per_s / TCP_LOOPBACK_MBIT_PER_S),
+                    "mte": m(&|r| r.mbit_per_s / limits.mte_base_mbit()),
                     "latency_us_p50": m(&|r| r.latency_us_p50),
                     "latency_us_p99": m(&|r| r.latency_us_p99),
                     "cpu_pct_coordinator": m(&|r| r.cpu_pct_coordinator),
@@ -827,6 +999,9 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
             "duration_s": args.duration_s,
             "value_size_bytes": MULTICAST_VALUE_SIZE_BYTES,
             "window_values": window,
+            "network": limits.network(),
+            "link_mbit_per_s": limits.link_mbit,
+            "mte_base_mbit_per_s": limits.mte_base_mbit(),
             "tcp_loopback_limit_mbit_per_s": TCP_LOOPBACK_MBIT_PER_S,
             "udp_multicast_limit_mbit_per_s_1_receiver": limits.udp_1,
             "udp_multicast_limit_mbit_per_s_5_receivers": limits.udp_5,
@@ -863,12 +1038,12 @@ mod tests {
 
     #[test]
     fn config_edits_make_learners_and_pick_the_protocol() {
-        let e = config_edits(Proto::RingPaxos, 2, 1);
+        let e = config_edits(Proto::RingPaxos, 2, 1, false);
         let keys: Vec<&str> = e.iter().map(|(k, _)| k.as_str()).collect();
         assert!(keys.contains(&"members[3].roles") && keys.contains(&"members[4].roles"));
         assert!(!keys.contains(&"members[5].roles"));
         assert!(keys.contains(&"protocol") && keys.contains(&"multicast.group"));
-        let u = config_edits(Proto::URing, 1, 1);
+        let u = config_edits(Proto::URing, 1, 1, true);
         assert!(
             !u.iter()
                 .any(|(k, _)| k == "protocol" || k == "multicast.group")
@@ -883,6 +1058,13 @@ mod tests {
         assert_eq!(c.protocol, crate::nodeconfig::ProtocolKind::RingPaxos);
         assert!(c.transport.multicast.is_some());
         assert!(!c.ringpaxos.unwrap().members[4].roles.acceptor);
+        // On an emulated LAN each node's route picks its interface; U-Ring has none.
+        let lan = config_edits(Proto::RingPaxos, 1, 1, true);
+        assert!(
+            lan.iter()
+                .any(|(k, v)| k == "multicast.interface" && v.as_str() == Some("0.0.0.0"))
+        );
+        assert!(!u.iter().any(|(k, _)| k == "multicast.interface"));
     }
 
     #[test]

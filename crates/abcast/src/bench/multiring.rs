@@ -140,6 +140,7 @@ fn spec_of(s: &Scenario, args: &BenchArgs, label: String) -> ClusterSpec {
         program: None,
         load_rates: Some(s.load.clone()),
         learners_differ: true,
+        placement: Vec::new(),
     }
 }
 

@@ -1021,6 +1021,7 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
                 program: None,
                 load_rates: None,
                 learners_differ: false,
+                placement: Vec::new(),
             };
             let figures = match measure(&spec, run) {
                 Ok((r, stop)) => {

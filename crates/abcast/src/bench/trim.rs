@@ -77,6 +77,7 @@ fn spec(args: &BenchArgs, label: String) -> ClusterSpec {
         program: None,
         load_rates: None,
         learners_differ: false,
+        placement: Vec::new(),
     }
 }
 

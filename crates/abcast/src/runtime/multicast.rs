@@ -79,7 +79,8 @@ pub struct MulticastConfig {
     /// The group and port every member sends to and listens on, e.g. 239.255.77.1:30000.
     pub group: SocketAddrV4,
     /// The interface (by address) that joins the group and sends: 127.0.0.1 for nodes on one
-    /// machine over `lo`.
+    /// machine over `lo`; 0.0.0.0 lets each host's route to the group choose (one config
+    /// for nodes on different hosts).
     pub interface: Ipv4Addr,
     /// IP_MULTICAST_TTL; 1 keeps datagrams on the local network.
     pub ttl: u32,

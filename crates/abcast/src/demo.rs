@@ -134,6 +134,10 @@ pub struct DemoArgs {
     /// Keep the temporary directory (config, node logs, storage) and print its path.
     #[arg(long = "keep-dir")]
     pub keep_dir: bool,
+    /// Where the plot of the run goes (`plot.png`: values/s per node and latency, second by
+    /// second) [default: results/demo-TIMESTAMP/].
+    #[arg(long = "out", value_name = "DIR")]
+    pub out: Option<PathBuf>,
     /// Acceptor storage: memory (bounded, in memory), durable (a log on disk, fdatasync
     /// before votes leave: survives a machine crash), durable-inloop (the same, with the
     /// fdatasync in the event loop instead of on a sync thread: for comparison),
@@ -290,6 +294,8 @@ pub enum Ended {
 pub struct Sample {
     pub at_s: f64,
     pub line: StatsLine,
+    /// Latency of the proposals delivered since the incarnation's previous line.
+    pub interval_latency: Option<stats::IntervalLatency>,
 }
 
 /// One life of one node process, from spawn to exit.
@@ -849,10 +855,19 @@ impl Cluster {
                 };
                 match *line {
                     Ok(line) => {
-                        if let Some(prev) = inc.samples.last_mut() {
-                            prev.line.lat_hist = None;
-                        }
-                        inc.samples.push(Sample { at_s, line });
+                        let prev_hist = inc
+                            .samples
+                            .last_mut()
+                            .and_then(|prev| prev.line.lat_hist.take());
+                        let interval_latency = line
+                            .lat_hist
+                            .as_deref()
+                            .and_then(|h| stats::interval_latency(prev_hist.as_deref(), h));
+                        inc.samples.push(Sample {
+                            at_s,
+                            line,
+                            interval_latency,
+                        });
                     }
                     Err(e) => {
                         inc.bad_lines += 1;
@@ -1283,6 +1298,10 @@ pub struct NodeReport {
 pub struct TimelineRow {
     pub second: u64,
     pub values_per_s: Vec<Option<f64>>,
+    /// Latency of the proposals delivered in this second: the median of the nodes'
+    /// interval medians, and the worst interval's p99 (intervals of [`STATS_MS`]).
+    pub latency_us_p50: Option<f64>,
+    pub latency_us_p99: Option<f64>,
     pub events: Vec<String>,
 }
 
@@ -1381,14 +1400,22 @@ fn timeline(run: &ClusterRun) -> Vec<TimelineRow> {
         .map(|s| TimelineRow {
             second: s as u64,
             values_per_s: vec![None; run.nodes.len()],
+            latency_us_p50: None,
+            latency_us_p99: None,
             events: Vec::new(),
         })
         .collect();
+    let mut p50s: Vec<Vec<f64>> = vec![Vec::new(); seconds];
     for (col, record) in run.nodes.iter().enumerate() {
         for inc in &record.incarnations {
             let mut prev: Option<&Sample> = None;
             for s in inc.samples.iter().filter(|s| s.at_s < seconds as f64) {
                 let bin = (s.at_s as usize).min(seconds - 1);
+                if let Some(l) = s.interval_latency {
+                    p50s[bin].push(l.p50_us);
+                    let worst = rows[bin].latency_us_p99.get_or_insert(0.0);
+                    *worst = worst.max(l.p99_us);
+                }
                 let cell = rows[bin].values_per_s[col].get_or_insert(0.0);
                 if let Some(p) = prev {
                     *cell +=
@@ -1399,6 +1426,9 @@ fn timeline(run: &ClusterRun) -> Vec<TimelineRow> {
                 prev = Some(s);
             }
         }
+    }
+    for (row, p) in rows.iter_mut().zip(&p50s) {
+        row.latency_us_p50 = stats::median(p);
     }
     for k in &run.kills {
         let bin = (k.at_s as usize).min(seconds - 1);
@@ -1956,6 +1986,101 @@ pub fn report_json(r: &Report) -> serde_json::Value {
     })
 }
 
+/// Draws the run second by second into `dir/plot.png`: values delivered per node (the
+/// demo's timeline) and the latency of the proposals delivered in each second.
+pub fn write_plot(dir: &Path, r: &Report) -> Result<PathBuf, String> {
+    use crate::bench::plot::{Line, LinePanel, draw_lines};
+    fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let path = dir.join("plot.png");
+    // Each row is the second [s, s + 1): drawn at its middle.
+    let at = |row: &TimelineRow| row.second as f64 + 0.5;
+    let rates: Vec<Line> = r
+        .per_node
+        .iter()
+        .enumerate()
+        .map(|(col, n)| Line {
+            label: format!("node {}", n.id),
+            points: r
+                .timeline
+                .iter()
+                .filter_map(|row| {
+                    row.values_per_s
+                        .get(col)
+                        .copied()
+                        .flatten()
+                        .map(|v| (at(row), v))
+                })
+                .collect(),
+            markers: false,
+        })
+        .collect();
+    // Latency in µs while it is short, in ms once it is not: the axis labels are integers.
+    let worst_us = r
+        .timeline
+        .iter()
+        .filter_map(|row| row.latency_us_p99)
+        .fold(0.0, f64::max);
+    let (unit, per_us) = if worst_us >= 10_000.0 {
+        ("ms", 1e-3)
+    } else {
+        ("µs", 1.0)
+    };
+    let latency = |label: &str, f: &dyn Fn(&TimelineRow) -> Option<f64>| Line {
+        label: label.to_string(),
+        points: r
+            .timeline
+            .iter()
+            .filter_map(|row| f(row).map(|v| (at(row), v * per_us)))
+            .collect(),
+        markers: false,
+    };
+    let x_desc = if r.kills.is_empty() {
+        "seconds since the nodes started".to_string()
+    } else {
+        let kills: Vec<String> = r
+            .kills
+            .iter()
+            .map(|k| match k.restarted_at_s {
+                Some(back) => format!("node {} at {:.1} s (back at {back:.1} s)", k.node, k.at_s),
+                None => format!("node {} at {:.1} s", k.node, k.at_s),
+            })
+            .collect();
+        format!(
+            "seconds since the nodes started; kill -9 {}",
+            kills.join(", ")
+        )
+    };
+    let title = format!(
+        "abcast demo: {} nodes, {} values, {} values/s ({:.0} Mbit/s) per learner, {}",
+        r.nodes,
+        bytes(r.value_size_bytes),
+        group(r.values_per_s.round() as u64),
+        r.mbit_per_s,
+        if r.ok() { "checks OK" } else { "checks FAILED" }
+    );
+    let panels = [
+        LinePanel {
+            caption: "Values delivered per second, per node".into(),
+            x_desc: x_desc.clone(),
+            y_desc: "values/s".into(),
+            lines: rates,
+        },
+        LinePanel {
+            caption: format!(
+                "Latency, propose to delivery at the proposer, per second ({STATS_MS} ms intervals)"
+            ),
+            x_desc,
+            y_desc: format!("latency ({unit})"),
+            lines: vec![
+                latency("p50 (median over nodes)", &|row| row.latency_us_p50),
+                latency("p99 (worst node)", &|row| row.latency_us_p99),
+            ],
+        },
+    ];
+    draw_lines(&path, &title, &panels)?;
+    Ok(path)
+}
+
 /// `abcast demo`: returns the process exit status (0 only if the run checked out).
 pub fn run_demo(args: &DemoArgs) -> Result<u8, DemoError> {
     let spec = ClusterSpec::from_args(args);
@@ -1975,11 +2100,31 @@ pub fn run_demo(args: &DemoArgs) -> Result<u8, DemoError> {
     }
     let run = run_cluster(&spec)?;
     let report = analyse(&run);
+    let (stamp, _) = crate::bench::utc_now();
+    let dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("results").join(format!("demo-{stamp}")));
+    // A plot that cannot be drawn is said, and the run's verdict stands.
+    let plot = write_plot(&dir, &report);
     let mut out = std::io::stdout().lock();
     let text = if args.json {
-        report_json(&report).to_string() + "\n"
+        let mut j = report_json(&report);
+        j["plot"] = json!(plot.as_ref().ok().map(|p| p.display().to_string()));
+        j.to_string() + "\n"
     } else {
-        render_summary(&report)
+        let summary = render_summary(&report);
+        let plot_line = match &plot {
+            Ok(p) => format!(
+                "\nPlot (values/s per node and latency, second by second): {}\n",
+                p.display()
+            ),
+            Err(e) => format!("\nNo plot: {e}\n"),
+        };
+        match summary.rfind("\nResult: ") {
+            Some(at) => format!("{}{plot_line}{}", &summary[..at], &summary[at..]),
+            None => summary + &plot_line,
+        }
     };
     if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         return runtime("cannot write the summary", e);
@@ -2099,6 +2244,7 @@ mod tests {
                 delivered_values: delivered,
                 ..line
             },
+            interval_latency: None,
         }
     }
 
@@ -2164,5 +2310,45 @@ mod tests {
         let report = analyse(&run_of(vec![a, b]));
         assert!(!report.learners_agree);
         assert!(report.agreement.iter().any(|m| m.contains("ORDER DIFFERS")));
+    }
+
+    #[test]
+    fn the_timeline_carries_each_seconds_latency_and_the_plot_draws_it() {
+        let lat = |p50: f64, p99: f64| {
+            Some(stats::IntervalLatency {
+                count: 10,
+                p50_us: p50,
+                p99_us: p99,
+            })
+        };
+        let with = |at_s: f64, delivered: u64, l| Sample {
+            interval_latency: l,
+            ..sample(at_s, delivered, LINE)
+        };
+        let a = record(
+            0,
+            vec![
+                with(0.2, 0, lat(100.0, 900.0)),
+                with(0.7, 50, lat(300.0, 400.0)),
+                with(1.5, 100, None),
+            ],
+        );
+        let b = record(1, vec![with(0.5, 0, lat(200.0, 2_000.0))]);
+        let rows = timeline(&run_of(vec![a, b]));
+        assert_eq!(
+            rows[0].latency_us_p50,
+            Some(200.0),
+            "the median of 100, 300, 200"
+        );
+        assert_eq!(rows[0].latency_us_p99, Some(2_000.0), "the worst interval");
+        assert_eq!(rows[1].latency_us_p50, None, "no interval with samples");
+        let dir = std::env::temp_dir().join(format!("abcast-demo-plot-{}", std::process::id()));
+        let report = analyse(&run_of(vec![record(
+            0,
+            vec![with(0.5, 10, lat(80.0, 95.0))],
+        )]));
+        let path = write_plot(&dir, &report).unwrap();
+        assert!(fs::metadata(&path).unwrap().len() > 10_000);
+        fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -246,6 +246,31 @@ pub fn decode_histogram(b64: &str) -> Result<Histogram<u64>, StatsError> {
     }
 }
 
+/// The latency of the proposals delivered between two lines of one incarnation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct IntervalLatency {
+    pub count: u64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+}
+
+/// The latency between two lines of one incarnation, from their `lat_hist` fields (each
+/// covers the incarnation's life so far, so the interval is their difference). `prev` is
+/// `None` for the incarnation's first line. `None` when a histogram is missing or bad, or
+/// the interval holds no sample.
+pub fn interval_latency(prev: Option<&str>, cur: &str) -> Option<IntervalLatency> {
+    let mut h = decode_histogram(cur).ok()?;
+    if let Some(p) = prev {
+        let p = decode_histogram(p).ok()?;
+        h.subtract(&p).ok()?;
+    }
+    (!h.is_empty()).then(|| IntervalLatency {
+        count: h.len(),
+        p50_us: h.value_at_quantile(0.5) as f64,
+        p99_us: h.value_at_quantile(0.99) as f64,
+    })
+}
+
 /// Latency percentiles in microseconds, and whether they are exact.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LatencySummary {
@@ -346,6 +371,23 @@ mod tests {
         let mut buf = Vec::new();
         V2Serializer::new().serialize(&h, &mut buf).unwrap();
         base64::engine::general_purpose::STANDARD.encode(buf)
+    }
+
+    #[test]
+    fn interval_latency_is_the_difference_of_two_lines() {
+        let first = hist_b64(&[100, 100, 100]);
+        let second = hist_b64(&[100, 100, 100, 5000, 5000, 5000, 5000]);
+        let one = interval_latency(None, &first).unwrap();
+        assert_eq!(one.count, 3);
+        let two = interval_latency(Some(&first), &second).unwrap();
+        assert_eq!(two.count, 4);
+        assert!((4990.0..=5010.0).contains(&two.p50_us), "{two:?}");
+        assert_eq!(
+            interval_latency(Some(&second), &second),
+            None,
+            "an empty interval"
+        );
+        assert_eq!(interval_latency(None, "not base64!"), None);
     }
 
     #[test]

@@ -7,10 +7,19 @@ use std::time::{Duration, Instant};
 
 /// Runs `abcast demo ARGS --json` and returns its exit code and parsed last stdout line.
 fn demo_json(args: &[&str]) -> (Option<i32>, serde_json::Value, String) {
+    // The plot goes to a directory of this call's own, checked and removed here.
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "abcast-cli-demo-{}-{}",
+        std::process::id(),
+        CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
     let out = Command::new(env!("CARGO_BIN_EXE_abcast"))
         .arg("demo")
         .args(args)
         .arg("--json")
+        .arg("--out")
+        .arg(&dir)
         .output()
         .expect("the abcast binary runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -18,6 +27,18 @@ fn demo_json(args: &[&str]) -> (Option<i32>, serde_json::Value, String) {
     let last = stdout.lines().last().unwrap_or_default();
     let report: serde_json::Value = serde_json::from_str(last)
         .unwrap_or_else(|e| panic!("last stdout line is not JSON ({e}): {last}\nstderr: {stderr}"));
+    let plot = dir.join("plot.png");
+    assert_eq!(
+        report["plot"].as_str(),
+        Some(plot.to_string_lossy().as_ref()),
+        "the demo names its plot"
+    );
+    assert!(
+        std::fs::metadata(&plot).is_ok_and(|m| m.len() > 10_000),
+        "no plot drawn at {}",
+        plot.display()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
     (out.status.code(), report, stderr)
 }
 

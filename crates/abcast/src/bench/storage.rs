@@ -1218,6 +1218,7 @@ mod tests {
         Sample {
             at_s,
             line: crate::stats::parse_line(&line).unwrap(),
+            interval_latency: None,
         }
     }
 

@@ -184,3 +184,38 @@ impl Batcher {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_larger_than_the_byte_window_goes_alone_then_the_window_is_full() {
+        let l = BatchLimits {
+            batch_max_bytes: 32 << 10,
+            batch_linger_us: 200,
+            window_values: 1000,
+            window_bytes: 64 << 10,
+            max_value_bytes: 1 << 20,
+            value_resend_us: 1_000_000,
+        };
+        let mut b = Batcher::new(NodeId(0), 1);
+        let big = Bytes::from(vec![1u8; 512 << 10]);
+        let (id, ready) = b.propose(0, big, &l).expect("an empty window admits it");
+        assert_eq!(id.seq, 1);
+        assert!(
+            ready.iter().flatten().count() == 1,
+            "it fills its batch at once"
+        );
+        assert_eq!(
+            b.propose(0, Bytes::from_static(b"x"), &l).unwrap_err(),
+            ProposeError::Busy,
+            "nothing more until it is decided"
+        );
+        let over = Bytes::from(vec![0u8; (1 << 20) + 1]);
+        assert!(matches!(
+            Batcher::new(NodeId(0), 1).propose(0, over, &l),
+            Err(ProposeError::TooLarge { .. })
+        ));
+    }
+}

@@ -55,11 +55,14 @@ pub struct RingConfig {
     pub batch_linger_us: Micros,
     /// The proposer's window: at most this many values proposed and not yet decided
     /// (table 4.1 `concurrent_values` is 10 values per proposer there; we count bytes too).
-    /// 20 000 values / 64 MiB keeps a 2-core loopback cluster saturated while latency stays in
-    /// milliseconds; a window ten times larger only queues (measured with `abcast demo
-    /// --window`).
+    /// 20 000 values bound tiny values, whose batches need many; 2 MiB bounds the rest.
     pub window_values: usize,
-    /// The proposer's window in payload bytes.
+    /// The proposer's window in payload bytes. A value is admitted while less than this is
+    /// in flight, so a value larger than the window still goes, alone. 2 MiB, not 16 MiB:
+    /// a saturated 3-node demo keeps its throughput (1 KiB values: 1.03 and 0.99 million
+    /// values/s against 0.95 and 0.96; 32 KiB: 9.9 and 9.2 Gbit/s against 9.0 and 10.7)
+    /// and its median latency drops from 45 ms to 6 ms (2026-11-23, `abcast demo`): the
+    /// larger window only queued.
     pub window_bytes: usize,
     /// Largest single value.
     pub max_value_bytes: usize,
@@ -181,12 +184,6 @@ impl RingConfig {
                 ),
             );
         }
-        if self.max_value_bytes > self.window_bytes {
-            return err(
-                "max_value_bytes",
-                "exceeds window_bytes: such a value could never be proposed".into(),
-            );
-        }
         if self.max_value_bytes > (64 << 20) {
             return err("max_value_bytes", "at most 64 MiB".into());
         }
@@ -211,7 +208,7 @@ impl Default for RingConfig {
             batch_max_bytes: 256 << 10,
             batch_linger_us: 200,
             window_values: 20_000,
-            window_bytes: 16 << 20,
+            window_bytes: 2 << 20,
             max_value_bytes: 16 << 20,
             max_open_instances: 256,
             coordinator_queue_bytes: 256 << 20,
@@ -315,5 +312,15 @@ mod tests {
         let cfg = RingPaxosConfig::with_roles(&[0, 1, 2], &[]);
         let r = RingPaxos::new(cfg, NodeId(0), too_big, store());
         assert_eq!(r.err().map(|e| e.field), Some("start.incarnation"));
+    }
+
+    #[test]
+    fn a_largest_value_above_the_byte_window_is_a_valid_config() {
+        let cfg = RingConfig {
+            window_bytes: 64 << 10,
+            max_value_bytes: 16 << 20,
+            ..RingConfig::pal(&[0, 1, 2])
+        };
+        assert_eq!(cfg.validate().map_err(|e| e.field), Ok(()));
     }
 }

@@ -1,5 +1,6 @@
 //! An emulated switched LAN on one host, for experiments whose figure assumes one machine
-//! per node on a network of fixed bandwidth (seed 003 §7: "a 1 Gbps switch").
+//! per node on a network of fixed bandwidth (seed 003 §6: servers "interconnected through
+//! an HP ProCurve2900-48G Gigabit switch").
 //!
 //! On one host every node shares the two cores, and the loopback has no bandwidth of its
 //! own: its limit is how fast the cores copy. A figure such as seed 003 fig 4 (throughput

@@ -665,13 +665,11 @@ pub fn parse(
     if synced_window {
         ring.window_bytes = SYNCED_WINDOW_BYTES_DEFAULT;
     }
-    if let Some(rp) = ringpaxos.as_mut()
-        && synced_window
-    {
-        rp.window_bytes = SYNCED_WINDOW_BYTES_DEFAULT;
-    }
     if let Some(rp) = ringpaxos.as_mut() {
         rp.learner_snapshots = snapshot_interval_ms > 0;
+        if synced_window {
+            rp.window_bytes = SYNCED_WINDOW_BYTES_DEFAULT;
+        }
     }
     let multiring = multiring(&file, &ring)?;
     if multiring.is_some() && protocol == ProtocolKind::RingPaxos {

@@ -254,11 +254,9 @@ fn in_netns<T: Send + 'static>(body: impl FnOnce() -> T + Send + 'static) -> Opt
     run(&["-n", &name, "link", "set", "lo", "multicast", "on"]);
     let path = format!("/var/run/netns/{name}");
     let handle = std::thread::spawn(move || {
-        let f = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        // SAFETY: the fd is open for the duration of the call; CLONE_NEWNET moves only this
-        // thread (and threads it spawns later) into the namespace.
-        let rc = unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&f), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+        // Moves only this thread (and threads it spawns later) into the namespace.
+        abcast::bench::lan::enter_netns(std::path::Path::new(&path))
+            .unwrap_or_else(|e| panic!("{e}"));
         body()
     });
     Some(handle.join().expect("the namespaced cluster panicked"))

@@ -3,9 +3,16 @@
 //! by `batch_max_bytes` and `batch_linger_us` (a batch leaves at once while fewer than two are
 //! in flight, so low load sees no batching delay and batches fill up under load); a bounded
 //! window of values is in flight (`window_values`, `window_bytes`; when it is full `propose`
-//! answers `Busy`); a batch not decided within `value_resend_us`, or in flight when the
-//! coordinator changes, is offered again under the same ids. Each protocol only decides
+//! answers `Busy`); a batch not decided in time, or in flight when the coordinator
+//! changes, is offered again under the same ids. Each protocol only decides
 //! where a ready batch goes (U-Ring: along the ring; Ring Paxos: to the coordinator).
+//!
+//! Value ids (`ValueId = (node, seq)`) must never repeat across the lives of a node: learners
+//! tell batches apart by `(origin, first_seq)`, so a reused id is acknowledged and never
+//! delivered. Each process life owns one range of seqs, `[k << LIFE_SEQ_BITS, (k + 1) <<
+//! LIFE_SEQ_BITS)` for incarnation `k` (`uring::StartInfo::start_seq_for`), and the batcher
+//! refuses a value past its range's end (`ProposeError::IdsExhausted`) rather than step into
+//! the next life's ids.
 
 use crate::ProposeError;
 use crate::protocol::Ack;
@@ -15,6 +22,21 @@ use std::collections::BTreeMap;
 
 /// A batch leaves at once while fewer than this many batches are in flight.
 const EAGER_BATCHES_IN_FLIGHT: usize = 2;
+
+/// Bits of a seq that number the values of one process life; the bits above name the life
+/// (its incarnation, see `uring::StartInfo::start_seq_for`). One life may propose 2^40 ≈
+/// 1.1e12 values.
+pub const LIFE_SEQ_BITS: u32 = 40;
+
+/// The end (exclusive) of the id range of the life that owns `start_seq`: the next multiple
+/// of 2^40 above it, or `u64::MAX` for the last range of the `u64` space (whose last seq is
+/// then never used).
+pub const fn life_seq_end(start_seq: u64) -> u64 {
+    match ((start_seq >> LIFE_SEQ_BITS) + 1).checked_mul(1 << LIFE_SEQ_BITS) {
+        Some(end) => end,
+        None => u64::MAX,
+    }
+}
 
 /// The proposer's limits, taken from a protocol's configuration.
 #[derive(Clone, Copy, Debug)]
@@ -31,6 +53,63 @@ pub struct BatchLimits {
 struct InFlight {
     batch: Batch,
     sent_us: Micros,
+    /// When it first left, and how often it was re-sent (its timeout doubles each time).
+    first_sent_us: Micros,
+    resends: u32,
+}
+
+/// The re-send timeout, adapted to the measured decision latency as TCP adapts its
+/// retransmission timeout to the round-trip time (RFC 6298, Karn's rule: only batches sent
+/// once are sampled): `srtt + 4 rttvar`, between `value_resend_us / 16` and
+/// `value_resend_us`, doubled after each scan that had to re-send and reset by the next
+/// decision of one of ours (TCP backs off per connection, not per segment: a batch that was
+/// unlucky before must not wait longer than the others once the path works again).
+///
+/// Why: a batch lost on its way to the coordinator (a partition, a connection that broke
+/// with frames queued, a successor that died with it) used to wait the full
+/// `value_resend_us` (2 s; URingPaxos waits 20 s) before anyone noticed; the simulator's
+/// faults-remain phase, which bounds recovery by a few failure timeouts, found those values
+/// stuck. With decisions taking milliseconds, the timeout now is 125 ms at the defaults,
+/// and it grows by itself when the cluster is loaded and decisions take longer. A re-sent
+/// batch the coordinator already holds is not proposed twice (it keeps the keys it queued
+/// or opened), and one decided meanwhile is answered with its decision.
+#[derive(Clone, Copy, Debug, Default)]
+struct ResendTimer {
+    srtt_us: Micros,
+    rttvar_us: Micros,
+    sampled: bool,
+    /// Re-sending scans since the last decision of one of ours (at most `BACKOFF_MAX`).
+    backoff: u32,
+}
+
+/// The timeout doubles at most this many times while nothing of ours is decided.
+const BACKOFF_MAX: u32 = 4;
+
+impl ResendTimer {
+    fn sample(&mut self, rtt_us: Micros) {
+        if !self.sampled {
+            self.sampled = true;
+            self.srtt_us = rtt_us;
+            self.rttvar_us = rtt_us / 2;
+            return;
+        }
+        let err = self.srtt_us.abs_diff(rtt_us);
+        self.rttvar_us = (3 * self.rttvar_us + err) / 4;
+        self.srtt_us = (7 * self.srtt_us + rtt_us) / 8;
+    }
+
+    /// The timeout now.
+    fn timeout_us(&self, max_us: Micros) -> Micros {
+        let min_us = (max_us / 16).max(1);
+        let base = if self.sampled {
+            self.srtt_us.saturating_add(4 * self.rttvar_us)
+        } else {
+            max_us
+        };
+        base.clamp(min_us, max_us)
+            .saturating_mul(1 << self.backoff.min(BACKOFF_MAX))
+            .min(max_us)
+    }
 }
 
 /// Batches ready to leave after one `propose`: the open batch closed early, then the value's
@@ -41,26 +120,44 @@ pub type Ready = [Option<Batch>; 2];
 pub struct Batcher {
     me: NodeId,
     next_seq: u64,
+    /// First seq this life must not use: it belongs to the next life (`life_seq_end`).
+    seq_end: u64,
     open: Option<BatchBuilder>,
     open_since_us: Micros,
     in_flight: BTreeMap<u64, InFlight>,
     values_in_flight: usize,
     bytes_in_flight: usize,
-    /// Last scan of `in_flight` for re-sends (scans are coarse: every `value_resend_us / 8`).
+    /// Last scan of `in_flight` for re-sends (every `value_resend_us / 32`).
     last_resend_scan_us: Micros,
+    resend: ResendTimer,
 }
 
 impl Batcher {
+    /// A proposer whose ids start at `start_seq` and end where its life's range ends
+    /// (`life_seq_end`).
     pub fn new(me: NodeId, start_seq: u64) -> Batcher {
+        Batcher::with_seq_end(me, start_seq, life_seq_end(start_seq))
+    }
+
+    /// A proposer that hands out seqs from `start_seq` (at least 1) up to, not including,
+    /// `seq_end`; past it `propose` answers `IdsExhausted`.
+    pub fn with_seq_end(me: NodeId, start_seq: u64, seq_end: u64) -> Batcher {
+        let next_seq = start_seq.max(1);
+        debug_assert!(
+            next_seq <= seq_end,
+            "an id range that ends before it starts"
+        );
         Batcher {
             me,
-            next_seq: start_seq.max(1),
+            next_seq,
+            seq_end,
             open: None,
             open_since_us: 0,
             in_flight: BTreeMap::new(),
             values_in_flight: 0,
             bytes_in_flight: 0,
             last_resend_scan_us: 0,
+            resend: ResendTimer::default(),
         }
     }
 
@@ -77,12 +174,17 @@ impl Batcher {
         self.values_in_flight() < l.window_values && self.bytes_total() < l.window_bytes
     }
 
-    /// The decision of a batch key: acknowledges it if it is ours and still in flight.
-    pub fn on_decided(&mut self, key: BatchKey) -> Option<Ack> {
+    /// The decision of a batch key, learned at `now`: acknowledges it if it is ours and
+    /// still in flight.
+    pub fn on_decided(&mut self, key: BatchKey, now: Micros) -> Option<Ack> {
         if key.origin != self.me {
             return None;
         }
         let f = self.in_flight.remove(&key.first_seq)?;
+        if f.resends == 0 {
+            self.resend.sample(now.saturating_sub(f.first_sent_us));
+        }
+        self.resend.backoff = 0;
         self.values_in_flight -= f.batch.len();
         self.bytes_in_flight -= f.batch.payload_bytes();
         Some(Ack {
@@ -99,6 +201,8 @@ impl Batcher {
             InFlight {
                 batch: b.clone(),
                 sent_us: now,
+                first_sent_us: now,
+                resends: 0,
             },
         );
     }
@@ -107,6 +211,11 @@ impl Batcher {
         let b = self.open.take()?.finish();
         self.track(&b, now);
         Some(b)
+    }
+
+    /// Seqs this life can still hand out.
+    pub fn seqs_left(&self) -> u64 {
+        self.seq_end.saturating_sub(self.next_seq)
     }
 
     /// Takes one value: its id, and the batches that must leave now, in order.
@@ -122,6 +231,12 @@ impl Batcher {
                 max_bytes: l.max_value_bytes,
             });
         }
+        if self.next_seq >= self.seq_end {
+            // Permanent for this life: checked before `Busy`, which asks for a retry.
+            return Err(ProposeError::IdsExhausted {
+                seq_end: self.seq_end,
+            });
+        }
         if !self.has_room(l) {
             return Err(ProposeError::Busy);
         }
@@ -133,6 +248,7 @@ impl Batcher {
             // A value that fills a batch on its own travels without being copied.
             let before = self.close_open(now);
             self.next_seq += 1;
+            debug_assert!(self.next_seq <= self.seq_end, "a seq past the life's range");
             let b = Batch::single(id, payload);
             self.track(&b, now);
             return Ok((id, [before, Some(b)]));
@@ -151,13 +267,14 @@ impl Batcher {
         let pushed = open.push(&payload);
         debug_assert_eq!(pushed, id, "the open batch numbers values from next_seq");
         self.next_seq += 1;
+        debug_assert!(self.next_seq <= self.seq_end, "a seq past the life's range");
         let full = open.payload_bytes() >= l.batch_max_bytes;
         let ready = if full { self.close_open(now) } else { None };
         Ok((id, [ready, None]))
     }
 
     /// Time passes: batches to (re-)send, in order. Everything in flight is re-sent when the
-    /// coordinator changed, the rest after `value_resend_us`; the open batch closes when few
+    /// coordinator changed, the rest when their re-send timeout ran out ([`ResendTimer`]); the open batch closes when few
     /// batches are in flight or it lingered `batch_linger_us`.
     pub fn tick(
         &mut self,
@@ -166,13 +283,21 @@ impl Batcher {
         l: &BatchLimits,
         to_send: &mut Vec<Batch>,
     ) {
-        if coordinator_changed || now >= self.last_resend_scan_us + l.value_resend_us / 8 {
+        if coordinator_changed || now >= self.last_resend_scan_us + l.value_resend_us / 32 {
             self.last_resend_scan_us = now;
+            let timeout_us = self.resend.timeout_us(l.value_resend_us);
+            let mut timed_out = false;
             for f in self.in_flight.values_mut() {
-                if coordinator_changed || now >= f.sent_us + l.value_resend_us {
+                let due = now >= f.sent_us + timeout_us;
+                timed_out |= due;
+                if coordinator_changed || due {
                     f.sent_us = now;
+                    f.resends = f.resends.saturating_add(1);
                     to_send.push(f.batch.clone());
                 }
+            }
+            if timed_out {
+                self.resend.backoff = (self.resend.backoff + 1).min(BACKOFF_MAX);
             }
         }
         if let Some(open) = self.open.as_ref()
@@ -217,5 +342,146 @@ mod tests {
             Batcher::new(NodeId(0), 1).propose(0, over, &l),
             Err(ProposeError::TooLarge { .. })
         ));
+    }
+
+    fn limits() -> BatchLimits {
+        BatchLimits {
+            batch_max_bytes: 32 << 10,
+            batch_linger_us: 200,
+            window_values: 1000,
+            window_bytes: 64 << 10,
+            max_value_bytes: 1 << 20,
+            value_resend_us: 1_000_000,
+        }
+    }
+
+    #[test]
+    fn a_life_range_ends_where_the_next_life_starts() {
+        assert_eq!(life_seq_end(1), 1 << 40, "life 0 starts at 1");
+        assert_eq!(life_seq_end((1 << 40) - 1), 1 << 40);
+        assert_eq!(life_seq_end(1 << 40), 2 << 40);
+        assert_eq!(life_seq_end(7 << 40), 8 << 40);
+        // A Multi-Ring ring keeps its group in the top byte: its range ends in it too.
+        assert_eq!(life_seq_end((3 << 56) | (5 << 40)), (3 << 56) | (6 << 40));
+        // The last range of the u64 space ends at u64::MAX, never wraps to 0.
+        assert_eq!(life_seq_end(u64::MAX), u64::MAX);
+        assert_eq!(life_seq_end(((1 << 24) - 1) << 40), u64::MAX);
+        assert_eq!(Batcher::new(NodeId(0), 1 << 40).seqs_left(), 1 << 40);
+    }
+
+    #[test]
+    fn the_last_seq_of_a_life_is_handed_out_and_the_next_is_refused() {
+        let l = limits();
+        let end = 2 << 40;
+        let mut b = Batcher::new(NodeId(3), end - 2);
+        assert_eq!(b.seqs_left(), 2);
+        let small = || Bytes::from_static(b"v");
+        let (first, _) = b.propose(0, small(), &l).expect("seq end - 2");
+        let (last, _) = b.propose(0, small(), &l).expect("seq end - 1");
+        assert_eq!((first.seq, last.seq), (end - 2, end - 1));
+        assert_eq!(b.seqs_left(), 0);
+        let e = b
+            .propose(0, small(), &l)
+            .expect_err("seq end is the next life's");
+        assert_eq!(e, ProposeError::IdsExhausted { seq_end: end });
+        assert!(e.to_string().contains("restart"), "{e}");
+        // Refused before Busy and for a value that would travel alone too: no path
+        // hands out `end`.
+        let big = Bytes::from(vec![0u8; 20 << 10]);
+        assert_eq!(
+            b.propose(0, big, &l).err(),
+            Some(ProposeError::IdsExhausted { seq_end: end })
+        );
+        // The batch holding the last ids still leaves and is acknowledged.
+        let mut out = Vec::new();
+        b.tick(1_000, false, &l, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].first_seq(), end - 2);
+        assert_eq!(out[0].len(), 2);
+        let ack = b
+            .on_decided(out[0].key(), 1_500)
+            .expect("ours and in flight");
+        assert_eq!(ack.count, 2);
+        assert_eq!(b.values_in_flight(), 0);
+        assert_eq!(
+            b.propose(2_000, small(), &l).err(),
+            Some(ProposeError::IdsExhausted { seq_end: end }),
+            "an empty window does not give the range back"
+        );
+    }
+
+    #[test]
+    fn an_explicit_range_end_is_kept() {
+        let l = limits();
+        let mut b = Batcher::with_seq_end(NodeId(0), 1, 2);
+        assert_eq!(
+            b.propose(0, Bytes::from_static(b"a"), &l).map(|r| r.0.seq),
+            Ok(1)
+        );
+        assert_eq!(
+            b.propose(0, Bytes::from_static(b"b"), &l).map(|r| r.0.seq),
+            Err(ProposeError::IdsExhausted { seq_end: 2 })
+        );
+    }
+
+    #[test]
+    fn the_resend_timeout_follows_the_decision_latency_within_its_bounds() {
+        let max = 2_000_000;
+        let mut t = ResendTimer::default();
+        assert_eq!(
+            t.timeout_us(max),
+            max,
+            "no sample yet: the configured timeout"
+        );
+        for _ in 0..20 {
+            t.sample(2_000);
+        }
+        assert_eq!(t.timeout_us(max), max / 16, "fast decisions: the floor");
+        t.backoff = 1;
+        assert_eq!(t.timeout_us(max), max / 8, "a re-sending scan doubles it");
+        t.backoff = BACKOFF_MAX;
+        assert_eq!(t.timeout_us(max), max, "never past the configured timeout");
+        t.backoff = 0;
+        for _ in 0..20 {
+            t.sample(300_000);
+        }
+        let slow = t.timeout_us(max);
+        assert!(slow > 300_000 && slow < max, "{slow}");
+    }
+
+    #[test]
+    fn a_lost_batch_is_resent_after_the_adapted_timeout_and_sampled_only_once_sent() {
+        let l = limits();
+        let mut b = Batcher::new(NodeId(0), 1);
+        let mut out = Vec::new();
+        // Ten batches decided in 1 ms each: the timeout falls to its floor.
+        for k in 0..10u64 {
+            let t0 = k * 10_000;
+            b.propose(t0, Bytes::from_static(b"v"), &l).expect("room");
+            out.clear();
+            b.tick(t0, false, &l, &mut out);
+            assert_eq!(out.len(), 1);
+            b.on_decided(out[0].key(), t0 + 1_000).expect("in flight");
+        }
+        let floor = l.value_resend_us / 16;
+        b.propose(200_000, Bytes::from_static(b"lost"), &l)
+            .expect("room");
+        out.clear();
+        b.tick(200_000, false, &l, &mut out);
+        assert_eq!(out.len(), 1, "it leaves");
+        out.clear();
+        b.tick(200_000 + floor / 2, false, &l, &mut out);
+        assert!(out.is_empty(), "not yet");
+        b.tick(
+            200_000 + floor + l.value_resend_us / 32,
+            false,
+            &l,
+            &mut out,
+        );
+        assert_eq!(
+            out.len(),
+            1,
+            "re-sent after the adapted timeout, not value_resend_us"
+        );
     }
 }

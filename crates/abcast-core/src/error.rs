@@ -39,6 +39,10 @@ pub enum ProposeError {
     TooLarge { bytes: usize, max_bytes: usize },
     /// This node does not have the proposer role.
     NotProposer,
+    /// This process life handed out every value id of its range (`batcher::LIFE_SEQ_BITS`:
+    /// 2^40 values per life); the next seq, `seq_end`, belongs to the next life. Permanent:
+    /// only a restart (a new incarnation, a new range) lets the node propose again.
+    IdsExhausted { seq_end: u64 },
 }
 
 impl fmt::Display for ProposeError {
@@ -52,6 +56,11 @@ impl fmt::Display for ProposeError {
                 )
             }
             ProposeError::NotProposer => write!(f, "this node is not a proposer"),
+            ProposeError::IdsExhausted { seq_end } => write!(
+                f,
+                "this process life used every value id below {seq_end}: restart the node \
+                 to get a new id range"
+            ),
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod batcher;
 pub mod codec;
 pub mod error;
 pub mod multiring;
+pub mod mutation;
 pub mod protocol;
 pub mod ringpaxos;
 pub mod snapshot_transfer;
@@ -23,7 +24,7 @@ pub mod wire;
 
 pub use error::{DecodeError, ProposeError};
 pub use protocol::{
-    Delivery, GroupStatus, Install, Outbox, Pass, Protocol, Snapshot, Status, Subscription,
+    Delivery, GroupStatus, Install, Outbox, Pass, Protocol, Skip, Snapshot, Status, Subscription,
 };
 pub use types::{
     Ballot, Batch, BatchKey, CONTROL_MAX_BYTES, Decree, GroupId, Instance, Micros, NodeId, Value,

@@ -86,10 +86,8 @@ pub struct Outbox<M> {
     pub acks: Vec<Ack>,
     /// Storage was written; sync it before carrying out `sends` and `multicasts`.
     pub needs_sync: bool,
-    /// The learner passed over instances `[from, to)` that no acceptor holds any more (an
-    /// in-memory learner restarted after they were trimmed everywhere). Nothing in them
-    /// will be delivered here.
-    pub skips: Vec<(Instance, Instance)>,
+    /// The learner passed over instances that no acceptor holds any more (see [`Skip`]).
+    pub skips: Vec<Skip>,
     /// Rare control-plane events worth a log line (coordinator change, view change).
     pub events: Vec<String>,
     /// Decided instances that deliver nothing, in instance order (see [`Pass`]). Filled only
@@ -101,6 +99,19 @@ pub struct Outbox<M> {
     /// acceptors' trim point): the application replaces its state with `snapshot.app`, at
     /// `position` among `deliveries`, and the driver persists the snapshot.
     pub installs: Vec<Install>,
+}
+
+/// A learner passed over instances `[from, to)` of `group` that no acceptor holds any more
+/// (an in-memory acceptor's window slid past them, in a group whose learners take no
+/// snapshots). Nothing in them will be delivered here; the next delivery of the group is
+/// at `to` or later.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Skip {
+    pub group: GroupId,
+    pub from: Instance,
+    pub to: Instance,
+    /// How many of the same outbox's `deliveries` come before the skip.
+    pub position: usize,
 }
 
 /// A learner installed a snapshot fetched from a peer (see [`Outbox::installs`]): every

@@ -4,7 +4,7 @@
 
 use crate::codec::{Decoder, Encoder};
 use crate::error::DecodeError;
-use crate::types::{Ballot, Batch, CONTROL_MAX_BYTES, Decree, NodeId};
+use crate::types::{Ballot, Batch, BatchKey, CONTROL_MAX_BYTES, Decree, Instance, NodeId};
 
 /// Bytes of a ballot on the wire: round, node and incarnation, a `u32` each.
 pub const BALLOT_BYTES: usize = 12;
@@ -112,6 +112,33 @@ pub fn get_bool(d: &mut Decoder, what: &'static str) -> Result<bool, DecodeError
             detail: format!("{v} is not a boolean"),
         }),
     }
+}
+
+/// A learner's de-duplication memory for a range of instances: `(batch key, instance it
+/// was first decided in)` pairs (see `uring::learner::Dedup`), for a learner that skips the
+/// range (bug B3).
+pub fn put_dedup_entries(e: &mut Encoder, v: &[(BatchKey, Instance)]) {
+    e.put_u32(v.len() as u32);
+    for (k, i) in v {
+        e.put_u32(k.origin.0);
+        e.put_u64(k.first_seq);
+        e.put_u64(*i);
+    }
+}
+
+pub fn get_dedup_entries(
+    d: &mut Decoder,
+    max: usize,
+) -> Result<Vec<(BatchKey, Instance)>, DecodeError> {
+    let n = d.count("dedup.entries", max, 20)?;
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let origin = NodeId(d.u32("dedup.origin")?);
+        let first_seq = d.u64("dedup.first_seq")?;
+        let instance = d.u64("dedup.instance")?;
+        v.push((BatchKey { origin, first_seq }, instance));
+    }
+    Ok(v)
 }
 
 #[cfg(test)]

@@ -92,6 +92,11 @@ pub enum ViolationKind {
     /// A snapshot (taken, restored at a restart, or installed from a peer) holds another
     /// state than the sequence up to its instance, or moved a learner backwards.
     SnapshotMismatch,
+    /// No value was acknowledged in the whole run (`SimConfig::require_acks`): a protocol
+    /// that decides nothing passes every safety check, so a run must show progress.
+    NothingAcked,
+    /// `propose` answered `Busy` more often than `SimConfig::busy_rejections_max`.
+    TooBusy,
 }
 
 impl ViolationKind {
@@ -105,7 +110,7 @@ impl ViolationKind {
             DuplicateDelivery | ValueInTwoInstances | NeverProposed | PayloadMismatch
             | BadValueId | UnknownAck => "integrity",
             LostAckedValue => "durability",
-            NotDelivered | NotConverged | EventBudget => "liveness",
+            NotDelivered | NotConverged | EventBudget | NothingAcked | TooBusy => "liveness",
             Decode | CodecMismatch => "codec",
             BadConfig => "config",
             StorageFailed => "storage",
@@ -644,6 +649,71 @@ impl Checker {
         Ok(())
     }
 
+    /// A learner reports that it skipped instances `[from, to)` of `group`: every acceptor
+    /// had trimmed them from its window (`Outbox::skips`, only where learners take no
+    /// snapshots). The skip must start where the learner is (it may not hide an instance it
+    /// jumped over before), and from then on the learner is held to every instance from
+    /// `to` on; values decided in the skipped range are no longer required of it.
+    pub fn skip(
+        &mut self,
+        node: NodeId,
+        incarnation: u64,
+        group: GroupId,
+        from: Instance,
+        to: Instance,
+    ) -> Result<(), Failure> {
+        let me = (node, incarnation);
+        if !self.learners.contains_key(&me) {
+            self.start(node, incarnation, incarnation == 0);
+        }
+        let fail = |detail: String| {
+            Failure::new(ViolationKind::SkippedInstance, detail)
+                .at(node, incarnation)
+                .instance(from)
+        };
+        if to <= from {
+            return Err(fail(format!(
+                "reports an empty or backward skip {from}..{to}"
+            )));
+        }
+        let Some(c) = self
+            .learners
+            .get_mut(&me)
+            .and_then(|l| l.groups.get_mut(&group))
+        else {
+            return Ok(());
+        };
+        if !c.subscribed {
+            // A Multi-Ring learner stops following a ring it skipped (it no longer knows the
+            // ring's slots): nothing more is required of it there.
+            return Ok(());
+        }
+        if c.floor.is_some() && from > c.last + 1 {
+            // Between its last delivery and the skip, an instance some learner delivered?
+            if let Some((&(_, j), d)) = self
+                .decided
+                .range((group, c.last + 1)..(group, from))
+                .next()
+            {
+                return Err(Failure::new(
+                    ViolationKind::SkippedInstance,
+                    format!(
+                        "skips {from}..{to} after delivering up to {}, jumping over instance {j} where {}#{} \
+                         delivered batch {} x{} unannounced",
+                        c.last, d.by.0, d.by.1, d.key, d.count
+                    ),
+                )
+                .at(node, incarnation)
+                .instance(j));
+            }
+        }
+        c.last = c.last.max(to - 1);
+        if c.floor.is_none() {
+            c.floor = Some(to - 1);
+        }
+        Ok(())
+    }
+
     /// The digest of the common sequence of group 0 up to `upto`: every batch delivered
     /// there, each at its first instance (a batch decided twice is delivered once).
     pub fn canonical_digest(&self, upto: Instance) -> SeqDigest {
@@ -784,15 +854,39 @@ impl Checker {
     /// up to the highest decided instance of every group it follows (so, by agreement,
     /// everything).
     pub fn converged(&self, live_learners: &[LearnerId]) -> bool {
-        if !self.pending.is_empty() {
+        self.converged_among(live_learners, &[])
+    }
+
+    /// [`Checker::converged`] while the nodes `exempt` stay cut off or down: their own
+    /// proposals are required only where acknowledged (the connected majority cannot get
+    /// what never left them).
+    pub fn converged_among(&self, live_learners: &[LearnerId], exempt: &[NodeId]) -> bool {
+        if self.pending.iter().any(|id| self.required_now(id, exempt)) {
             return false;
         }
         live_learners.iter().all(|k| self.behind(k).is_none())
     }
 
+    fn required_now(&self, id: &ValueId, exempt: &[NodeId]) -> bool {
+        !exempt.contains(&id.node)
+            || self
+                .proposals
+                .get(id)
+                .is_some_and(|p| p.acked_at_us.is_some())
+    }
+
     /// Why the run has not converged, the most serious reason first: a lost acknowledged
     /// value, then a required value some learner has not delivered, then a learner behind.
     pub fn liveness_failure(&self, live_learners: &[LearnerId]) -> Option<Failure> {
+        self.liveness_failure_among(live_learners, &[])
+    }
+
+    /// [`Checker::liveness_failure`] with the exemptions of [`Checker::converged_among`].
+    pub fn liveness_failure_among(
+        &self,
+        live_learners: &[LearnerId],
+        exempt: &[NodeId],
+    ) -> Option<Failure> {
         for id in &self.pending {
             let Some(p) = self.proposals.get(id) else {
                 continue;
@@ -815,7 +909,7 @@ impl Checker {
                 );
             }
         }
-        if let Some(id) = self.pending.iter().next() {
+        if let Some(id) = self.pending.iter().find(|id| self.required_now(id, exempt)) {
             let (at, inc) = self
                 .proposals
                 .get(id)

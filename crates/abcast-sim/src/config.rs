@@ -7,33 +7,54 @@ use std::str::FromStr;
 
 /// The preset families of faults a run draws from. The seed then draws the concrete
 /// parameters (loss rate, which links, which node, when) inside the family; see
-/// [`crate::FaultPlan::draw`] for the exact ranges.
+/// [`crate::FaultPlan::draw`] for the exact ranges, and [`crate::FaultKind`] for the faults
+/// each family can produce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FaultMix {
     /// No faults: only the base network's delay jitter (which already reorders).
     None,
-    /// Message loss 0-30 % per seed, duplication 0-5 %, wide delay jitter (reordering).
+    /// Message loss 0-30 % per seed, duplication 0-5 %, wide delay jitter (reordering), and
+    /// a heavy tail: a few messages held 0.5-5 s, past several failure timeouts.
     Loss,
-    /// Random partitions, one-way ones included, changing every 50-400 ms, then healed.
+    /// Random partitions, one-way ones included, changing every 50-400 ms; then up to f
+    /// acceptors stay cut off while the connected majority must converge; then healed.
     Partition,
     /// Crash and restart of any node (the coordinator half of the time), never more than
-    /// f acceptors down or amnesic at once.
+    /// f acceptors down or amnesic at once; messages addressed to a node's earlier life
+    /// reach its next one; crashes half-way through one outbox; then up to f acceptors stay
+    /// down or cut off while the connected majority must converge.
     Crash,
-    /// The lowest-id node starts only after the others have decided values.
+    /// The lowest-id node starts only after the others have decided values (and may crash
+    /// half-way through its first takeover).
     LateJoin,
-    /// Moderate loss and duplication, partitions, crashes, and a late join in half the seeds.
+    /// Moderate loss and duplication, partitions, crashes, pauses, and a late join in half
+    /// the seeds; then up to f acceptors stay faulty while the majority must converge.
     Mixed,
+    /// Processes frozen for 0.5-5 s (SIGSTOP, a long GC pause, a VM stall): no ticks, no
+    /// receives, then they resume with their timers overdue and their inbox full.
+    Pause,
+    /// The crash mix, plus one correlated power loss: every acceptor's machine crashes at
+    /// the same instant, one of them in the middle of a group commit (for durable, synced
+    /// stores: a protocol's suite runs this mix on such stores).
+    PowerLoss,
+    /// Crashes and partitions long enough for learners to fall behind the acceptors'
+    /// in-memory windows (a protocol's suite runs this mix with small windows and no
+    /// snapshots), so learners skip instances trimmed everywhere.
+    LearnerSkip,
 }
 
 impl FaultMix {
     /// Every preset, for sweeps.
-    pub const ALL: [FaultMix; 6] = [
+    pub const ALL: [FaultMix; 9] = [
         FaultMix::None,
         FaultMix::Loss,
         FaultMix::Partition,
         FaultMix::Crash,
         FaultMix::LateJoin,
         FaultMix::Mixed,
+        FaultMix::Pause,
+        FaultMix::PowerLoss,
+        FaultMix::LearnerSkip,
     ];
 
     /// The name used in `ABCAST_SIM_MIX` and in replay lines.
@@ -45,6 +66,9 @@ impl FaultMix {
             FaultMix::Crash => "crash",
             FaultMix::LateJoin => "late_join",
             FaultMix::Mixed => "mixed",
+            FaultMix::Pause => "pause",
+            FaultMix::PowerLoss => "power_loss",
+            FaultMix::LearnerSkip => "learner_skip",
         }
     }
 }
@@ -166,6 +190,26 @@ pub struct SimConfig {
     /// Every live learner must have delivered everything required within this long after
     /// the heal, or the run fails with a liveness violation.
     pub converge_bound_us: Micros,
+    /// The *faults remain* phase (mixes that plan it, see [`crate::FaultPlan::faults_remain`]):
+    /// after the fault phase up to f acceptors stay down or cut off, everything else heals,
+    /// clients keep proposing to the connected nodes for `heal_load_us`, and the connected
+    /// learners must then converge within this bound (values of the faulty nodes' own
+    /// proposers excepted, unless acknowledged). A protocol's suite sets it to a few of its
+    /// failure timeouts; it is the tight liveness bound, where `converge_bound_us` is the
+    /// loose one after the full heal.
+    pub faults_remain_bound_us: Micros,
+    /// The run fails ([`crate::ViolationKind::NothingAcked`]) if no value was acknowledged:
+    /// a sweep whose protocol never decides anything would otherwise pass every safety
+    /// check. On for every protocol suite; off for probes that propose nothing.
+    pub require_acks: bool,
+    /// The run fails ([`crate::ViolationKind::TooBusy`]) if `propose` answered `Busy` more
+    /// often than this (each refusal is retried after `busy_retry_us`). `None`: no bound.
+    pub busy_rejections_max: Option<u64>,
+    /// Chance per seed, in the crash and mixed mixes, of one correlated power loss (see
+    /// [`FaultMix::PowerLoss`], which always has one). For durable, synced stores only: an
+    /// in-memory acceptor forgets everything, so a power loss of every acceptor at once
+    /// loses acknowledged values by design. 0 by default.
+    pub power_loss_ppm: u32,
     /// After convergence the run continues this long with the checkers on, to catch a late
     /// duplicate or a conflicting delivery.
     pub settle_us: Micros,
@@ -238,6 +282,10 @@ impl SimConfig {
             fault_phase_us: 2_000_000,
             heal_load_us: 500_000,
             converge_bound_us: 20_000_000,
+            faults_remain_bound_us: 1_500_000,
+            require_acks: false,
+            busy_rejections_max: None,
+            power_loss_ppm: 0,
             settle_us: 100_000,
             rate_per_s: 1000,
             value_bytes_min: 8,
@@ -409,8 +457,8 @@ impl SimConfig {
         if self.large_value_bytes < 8 {
             return Err("large_value_bytes must be >= 8".into());
         }
-        if self.converge_bound_us == 0 {
-            return Err("converge_bound_us must be > 0".into());
+        if self.converge_bound_us == 0 || self.faults_remain_bound_us == 0 {
+            return Err("converge_bound_us and faults_remain_bound_us must be > 0".into());
         }
         Ok(())
     }

@@ -66,15 +66,18 @@
 
 pub mod checker;
 pub mod config;
+pub mod faults;
 pub mod plan;
 pub mod rng;
 pub mod sim;
+pub mod suites;
 pub mod sweep;
 pub mod toy;
 pub mod trace;
 
 pub use checker::{Checker, Failure, SeqDigest, SnapshotEvent, ViolationKind};
 pub use config::{CrashModel, FaultMix, ReplayTarget, SimConfig};
+pub use faults::{FaultCounts, FaultKind};
 pub use plan::{DiskPlan, FaultPlan};
 pub use rng::SimRng;
 pub use sim::{SimReport, Violation, decode, encode, run, run_with_disk, without_disk};

@@ -29,7 +29,35 @@ pub struct FaultPlan {
     pub late_join: Option<(NodeId, Micros)>,
     /// What crashes do to the nodes' disks.
     pub disk: DiskPlan,
+    /// The heavy tail of the network: chance that a message sent during the fault phase is
+    /// held `long_delay_us` (uniform) instead of the normal delay, so that it can arrive
+    /// after the failure timeout has elected another coordinator, or two.
+    pub long_delay_ppm: u32,
+    pub long_delay_us: (Micros, Micros),
+    /// Chance that a message addressed to a node's earlier life (it crashed since, or is
+    /// down) is delivered to its next life instead of being dropped: kept while the node is
+    /// down (at most `PARKED_PER_NODE_MAX` per node) and flushed when it restarts, as the
+    /// runtime flushes a queue it kept for a peer that could not be reached.
+    pub stale_delivery_ppm: u32,
+    /// Chance that a crash becomes a *partial fan-out*: the node crashes after only part of
+    /// one outbox left (armed for its next outbox with several sends, or for its next
+    /// takeover; see `sim.rs`).
+    pub partial_fanout_ppm: u32,
+    /// Time between two process pauses (uniform in the range), if pauses are on; a pause
+    /// freezes a node for `pause_us` (uniform), ending at the fault phase's end at the latest.
+    pub pause_every_us: Option<(Micros, Micros)>,
+    pub pause_us: (Micros, Micros),
+    /// After the fault phase, up to f acceptors stay down or cut off while the connected
+    /// majority must converge within `SimConfig::faults_remain_bound_us`.
+    pub faults_remain: bool,
+    /// When every acceptor's machine loses power at once (the next group commit of an
+    /// acceptor after this time is interrupted, and every other acceptor's machine crashes
+    /// at the same instant).
+    pub power_loss_at_us: Option<Micros>,
 }
+
+/// Messages a down node's peers keep for it, at most (the runtime's queues are bounded too).
+pub const PARKED_PER_NODE_MAX: usize = 64;
 
 /// `disk` is left out while it is the default (process crashes): the plan, and with it the
 /// trace's first line and the run's fingerprint, reads as it did before disks existed.
@@ -48,6 +76,12 @@ impl std::fmt::Debug for FaultPlan {
         if self.disk != DiskPlan::default() {
             d.field("disk", &self.disk);
         }
+        d.field("long_delay_ppm", &self.long_delay_ppm)
+            .field("stale_delivery_ppm", &self.stale_delivery_ppm)
+            .field("partial_fanout_ppm", &self.partial_fanout_ppm)
+            .field("pause_every_us", &self.pause_every_us)
+            .field("faults_remain", &self.faults_remain)
+            .field("power_loss_at_us", &self.power_loss_at_us);
         d.finish()
     }
 }
@@ -108,6 +142,14 @@ impl FaultPlan {
             coordinator_bias_ppm: 0,
             late_join: None,
             disk: DiskPlan::default(),
+            long_delay_ppm: 0,
+            long_delay_us: (500_000, 5_000_000),
+            stale_delivery_ppm: 0,
+            partial_fanout_ppm: 0,
+            pause_every_us: None,
+            pause_us: (500_000, 5_000_000),
+            faults_remain: false,
+            power_loss_at_us: None,
         }
     }
 
@@ -120,9 +162,24 @@ impl FaultPlan {
     /// | none | 0 | 0 | 100 .. 100-3100 | - | - | - |
     /// | loss | 0-30 % | 0-5 % | 50-500 .. +0-20 000 | - | - | - |
     /// | partition | 0 | 0 | 100 .. 100-3100 | every 50-400 ms | - | - |
-    /// | crash | 0 | 0 | 100 .. 100-3100 | - | every 100-600 ms, down 50-1000 ms, coordinator 50 % | - |
+    /// | crash, power_loss | 0 | 0 | 100 .. 100-3100 | - | every 100-600 ms, down 50-1000 ms, coordinator 50 % | - |
     /// | late_join | 0 | 0 | 100 .. 100-3100 | - | - | lowest id at 25-60 % of the fault phase |
     /// | mixed | 0-10 % | 0-2 % | 100 .. 100-5100 | every 100-800 ms | every 200-1000 ms | 50 % of seeds |
+    /// | pause | 0 | 0 | 100 .. 100-3100 | - | - | - |
+    /// | learner_skip | 0 | 0-2 % | 100 .. 100-3100 | - | every 200-600 ms, down 300-1500 ms, coordinator 20 % | - |
+    ///
+    /// And the faults of issue 15 ([`crate::FaultKind`]):
+    ///
+    /// | mix | held 0.5-5 s | to the next life | partial fan-out | pauses | faults remain | power loss |
+    /// | --- | --- | --- | --- | --- | --- | --- |
+    /// | loss | 0.1-1 % | - | - | - | - | - |
+    /// | partition | 0.1-0.5 % | - | - | - | yes | - |
+    /// | crash | 0.1-0.5 % | 20-80 % | 30 % of crashes | - | yes | `power_loss_ppm` |
+    /// | late_join | - | - | the late node, 50 % | - | - | - |
+    /// | mixed | 0.1-0.5 % | 20-80 % | 30 % of crashes | every 0.5-1.5 s | yes | `power_loss_ppm` |
+    /// | pause | 0.1-0.5 % | - | - | every 200-800 ms | yes | - |
+    /// | power_loss | 0.1-0.5 % | 20-80 % | - | - | - | always |
+    /// | learner_skip | 0.1-0.5 % | 20-80 % | - | - | - | - |
     pub fn draw(cfg: &SimConfig, rng: &mut SimRng) -> FaultPlan {
         let mut plan = FaultPlan::quiet();
         plan.delay_us_min = 100;
@@ -130,6 +187,11 @@ impl FaultPlan {
         let lowest = cfg.nodes.iter().min().copied();
         let late_at =
             |rng: &mut SimRng| rng.between(cfg.fault_phase_us / 4, cfg.fault_phase_us * 3 / 5);
+        let crashes = |plan: &mut FaultPlan| {
+            plan.crash_every_us = Some((100_000, 600_000));
+            plan.downtime_us = (50_000, 1_000_000);
+            plan.coordinator_bias_ppm = 500_000;
+        };
         match cfg.mix {
             FaultMix::None => {}
             FaultMix::Loss => {
@@ -141,11 +203,7 @@ impl FaultPlan {
             FaultMix::Partition => {
                 plan.partition_every_us = Some((50_000, 400_000));
             }
-            FaultMix::Crash => {
-                plan.crash_every_us = Some((100_000, 600_000));
-                plan.downtime_us = (50_000, 1_000_000);
-                plan.coordinator_bias_ppm = 500_000;
-            }
+            FaultMix::Crash | FaultMix::PowerLoss => crashes(&mut plan),
             FaultMix::LateJoin => {
                 plan.late_join = lowest.map(|n| (n, late_at(rng)));
             }
@@ -161,6 +219,53 @@ impl FaultPlan {
                     plan.late_join = lowest.map(|n| (n, late_at(rng)));
                 }
             }
+            FaultMix::Pause => {}
+            FaultMix::LearnerSkip => {
+                // Learners fall behind by being down: a restarted in-memory learner finds
+                // its instances gone from every window. No loss or partitions: the learners
+                // that stay up keep up, so every decided value is delivered somewhere (a
+                // window without snapshots loses what every learner skipped, by design).
+                plan.dup_ppm = rng.between(0, 20_000) as u32;
+                plan.crash_every_us = Some((200_000, 600_000));
+                plan.downtime_us = (300_000, 1_500_000);
+                plan.coordinator_bias_ppm = 200_000;
+            }
+        }
+        // The faults of issue 15, drawn after the others.
+        let mix = cfg.mix;
+        plan.long_delay_ppm = match mix {
+            FaultMix::None | FaultMix::LateJoin => 0,
+            FaultMix::Loss => rng.between(1_000, 10_000) as u32,
+            _ => rng.between(1_000, 5_000) as u32,
+        };
+        if matches!(
+            mix,
+            FaultMix::Crash | FaultMix::Mixed | FaultMix::PowerLoss | FaultMix::LearnerSkip
+        ) {
+            plan.stale_delivery_ppm = rng.between(200_000, 800_000) as u32;
+        }
+        plan.partial_fanout_ppm = match mix {
+            FaultMix::Crash | FaultMix::Mixed => 300_000,
+            FaultMix::LateJoin => 500_000,
+            _ => 0,
+        };
+        plan.pause_every_us = match mix {
+            FaultMix::Pause => Some((200_000, 800_000)),
+            FaultMix::Mixed => Some((500_000, 1_500_000)),
+            _ => None,
+        };
+        plan.faults_remain = matches!(
+            mix,
+            FaultMix::Partition | FaultMix::Crash | FaultMix::Mixed | FaultMix::Pause
+        );
+        let power_loss = match mix {
+            FaultMix::PowerLoss => true,
+            FaultMix::Crash | FaultMix::Mixed => rng.chance_ppm(cfg.power_loss_ppm),
+            _ => false,
+        };
+        if power_loss {
+            plan.power_loss_at_us =
+                Some(rng.between(cfg.fault_phase_us / 5, cfg.fault_phase_us * 4 / 5));
         }
         plan
     }

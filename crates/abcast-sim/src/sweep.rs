@@ -2,6 +2,7 @@
 
 use crate::checker::{Failure, ViolationKind};
 use crate::config::{FaultMix, SimConfig};
+use crate::faults::FaultCounts;
 use crate::sim::{SimReport, Violation, run_with_disk, without_disk};
 use abcast_core::storage::{MemDir, StorageError};
 use abcast_core::uring::StartInfo;
@@ -34,10 +35,33 @@ pub struct SweepReport {
     /// The slowest convergence after the heal, and its seed.
     pub time_to_converge_us_max: Micros,
     pub slowest_seed: u64,
+    /// The faults of issue 15 that happened ([`crate::FaultKind`]).
+    pub faults: FaultCounts,
+    /// Messages held 0.5-5 s by the network's heavy tail; parked for a down node.
+    pub messages_held_long: u64,
+    pub messages_parked: u64,
+    /// Runs that had a faults-remain phase, and the slowest convergence of the connected
+    /// learners in one (from the last proposal).
+    pub faults_remain_runs: u64,
+    pub faults_remain_converge_us_max: Micros,
+    /// The most `Busy` answers of one run.
+    pub busy_rejections_max: u64,
+    /// Runs in which no value was acknowledged (a protocol suite fails such a run).
+    pub runs_without_acks: u64,
 }
 
 impl SweepReport {
-    fn add(&mut self, r: &SimReport) {
+    /// Adds one run.
+    pub fn add(&mut self, r: &SimReport) {
+        self.faults.merge(&r.faults);
+        self.messages_held_long += r.messages_held_long;
+        self.messages_parked += r.messages_parked;
+        if let Some(t) = r.faults_remain_converge_us {
+            self.faults_remain_runs += 1;
+            self.faults_remain_converge_us_max = self.faults_remain_converge_us_max.max(t);
+        }
+        self.busy_rejections_max = self.busy_rejections_max.max(r.busy_rejections);
+        self.runs_without_acks += u64::from(r.acked_values == 0);
         self.runs += 1;
         self.proposed_values += r.proposed_values;
         self.acked_values += r.acked_values;
@@ -59,6 +83,40 @@ impl SweepReport {
             self.time_to_converge_us_max = r.time_to_converge_us;
             self.slowest_seed = r.seed;
         }
+    }
+
+    /// Adds another sweep's totals.
+    pub fn merge(&mut self, o: &SweepReport) {
+        self.runs += o.runs;
+        self.proposed_values += o.proposed_values;
+        self.acked_values += o.acked_values;
+        self.busy_rejections += o.busy_rejections;
+        self.messages_sent += o.messages_sent;
+        self.messages_dropped += o.messages_dropped;
+        self.crashes += o.crashes;
+        self.partition_changes += o.partition_changes;
+        self.syncs += o.syncs;
+        self.machine_crashes += o.machine_crashes;
+        self.commit_crashes += o.commit_crashes;
+        self.unsynced_bytes_lost += o.unsynced_bytes_lost;
+        self.torn_files += o.torn_files;
+        self.flipped_bytes += o.flipped_bytes;
+        self.snapshots_taken += o.snapshots_taken;
+        self.snapshots_restored += o.snapshots_restored;
+        self.snapshots_installed += o.snapshots_installed;
+        if o.time_to_converge_us_max >= self.time_to_converge_us_max {
+            self.time_to_converge_us_max = o.time_to_converge_us_max;
+            self.slowest_seed = o.slowest_seed;
+        }
+        self.faults.merge(&o.faults);
+        self.messages_held_long += o.messages_held_long;
+        self.messages_parked += o.messages_parked;
+        self.faults_remain_runs += o.faults_remain_runs;
+        self.faults_remain_converge_us_max = self
+            .faults_remain_converge_us_max
+            .max(o.faults_remain_converge_us_max);
+        self.busy_rejections_max = self.busy_rejections_max.max(o.busy_rejections_max);
+        self.runs_without_acks += o.runs_without_acks;
     }
 }
 

@@ -10,8 +10,12 @@ use abcast_core::multiring::{MultiRing, MultiRingConfig, ProposeTo, RingSpec};
 use abcast_core::storage::MemoryStore;
 use abcast_core::uring::{Member, RingConfig, Roles, StartInfo};
 use abcast_core::{GroupId, Micros, NodeId, Outbox, ProposeError, Protocol, Status, ValueId};
-use abcast_sim::{FaultMix, SimConfig, replay_from_env, run, run_seeds};
+mod common;
+
+use abcast_sim::suites::{self, Proto, Variant};
+use abcast_sim::{FaultMix, SimConfig, run, run_with_disk};
 use bytes::Bytes;
+use common::sweep_mix;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -232,42 +236,31 @@ fn factory_with(
     }
 }
 
-fn sweep(mix: FaultMix, seeds: std::ops::Range<u64>) {
-    let cfg = base();
-    let f = factory(&cfg, ProposeTo::RoundRobin, true, Arc::default());
-    match run_seeds(&cfg, mix, seeds, &f) {
-        Ok(s) => eprintln!("{mix}: {s:?}"),
-        Err(v) => panic!("{}", v.headline()),
-    }
-}
-
 #[test]
 fn replay() {
-    let run = replay_from_env(&base(), |cfg| {
-        factory(cfg, ProposeTo::RoundRobin, true, Arc::default())
-    });
-    if let Some(Err(v)) = run {
+    if let Some(Err(v)) = suites::replay_from_env(Proto::MultiRing) {
         panic!("replayed violation {:?} (report above)", v.kind);
     }
 }
 
 #[test]
 fn multiring_runs_are_deterministic() {
-    let cfg = base().with_run(3, FaultMix::Loss);
-    let f = factory(&cfg, ProposeTo::RoundRobin, true, Arc::default());
-    let a = run(&cfg, &f).unwrap_or_else(|v| panic!("{v}"));
-    let b = run(&cfg, &f).unwrap_or_else(|v| panic!("{v}"));
+    let cfg = suites::config(Proto::MultiRing, FaultMix::Mixed, Variant::CORRECT)
+        .with_run(3, FaultMix::Mixed);
+    let f = suites::multiring_factory(&cfg, Variant::CORRECT);
+    let a = run_with_disk(&cfg, &f).unwrap_or_else(|v| panic!("{v}"));
+    let b = run_with_disk(&cfg, &f).unwrap_or_else(|v| panic!("{v}"));
     assert_eq!(a, b);
 }
 
 #[test]
 fn multiring_merges_in_one_order_without_faults() {
-    sweep(FaultMix::None, 0..20);
+    sweep_mix(Proto::MultiRing, FaultMix::None, 0..20);
 }
 
 #[test]
-fn multiring_survives_loss_duplication_and_reordering_with_subscription_churn() {
-    sweep(FaultMix::Loss, 0..200);
+fn multiring_survives_loss_duplication_reordering_and_subscription_churn() {
+    sweep_mix(Proto::MultiRing, FaultMix::Loss, 0..200);
 }
 
 /// The pairwise merge-order checker found, in seed 43 of this mix, an acceptor that took a
@@ -275,17 +268,39 @@ fn multiring_survives_loss_duplication_and_reordering_with_subscription_churn() 
 /// learners, whose slot counts then differed. `Decree::same_as` fixed it.
 #[test]
 fn multiring_survives_partitions_with_subscription_churn() {
-    sweep(FaultMix::Partition, 0..200);
+    sweep_mix(Proto::MultiRing, FaultMix::Partition, 0..200);
 }
 
 #[test]
-fn multiring_survives_crashes_with_subscription_churn() {
-    sweep(FaultMix::Crash, 0..200);
+fn multiring_survives_crashes_partial_fanout_and_stale_messages() {
+    sweep_mix(Proto::MultiRing, FaultMix::Crash, 0..200);
+}
+
+#[test]
+fn multiring_late_joiner_merges_every_ring() {
+    sweep_mix(Proto::MultiRing, FaultMix::LateJoin, 0..200);
 }
 
 #[test]
 fn multiring_survives_the_mixed_preset() {
-    sweep(FaultMix::Mixed, 0..200);
+    sweep_mix(Proto::MultiRing, FaultMix::Mixed, 0..200);
+}
+
+#[test]
+fn multiring_survives_process_pauses() {
+    sweep_mix(Proto::MultiRing, FaultMix::Pause, 0..200);
+}
+
+#[test]
+fn multiring_synced_logs_survive_every_acceptor_losing_power_at_once() {
+    sweep_mix(Proto::MultiRing, FaultMix::PowerLoss, 0..200);
+}
+
+/// A Multi-Ring learner that skips a ring's trimmed instances stops following the ring (it
+/// no longer knows the ring's slots); the others must go on merging in one order.
+#[test]
+fn multiring_learners_that_skip_a_ring_stop_following_it_and_the_others_agree() {
+    sweep_mix(Proto::MultiRing, FaultMix::LearnerSkip, 0..200);
 }
 
 /// Seed 000 figure 4.6 in the simulator: ring 1 loaded with 20 000 values/s offered

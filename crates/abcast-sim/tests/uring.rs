@@ -1,84 +1,81 @@
-//! U-Ring Paxos in the simulator: every fault mix, many seeds, through the public contract
-//! only (`URing::new(cfg, me, start, store)`, `RingConfig::pal`, `MemoryStore`).
+//! U-Ring Paxos in the simulator: every fault mix of its suite (`abcast_sim::suites`), 200
+//! seeds each, through the public contract only. Each test also asserts the bounds of the
+//! suite (something acknowledged, convergence in time, `Busy` bounded) and that the faults
+//! its mix exists for happened.
 //!
 //! Replay a failing seed with the line it prints, e.g.
 //! `ABCAST_SIM_SEED=0 ABCAST_SIM_MIX=partition ABCAST_SIM_NODES=3 ... cargo test -p abcast-sim
 //! --test uring replay -- --exact --nocapture` (every event, every decoded message, to stderr).
-//!
+//! Sweep more seeds with `cargo run --release -p abcast-sim --bin sweep -- --protocol uring
+//! --mix all --seeds 1000`.
 
-use abcast_core::NodeId;
-use abcast_core::storage::MemoryStore;
-use abcast_core::uring::{RingConfig, StartInfo, URing};
-use abcast_sim::{FaultMix, SimConfig, replay_from_env, run, run_seeds};
+mod common;
 
-fn base(nodes: u32) -> SimConfig {
-    SimConfig::new(nodes, 0, FaultMix::None).replay_target("abcast-sim", "uring", "")
-}
+use abcast_sim::suites::{self, Proto, Variant};
+use abcast_sim::{FaultMix, run_with_disk};
+use common::sweep_mix;
 
-/// A PAL node with an in-memory acceptor store: a restart forgets everything (amnesic).
-fn factory(cfg: &SimConfig) -> impl Fn(NodeId, StartInfo) -> URing + use<> {
-    let ids: Vec<u32> = cfg.nodes.iter().map(|n| n.0).collect();
-    let ring = RingConfig::pal(&ids);
-    move |id, start| {
-        let store = Box::new(MemoryStore::new(
-            ring.store_capacity_instances,
-            ring.store_capacity_bytes,
-        ));
-        URing::new(ring.clone(), id, start, store).expect("valid ring config")
-    }
-}
-
-fn sweep(nodes: u32, mix: FaultMix, seeds: std::ops::Range<u64>) {
-    let cfg = base(nodes);
-    match run_seeds(&cfg, mix, seeds, &factory(&cfg)) {
-        Ok(s) => eprintln!("{mix}: {s:?}"),
-        Err(v) => panic!("{}", v.headline()),
-    }
-}
+const P: Proto = Proto::URing;
 
 #[test]
 fn replay() {
-    if let Some(Err(v)) = replay_from_env(&base(3), |cfg| factory(cfg)) {
+    if let Some(Err(v)) = suites::replay_from_env(P) {
         panic!("replayed violation {:?} (report above)", v.kind);
     }
 }
 
 #[test]
 fn uring_runs_are_deterministic() {
-    let cfg = base(3).with_run(1, FaultMix::Loss);
-    let a = run(&cfg, &factory(&cfg)).unwrap_or_else(|v| panic!("{v}"));
-    let b = run(&cfg, &factory(&cfg)).unwrap_or_else(|v| panic!("{v}"));
+    let cfg = suites::config(P, FaultMix::Mixed, Variant::CORRECT).with_run(1, FaultMix::Mixed);
+    let f = suites::uring_factory(&cfg, Variant::CORRECT);
+    let a = run_with_disk(&cfg, &f).unwrap_or_else(|v| panic!("{v}"));
+    let b = run_with_disk(&cfg, &f).unwrap_or_else(|v| panic!("{v}"));
     assert_eq!(a, b);
 }
 
 #[test]
 fn uring_agrees_and_converges_without_faults() {
-    sweep(3, FaultMix::None, 0..20);
+    sweep_mix(P, FaultMix::None, 0..20);
 }
 
 #[test]
-fn uring_survives_loss_duplication_and_reordering() {
-    sweep(3, FaultMix::Loss, 0..200);
+fn uring_survives_loss_duplication_reordering_and_a_heavy_tail() {
+    sweep_mix(P, FaultMix::Loss, 0..200);
 }
 
 #[test]
 fn uring_late_joiner_becomes_coordinator_and_delivers_everything() {
-    sweep(3, FaultMix::LateJoin, 0..200);
+    sweep_mix(P, FaultMix::LateJoin, 0..200);
 }
 
 #[test]
-fn uring_survives_partitions_including_one_way() {
-    sweep(3, FaultMix::Partition, 0..200);
+fn uring_survives_partitions_and_converges_with_f_acceptors_cut_off() {
+    sweep_mix(P, FaultMix::Partition, 0..200);
 }
 
 #[test]
-fn uring_survives_crashes_with_amnesic_restarts() {
-    sweep(3, FaultMix::Crash, 0..200);
+fn uring_survives_crashes_partial_fanout_and_stale_messages() {
+    sweep_mix(P, FaultMix::Crash, 0..200);
 }
 
 #[test]
 fn uring_five_nodes_survive_the_mixed_preset() {
-    sweep(5, FaultMix::Mixed, 0..200);
+    sweep_mix(P, FaultMix::Mixed, 0..200);
+}
+
+#[test]
+fn uring_survives_process_pauses() {
+    sweep_mix(P, FaultMix::Pause, 0..200);
+}
+
+#[test]
+fn uring_synced_logs_survive_every_acceptor_losing_power_at_once() {
+    sweep_mix(P, FaultMix::PowerLoss, 0..200);
+}
+
+#[test]
+fn uring_learners_skip_what_every_window_forgot_and_stay_in_agreement() {
+    sweep_mix(P, FaultMix::LearnerSkip, 0..200);
 }
 
 /// The mixed preset over more seeds than every `cargo test` can afford (with the test above,
@@ -88,5 +85,5 @@ fn uring_five_nodes_survive_the_mixed_preset() {
 #[test]
 #[ignore]
 fn uring_five_nodes_survive_the_mixed_preset_wide() {
-    sweep(5, FaultMix::Mixed, 200..1000);
+    sweep_mix(P, FaultMix::Mixed, 200..1000);
 }

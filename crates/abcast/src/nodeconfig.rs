@@ -67,7 +67,6 @@ use std::fs;
 use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The node's view of the configuration file, checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1193,8 +1192,11 @@ impl std::error::Error for MarkerError {}
 /// Reads, bumps and rewrites this node's incarnation marker, and returns what the node
 /// knows about itself. No marker: first start (incarnation 0, not amnesic). A marker: a
 /// restart, and since the store is in memory the acceptor forgot its votes (amnesic). The
-/// start sequence is the wall clock in microseconds times 1000, so it grows across restarts
-/// as long as a node proposes fewer than 1000 values per microsecond of downtime.
+/// start sequence comes from the incarnation, never from the clock
+/// ([`StartInfo::restart`]: life `k` proposes with seqs in `[k << 40, (k + 1) << 40)`), so
+/// two lives of a node never share a value id even if the clock was set back between
+/// them: the marker is bumped and fsynced before the node proposes anything. An
+/// incarnation of 2^24 or more is refused, before the marker is rewritten.
 pub fn start_info(node_dir: &Path) -> Result<StartInfo, MarkerError> {
     let path = node_dir.join("incarnation");
     let err = |reason: String| MarkerError {
@@ -1217,18 +1219,9 @@ pub fn start_info(node_dir: &Path) -> Result<StartInfo, MarkerError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => (0, false),
         Err(e) => return Err(err(format!("cannot read: {e}"))),
     };
+    let start = StartInfo::restart(incarnation, amnesic).map_err(|e| err(e.to_string()))?;
     write_marker(&path, incarnation).map_err(|e| err(format!("cannot write: {e}")))?;
-    let now_us = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_err(|e| err(format!("the clock is before 1970: {e}")))?
-        .as_micros();
-    let start_seq = u64::try_from(now_us.saturating_mul(1000))
-        .map_err(|_| err("clock too far in the future".into()))?;
-    Ok(StartInfo {
-        incarnation,
-        amnesic,
-        start_seq: start_seq.max(1),
-    })
+    Ok(start)
 }
 
 /// Writes the marker atomically: a temporary file, fsync, rename, fsync of the directory,
@@ -1728,6 +1721,49 @@ recv_buffer_bytes = 1048576
         );
         fs::write(dir.join("incarnation"), "garbage").unwrap();
         assert!(start_info(&dir).is_err());
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// Bug B4: the start seq was the wall clock (µs × 1000), so a clock set back across a
+    /// restart gave the new life the ids of the old one, and learners took its batches for
+    /// duplicates. Now the id range is a function of the marker alone: `start_info` reads
+    /// no clock, so whatever the clock says, consecutive starts get the consecutive,
+    /// disjoint ranges asserted here.
+    #[test]
+    fn consecutive_starts_of_a_node_dir_get_disjoint_value_id_ranges() {
+        use abcast_core::batcher::life_seq_end;
+        let dir = std::env::temp_dir().join(format!("abcast-idrange-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let ranges: Vec<(u64, u64)> = (0..4)
+            .map(|_| {
+                let s = start_info(&dir).unwrap();
+                (s.start_seq, life_seq_end(s.start_seq))
+            })
+            .collect();
+        assert_eq!(
+            ranges,
+            [
+                (1, 1 << 40),
+                (1 << 40, 2 << 40),
+                (2 << 40, 3 << 40),
+                (3 << 40, 4 << 40)
+            ]
+        );
+        // The range follows the marker, the only state that survives a restart.
+        fs::write(dir.join("incarnation"), "41\n").unwrap();
+        let s = start_info(&dir).unwrap();
+        assert_eq!((s.incarnation, s.start_seq), (42, 42 << 40));
+        // The last life with its own range, then a clear refusal that leaves the marker.
+        fs::write(dir.join("incarnation"), format!("{}", (1u64 << 24) - 2)).unwrap();
+        let s = start_info(&dir).unwrap();
+        assert_eq!(s.start_seq, ((1 << 24) - 1) << 40);
+        assert_eq!(life_seq_end(s.start_seq), u64::MAX);
+        let e = start_info(&dir).expect_err("no id range left");
+        assert!(e.to_string().contains("start.incarnation"), "{e}");
+        assert_eq!(
+            fs::read_to_string(dir.join("incarnation")).unwrap().trim(),
+            format!("{}", (1u64 << 24) - 1)
+        );
         let _ = fs::remove_dir_all(&dir);
     }
 }

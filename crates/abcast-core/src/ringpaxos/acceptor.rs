@@ -8,6 +8,7 @@
 
 use super::messages::{Decided, Nack, P1Entry, Phase1a, Phase1b, Phase2a, Phase2b, Repair, Vid};
 use super::{Message, Out, RingPaxos};
+use crate::mutation::Mutation;
 use crate::storage::Accepted;
 use crate::types::{Ballot, Decree, Instance, NodeId};
 use crate::uring::ring::fingerprint;
@@ -72,6 +73,7 @@ impl RingPaxos {
             amnesic: acc.amnesic,
             decided_upto: decided_upto.max(acc.store.log_start().saturating_sub(1)),
             max_instance: acc.store.max_instance(),
+            log_start: acc.store.log_start(),
             covered_to,
             epoch: self.view.epoch().to_vec(),
             accepted,
@@ -97,7 +99,9 @@ impl RingPaxos {
     /// acceptor of the ring then sends `Phase2b` to its successor. The coordinator calls this
     /// for its own `Phase2a` as it multicasts it.
     pub(crate) fn acceptor_vote(&mut self, m: &Phase2a, out: &mut Out) {
-        let epoch_ok = m.epoch_fp == self.view.epoch_fp();
+        let epoch_ok =
+            m.epoch_fp == self.view.epoch_fp() || self.mutated(Mutation::VoteIgnoresEpoch);
+        let sync_vote = !self.mutated(Mutation::NoSyncBeforeVote);
         let Some(acc) = self.acc.as_mut() else { return };
         let promised = acc.store.promised();
         if m.ballot < promised || !epoch_ok {
@@ -135,7 +139,9 @@ impl RingPaxos {
                 if !stored {
                     return; // store full of undecided votes: not voting is always safe
                 }
-                out.needs_sync = true;
+                if sync_vote {
+                    out.needs_sync = true;
+                }
             }
         }
         if m.ballot >= self.ring.ballot {
@@ -216,23 +222,57 @@ impl RingPaxos {
             m.to.min(m.from.saturating_add(self.cfg.retrieve_max_instances))
                 .min(m.from.saturating_add(super::messages::MAX_ENTRIES as u64));
         let mut found: BTreeMap<Instance, Decree> = self.coordinator_on_retrieve(m.from, to);
-        let Some(acc) = self.acc.as_ref() else { return };
+        let Some(acc) = self.acc.as_ref() else {
+            // Not an acceptor: no decisions to serve, but a learner about to skip may ask
+            // for this learner's de-duplication memory (`behind_trim_point_in`).
+            let (dedup_from, dedup_to, dedup) =
+                crate::uring::acceptor::skip_memory_of(&self.learn, None, m.from, m.to);
+            out.send(
+                self.node_at(from_pos),
+                Message::Decided(Decided {
+                    log_start: 0,
+                    scanned_to: 0,
+                    dedup_from,
+                    dedup_to,
+                    dedup,
+                    entries: Vec::new(),
+                }),
+            );
+            return;
+        };
         let mut bytes: usize = found.values().map(|d| d.wire_bytes()).sum();
+        let mut scanned_to = to;
         for (instance, a) in acc.store.range(m.from, to) {
             if !a.decided || found.contains_key(&instance) {
                 continue;
             }
             bytes += a.decree.wire_bytes();
             if bytes > REPLY_MAX_BYTES && !found.is_empty() {
+                scanned_to = instance;
                 break;
             }
             found.insert(instance, a.decree);
         }
         let log_start = acc.store.log_start();
+        // The coordinator's buffer may have stopped early too: only what both scanned.
+        if let Some((&last, _)) = found.last_key_value()
+            && bytes > REPLY_MAX_BYTES
+        {
+            scanned_to = scanned_to.min(last + 1);
+        }
+        let (dedup_from, dedup_to, dedup) = if found.contains_key(&m.from) {
+            (0, 0, Vec::new())
+        } else {
+            crate::uring::acceptor::skip_memory_of(&self.learn, Some(&*acc.store), m.from, m.to)
+        };
         out.send(
             self.node_at(from_pos),
             Message::Decided(Decided {
                 log_start,
+                scanned_to,
+                dedup_from,
+                dedup_to,
+                dedup,
                 entries: found.into_iter().collect(),
             }),
         );
@@ -240,6 +280,14 @@ impl RingPaxos {
 
     pub(crate) fn on_repair(&mut self, m: Repair, out: &mut Out) {
         self.note_ballot(m.ballot);
+        // Only a target computed in an epoch that knew this life: one meant for an earlier
+        // life (flushed from a queue kept for it, or late in the network) says nothing about
+        // the votes this life forgot (bug B1).
+        let mine = self.view.epoch().get(self.pos).copied();
+        if m.epoch.get(self.pos).copied() != mine {
+            return;
+        }
+        let ignore_target = self.mutated(Mutation::RepairIgnored);
         let Some(acc) = self.acc.as_mut() else { return };
         if acc.amnesic && acc.repair_upto.is_none_or(|u| m.upto < u) {
             acc.repair_upto = Some(m.upto);
@@ -247,6 +295,9 @@ impl RingPaxos {
                 "acceptor repair: must learn every decision up to {}",
                 m.upto
             ));
+        }
+        if ignore_target {
+            acc.amnesic = false;
         }
         self.learn.decided_max = self.learn.decided_max.max(m.decided_floor);
     }

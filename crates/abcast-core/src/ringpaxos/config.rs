@@ -58,9 +58,41 @@ pub struct RingPaxosConfig {
     /// Acceptor store capacity; 256 MiB of payload, as `uring::RingConfig`.
     pub store_capacity_instances: usize,
     pub store_capacity_bytes: usize,
+    /// A deliberately broken variant, for the simulator's mutation tests only (the
+    /// `mutations` feature; see `crate::mutation`).
+    #[cfg(feature = "mutations")]
+    pub mutation: Option<crate::mutation::Mutation>,
 }
 
 impl RingPaxosConfig {
+    /// The broken variant this configuration runs (`crate::mutation`); always `None`
+    /// without the `mutations` feature.
+    pub fn mutation(&self) -> Option<crate::mutation::Mutation> {
+        #[cfg(feature = "mutations")]
+        {
+            self.mutation
+        }
+        #[cfg(not(feature = "mutations"))]
+        {
+            None
+        }
+    }
+
+    /// Selects a deliberately broken variant (tests only); refused in a build without the
+    /// `mutations` feature.
+    pub fn set_mutation(&mut self, m: Option<crate::mutation::Mutation>) -> Result<(), String> {
+        #[cfg(feature = "mutations")]
+        {
+            self.mutation = m;
+            Ok(())
+        }
+        #[cfg(not(feature = "mutations"))]
+        match m {
+            Some(m) => Err(crate::mutation::unavailable(m)),
+            None => Ok(()),
+        }
+    }
+
     /// `pal` nodes with every role, then `learners` with the learner role only.
     pub fn with_roles(pal: &[u32], learners: &[u32]) -> RingPaxosConfig {
         let member = |&i: &u32, roles| Member {
@@ -203,6 +235,8 @@ impl Default for RingPaxosConfig {
             retrieve_max_instances: 1024,
             store_capacity_instances: 15_000,
             store_capacity_bytes: 256 << 20,
+            #[cfg(feature = "mutations")]
+            mutation: None,
         }
     }
 }

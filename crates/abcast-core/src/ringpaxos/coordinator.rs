@@ -24,6 +24,7 @@
 
 use super::messages::{Decision, Nack, Phase1a, Phase1b, Phase2a, Repair, Vid};
 use super::{Message, Out, RingPaxos};
+use crate::mutation::Mutation;
 use crate::types::{Ballot, Batch, BatchKey, Decree, Instance, Micros};
 use crate::uring::ring::{bit, fingerprint};
 use std::collections::{BTreeMap, HashSet, VecDeque};
@@ -67,6 +68,9 @@ pub(crate) struct Prepare {
     /// Positions that promised while amnesic: repaired afterwards.
     amnesic_oks: u64,
     floor: Instance,
+    /// Highest `log_start` among counted replies (see `uring/coordinator.rs`, `Prepare`):
+    /// from it on every counted report is complete.
+    trimmed_below: Instance,
     hi: Instance,
     /// Lowest `covered_to` among this round's counted replies.
     covered: Instance,
@@ -84,6 +88,7 @@ impl Prepare {
             oks: 0,
             amnesic_oks: 0,
             floor: from.saturating_sub(1),
+            trimmed_below: 0,
             hi: 0,
             covered: Instance::MAX,
             votes: BTreeMap::new(),
@@ -186,6 +191,10 @@ impl RingPaxos {
                     key.origin,
                     Message::Decided(super::messages::Decided {
                         log_start: 0,
+                        scanned_to: 0,
+                        dedup_from: 0,
+                        dedup_to: 0,
+                        dedup: Vec::new(),
                         entries: vec![(instance, Decree::Values(batch))],
                     }),
                 );
@@ -272,13 +281,14 @@ impl RingPaxos {
             return;
         }
         let quorum = self.quorum;
+        let amnesic_counts = self.mutated(Mutation::AmnesicPromisesCount);
         let Some(p) = self.coord.prepare.as_mut() else {
             return;
         };
         if m.from != p.round_from {
             return; // a reply to an earlier round
         }
-        if m.amnesic {
+        if m.amnesic && !amnesic_counts {
             p.amnesic_oks |= bit(from_pos);
             return;
         }
@@ -288,6 +298,7 @@ impl RingPaxos {
         p.oks |= bit(from_pos);
         p.order.push(from_pos);
         p.floor = p.floor.max(m.decided_upto);
+        p.trimmed_below = p.trimmed_below.max(m.log_start);
         p.hi = p.hi.max(m.max_instance);
         p.covered = p.covered.min(m.covered_to);
         for e in m.accepted {
@@ -338,20 +349,29 @@ impl RingPaxos {
         debug_assert_eq!(ring.len(), self.quorum, "the ring is an m-quorum");
         self.coord.ring = ring;
         self.learn.decided_max = self.learn.decided_max.max(p.floor);
+        let drop_decided = self.mutated(Mutation::DecidedDroppedAtTakeover);
         // Decided below the floor: learners retrieve what they miss from whoever knows.
         for (&i, (b, d, decided)) in p.votes.range(..=p.floor) {
-            if *decided {
+            if *decided && !drop_decided {
                 self.record_decision(i, *b, Some(d.clone()), d.key(), out);
             }
         }
-        let start = p.floor + 1;
-        let end = p.hi;
+        // At or below the floor some learner delivered every instance, but the acceptors
+        // that knew the decisions may be gone: where every counted reply is complete (above
+        // every counted log start), the instances phase 1 covered are laid out again like
+        // the ones above the floor (a decided entry announced, the highest vote
+        // re-proposed, a no-op for a hole). Below the trim point, learners install a
+        // snapshot. (Found by the simulator's faults-remain phase for U-Ring Paxos, see
+        // `Prepare::trimmed_below` there.)
+        let start = p.start.max(p.trimmed_below).min(p.floor + 1);
+        let end = p.hi.max(p.floor);
         self.coord.next_instance = start;
         self.coord.phase = Phase::Leading;
         self.coord.progress_us = self.now;
         let mut votes = p.votes;
         for i in start..=end {
             let (decree, decided) = match votes.remove(&i) {
+                Some((_, _, true)) if drop_decided => (Decree::Noop, false),
                 Some((_, d, decided)) => (d, decided),
                 None => (Decree::Noop, false), // a hole: a no-op (Task 3 line 17 for holes)
             };
@@ -371,6 +391,7 @@ impl RingPaxos {
         ));
         let repair = Repair {
             ballot,
+            epoch: self.view.epoch().to_vec(),
             decided_floor: p.floor,
             upto: p.hi.max(p.floor),
         };

@@ -55,8 +55,40 @@ impl RingPaxos {
         }
         self.send_retrieve(out);
     }
+    /// A learner behind first takes what its own acceptor holds decided: after a restart
+    /// a durable store has decisions the other acceptors may no longer serve (they keep the
+    /// decisions they did not vote for in memory only), and a learner only asked its peers
+    /// (found by the faults-remain phase: durable uring seed 8, a restarted coordinator
+    /// whose learner waited at instance 1 for a decision its own log held).
+    pub(crate) fn learn_from_own_store(&mut self, out: &mut Out) {
+        let Some(acc) = self.acc.as_ref() else { return };
+        let from = self.learn.next;
+        let to = (from + self.cfg.retrieve_max_instances).min(self.learn.decided_max.max(from) + 1);
+        let entries: Vec<_> = acc
+            .store
+            .range(from, to)
+            .into_iter()
+            .filter(|(i, a)| a.decided && !self.learn.knows(*i))
+            .collect();
+        if entries.is_empty() {
+            return;
+        }
+        for (instance, a) in entries {
+            if let Decree::Values(b) = &a.decree {
+                self.cache.insert(b);
+                self.learn.offer_payload(b);
+            }
+            let key = a.decree.key();
+            self.record_decision(instance, a.ballot, Some(a.decree), key, out);
+        }
+        self.after_input(out);
+    }
 
     pub(crate) fn send_retrieve(&mut self, out: &mut Out) {
+        self.learn_from_own_store(out);
+        if !(self.learn.behind() || self.learn.has_waiting()) {
+            return;
+        }
         let targets = self.retrieve_targets();
         if targets.is_empty() {
             return;
@@ -85,27 +117,24 @@ impl RingPaxos {
         }
         // Nobody can serve what lies below every live acceptor's log start (trimmed below a
         // quorum of learners' snapshots, or slid out of an in-memory window): once every
-        // live acceptor says so, fetch a peer's snapshot, or skip (`behind_trim_point`).
+        // live acceptor answered without it, and one had trimmed it, fetch a peer's
+        // snapshot, or skip (`behind_trim_point`; see `LearnerState::note_unserved`).
+        if m.dedup_to > m.dedup_from {
+            self.learn
+                .offer_skip_memory(m.dedup_from, m.dedup_to, m.dedup);
+        }
+        if self.is_acceptor_pos(from_pos) {
+            self.learn
+                .note_unserved(from_pos, m.log_start, m.scanned_to);
+        }
+        let live = self
+            .acceptors
+            .iter()
+            .filter(|&&p| p != self.pos && self.view.alive(p, self.now))
+            .fold(0u64, |m, &p| m | bit(p));
         let next = self.learn.next;
-        if next < m.log_start && !self.learn.knows(next) && self.is_acceptor_pos(from_pos) {
-            let l = &mut self.learn;
-            if l.trimmed_at != next {
-                l.trimmed_at = next;
-                l.trimmed_mask = 0;
-                l.trimmed_floor = m.log_start;
-            }
-            l.trimmed_mask |= bit(from_pos);
-            l.trimmed_floor = l.trimmed_floor.min(m.log_start);
-            let mask = self.learn.trimmed_mask;
-            let everyone = self
-                .acceptors
-                .iter()
-                .filter(|&&p| p != self.pos && self.view.alive(p, self.now))
-                .all(|&p| mask & bit(p) != 0);
-            if everyone {
-                let floor = self.learn.trimmed_floor;
-                self.behind_trim_point(next, floor, out);
-            }
+        if let Some(floor) = self.learn.behind_floor(live) {
+            self.behind_trim_point(next, floor, out);
         }
         // Catching up moves at network speed: ask for the next range at once.
         self.after_input(out);

@@ -86,6 +86,10 @@ pub struct Phase1b {
     /// Every instance up to here is decided and this acceptor knows it (or trimmed it).
     pub decided_upto: Instance,
     pub max_instance: Instance,
+    /// The acceptor's log starts here: it trimmed every instance below (they are decided
+    /// and covered by a quorum of learners' snapshots), so it reports nothing there. Above
+    /// it, its report is complete (see `uring::messages::Phase1b::log_start`).
+    pub log_start: Instance,
     /// Votes were reported for `[from, covered_to)` (the reply is bounded in size).
     pub covered_to: Instance,
     pub epoch: Vec<u64>,
@@ -136,14 +140,37 @@ pub struct Retrieve {
 pub struct Decided {
     /// Below this the responder holds nothing any more.
     pub log_start: Instance,
+    /// The responder looked at every instance from the retrieve's `from` up to here
+    /// (exclusive) and sent each it holds decided; 0 for an answer nobody asked for. A
+    /// learner that finds its next instance below this and not among the entries knows
+    /// the responder cannot serve it.
+    pub scanned_to: Instance,
+    /// When the responder could not serve the retrieve's first instance: every batch first
+    /// decided in `[dedup_from, dedup_to)` is in `dedup` (with its instance), from the
+    /// batch keys its store kept of instances that left it, or from what its learner
+    /// delivered. A learner that must skip those instances takes it, so that it skips a
+    /// batch decided again after them as every other learner does (bug B3). An empty range
+    /// otherwise.
+    pub dedup_from: Instance,
+    pub dedup_to: Instance,
+    pub dedup: Vec<(crate::types::BatchKey, Instance)>,
     pub entries: Vec<(Instance, Decree)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Heartbeat {
     pub ballot: Ballot,
+    /// The sender's incarnation and the heartbeat's number in that life: a receiver
+    /// counts a heartbeat as a sign of life only if it is newer than the last one it had
+    /// from the sender, so one held long in the network cannot make a node that died since
+    /// look alive (found by the simulator's heavy-tailed delays).
+    pub incarnation: u64,
+    pub seq: u64,
     pub delivered_upto: Instance,
     pub decided_max: Instance,
+    /// The sender coordinates and its phase 1 is done: proposers whose coordinator changed
+    /// re-send their window now (`RingPaxos::resend_when_leading`).
+    pub leading: bool,
     pub amnesic: bool,
     pub epoch: Vec<u64>,
     /// The sender's latest snapshot covers instances up to here (0: none).
@@ -155,6 +182,11 @@ pub struct Heartbeat {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Repair {
     pub ballot: Ballot,
+    /// The epoch (incarnation vector) of the phase 1 that computed the target: the
+    /// acceptor takes the repair only if it names its own current incarnation, so a Repair
+    /// meant for an earlier life (queued for it, or late in the network) cannot mark a
+    /// later life repaired (bug B1).
+    pub epoch: Vec<u64>,
     pub decided_floor: Instance,
     /// The amnesic acceptor is repaired once it knows every decision up to here.
     pub upto: Instance,
@@ -289,6 +321,7 @@ impl WireMessage for Message {
                 e.put_u8(m.amnesic as u8);
                 e.put_u64(m.decided_upto);
                 e.put_u64(m.max_instance);
+                e.put_u64(m.log_start);
                 e.put_u64(m.covered_to);
                 put_u64s(e, &m.epoch);
                 e.put_u32(m.accepted.len() as u32);
@@ -327,6 +360,10 @@ impl WireMessage for Message {
             }
             Message::Decided(m) => {
                 e.put_u64(m.log_start);
+                e.put_u64(m.scanned_to);
+                e.put_u64(m.dedup_from);
+                e.put_u64(m.dedup_to);
+                crate::wire::put_dedup_entries(e, &m.dedup);
                 e.put_u32(m.entries.len() as u32);
                 for (i, d) in &m.entries {
                     e.put_u64(*i);
@@ -335,8 +372,11 @@ impl WireMessage for Message {
             }
             Message::Heartbeat(m) => {
                 put_ballot(e, m.ballot);
+                e.put_u64(m.incarnation);
+                e.put_u64(m.seq);
                 e.put_u64(m.delivered_upto);
                 e.put_u64(m.decided_max);
+                e.put_u8(m.leading as u8);
                 e.put_u8(m.amnesic as u8);
                 put_u64s(e, &m.epoch);
                 e.put_u64(m.snapshot_upto);
@@ -344,6 +384,7 @@ impl WireMessage for Message {
             }
             Message::Repair(m) => {
                 put_ballot(e, m.ballot);
+                put_u64s(e, &m.epoch);
                 e.put_u64(m.decided_floor);
                 e.put_u64(m.upto);
             }
@@ -371,6 +412,7 @@ impl WireMessage for Message {
                 let amnesic = get_bool(&mut d, "phase1b.amnesic")?;
                 let decided_upto = d.u64("phase1b.decided_upto")?;
                 let max_instance = d.u64("phase1b.max_instance")?;
+                let log_start = d.u64("phase1b.log_start")?;
                 let covered_to = d.u64("phase1b.covered_to")?;
                 if covered_to < from {
                     return Err(DecodeError::Invalid {
@@ -402,6 +444,7 @@ impl WireMessage for Message {
                     amnesic,
                     decided_upto,
                     max_instance,
+                    log_start,
                     covered_to,
                     epoch,
                     accepted,
@@ -442,18 +485,33 @@ impl WireMessage for Message {
             }
             K_DECIDED => {
                 let log_start = d.u64("decided.log_start")?;
+                let scanned_to = d.u64("decided.scanned_to")?;
+                let dedup_from = d.u64("decided.dedup_from")?;
+                let dedup_to = d.u64("decided.dedup_to")?;
+                let dedup =
+                    crate::wire::get_dedup_entries(&mut d, crate::uring::learner::SKIP_DEDUP_MAX)?;
                 let n = d.count("decided.entries", MAX_ENTRIES, 9)?;
                 let mut entries = Vec::with_capacity(n);
                 for _ in 0..n {
                     let i = d.u64("decided.instance")?;
                     entries.push((i, get_decree(&mut d)?));
                 }
-                Message::Decided(Decided { log_start, entries })
+                Message::Decided(Decided {
+                    log_start,
+                    scanned_to,
+                    dedup_from,
+                    dedup_to,
+                    dedup,
+                    entries,
+                })
             }
             K_HEARTBEAT => Message::Heartbeat(Heartbeat {
                 ballot: get_ballot(&mut d)?,
+                incarnation: d.u64("heartbeat.incarnation")?,
+                seq: d.u64("heartbeat.seq")?,
                 delivered_upto: d.u64("heartbeat.delivered_upto")?,
                 decided_max: d.u64("heartbeat.decided_max")?,
+                leading: get_bool(&mut d, "heartbeat.leading")?,
                 amnesic: get_bool(&mut d, "heartbeat.amnesic")?,
                 epoch: get_u64s(&mut d, "epoch", MAX_MEMBERS)?,
                 snapshot_upto: d.u64("heartbeat.snapshot_upto")?,
@@ -463,6 +521,7 @@ impl WireMessage for Message {
             K_SNAPSHOT_CHUNK => Message::SnapshotChunk(SnapshotChunk::decode(&mut d)?),
             K_REPAIR => Message::Repair(Repair {
                 ballot: get_ballot(&mut d)?,
+                epoch: get_u64s(&mut d, "repair.epoch", MAX_MEMBERS)?,
                 decided_floor: d.u64("repair.decided_floor")?,
                 upto: d.u64("repair.upto")?,
             }),
@@ -505,6 +564,7 @@ mod tests {
                 amnesic: false,
                 decided_upto: 3,
                 max_instance: 9,
+                log_start: 1,
                 covered_to: 10,
                 epoch: vec![1, 2],
                 accepted: vec![
@@ -555,12 +615,19 @@ mod tests {
             Message::Retrieve(Retrieve { from: 1, to: 65 }),
             Message::Decided(Decided {
                 log_start: 1,
+                scanned_to: 3,
+                dedup_from: 4,
+                dedup_to: 7,
+                dedup: vec![(batch().key(), 5)],
                 entries: vec![(1, Decree::Noop), (2, Decree::Values(batch()))],
             }),
             Message::Heartbeat(Heartbeat {
                 ballot: bal,
+                incarnation: 2,
+                seq: 77,
                 delivered_upto: 3,
                 decided_max: 4,
+                leading: true,
                 amnesic: true,
                 epoch: vec![0, 0, 0],
                 snapshot_upto: 2,
@@ -568,6 +635,7 @@ mod tests {
             }),
             Message::Repair(Repair {
                 ballot: bal,
+                epoch: vec![1, 0, 2],
                 decided_floor: 2,
                 upto: 9,
             }),

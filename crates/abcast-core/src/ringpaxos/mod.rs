@@ -96,7 +96,14 @@ pub struct RingPaxos {
     /// `incarnation`, which is 0 for a non-acceptor (epochs count acceptors only).
     pub(crate) ballot_incarnation: u32,
     pub(crate) last_heartbeat_us: Micros,
+    /// Heartbeats sent in this process life (see `Heartbeat::seq`).
+    pub(crate) heartbeats_sent: u64,
     pub(crate) last_coordinator: Option<usize>,
+    /// The coordinator changed in this node's view since the proposer last re-sent its
+    /// window: it re-sends once more when that coordinator is heard leading (views change at
+    /// slightly different times, and batches re-sent to a node not leading yet are dropped;
+    /// found by the simulator's faults-remain phase, uring partition seed 0).
+    pub(crate) resend_when_leading: bool,
     /// The first input's time is known: the failure detector's grace period starts there.
     pub(crate) started: bool,
     pub(crate) incarnation: u64,
@@ -105,6 +112,12 @@ pub struct RingPaxos {
 }
 
 impl RingPaxos {
+    /// Whether this node runs the broken variant `m` (tests only, `crate::mutation`).
+    #[inline(always)]
+    pub(crate) fn mutated(&self, m: crate::mutation::Mutation) -> bool {
+        crate::mutation::on(self.cfg.mutation(), m)
+    }
+
     pub fn new(
         cfg: RingPaxosConfig,
         me: NodeId,
@@ -152,7 +165,9 @@ impl RingPaxos {
             max_ballot_seen: Ballot::ZERO,
             ballot_incarnation,
             last_heartbeat_us: 0,
+            heartbeats_sent: 0,
             last_coordinator: None,
+            resend_when_leading: false,
             started: false,
             incarnation,
             snap: crate::uring::snapshot::SnapshotState::new(cfg.members.len()),
@@ -227,7 +242,7 @@ impl RingPaxos {
             acc.record_decided(instance, ballot, d);
         }
         if let (Some(p), Some(k)) = (self.prop.as_mut(), key)
-            && let Some(ack) = p.on_decided(k)
+            && let Some(ack) = p.on_decided(k, self.now)
         {
             out.acks.push(ack);
         }
@@ -235,6 +250,13 @@ impl RingPaxos {
     }
 
     fn on_heartbeat(&mut self, from_pos: usize, m: Heartbeat, out: &mut Out) {
+        if self.view.beat(from_pos, m.incarnation, m.seq, self.now) {
+            self.learn.note_peer_delivered(from_pos, m.delivered_upto);
+        }
+        if m.leading && self.resend_when_leading && self.coordinator_pos() == Some(from_pos) {
+            self.resend_when_leading = false;
+            self.proposer_resend(out);
+        }
         self.note_ballot(m.ballot);
         self.view.merge_epoch(&m.epoch);
         self.on_snapshot_report(from_pos, m.snapshot_upto);
@@ -263,8 +285,14 @@ impl RingPaxos {
             // Only its round matters to the receiver (`note_ballot`); a ballot some
             // coordinator really made, not one pieced together.
             ballot: self.max_ballot_seen,
+            incarnation: u64::from(self.ballot_incarnation),
+            seq: {
+                self.heartbeats_sent += 1;
+                self.heartbeats_sent
+            },
             delivered_upto: self.learn.delivered_upto(),
             decided_max: self.learn.decided_max,
+            leading: self.coord.is_leading(),
             amnesic: self.acc.as_ref().is_some_and(|a| a.amnesic),
             epoch: self.view.epoch().to_vec(),
             snapshot_upto: self.snap.own_upto,
@@ -284,14 +312,16 @@ impl RingPaxos {
     /// Work common to every input: deliver what is ready, end amnesia when repaired.
     pub(crate) fn after_input(&mut self, out: &mut Out) {
         let acc = &mut self.acc;
+        let dup_by_key = !acc.as_ref().is_some_and(|a| a.amnesic);
         self.learn.drain(
             self.now,
             &mut self.cache,
             &mut out.deliveries,
             &mut out.passes,
-            |instance, decree| {
+            dup_by_key,
+            |instance, decree, key| {
                 if let Some(a) = acc.as_mut() {
-                    a.record_learned(instance, decree);
+                    a.record_learned(instance, decree, key);
                 }
             },
         );
@@ -325,7 +355,7 @@ impl Protocol for RingPaxos {
         let Some(from_pos) = self.cfg.position(from) else {
             return; // not a member
         };
-        self.view.heard(from_pos, self.now);
+        self.view.contact(from_pos);
         let own = from_pos == self.pos;
         match msg {
             Message::Submit(m) => self.coordinator_on_submit(m.batch, out),

@@ -59,11 +59,30 @@ impl RingPaxos {
     pub(crate) fn proposer_tick(&mut self, out: &mut Out) {
         let coordinator = self.coordinator_pos();
         let changed = coordinator != self.last_coordinator;
+        // From one coordinator to another (not the first one this node hears of: batches
+        // reach a coordinator that is still preparing, and a needless re-send of the whole
+        // window decides batches twice where learners are paused, as a Multi-Ring learner
+        // waiting for a quiet ring is).
+        if changed && self.last_coordinator.is_some() && coordinator.is_some() {
+            self.resend_when_leading = true;
+        }
         self.last_coordinator = coordinator;
         let limits = self.cfg.batch_limits();
         let Some(p) = self.prop.as_mut() else { return };
         let mut to_send = Vec::new();
         p.tick(self.now, changed, &limits, &mut to_send);
+        for b in to_send {
+            self.submit(b, out);
+        }
+    }
+
+    /// Re-sends every batch in flight now (the coordinator this node believes in was just
+    /// heard leading after a change).
+    pub(crate) fn proposer_resend(&mut self, out: &mut Out) {
+        let limits = self.cfg.batch_limits();
+        let Some(p) = self.prop.as_mut() else { return };
+        let mut to_send = Vec::new();
+        p.tick(self.now, true, &limits, &mut to_send);
         for b in to_send {
             self.submit(b, out);
         }

@@ -56,7 +56,7 @@ impl RingPaxos {
             })
             .map(|p| (p, self.node_at(p)))
             .collect();
-        behind_trim_point_in(
+        let ask = behind_trim_point_in(
             &mut self.learn,
             &mut self.snap,
             self.cfg.learner_snapshots,
@@ -65,6 +65,26 @@ impl RingPaxos {
             (next, floor),
             out,
         );
+        if let Some((node, from, to)) = ask
+            && (self.learn.memory_asked_us == 0
+                || self.now >= self.learn.memory_asked_us + self.cfg.retrieve_timeout_us)
+        {
+            self.learn.memory_asked_us = self.now.max(1);
+            out.send(
+                node,
+                Message::Retrieve(super::messages::Retrieve { from, to }),
+            );
+        }
+        // A skip moves this node's own acceptor window with the learner: what it skipped is
+        // decided and gone from every other window, and an acceptor window keeps every
+        // instance it knows nothing of (`MemoryStore`).
+        if self.learn.next > next
+            && let Some(acc) = self.acc.as_mut()
+            && acc.store.log_start() < self.learn.next
+            && !acc.store.is_durable()
+        {
+            acc.store.trim(self.learn.next);
+        }
     }
 
     pub(crate) fn on_snapshot_fetch(&mut self, from_pos: usize, m: SnapshotFetch, out: &mut Out) {
@@ -102,7 +122,11 @@ impl RingPaxos {
             return 0;
         }
         let learners = (0..self.cfg.members.len()).filter(|&p| self.cfg.members[p].roles.learner);
-        self.snap.trim_point(self.pos, learners)
+        let t = self.snap.trim_point(self.pos, learners);
+        if t > 0 && self.mutated(crate::mutation::Mutation::TrimPastQuorum) {
+            return t + 1;
+        }
+        t
     }
 
     /// An acceptor trims below what the coordinator it believes in says.

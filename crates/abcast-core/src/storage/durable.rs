@@ -453,7 +453,7 @@ impl<D: LogDir> DurableStore<D> {
             .map_or(newest_from, |u| u.min(newest_from))
             .max(log_start);
         let span = (max_instance + 1).saturating_sub(cache_from) as usize;
-        let mut cache = MemoryStore::new(opts.cache_instances.max(span).max(1), opts.cache_bytes);
+        let mut cache = MemoryStore::cache(opts.cache_instances.max(span).max(1), opts.cache_bytes);
         cache.trim(cache_from);
         cache.set_promised(promised);
         let mut store = DurableStore {
@@ -901,6 +901,10 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
             return false;
         }
         self.cache.put(instance, accepted)
+    }
+    /// From the cache only: the log keeps the vote, which stays safe (see the trait).
+    fn discard_stale(&mut self, instance: Instance) {
+        self.cache.discard_stale(instance);
     }
     fn mark_decided(&mut self, instance: Instance) {
         if instance < self.cache.log_start() {

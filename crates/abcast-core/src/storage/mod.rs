@@ -100,6 +100,32 @@ pub trait AcceptorStore {
         self.put(instance, accepted)
     }
     fn mark_decided(&mut self, instance: Instance);
+    /// Drops this acceptor's undecided vote for `instance`, which is known decided with
+    /// another decree (whose payload is not here): a vote of a lower ballot than the
+    /// deciding quorum's, which no phase 1 needs (the quorum that decided holds its votes),
+    /// and which, left at the front of a bounded window, would keep the window full for good.
+    /// A durable store may keep it on disk (it stays safe: see `put_learned`).
+    /// The batch keys of the decided instances from `from` up to the log start that left
+    /// this store (its bounded window slid past them, or they were trimmed), with the log
+    /// start: `None` unless every decided batch of that range is known here. A learner
+    /// that must skip those instances learns from them which batches they decided, so it
+    /// skips a copy decided again after them as every other learner does (bug B3).
+    fn evicted_keys(
+        &self,
+        from: Instance,
+    ) -> Option<(Instance, Vec<(crate::types::BatchKey, Instance)>)> {
+        let _ = from;
+        None
+    }
+    fn discard_stale(&mut self, instance: Instance) {
+        let _ = instance;
+    }
+    /// `instance`, where this store holds nothing, is known decided (with the batch `key`)
+    /// but its decree is not here: a bounded window may move past it, which it does not do
+    /// past an instance it knows nothing of (`MemoryStore`).
+    fn note_decided_elsewhere(&mut self, instance: Instance, key: Option<crate::types::BatchKey>) {
+        let _ = (instance, key);
+    }
     /// The highest instance with an accepted value, or 0.
     fn max_instance(&self) -> Instance;
     /// The lowest instance still held; below it everything was decided and trimmed.

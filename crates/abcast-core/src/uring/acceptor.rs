@@ -27,6 +27,7 @@
 use super::messages::{Decided, Nack, P1Entry, Phase1a, Phase1b, Phase2, Repair, Retrieve};
 use super::ring::fingerprint;
 use super::{Message, Out, URing};
+use crate::mutation::Mutation;
 use crate::storage::{Accepted, AcceptorStore};
 use crate::types::{Ballot, Decree, Instance};
 
@@ -79,8 +80,35 @@ impl AcceptorState {
         }
     }
 
-    /// The learner delivered (or passed) `instance` with this decree.
-    pub fn record_learned(&mut self, instance: Instance, decree: &Decree) {
+    /// The learner delivered (or passed) `instance` with this decree, or passed it knowing
+    /// only the key of its batch (a copy of one delivered before): then this acceptor's own
+    /// vote for that batch, if it has one, is marked decided, and a vote for anything else
+    /// there is dropped (`AcceptorStore::discard_stale`): an undecided vote left at the front
+    /// of a bounded window kept it full for good (found by the simulator, durable uring
+    /// crash seed 42: the coordinator could assign no instance).
+    pub fn record_learned(
+        &mut self,
+        instance: Instance,
+        decree: Option<&Decree>,
+        key: Option<crate::types::BatchKey>,
+    ) {
+        let decree = match decree {
+            Some(d) => d,
+            None => {
+                match self.store.get(instance) {
+                    Some(a) if a.decided => {}
+                    Some(a) if key.is_some() && a.decree.key() == key => {
+                        self.store.mark_decided(instance)
+                    }
+                    Some(_) if key.is_some() => self.store.discard_stale(instance),
+                    // Decided with a batch whose payload is not here: the window may still
+                    // move past it (found by the learner_skip mix, multiring seed 8).
+                    None => self.store.note_decided_elsewhere(instance, key),
+                    _ => {}
+                }
+                return;
+            }
+        };
         if instance >= self.store.log_start()
             && !self.store.get(instance).is_some_and(|a| a.decided)
         {
@@ -123,7 +151,9 @@ impl AcceptorState {
 impl URing {
     /// Phase 2 vote (seed 003 Task 4). Returns true if this acceptor voted.
     pub(crate) fn vote(&mut self, m: &Phase2, decree: Option<&Decree>, out: &mut Out) -> bool {
-        let epoch_ok = m.epoch_fp == self.view.epoch_fp();
+        let epoch_ok =
+            m.epoch_fp == self.view.epoch_fp() || self.mutated(Mutation::VoteIgnoresEpoch);
+        let sync_vote = !self.mutated(Mutation::NoSyncBeforeVote);
         let Some(acc) = self.acc.as_mut() else {
             return false;
         };
@@ -158,7 +188,7 @@ impl URing {
                 decided: false,
             },
         );
-        if stored {
+        if stored && sync_vote {
             out.needs_sync = true;
         }
         stored
@@ -205,6 +235,7 @@ impl URing {
             amnesic: acc.amnesic,
             decided_upto: decided_upto.max(acc.store.log_start().saturating_sub(1)),
             max_instance: acc.store.max_instance(),
+            log_start: acc.store.log_start(),
             covered_to,
             epoch: self.view.epoch().to_vec(),
             accepted,
@@ -216,26 +247,63 @@ impl URing {
     /// they know decided; the coordinator also re-runs what is still open.
     pub(crate) fn on_retrieve(&mut self, from_pos: usize, m: Retrieve, out: &mut Out) {
         self.coordinator_on_retrieve(&m, out);
-        let Some(acc) = self.acc.as_ref() else { return };
+        let Some(acc) = self.acc.as_ref() else {
+            // Not an acceptor: no decisions to serve, but a learner about to skip may ask
+            // for this learner's de-duplication memory (`behind_trim_point_in`).
+            let (dedup_from, dedup_to, dedup) = self.skip_memory_for(m.from, m.to);
+            out.send(
+                self.node_at(from_pos),
+                Message::Decided(Decided {
+                    log_start: 0,
+                    scanned_to: 0,
+                    dedup_from,
+                    dedup_to,
+                    dedup,
+                    entries: Vec::new(),
+                }),
+            );
+            return;
+        };
         let to =
             m.to.min(m.from.saturating_add(super::messages::MAX_ENTRIES as u64));
         let mut entries = Vec::new();
         let mut bytes = 0usize;
+        let mut scanned_to = to;
         for (instance, a) in acc.store.range(m.from, to) {
             if !a.decided {
                 continue;
             }
             bytes += a.decree.wire_bytes();
             if bytes > REPLY_MAX_BYTES && !entries.is_empty() {
+                scanned_to = instance;
                 break;
             }
             entries.push((instance, a.decree));
         }
         let log_start = acc.store.log_start();
+        let (dedup_from, dedup_to, dedup) = if entries.first().is_none_or(|(i, _)| *i != m.from) {
+            self.skip_memory_for(m.from, m.to)
+        } else {
+            (0, 0, Vec::new())
+        };
         out.send(
             self.node_at(from_pos),
-            Message::Decided(Decided { log_start, entries }),
+            Message::Decided(Decided {
+                log_start,
+                scanned_to,
+                dedup_from,
+                dedup_to,
+                dedup,
+                entries,
+            }),
         );
+    }
+
+    /// What a `Decided` answer carries when it cannot serve `from` (bug B3): every batch
+    /// first decided in a range from `from` on, as this node knows them (see
+    /// [`skip_memory_of`]).
+    pub(crate) fn skip_memory_for(&self, from: Instance, to: Instance) -> SkipMemory {
+        skip_memory_of(&self.learn, self.acc.as_ref().map(|a| &*a.store), from, to)
     }
 
     pub(crate) fn on_decided_reply(&mut self, from_pos: usize, m: Decided, out: &mut Out) {
@@ -249,27 +317,23 @@ impl URing {
         }
         // Nobody can serve what lies below the responder's log start (trimmed below a
         // quorum of learners' snapshots, or slid out of an in-memory window): once every
-        // live acceptor says so, fetch a peer's snapshot, or skip (`behind_trim_point`).
+        // live acceptor answered without it, and one had trimmed it, fetch a peer's
+        // snapshot, or skip (`behind_trim_point`).
+        if m.dedup_to > m.dedup_from {
+            self.learn
+                .offer_skip_memory(m.dedup_from, m.dedup_to, m.dedup);
+        }
+        if self.is_acceptor_pos(from_pos) {
+            self.learn
+                .note_unserved(from_pos, m.log_start, m.scanned_to);
+        }
+        let live = self
+            .retrieve_targets()
+            .iter()
+            .fold(0u64, |m, &p| m | super::ring::bit(p));
         let next = self.learn.next;
-        if next < m.log_start && !self.learn.knows(next) {
-            let l = &mut self.learn;
-            if l.trimmed_at != next {
-                l.trimmed_at = next;
-                l.trimmed_mask = 0;
-                l.trimmed_floor = m.log_start;
-            }
-            l.trimmed_mask |= super::ring::bit(from_pos);
-            l.trimmed_floor = l.trimmed_floor.min(m.log_start);
-            let mask = self.learn.trimmed_mask;
-            // Only when every live acceptor said so: one that still holds it will serve it.
-            if self
-                .retrieve_targets()
-                .iter()
-                .all(|&p| mask & super::ring::bit(p) != 0)
-            {
-                let floor = self.learn.trimmed_floor;
-                self.behind_trim_point(next, floor, out);
-            }
+        if let Some(floor) = self.learn.behind_floor(live) {
+            self.behind_trim_point(next, floor, out);
         }
         // Catching up: ask for the next range at once instead of after a timeout, so a
         // restarted learner (and an amnesic acceptor's repair) moves at network speed.
@@ -283,6 +347,14 @@ impl URing {
 
     pub(crate) fn on_repair(&mut self, _from_pos: usize, m: Repair, out: &mut Out) {
         self.note_ballot(m.ballot);
+        // Only a target computed in an epoch that knew this life: one meant for an earlier
+        // life (flushed from a queue kept for it, or late in the network) says nothing about
+        // the votes this life forgot (bug B1).
+        let mine = self.view.epoch().get(self.pos).copied();
+        if m.epoch.get(self.pos).copied() != mine {
+            return;
+        }
+        let ignore_target = self.mutated(Mutation::RepairIgnored);
         let Some(acc) = self.acc.as_mut() else { return };
         if acc.amnesic && acc.repair_upto.is_none_or(|u| m.upto < u) {
             acc.repair_upto = Some(m.upto);
@@ -291,6 +363,52 @@ impl URing {
                 m.upto
             ));
         }
+        if ignore_target {
+            acc.amnesic = false;
+        }
         self.learn.decided_max = self.learn.decided_max.max(m.decided_floor);
     }
+}
+
+/// Every batch first decided in `[from, to')` for the largest `to' <= to` this node can vouch
+/// for, as `(from, to', batches)` (an empty range when it can vouch for nothing): the batch
+/// keys its acceptor store kept of instances that left it (`AcceptorStore::evicted_keys`),
+/// and what its learner delivered (`Dedup`), whichever reaches further (both are the truth
+/// for their ranges; together, sorted by instance). Shared with Ring Paxos.
+pub(crate) type SkipMemory = (Instance, Instance, Vec<(crate::types::BatchKey, Instance)>);
+
+pub(crate) fn skip_memory_of(
+    learn: &crate::uring::learner::LearnerState,
+    store: Option<&(dyn AcceptorStore + Send)>,
+    from: Instance,
+    to: Instance,
+) -> SkipMemory {
+    let mut reach = from;
+    let mut keys = Vec::new();
+    if let Some((log_start, k)) = store.and_then(|s| s.evicted_keys(from)) {
+        reach = log_start.min(to);
+        keys = k;
+    }
+    let delivered = learn.delivered_upto();
+    if delivered >= from && delivered + 1 > reach {
+        let mine = learn.dedup_between(from, to.min(delivered + 1));
+        reach = to.min(delivered + 1);
+        keys.extend(mine);
+    }
+    if reach <= from {
+        return (0, 0, Vec::new());
+    }
+    keys.retain(|&(_, i)| i < reach);
+    keys.sort_unstable_by_key(|&(k, i)| (i, k.origin.0, k.first_seq));
+    keys.dedup();
+    let excess = keys
+        .len()
+        .saturating_sub(crate::uring::learner::SKIP_DEDUP_MAX);
+    if excess > 0 {
+        // Too many to send: vouch for the tail only.
+        keys.drain(..excess);
+        let first = keys.first().map_or(reach, |&(_, i)| i);
+        return (first, reach, keys);
+    }
+    (from, reach, keys)
 }

@@ -2,6 +2,7 @@
 //! seed has one. Every field is checked by [`RingConfig::validate`], whose errors name the
 //! field and the reason.
 
+use crate::batcher::LIFE_SEQ_BITS;
 use crate::types::{Micros, NodeId};
 use std::fmt;
 
@@ -94,9 +95,41 @@ pub struct RingConfig {
     /// trimmed by snapshots, and a learner behind every acceptor's bounded in-memory
     /// window can only skip to it (reported through `Outbox::skips`).
     pub learner_snapshots: bool,
+    /// A deliberately broken variant, for the simulator's mutation tests only (the
+    /// `mutations` feature; see `crate::mutation`).
+    #[cfg(feature = "mutations")]
+    pub mutation: Option<crate::mutation::Mutation>,
 }
 
 impl RingConfig {
+    /// The broken variant this configuration runs (`crate::mutation`); always `None`
+    /// without the `mutations` feature.
+    pub fn mutation(&self) -> Option<crate::mutation::Mutation> {
+        #[cfg(feature = "mutations")]
+        {
+            self.mutation
+        }
+        #[cfg(not(feature = "mutations"))]
+        {
+            None
+        }
+    }
+
+    /// Selects a deliberately broken variant (tests only); refused in a build without the
+    /// `mutations` feature.
+    pub fn set_mutation(&mut self, m: Option<crate::mutation::Mutation>) -> Result<(), String> {
+        #[cfg(feature = "mutations")]
+        {
+            self.mutation = m;
+            Ok(())
+        }
+        #[cfg(not(feature = "mutations"))]
+        match m {
+            Some(m) => Err(crate::mutation::unavailable(m)),
+            None => Ok(()),
+        }
+    }
+
     /// A ring of the given members, all PAL, with default parameters.
     pub fn pal(ids: &[u32]) -> RingConfig {
         RingConfig {
@@ -219,6 +252,8 @@ impl Default for RingConfig {
             store_capacity_instances: 15_000,
             store_capacity_bytes: 256 << 20,
             learner_snapshots: false,
+            #[cfg(feature = "mutations")]
+            mutation: None,
         }
     }
 }
@@ -247,21 +282,72 @@ pub struct StartInfo {
     /// which changes the epoch (`ring.rs`). Every restart of a node that may coordinate must
     /// have a new one too: coordinators put it in their ballots, and that is what keeps a
     /// restarted node from reusing a ballot of its earlier life (see `Ballot`). It must fit
-    /// in a `u32` (checked at construction).
+    /// in a `u32` (checked at construction), and it names the range of value ids of this
+    /// life (`start_seq`, see [`StartInfo::restart`], below 2^24).
     pub incarnation: u64,
     /// The acceptor lost its promises and votes: it must be repaired before it counts in a
     /// phase 1 quorum (see `acceptor.rs`).
     pub amnesic: bool,
-    /// First sequence number for this node's proposals; above any it used before.
+    /// First sequence number for this node's proposals; above any it used before. Drivers
+    /// take it from the incarnation ([`StartInfo::start_seq_for`]), never from a clock.
     pub start_seq: u64,
 }
 
 impl StartInfo {
+    /// Incarnations a node can have: `start_seq_for` puts the incarnation in the 24 bits
+    /// above the 40 that number one life's values, so 2^24 ≈ 16.7 million starts.
+    pub const MAX_INCARNATIONS: u64 = 1 << (u64::BITS - LIFE_SEQ_BITS);
+
     pub const FRESH: StartInfo = StartInfo {
         incarnation: 0,
         amnesic: false,
         start_seq: 1,
     };
+
+    /// The first value seq of the process life `incarnation`. Life `k` owns the seqs `[k <<
+    /// 40, (k + 1) << 40)` (life 0 starts at 1, as `FRESH` does; seq 0 is never used), so
+    /// the ids (`ValueId = (node, seq)`) of two lives of a node never meet, whatever the
+    /// clock did between them: learners tell batches apart by `(origin, first_seq)`, and a
+    /// reused id would be acknowledged and never delivered. The proposer refuses to step
+    /// into the next life's range (`ProposeError::IdsExhausted`, `batcher::life_seq_end`).
+    ///
+    /// Limits: 2^40 ≈ 1.1e12 values per life (about 12.7 days at a sustained million values
+    /// per second; then the node must restart), and 2^24 ≈ 16.7 million lives
+    /// ([`StartInfo::MAX_INCARNATIONS`]): `None` from there on, the ids would overflow the
+    /// `u64`. Multi-Ring Paxos puts the ring's group in the top 8 bits of each ring's seqs
+    /// (`multiring/mod.rs`), which keeps 16 bits of the life there: 65 536 lives have
+    /// distinct ids on a ring.
+    pub const fn start_seq_for(incarnation: u64) -> Option<u64> {
+        if incarnation >= StartInfo::MAX_INCARNATIONS {
+            None
+        } else if incarnation == 0 {
+            Some(1)
+        } else {
+            Some(incarnation << LIFE_SEQ_BITS)
+        }
+    }
+
+    /// What a node knows when it starts its life `incarnation` (0 on the first start):
+    /// `start_seq` from [`StartInfo::start_seq_for`]. `amnesic`: the acceptor lost its
+    /// promises and votes. An incarnation of [`StartInfo::MAX_INCARNATIONS`] or more is
+    /// refused: its ids would overlap those of an earlier life.
+    pub fn restart(incarnation: u64, amnesic: bool) -> Result<StartInfo, ConfigError> {
+        match StartInfo::start_seq_for(incarnation) {
+            Some(start_seq) => Ok(StartInfo {
+                incarnation,
+                amnesic,
+                start_seq,
+            }),
+            None => Err(ConfigError {
+                field: "start.incarnation",
+                reason: format!(
+                    "{incarnation} is too large: a node has at most {} lives of \
+                     2^{LIFE_SEQ_BITS} value ids each in a 64-bit seq",
+                    StartInfo::MAX_INCARNATIONS
+                ),
+            }),
+        }
+    }
 
     /// The incarnation as ballots carry it (`Ballot::incarnation`, 32 bits on the wire).
     /// Refused, not truncated, when it does not fit: two lives of a node would then make
@@ -312,6 +398,32 @@ mod tests {
         let cfg = RingPaxosConfig::with_roles(&[0, 1, 2], &[]);
         let r = RingPaxos::new(cfg, NodeId(0), too_big, store());
         assert_eq!(r.err().map(|e| e.field), Some("start.incarnation"));
+    }
+
+    #[test]
+    fn each_life_owns_its_own_range_of_value_ids() {
+        assert_eq!(StartInfo::restart(0, false), Ok(StartInfo::FRESH));
+        let seq = |k: u64| StartInfo::restart(k, true).map(|s| s.start_seq);
+        // The simulator's restarts use `incarnation << 40`: the same values.
+        for k in [1, 2, 3, 1000, StartInfo::MAX_INCARNATIONS - 1] {
+            assert_eq!(seq(k), Ok(k << 40));
+        }
+        // Consecutive lives meet exactly at the range end the proposer stops at.
+        for k in [0, 1, 41, StartInfo::MAX_INCARNATIONS - 2] {
+            let (a, b) = (seq(k).unwrap(), seq(k + 1).unwrap());
+            assert!(a < b);
+            assert_eq!(crate::batcher::life_seq_end(a), b);
+        }
+        assert_eq!(
+            crate::batcher::life_seq_end(seq(StartInfo::MAX_INCARNATIONS - 1).unwrap()),
+            u64::MAX,
+            "the last life ends at the top of the u64 space"
+        );
+        assert_eq!(StartInfo::MAX_INCARNATIONS, 1 << 24);
+        let e = StartInfo::restart(StartInfo::MAX_INCARNATIONS, true).expect_err("would wrap");
+        assert_eq!(e.field, "start.incarnation");
+        assert!(e.reason.contains("16777216"), "{e}");
+        assert_eq!(StartInfo::start_seq_for(u64::MAX), None);
     }
 
     #[test]

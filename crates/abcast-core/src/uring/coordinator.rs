@@ -25,6 +25,7 @@
 use super::messages::{Nack, Phase1a, Phase1b, Phase2, Repair, Retrieve, WireDecree};
 use super::ring::{bit, fingerprint};
 use super::{Message, Out, URing};
+use crate::mutation::Mutation;
 use crate::types::{Ballot, Batch, BatchKey, Decree, Instance, Micros};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
@@ -54,6 +55,11 @@ pub(crate) struct Prepare {
     amnesic_oks: u64,
     /// Highest `decided_upto` reported.
     floor: Instance,
+    /// Highest `log_start` among counted replies: below it some counted acceptor trimmed
+    /// its log and reported nothing, so a vote found there may be a stale one; from it on,
+    /// every counted reply is complete and the highest vote found is safe to re-propose
+    /// (seed 003 Task 3), even at or below `floor`.
+    trimmed_below: Instance,
     /// Highest instance any acceptor accepted in.
     hi: Instance,
     /// Lowest `covered_to` among counted replies.
@@ -71,6 +77,7 @@ impl Prepare {
             oks: 0,
             amnesic_oks: 0,
             floor: from.saturating_sub(1),
+            trimmed_below: 0,
             hi: 0,
             covered: to,
             votes: BTreeMap::new(),
@@ -173,7 +180,7 @@ impl URing {
             // Decided already: the proposer missed the decision. Tell it instead of deciding
             // the batch a second time.
             if key.origin == self.me {
-                if let Some(ack) = self.prop.as_mut().and_then(|p| p.on_decided(key)) {
+                if let Some(ack) = self.prop.as_mut().and_then(|p| p.on_decided(key, self.now)) {
                     out.acks.push(ack);
                 }
             } else {
@@ -182,6 +189,10 @@ impl URing {
                     key.origin,
                     Message::Decided(super::messages::Decided {
                         log_start: 0,
+                        scanned_to: 0,
+                        dedup_from: 0,
+                        dedup_to: 0,
+                        dedup: Vec::new(),
                         entries,
                     }),
                 );
@@ -310,6 +321,7 @@ impl URing {
             return;
         }
         let quorum = self.quorum;
+        let amnesic_counts = self.mutated(Mutation::AmnesicPromisesCount);
         let is_backfill = self
             .coord
             .backfill
@@ -326,7 +338,7 @@ impl URing {
         if m.from != p.from || m.to != p.to {
             return; // a reply to an earlier range
         }
-        if m.amnesic {
+        if m.amnesic && !amnesic_counts {
             p.amnesic_oks |= bit(from_pos);
             return;
         }
@@ -335,6 +347,7 @@ impl URing {
         }
         p.oks |= bit(from_pos);
         p.floor = p.floor.max(m.decided_upto);
+        p.trimmed_below = p.trimmed_below.max(m.log_start);
         p.hi = p.hi.max(m.max_instance);
         p.covered = p.covered.min(m.covered_to);
         for e in m.accepted {
@@ -361,15 +374,20 @@ impl URing {
         self.phase1_done(p, out);
     }
 
-    /// Phase 1 below `p1_lo`. A ballot begins its phase 1 at an instance some node reported
-    /// delivered; if that node then failed, nobody alive may know those decisions, and
-    /// acceptors that voted without seeing the decision cannot answer a retrieve. So a learner
-    /// stuck below `p1_lo` makes the coordinator run phase 1 there too, under the same ballot
-    /// (the promise covers every instance), and re-propose what it finds.
+    /// Phase 1 again for instances this coordinator cannot serve. A ballot begins its phase 1
+    /// at an instance some node reported delivered; if that node then failed, nobody alive
+    /// may know those decisions, and acceptors that voted without seeing the decision cannot
+    /// answer a retrieve. The same holds above `p1_lo`: a durable acceptor keeps decisions
+    /// it did not vote for in memory only, so after crashes the only trace of a decided
+    /// instance may be an undecided vote (found by the faults-remain phase, durable uring
+    /// seed 86: a restarted learner stuck while the coordinator had delivered the instance
+    /// but could not serve it). So a learner stuck on an instance the coordinator cannot
+    /// serve makes the coordinator run phase 1 there, under its ballot (the promise covers
+    /// every instance), and re-propose what it finds.
     fn start_backfill(&mut self, from: Instance, out: &mut Out) {
         if self.coord.phase != Phase::Leading
             || self.coord.backfill.is_some()
-            || from >= self.coord.p1_lo
+            || from >= self.coord.next_instance
         {
             return;
         }
@@ -383,7 +401,10 @@ impl URing {
             return;
         }
         self.coord.last_backfill = (from, self.now);
-        let to = self.coord.p1_lo.min(from + self.cfg.retrieve_max_instances);
+        let to = self
+            .coord
+            .next_instance
+            .min(from + self.cfg.retrieve_max_instances);
         self.coord.backfill = Some(Prepare::new(from, to, self.now));
         out.events.push(format!(
             "{} backfills instances {from}..{to} with ballot {}",
@@ -392,26 +413,46 @@ impl URing {
         self.send_phase1a(from, to, out);
     }
 
+    /// Whether this node's acceptor can answer a retrieve for `instance` (it holds it
+    /// decided, in its cache or on disk).
+    fn serves(&self, instance: Instance) -> bool {
+        self.acc.as_ref().is_some_and(|a| {
+            a.store
+                .range(instance, instance + 1)
+                .first()
+                .is_some_and(|(i, e)| *i == instance && e.decided)
+        })
+    }
+
     fn backfill_done(&mut self, p: Prepare, out: &mut Out) {
         let ballot = self.coord.ballot;
         for i in p.from..p.covered {
-            if self.learn.knows(i) || self.coord.open.contains_key(&i) {
+            if self.coord.open.contains_key(&i) || self.serves(i) {
                 continue;
             }
+            let known = self.learn.knows(i);
             match p.votes.get(&i) {
                 Some((_, decree, true)) => {
                     let key = decree.key();
                     self.record_decision(i, ballot, Some(decree.clone()), key, out);
                 }
-                // An acceptor of the quorum knows it decided (as `phase1_done`): learners
-                // retrieve it, or install a snapshot if it was trimmed everywhere. Never
+                // Trimmed at a counted acceptor: decided, and covered by a quorum of
+                // learners' snapshots; a learner that needs it installs one. Never
                 // re-propose a vote found there: acceptors that trimmed it report no vote,
                 // so the vote found may be a stale one of a lower ballot, and proposing it
                 // could decide a second decree (found by the simulator, durable
                 // `uring-snapshots` 5-node mixed seed 12, as a stall: a restarted acceptor's
-                // own stale vote re-opened an instance trimmed everywhere else).
-                _ if i <= p.floor => {}
+                // own stale vote re-opened an instance trimmed everywhere else). Above every
+                // counted log start the replies are complete and the highest vote is safe,
+                // decided by some learner or not: a durable acceptor keeps decisions it
+                // did not vote for in memory only, so after a crash the voters' undecided
+                // votes may be all the connected majority has (found by the faults-remain
+                // phase: durable uring crash seed 8, learners stuck while the voter that
+                // had marked it decided stayed down).
+                _ if i < p.trimmed_below => {}
                 Some((_, decree, false)) => self.open_instance(i, decree.clone(), 0, out),
+                // Decided here, yet no counted acceptor has a vote: nothing to re-propose.
+                None if known => {}
                 None => self.open_instance(i, Decree::Noop, 0, out),
             }
         }
@@ -426,15 +467,42 @@ impl URing {
             self.learn.decided_max = self.learn.decided_max.max(p.floor);
             self.coord.next_instance = self.coord.next_instance.max(p.floor + 1).max(p.from);
         }
+        let drop_decided = takeover && self.mutated(Mutation::DecidedDroppedAtTakeover);
         for (instance, (_, decree, decided)) in &p.votes {
-            if *instance <= p.floor || *instance >= p.covered {
+            if *instance >= p.covered || (*instance <= p.floor && !*decided) {
+                continue;
+            }
+            if *decided && drop_decided {
                 continue;
             }
             if *decided {
+                // Decided entries at or below the floor are recorded too: the acceptor that
+                // reported them may be cut off next, and then nobody connected would know
+                // them (bug B2; Ring Paxos always recorded them).
                 let key = decree.key();
                 self.record_decision(*instance, ballot, Some(decree.clone()), key, out);
             } else {
                 self.coord.preset.insert(*instance, decree.clone());
+            }
+        }
+        if takeover {
+            // At or below the floor, what no counted acceptor reported decided is re-proposed
+            // where every counted reply is complete (above every counted log start): the
+            // highest vote found, a no-op for a hole. Some learner delivered these
+            // instances, but the acceptors that knew it may be gone (bug B2: the backfill
+            // only ever covered instances below `p1_lo`, and these are above it).
+            let lo = p.from.max(p.trimmed_below);
+            let hi = p.floor.min(p.covered.saturating_sub(1));
+            for i in lo..=hi {
+                if self.learn.knows(i) || self.coord.open.contains_key(&i) {
+                    continue;
+                }
+                let decree = match p.votes.get(&i) {
+                    Some((_, d, false)) => d.clone(),
+                    Some((_, _, true)) => continue,
+                    None => Decree::Noop,
+                };
+                self.open_instance(i, decree, 0, out);
             }
         }
         if takeover {
@@ -457,6 +525,7 @@ impl URing {
             ));
             let repair = Repair {
                 ballot,
+                epoch: self.view.epoch().to_vec(),
                 decided_floor: p.floor,
                 upto: p.hi.max(p.floor),
             };
@@ -628,7 +697,10 @@ impl URing {
         if self.coord.phase != Phase::Leading {
             return;
         }
-        if m.from < self.coord.p1_lo && !self.learn.knows(m.from) {
+        if m.from < self.coord.next_instance
+            && !self.coord.open.contains_key(&m.from)
+            && !self.serves(m.from)
+        {
             self.start_backfill(m.from, out);
         }
         let to =
@@ -676,8 +748,9 @@ impl URing {
             let (from, to) = (b.from, b.to);
             self.send_phase1a(from, to, out);
         }
-        // This node's own learner is stuck below the ballot's phase 1: backfill it.
-        if self.learn.next < self.coord.p1_lo
+        // This node's own learner is stuck on an instance nobody re-circulates: backfill it.
+        if self.learn.next < self.coord.next_instance
+            && !self.coord.open.contains_key(&self.learn.next)
             && self.now >= self.learn.last_progress_us + 4 * self.cfg.retrieve_timeout_us
         {
             let from = self.learn.next;

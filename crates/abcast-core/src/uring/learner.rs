@@ -23,6 +23,13 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 /// few resend periods of the first, far fewer batches than this.
 pub const DEDUP_BATCHES_PER_ORIGIN: usize = 1 << 16;
 
+/// Every batch first decided in `[.0, .1)`, with its instance (see `Decided::dedup`).
+pub type SkipMemoryRange = (Instance, Instance, Vec<(BatchKey, Instance)>);
+
+/// Batches of de-duplication memory an acceptor hands a learner that must skip instances
+/// (the most recent ones of the range: 1.25 MiB at most on the wire).
+pub const SKIP_DEDUP_MAX: usize = 1 << 16;
+
 #[derive(Debug, Default)]
 pub struct Dedup {
     /// Per origin: first_seq -> the instance it was first delivered in.
@@ -44,6 +51,36 @@ impl Dedup {
             set.remove(&old);
         }
         true
+    }
+
+    /// The remembered batches first decided in `[from, to)`, in instance order, the most
+    /// recent `max` of them.
+    pub fn entries_between(
+        &self,
+        from: Instance,
+        to: Instance,
+        max: usize,
+    ) -> Vec<(BatchKey, Instance)> {
+        let mut v: Vec<(BatchKey, Instance)> = self
+            .per_origin
+            .iter()
+            .flat_map(|(&origin, (set, _))| {
+                set.iter()
+                    .filter(move |(_, i)| (from..to).contains(*i))
+                    .map(move |(&first_seq, &i)| (BatchKey { origin, first_seq }, i))
+            })
+            .collect();
+        v.sort_unstable_by_key(|&(k, i)| (i, k.origin.0, k.first_seq));
+        let excess = v.len().saturating_sub(max);
+        v.drain(..excess);
+        v
+    }
+
+    /// Adds batches first decided in instances this learner skipped (in instance order).
+    pub fn merge(&mut self, entries: &[(BatchKey, Instance)]) {
+        for &(k, i) in entries {
+            self.first_time(k, i);
+        }
     }
 
     /// The instance a batch was first decided in, if it is remembered.
@@ -170,11 +207,22 @@ pub struct LearnerState {
     /// Decided instances waiting for their payload, by batch key.
     waiting: HashMap<BatchKey, Instance>,
     /// Acceptors (ring positions) that answered a retrieve for `trimmed_at` with a log start
-    /// above it, and the lowest such log start: once every live acceptor has, the instance is
-    /// gone everywhere and the learner skips to there.
+    /// above it, and the lowest such log start; and those that answered without it, trimmed
+    /// or not (see `note_unserved`).
     pub trimmed_at: Instance,
     pub trimmed_mask: u64,
     pub trimmed_floor: Instance,
+    pub unserved_mask: u64,
+    /// The best de-duplication memory a peer handed for the instances this learner may have
+    /// to skip from `trimmed_at` on: every batch first decided in `[.0, .1)` (`Decided`).
+    pub skip_memory: Option<SkipMemoryRange>,
+    /// Per ring position, the `delivered_upto` its last heartbeat reported (a restarted
+    /// node reports less than its earlier life: the last report counts, not the highest);
+    /// `None` before its first report to this learner.
+    pub peer_delivered: Vec<Option<Instance>>,
+    /// When this learner last asked a peer for de-duplication memory (at most one ask per
+    /// retrieve timeout: an answer that falls short must not start a storm).
+    pub memory_asked_us: Micros,
     /// Report instances that deliver nothing as [`Pass`]es (the Multi-Ring merge counts them).
     pub report_passes: bool,
     /// Hold deliveries: the Multi-Ring merge's buffer for this ring is full. Decisions wait
@@ -198,6 +246,10 @@ impl LearnerState {
             trimmed_at: 0,
             trimmed_mask: 0,
             trimmed_floor: 0,
+            unserved_mask: 0,
+            skip_memory: None,
+            peer_delivered: Vec::new(),
+            memory_asked_us: 0,
             report_passes: false,
             paused: false,
         }
@@ -291,13 +343,18 @@ impl LearnerState {
     }
 
     /// Delivers every contiguous decided instance. Returns the number of instances passed.
+    /// `on_decided` hears of every instance passed, with its decree, or only its key for a
+    /// copy of a batch delivered before (see `known_duplicate`), which `dup_by_key` allows:
+    /// an amnesic acceptor under repair must store every decree it learns, so it waits for
+    /// the payload instead.
     pub fn drain(
         &mut self,
         now: Micros,
         cache: &mut PayloadCache,
         deliveries: &mut Vec<Delivery>,
         passes: &mut Vec<Pass>,
-        mut on_decided: impl FnMut(Instance, &Decree),
+        dup_by_key: bool,
+        mut on_decided: impl FnMut(Instance, Option<&Decree>, Option<BatchKey>),
     ) -> u64 {
         let start = self.next;
         // A Multi-Ring node counts every ring's slots, learner or not (a coordinator sizes
@@ -309,7 +366,9 @@ impl LearnerState {
             if self.paused {
                 break;
             }
-            let ready = matches!(self.pending.first_key_value(), Some((&i, p)) if i == self.next && p.decree.is_some());
+            let ready = matches!(self.pending.first_key_value(), Some((&i, p))
+                if i == self.next
+                    && (p.decree.is_some() || (dup_by_key && self.known_duplicate(i, p.key))));
             if !ready {
                 // Drop stale entries below next (cannot happen by construction; cheap check).
                 while matches!(self.pending.first_key_value(), Some((&i, _)) if i < self.next) {
@@ -323,8 +382,21 @@ impl LearnerState {
             if let Some(k) = p.key {
                 self.waiting.remove(&k);
             }
-            let Some(decree) = p.decree else { break };
-            on_decided(instance, &decree);
+            let Some(decree) = p.decree else {
+                // A batch this learner delivered before, decided again: every learner
+                // skips it, so its payload is not needed (see `known_duplicate`).
+                on_decided(instance, None, p.key);
+                if report {
+                    passes.push(Pass {
+                        instance,
+                        slots: 1,
+                        control: None,
+                    });
+                }
+                self.next += 1;
+                continue;
+            };
+            on_decided(instance, Some(&decree), decree.key());
             let pass = |slots: u64, control: Option<bytes::Bytes>| Pass {
                 instance,
                 slots,
@@ -358,6 +430,62 @@ impl LearnerState {
         passed
     }
 
+    /// Whether the batch `key` decided in `instance` is a copy of one this learner
+    /// delivered in an earlier instance: the de-duplication rule skips it whatever its
+    /// payload, so a decision known only by key is enough to pass it. Without this, a
+    /// learner whose payload cache dropped the batch at its first delivery waited for the
+    /// payload of a copy it would skip, and when no live peer still had it, for good.
+    fn known_duplicate(&self, instance: Instance, key: Option<BatchKey>) -> bool {
+        key.and_then(|k| self.dedup.decided_at(k))
+            .is_some_and(|first| first < instance)
+    }
+
+    /// An acceptor at ring position `pos` answered a retrieve: its log starts at
+    /// `log_start` and it looked at every instance below `scanned_to`. Counts it among the
+    /// acceptors that cannot serve `next` when it did not (see [`LearnerState::behind_floor`]).
+    pub fn note_unserved(&mut self, pos: usize, log_start: Instance, scanned_to: Instance) {
+        let next = self.next;
+        if self.knows(next) {
+            return;
+        }
+        let trimmed = next < log_start;
+        if !trimmed && next >= scanned_to {
+            return; // it did not look that far
+        }
+        self.reset_trimmed_for_next();
+        let bit = 1u64 << pos;
+        self.unserved_mask |= bit;
+        if trimmed {
+            self.trimmed_mask |= bit;
+            self.trimmed_floor = self.trimmed_floor.min(log_start);
+        }
+    }
+
+    /// The lowest log start past `next` once every acceptor in `live` (a position mask)
+    /// answered without `next` and at least one had trimmed past it: then no live log can
+    /// serve `next` any more, and the learner must install a peer's snapshot, or skip
+    /// (`behind_trim_point`). An acceptor that never held the decision (it did not vote,
+    /// and kept what it learned in memory only) cannot serve it either; waiting for every
+    /// live acceptor to report a trim, as this used to, then waited for good (found by the
+    /// faults-remain phase: durable uring-snapshots, 5 nodes, mixed seed 2).
+    pub fn behind_floor(&self, live: u64) -> Option<Instance> {
+        (self.trimmed_at == self.next
+            && !self.knows(self.next)
+            && self.trimmed_mask != 0
+            && live & !self.unserved_mask == 0)
+            .then_some(self.trimmed_floor)
+    }
+
+    fn reset_trimmed_for_next(&mut self) {
+        if self.trimmed_at != self.next {
+            self.trimmed_at = self.next;
+            self.trimmed_mask = 0;
+            self.unserved_mask = 0;
+            self.trimmed_floor = Instance::MAX;
+            self.skip_memory = None;
+        }
+    }
+
     /// The instance a batch was decided in, if this node delivered it recently.
     pub fn decided_at(&self, key: BatchKey) -> Option<Instance> {
         self.dedup.decided_at(key)
@@ -389,10 +517,16 @@ impl LearnerState {
         self.retrieve_round = 0;
         self.trimmed_at = 0;
         self.trimmed_mask = 0;
+        self.unserved_mask = 0;
         debug_assert!(
             self.pending.keys().all(|&i| i > upto),
             "nothing pending at or below the snapshot"
         );
+    }
+
+    /// This learner's de-duplication memory for `[from, to)` (see `Decided::dedup`).
+    pub fn dedup_between(&self, from: Instance, to: Instance) -> Vec<(BatchKey, Instance)> {
+        self.dedup.entries_between(from, to, SKIP_DEDUP_MAX)
     }
 
     /// Encodes the de-duplication memory (see [`Dedup::encode`]).
@@ -400,9 +534,63 @@ impl LearnerState {
         self.dedup.encode(e);
     }
 
+    /// The first instance at or after `from` whose decision (with its decree) is here.
+    pub fn first_known_from(&self, from: Instance) -> Option<Instance> {
+        self.pending
+            .range(from..)
+            .find(|(_, p)| p.decree.is_some())
+            .map(|(&i, _)| i)
+    }
+
+    /// A peer's de-duplication memory: every batch first decided in `[from, to)` is in
+    /// `entries`. Kept if it starts at or before `next` and covers more than what this
+    /// learner holds already.
+    pub fn offer_skip_memory(
+        &mut self,
+        from: Instance,
+        to: Instance,
+        mut entries: Vec<(BatchKey, Instance)>,
+    ) {
+        if from > self.next || to <= self.next {
+            return;
+        }
+        self.reset_trimmed_for_next();
+        if self.skip_memory.as_ref().is_none_or(|(_, t, _)| to > *t) {
+            entries.sort_unstable_by_key(|&(k, i)| (i, k.origin.0, k.first_seq));
+            self.skip_memory = Some((from, to, entries));
+        }
+    }
+
+    /// A peer at ring position `pos` reported in its heartbeat that it delivered up to
+    /// `upto`.
+    pub fn note_peer_delivered(&mut self, pos: usize, upto: Instance) {
+        if self.peer_delivered.len() <= pos {
+            self.peer_delivered.resize(pos + 1, None);
+        }
+        self.peer_delivered[pos] = Some(upto);
+    }
+
+    /// Whether this learner holds de-duplication memory for every instance up to `to`
+    /// (exclusive) that it would skip: vacuous when `to` is not past `next`.
+    pub fn skip_memory_covers(&self, to: Instance) -> bool {
+        to <= self.next
+            || self
+                .skip_memory
+                .as_ref()
+                .is_some_and(|(f, t, _)| *f <= self.next && *t >= to)
+    }
+
     /// Jumps over instances nobody can serve any more (trimmed everywhere). Only for
-    /// in-memory stores; snapshots replace this with durable storage.
+    /// in-memory stores; snapshots replace this with durable storage. The batches first
+    /// decided in the skipped instances join the de-duplication memory (as an acceptor
+    /// handed them, `skip_memory`), so a copy decided again after the jump is skipped
+    /// here as everywhere else (bug B3: with an empty memory the skipping learner delivered
+    /// it and every other learner skipped it).
     pub fn jump_to(&mut self, instance: Instance) {
+        if let Some((_, _, entries)) = self.skip_memory.take() {
+            let upto: Vec<_> = entries.into_iter().filter(|&(_, i)| i < instance).collect();
+            self.dedup.merge(&upto);
+        }
         if instance > self.next {
             self.next = instance;
             while matches!(self.pending.first_key_value(), Some((&i, _)) if i < self.next) {
@@ -434,13 +622,13 @@ mod tests {
         let mut out = Vec::new();
         l.on_decided(2, Some(Decree::Values(batch(1, 10))), None);
         assert_eq!(
-            l.drain(0, &mut cache, &mut out, &mut Vec::new(), |_, _| {}),
+            l.drain(0, &mut cache, &mut out, &mut Vec::new(), true, |_, _, _| {}),
             0
         );
         assert!(out.is_empty());
         l.on_decided(1, Some(Decree::Values(batch(1, 1))), None);
         assert_eq!(
-            l.drain(0, &mut cache, &mut out, &mut Vec::new(), |_, _| {}),
+            l.drain(0, &mut cache, &mut out, &mut Vec::new(), true, |_, _, _| {}),
             2
         );
         assert_eq!(
@@ -457,7 +645,7 @@ mod tests {
         l.on_decided(1, Some(Decree::Values(batch(1, 1))), None);
         l.on_decided(2, Some(Decree::Noop), None);
         l.on_decided(3, Some(Decree::Values(batch(1, 1))), None);
-        l.drain(0, &mut cache, &mut out, &mut Vec::new(), |_, _| {});
+        l.drain(0, &mut cache, &mut out, &mut Vec::new(), true, |_, _, _| {});
         assert_eq!(out.len(), 1);
         assert_eq!(l.next, 4);
     }
@@ -472,7 +660,7 @@ mod tests {
         assert_eq!(l.next_missing_payload(), Some(b.key()));
         cache.insert(&b);
         l.offer_payload(&b);
-        l.drain(0, &mut cache, &mut out, &mut Vec::new(), |_, _| {});
+        l.drain(0, &mut cache, &mut out, &mut Vec::new(), true, |_, _, _| {});
         assert_eq!(out.len(), 1);
         assert_eq!(cache.bytes(), 0);
     }

@@ -102,6 +102,12 @@ pub struct Phase1b {
     pub decided_upto: Instance,
     /// The highest instance this acceptor accepted anything in.
     pub max_instance: Instance,
+    /// The acceptor's log starts here: it trimmed every instance below (they are decided
+    /// and covered by a quorum of learners' snapshots), so it reports nothing there. Above
+    /// it, its report is complete, and a phase 1 whose counted replies all start at or
+    /// below an instance may re-propose the highest vote found there even if some learner
+    /// already delivered it (see `Prepare::trimmed_below`).
+    pub log_start: Instance,
     /// Entries were reported for `[from, covered_to)`; the reply stopped there (size bound).
     pub covered_to: Instance,
     pub epoch: Vec<u64>,
@@ -151,12 +157,32 @@ pub struct Retrieve {
 pub struct Decided {
     /// The responder's lowest retained instance: below it nothing can be retrieved from it.
     pub log_start: Instance,
+    /// The responder looked at every instance from the retrieve's `from` up to here
+    /// (exclusive) and sent each it holds decided; 0 for an answer nobody asked for. A
+    /// learner that finds its next instance below this and not among the entries knows
+    /// the responder cannot serve it.
+    pub scanned_to: Instance,
+    /// When the responder could not serve the retrieve's first instance: every batch first
+    /// decided in `[dedup_from, dedup_to)` is in `dedup` (with its instance), from the
+    /// batch keys its store kept of instances that left it, or from what its learner
+    /// delivered. A learner that must skip those instances takes it, so that it skips a
+    /// batch decided again after them as every other learner does (bug B3). An empty range
+    /// otherwise.
+    pub dedup_from: Instance,
+    pub dedup_to: Instance,
+    pub dedup: Vec<(crate::types::BatchKey, Instance)>,
     pub entries: Vec<(Instance, Decree)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Heartbeat {
     pub ballot: Ballot,
+    /// The sender's incarnation and the heartbeat's number in that life: a receiver
+    /// counts a heartbeat as a sign of life only if it is newer than the last one it had
+    /// from the sender, so one held long in the network cannot make a node that died since
+    /// look alive (found by the simulator's heavy-tailed delays).
+    pub incarnation: u64,
+    pub seq: u64,
     pub delivered_upto: Instance,
     pub decided_max: Instance,
     pub leading: bool,
@@ -172,6 +198,11 @@ pub struct Heartbeat {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Repair {
     pub ballot: Ballot,
+    /// The epoch (incarnation vector) of the phase 1 that computed the target: the
+    /// acceptor takes the repair only if it names its own current incarnation, so a Repair
+    /// meant for an earlier life (queued for it, or late in the network) cannot mark a
+    /// later life repaired (bug B1).
+    pub epoch: Vec<u64>,
     /// Everything up to here was decided before the amnesic acceptor can have voted.
     pub decided_floor: Instance,
     /// The acceptor is repaired once it knows every decision up to here.
@@ -295,6 +326,7 @@ impl WireMessage for Message {
                 e.put_u8(m.amnesic as u8);
                 e.put_u64(m.decided_upto);
                 e.put_u64(m.max_instance);
+                e.put_u64(m.log_start);
                 e.put_u64(m.covered_to);
                 put_u64s(e, &m.epoch);
                 e.put_u32(m.accepted.len() as u32);
@@ -332,6 +364,10 @@ impl WireMessage for Message {
             }
             Message::Decided(m) => {
                 e.put_u64(m.log_start);
+                e.put_u64(m.scanned_to);
+                e.put_u64(m.dedup_from);
+                e.put_u64(m.dedup_to);
+                crate::wire::put_dedup_entries(e, &m.dedup);
                 e.put_u32(m.entries.len() as u32);
                 for (i, d) in &m.entries {
                     e.put_u64(*i);
@@ -340,6 +376,8 @@ impl WireMessage for Message {
             }
             Message::Heartbeat(m) => {
                 put_ballot(e, m.ballot);
+                e.put_u64(m.incarnation);
+                e.put_u64(m.seq);
                 e.put_u64(m.delivered_upto);
                 e.put_u64(m.decided_max);
                 e.put_u8(m.leading as u8);
@@ -350,6 +388,7 @@ impl WireMessage for Message {
             }
             Message::Repair(m) => {
                 put_ballot(e, m.ballot);
+                put_u64s(e, &m.epoch);
                 e.put_u64(m.decided_floor);
                 e.put_u64(m.upto);
             }
@@ -387,6 +426,7 @@ impl WireMessage for Message {
                 let amnesic = get_bool(&mut d, "phase1b.amnesic")?;
                 let decided_upto = d.u64("phase1b.decided_upto")?;
                 let max_instance = d.u64("phase1b.max_instance")?;
+                let log_start = d.u64("phase1b.log_start")?;
                 let covered_to = d.u64("phase1b.covered_to")?;
                 let epoch = get_u64s(&mut d, "epoch", MAX_EPOCH_LEN)?;
                 // An entry: instance, ballot, decided flag, decree tag at least.
@@ -413,6 +453,7 @@ impl WireMessage for Message {
                     amnesic,
                     decided_upto,
                     max_instance,
+                    log_start,
                     covered_to,
                     epoch,
                     accepted,
@@ -447,16 +488,30 @@ impl WireMessage for Message {
             }
             K_DECIDED => {
                 let log_start = d.u64("decided.log_start")?;
+                let scanned_to = d.u64("decided.scanned_to")?;
+                let dedup_from = d.u64("decided.dedup_from")?;
+                let dedup_to = d.u64("decided.dedup_to")?;
+                let dedup =
+                    crate::wire::get_dedup_entries(&mut d, crate::uring::learner::SKIP_DEDUP_MAX)?;
                 let n = d.count("decided.entries", MAX_ENTRIES, 9)?;
                 let mut entries = Vec::with_capacity(n);
                 for _ in 0..n {
                     let i = d.u64("decided.instance")?;
                     entries.push((i, get_decree(&mut d)?));
                 }
-                Message::Decided(Decided { log_start, entries })
+                Message::Decided(Decided {
+                    log_start,
+                    scanned_to,
+                    dedup_from,
+                    dedup_to,
+                    dedup,
+                    entries,
+                })
             }
             K_HEARTBEAT => Message::Heartbeat(Heartbeat {
                 ballot: get_ballot(&mut d)?,
+                incarnation: d.u64("heartbeat.incarnation")?,
+                seq: d.u64("heartbeat.seq")?,
                 delivered_upto: d.u64("heartbeat.delivered_upto")?,
                 decided_max: d.u64("heartbeat.decided_max")?,
                 leading: get_bool(&mut d, "heartbeat.leading")?,
@@ -467,6 +522,7 @@ impl WireMessage for Message {
             }),
             K_REPAIR => Message::Repair(Repair {
                 ballot: get_ballot(&mut d)?,
+                epoch: get_u64s(&mut d, "repair.epoch", MAX_EPOCH_LEN)?,
                 decided_floor: d.u64("repair.decided_floor")?,
                 upto: d.u64("repair.upto")?,
             }),
@@ -515,6 +571,7 @@ mod tests {
                 amnesic: false,
                 decided_upto: 3,
                 max_instance: 9,
+                log_start: 1,
                 covered_to: 10,
                 epoch: vec![1, 2],
                 accepted: vec![
@@ -581,10 +638,16 @@ mod tests {
             Message::Retrieve(Retrieve { from: 1, to: 65 }),
             Message::Decided(Decided {
                 log_start: 1,
+                scanned_to: 3,
+                dedup_from: 4,
+                dedup_to: 7,
+                dedup: vec![(batch().key(), 5)],
                 entries: vec![(1, Decree::Noop), (2, Decree::Values(batch()))],
             }),
             Message::Heartbeat(Heartbeat {
                 ballot: bal,
+                incarnation: 2,
+                seq: 77,
                 delivered_upto: 3,
                 decided_max: 4,
                 leading: true,
@@ -595,6 +658,7 @@ mod tests {
             }),
             Message::Repair(Repair {
                 ballot: bal,
+                epoch: vec![1, 0, 2],
                 decided_floor: 2,
                 upto: 9,
             }),
@@ -637,6 +701,7 @@ mod tests {
             amnesic: false,
             decided_upto: 0,
             max_instance: 50,
+            log_start: 1,
             covered_to: 100,
             epoch: vec![0; 3],
             accepted: (1..=50)

@@ -64,10 +64,20 @@ pub struct URing {
     /// This process life's incarnation, put in every ballot it makes (see `Ballot`).
     pub(crate) ballot_incarnation: u32,
     pub(crate) last_heartbeat_us: Micros,
+    /// Heartbeats sent in this process life (see `Heartbeat::seq`).
+    pub(crate) heartbeats_sent: u64,
     /// Highest `delivered_upto` any node reported: those instances are decided.
     pub(crate) cluster_delivered_max: Instance,
     /// The coordinator of the last tick, to notice changes.
     pub(crate) last_coordinator: Option<usize>,
+    /// The coordinator changed in this node's view since the proposer last re-sent its
+    /// window: it re-sends once more when that coordinator is heard leading (views change at
+    /// slightly different times, and batches re-sent to a node not leading yet are dropped;
+    /// found by the simulator's faults-remain phase, uring partition seed 0).
+    pub(crate) resend_when_leading: bool,
+    /// The successor of the last proposer tick: batches forwarded to a successor that has
+    /// since been dropped from the ring may have died with it, so they go again.
+    pub(crate) last_successor: Option<usize>,
     /// Snapshots and trimming (`snapshot.rs`).
     pub(crate) snap: snapshot::SnapshotState,
 }
@@ -115,13 +125,22 @@ impl URing {
             max_ballot_seen: Ballot::ZERO,
             ballot_incarnation,
             last_heartbeat_us: 0,
+            heartbeats_sent: 0,
             cluster_delivered_max: 0,
             snap: snapshot::SnapshotState::new(cfg.members.len()),
             last_coordinator: None,
+            resend_when_leading: false,
+            last_successor: None,
             me,
             pos,
             cfg,
         })
+    }
+
+    /// Whether this node runs the broken variant `m` (tests only, `crate::mutation`).
+    #[inline(always)]
+    pub(crate) fn mutated(&self, m: crate::mutation::Mutation) -> bool {
+        crate::mutation::on(self.cfg.mutation(), m)
     }
 
     // ---- hooks for the Multi-Ring layer (`multiring/`) ------------------------------------
@@ -225,10 +244,23 @@ impl URing {
         self.max_ballot_seen = self.max_ballot_seen.max(b);
     }
 
-    /// A decree from a wire decree, using the payload cache for keys.
-    pub(crate) fn resolve(&self, w: &WireDecree) -> Option<Decree> {
+    /// The decree of `instance` from a wire decree: a key is looked up in the payload
+    /// cache, then in this acceptor's own vote for the instance. The cache drops a payload
+    /// once its batch is delivered, so a batch decided a second time (a proposer's re-send)
+    /// can come back by key after its first copy's delivery evicted it; the vote holds the
+    /// payload still (found by the simulator's faults-remain phase: uring crash seed 0,
+    /// where the only other holder was cut off and the coordinator's learner waited for
+    /// good for a payload its own store had).
+    pub(crate) fn resolve(&self, instance: Instance, w: &WireDecree) -> Option<Decree> {
         match w {
-            WireDecree::Key(k) => self.cache.get(k).map(|b| Decree::Values(b.clone())),
+            WireDecree::Key(k) => self
+                .cache
+                .get(k)
+                .map(|b| Decree::Values(b.clone()))
+                .or_else(|| {
+                    let a = self.acc.as_ref()?.store.get(instance)?;
+                    (a.decree.key() == Some(*k)).then(|| a.decree.clone())
+                }),
             other => other.decree(),
         }
     }
@@ -239,7 +271,7 @@ impl URing {
             self.cache.insert(b);
             self.learn.offer_payload(b);
         }
-        let decree = self.resolve(&m.decree);
+        let decree = self.resolve(m.instance, &m.decree);
         m.visited |= bit(self.pos);
         if decree.is_some() {
             m.has_payload |= bit(self.pos);
@@ -302,7 +334,7 @@ impl URing {
         has_payload: u64,
         out: &mut Out,
     ) {
-        let decree = self.resolve(&wire);
+        let decree = self.resolve(instance, &wire);
         self.record_decision(instance, ballot, decree.clone(), wire.key(), out);
         let seen = seen | bit(self.pos);
         let has_payload = if decree.is_some() {
@@ -342,7 +374,7 @@ impl URing {
         }
         self.coordinator_on_decided(instance, key);
         if let (Some(p), Some(k)) = (self.prop.as_mut(), key)
-            && let Some(ack) = p.on_decided(k)
+            && let Some(ack) = p.on_decided(k, self.now)
         {
             out.acks.push(ack);
         }
@@ -362,6 +394,13 @@ impl URing {
     }
 
     fn on_heartbeat(&mut self, from_pos: usize, m: Heartbeat, out: &mut Out) {
+        if self.view.beat(from_pos, m.incarnation, m.seq, self.now) {
+            self.learn.note_peer_delivered(from_pos, m.delivered_upto);
+        }
+        if m.leading && self.resend_when_leading && self.coordinator_pos() == Some(from_pos) {
+            self.resend_when_leading = false;
+            self.proposer_resend(out);
+        }
         self.note_ballot(m.ballot);
         self.view.merge_epoch(&m.epoch);
         if m.amnesic {
@@ -390,6 +429,11 @@ impl URing {
             // Only its round matters to the receiver (`note_ballot`); a ballot some
             // coordinator really made, not one pieced together.
             ballot: self.max_ballot_seen,
+            incarnation: u64::from(self.ballot_incarnation),
+            seq: {
+                self.heartbeats_sent += 1;
+                self.heartbeats_sent
+            },
             delivered_upto: self.learn.delivered_upto(),
             decided_max: self.learn.decided_max,
             leading: self.coord.is_leading(),
@@ -412,14 +456,16 @@ impl URing {
     /// Work common to every input: deliver what is ready, repair progress.
     pub(crate) fn after_input(&mut self, out: &mut Out) {
         let acc = &mut self.acc;
+        let dup_by_key = !acc.as_ref().is_some_and(|a| a.amnesic);
         self.learn.drain(
             self.now,
             &mut self.cache,
             &mut out.deliveries,
             &mut out.passes,
-            |instance, decree| {
+            dup_by_key,
+            |instance, decree, key| {
                 if let Some(a) = acc.as_mut() {
-                    a.record_learned(instance, decree);
+                    a.record_learned(instance, decree, key);
                 }
             },
         );
@@ -461,8 +507,41 @@ impl URing {
         self.send_retrieve(out);
     }
 
+    /// A learner behind first takes what its own acceptor holds decided: after a restart
+    /// a durable store has decisions the other acceptors may no longer serve (they keep the
+    /// decisions they did not vote for in memory only), and a learner only asked its peers
+    /// (found by the faults-remain phase: durable uring seed 8, a restarted coordinator
+    /// whose learner waited at instance 1 for a decision its own log held).
+    pub(crate) fn learn_from_own_store(&mut self, out: &mut Out) {
+        let Some(acc) = self.acc.as_ref() else { return };
+        let from = self.learn.next;
+        let to = (from + self.cfg.retrieve_max_instances).min(self.learn.decided_max.max(from) + 1);
+        let entries: Vec<_> = acc
+            .store
+            .range(from, to)
+            .into_iter()
+            .filter(|(i, a)| a.decided && !self.learn.knows(*i))
+            .collect();
+        if entries.is_empty() {
+            return;
+        }
+        for (instance, a) in entries {
+            if let Decree::Values(b) = &a.decree {
+                self.cache.insert(b);
+                self.learn.offer_payload(b);
+            }
+            let key = a.decree.key();
+            self.record_decision(instance, a.ballot, Some(a.decree), key, out);
+        }
+        self.after_input(out);
+    }
+
     /// Asks the next acceptor (coordinator first) for the instances after the last delivered.
     pub(crate) fn send_retrieve(&mut self, out: &mut Out) {
+        self.learn_from_own_store(out);
+        if !(self.learn.behind() || self.learn.has_waiting()) {
+            return;
+        }
         let targets = self.retrieve_targets();
         if targets.is_empty() {
             return;
@@ -503,7 +582,7 @@ impl Protocol for URing {
             return;
         };
         let first_contact = !self.view.heard_ever(from_pos);
-        self.view.heard(from_pos, self.now);
+        self.view.contact(from_pos);
         match msg {
             Message::Forward(m) => self.on_forward(m, out),
             Message::Phase1a(m) => self.on_phase1a(from_pos, m, out),

@@ -25,6 +25,8 @@ pub struct RingView {
     me: usize,
     last_heard_us: Vec<Micros>,
     heard_ever: Vec<bool>,
+    /// Per member, the newest heartbeat seen: (incarnation, number in that life).
+    last_beat: Vec<(u64, u64)>,
     failure_timeout_us: Micros,
     /// When this node started: until a full timeout has passed, unheard members count as alive
     /// (a node must not elect itself coordinator before it had a chance to hear the others).
@@ -54,6 +56,7 @@ impl RingView {
             me,
             last_heard_us: vec![now; n],
             heard_ever: vec![false; n],
+            last_beat: vec![(0, 0); n],
             failure_timeout_us,
             started_us: now,
             epoch,
@@ -69,6 +72,30 @@ impl RingView {
     }
     pub fn me(&self) -> usize {
         self.me
+    }
+
+    /// A message of any kind arrived from `pos`: it has been in touch since this node
+    /// started (`heard_ever`). Not a sign of life by itself: a message can be held in the
+    /// network for seconds, and one from a process that died since must not make it look
+    /// alive; heartbeats, numbered, are the signs of life ([`RingView::beat`]).
+    pub fn contact(&mut self, pos: usize) {
+        if let Some(h) = self.heard_ever.get_mut(pos) {
+            *h = true;
+        }
+    }
+
+    /// A heartbeat from `pos`, the `seq`-th of its life `incarnation`: a sign of life if
+    /// it is newer than every heartbeat seen from `pos` before. Returns whether it was.
+    pub fn beat(&mut self, pos: usize, incarnation: u64, seq: u64, now: Micros) -> bool {
+        let Some(last) = self.last_beat.get_mut(pos) else {
+            return false;
+        };
+        if (incarnation, seq) <= *last {
+            return false;
+        }
+        *last = (incarnation, seq);
+        self.heard(pos, now);
+        true
     }
 
     pub fn heard(&mut self, pos: usize, now: Micros) {
@@ -167,6 +194,22 @@ mod tests {
         // Node 0 falls silent: node 1 (me) is the first live acceptor.
         assert_eq!(v.coordinator(400, |_| true), Some(1));
         assert_eq!(v.successor(400), None);
+    }
+
+    #[test]
+    fn a_stale_heartbeat_is_no_sign_of_life() {
+        let mut v = RingView::new(3, 0, 0, 100, 0);
+        assert!(v.beat(1, 0, 5, 150));
+        // Node 1 falls silent; a heartbeat it sent before, held in the network, arrives.
+        assert!(!v.alive(1, 300));
+        assert!(!v.beat(1, 0, 4, 310));
+        assert!(!v.beat(1, 0, 5, 310));
+        assert!(!v.alive(1, 310), "an old heartbeat revived a silent node");
+        // Its next life starts numbering again, and counts.
+        assert!(v.beat(1, 1, 1, 320));
+        assert!(v.alive(1, 330));
+        v.contact(2);
+        assert!(v.heard_ever(2));
     }
 
     #[test]

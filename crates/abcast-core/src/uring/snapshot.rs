@@ -149,12 +149,19 @@ pub(crate) fn quorum_trim_point(mut ups: Vec<Instance>) -> Instance {
     if covered == 0 { 0 } else { covered + 1 }
 }
 
-/// The rule for a learner behind the trim point (every live acceptor answered that `next`
-/// lies below its log start, the lowest of them `floor`), shared by U-Ring Paxos and Ring
-/// Paxos. `candidates`: the other live learners' positions, with their node ids. Skips when
-/// this node has no state to install or its group's learners take no snapshots; otherwise
-/// fetches a snapshot covering `floor - 1` from the candidate whose report is highest, or
-/// waits for one (logged once per instance).
+/// The rule for a learner behind the trim point (every live acceptor answered without
+/// `next` and one had trimmed past it, the lowest of those log starts `floor`), shared by
+/// U-Ring Paxos and Ring Paxos. `candidates`: the other live learners' positions, with
+/// their node ids. Skips when this node has no state to install or its group's learners
+/// take no snapshots; otherwise fetches a snapshot covering `floor - 1` from the candidate
+/// whose report is highest, or waits for one (logged once per instance).
+///
+/// A learner that skips needs the batches first decided in the instances it skips (bug
+/// B3): without them it delivers a batch decided again after them that every learner that
+/// delivered the first copy skips. Only live learners deliver from here on, so it needs
+/// them up to what the most advanced live learner delivered (`LearnerState::
+/// peer_delivered`): where no live learner delivered an instance, every learner skips it
+/// alike. Returns the node to ask for that memory, and the range, while it is missing.
 pub(crate) fn behind_trim_point_in<M: From<SnapshotFetch>>(
     learn: &mut LearnerState,
     snap: &mut SnapshotState,
@@ -163,14 +170,42 @@ pub(crate) fn behind_trim_point_in<M: From<SnapshotFetch>>(
     candidates: &[(usize, crate::types::NodeId)],
     (next, floor): (Instance, Instance),
     out: &mut crate::protocol::Outbox<M>,
-) {
+) -> Option<(crate::types::NodeId, Instance, Instance)> {
     debug_assert!(
         next < floor,
         "behind the trim point means below the log start"
     );
     let need = floor - 1;
     let has_state = learn.deliver && !learn.report_passes;
+    if has_state && !learner_snapshots {
+        // Every batch first decided in `[next, floor)` must be known before the skip: which
+        // learners delivered which of those instances cannot be told reliably here (their
+        // reports lag, and one held in the network, or flushed to a restarted node, is
+        // older still; found by the learner_skip mix, uring seed 58). The acceptors that
+        // trimmed past `next` vouch for the keys they held (`AcceptorStore::evicted_keys`),
+        // a learner for what it delivered; while none reaches the floor, the learner whose
+        // last report is highest is asked.
+        let ahead = candidates
+            .iter()
+            .map(|&(p, n)| (learn.peer_delivered.get(p).copied().flatten(), n))
+            .max_by_key(|&(d, _)| d);
+        let to = floor;
+        if !learn.skip_memory_covers(to) {
+            if snap.waiting_logged != next {
+                snap.waiting_logged = next;
+                out.events.push(format!(
+                    "learner behind the trim point at {next}: asks for the de-duplication memory \
+                     of instances {next}..{to} before it skips them"
+                ));
+            }
+            return ahead.map(|(_, node)| (node, next, to));
+        }
+    }
     if !has_state || !learner_snapshots {
+        // Only what nobody can serve: decisions already here after `next` are delivered
+        // (jumping to the log start dropped them: if every learner did, an acknowledged
+        // value was lost; found by the simulator's learner_skip mix, uring seed 18).
+        let floor = learn.first_known_from(next).map_or(floor, |k| k.min(floor));
         out.events.push(format!(
             "learner skips instances {next}..{floor}: trimmed at every acceptor, and {}",
             if has_state {
@@ -179,12 +214,17 @@ pub(crate) fn behind_trim_point_in<M: From<SnapshotFetch>>(
                 "this node has no application state to install"
             }
         ));
-        out.skips.push((next, floor));
+        out.skips.push(crate::protocol::Skip {
+            group: crate::types::GroupId(0),
+            from: next,
+            to: floor,
+            position: out.deliveries.len(),
+        });
         learn.jump_to(floor);
-        return;
+        return None;
     }
     if snap.fetcher.in_progress() {
-        return;
+        return None;
     }
     let source = candidates
         .iter()
@@ -198,7 +238,7 @@ pub(crate) fn behind_trim_point_in<M: From<SnapshotFetch>>(
                 "learner behind the trim point at {next}: waits for a live peer whose snapshot covers {need}"
             ));
         }
-        return;
+        return None;
     };
     out.events.push(format!(
         "learner behind the trim point at {next} (log starts at {floor}): fetching the snapshot of node {node} (up to {})",
@@ -207,6 +247,7 @@ pub(crate) fn behind_trim_point_in<M: From<SnapshotFetch>>(
     snap.fetch_retries = 0;
     let fetch = snap.fetcher.start(now, node, need);
     out.send(node, M::from(fetch));
+    None
 }
 
 /// A chunk of a peer's snapshot arrived: ask for the next, or return the whole snapshot.
@@ -353,7 +394,7 @@ impl URing {
             .filter(|&p| p != self.pos && self.cfg.members[p].roles.learner && alive.contains(&p))
             .map(|p| (p, self.node_at(p)))
             .collect();
-        behind_trim_point_in(
+        let ask = behind_trim_point_in(
             &mut self.learn,
             &mut self.snap,
             self.cfg.learner_snapshots,
@@ -362,6 +403,26 @@ impl URing {
             (next, floor),
             out,
         );
+        if let Some((node, from, to)) = ask
+            && (self.learn.memory_asked_us == 0
+                || self.now >= self.learn.memory_asked_us + self.cfg.retrieve_timeout_us)
+        {
+            self.learn.memory_asked_us = self.now.max(1);
+            out.send(
+                node,
+                Message::Retrieve(super::messages::Retrieve { from, to }),
+            );
+        }
+        // A skip moves this node's own acceptor window with the learner: what it skipped is
+        // decided and gone from every other window, and an acceptor window keeps every
+        // instance it knows nothing of (`MemoryStore`).
+        if self.learn.next > next
+            && let Some(acc) = self.acc.as_mut()
+            && acc.store.log_start() < self.learn.next
+            && !acc.store.is_durable()
+        {
+            acc.store.trim(self.learn.next);
+        }
     }
 
     pub(crate) fn on_snapshot_fetch(&mut self, from_pos: usize, m: SnapshotFetch, out: &mut Out) {
@@ -407,7 +468,11 @@ impl URing {
             return 0;
         }
         let learners = (0..self.cfg.members.len()).filter(|&p| self.cfg.members[p].roles.learner);
-        self.snap.trim_point(self.pos, learners)
+        let t = self.snap.trim_point(self.pos, learners);
+        if t > 0 && self.mutated(crate::mutation::Mutation::TrimPastQuorum) {
+            return t + 1;
+        }
+        t
     }
 
     /// An acceptor trims below what the coordinator it believes in says.

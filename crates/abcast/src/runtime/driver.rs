@@ -945,8 +945,8 @@ impl<P: Protocol> Driver<P> {
             app.ack(now, a);
             self.ack_to_clients(a);
         }
-        for &(from, to) in &out.skips {
-            app.skipped(now, from, to);
+        for s in &out.skips {
+            app.skipped(now, s.from, s.to);
         }
         for e in &out.events {
             self.log(format_args!("{e}"));

@@ -7,10 +7,17 @@
 //! factory and the protocol code.
 //!
 //! Schedule: the *fault phase* (`0 .. fault_phase_us`) with the faults of the mix and client
-//! load; the *heal* (links up, no loss or duplication, every crashed node restarted, every
-//! late node started); *heal load* (clients keep proposing for `heal_load_us`); then the
-//! *convergence* wait, until the checkers say every live learner has everything
-//! (`Checker::converged`) or the bound `converge_bound_us` after the heal runs out.
+//! load; then, where the plan says so, the *faults-remain* phase (up to f acceptors stay
+//! down or cut off, everything else heals, clients keep proposing to the connected nodes for
+//! `heal_load_us`, and the connected learners must converge within
+//! `faults_remain_bound_us` of the last proposal); then the *heal* (links up, no loss or
+//! duplication, every crashed node restarted, every late node started); *heal load*
+//! (clients keep proposing for `heal_load_us`); then the *convergence* wait, until the
+//! checkers say every live learner has everything (`Checker::converged`) or the bound
+//! `converge_bound_us` after the heal runs out. The faults themselves live in `faults.rs`
+//! (crashes, partial fan-out, pauses, power loss, the faults-remain phase) and
+//! `network.rs` (loss, duplication, delay with its heavy tail, partitions, messages across
+//! process lives).
 //!
 //! Disks: the world owns one [`MemDir`] per node, which outlives the node's crashes and is
 //! handed to the factory at every (re)start ([`run_with_disk`]). The driver makes the stores
@@ -28,15 +35,19 @@
 //! [`SimConfig::sync_jobs_max`] are in flight (jobs complete in order), or waits. A crash
 //! drops them all, jobs unrun.
 
+mod faults;
+mod network;
+
 use crate::checker::{Checker, Failure, LearnerId, SeqDigest, SnapshotEvent, ViolationKind};
 use crate::config::{FaultMix, SimConfig};
+use crate::faults::{FaultCounts, FaultKind};
 use crate::plan::{DiskPlan, FaultPlan};
 use crate::rng::SimRng;
-use crate::trace::{DropReason, Trace, TraceEvent};
+use crate::trace::{Trace, TraceEvent};
 use abcast_core::codec::{Encoder, WireMessage};
-use abcast_core::storage::{MemDir, StorageError, Tear};
+use abcast_core::storage::{MemDir, StorageError};
 use abcast_core::uring::StartInfo;
-use abcast_core::{Micros, NodeId, Outbox, ProposeError, Protocol, Snapshot};
+use abcast_core::{Ballot, Micros, NodeId, Outbox, ProposeError, Protocol, Snapshot};
 use bytes::{Bytes, BytesMut};
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
@@ -162,6 +173,18 @@ pub struct SimReport {
     pub events_processed: u64,
     /// When the late joiner of the plan started, if there was one.
     pub late_join_at_us: Option<Micros>,
+    /// The faults of issue 15 that happened in this run ([`FaultKind`]).
+    pub faults: FaultCounts,
+    /// Messages held 0.5-5 s by the network's heavy tail.
+    pub messages_held_long: u64,
+    /// Messages parked for a node that was down and flushed to its next life.
+    pub messages_parked: u64,
+    /// Times the cluster's highest ballot grew (sampled every `BALLOT_SAMPLE_US`).
+    pub ballot_changes: u64,
+    /// The faults-remain phase: the nodes kept down or cut off, and how long after the
+    /// last proposal the connected learners took to converge.
+    pub faults_remain_nodes: Vec<NodeId>,
+    pub faults_remain_converge_us: Option<Micros>,
     /// Equal for two runs that did exactly the same things (a determinism check).
     pub fingerprint: u64,
 }
@@ -210,13 +233,7 @@ where
 
 #[derive(Debug)]
 enum Action {
-    Message {
-        from: NodeId,
-        to: usize,
-        to_epoch: u64,
-        kind: u8,
-        body: Bytes,
-    },
+    Message(Box<Msg>),
     Tick {
         node: usize,
         epoch: u64,
@@ -245,8 +262,37 @@ enum Action {
         node: usize,
         epoch: u64,
     },
-    Heal,
+    /// A node is frozen (`FaultPlan::pause_every_us`).
+    Pause,
+    /// The cluster's highest ballot is sampled (for [`FaultKind::OutlivesTakeover`]).
+    Sample,
+    /// Every acceptor's machine will lose power at the next acceptor's group commit.
+    PowerLoss,
+    /// ... or now, if no group commit came.
+    PowerLossNow,
+    /// The fault phase ends: the faults-remain phase begins, or the full heal.
+    FaultsEnd,
 }
+
+/// A message in the network.
+#[derive(Debug)]
+struct Msg {
+    from: NodeId,
+    /// The sender's incarnation when it sent the message.
+    from_incarnation: u64,
+    to: usize,
+    /// The destination's epoch (process life) the message was addressed to.
+    to_epoch: u64,
+    kind: u8,
+    body: Bytes,
+    /// `World::ballot_changes` when the message was sent.
+    sent_ballot_changes: u64,
+    /// Re-addressed to the destination's next life (parked while it was down).
+    crossed: bool,
+}
+
+/// How often the cluster's highest ballot is sampled.
+const BALLOT_SAMPLE_US: Micros = 10_000;
 
 /// A node's pipelined group commit (`SimConfig::sync_delay_us`): the outboxes whose sync
 /// jobs are in flight (up to `SimConfig::sync_jobs_max`, oldest first; they complete in
@@ -312,6 +358,14 @@ struct Slot<P> {
     app: SimApp,
     /// The node's last snapshot, as its snapshot file holds it: it survives crashes.
     saved: Option<Snapshot>,
+    /// Frozen until then (a process pause): no ticks, no receives, no sync completions.
+    paused_until_us: Micros,
+    /// Messages that arrived while the node was down, kept for its next life.
+    parked: Vec<Msg>,
+    /// A partial fan-out crash waiting for its moment (see `faults.rs`).
+    partial: Option<faults::PartialArm>,
+    /// Kept down by the faults-remain phase: its restarts wait for the full heal.
+    stay_down: bool,
 }
 
 /// A simulated learner's application state: the digest of its sequence. `complete` once
@@ -352,6 +406,9 @@ impl SimApp {
 /// Once a late node waits for a first decision, it looks again this often.
 const LATE_JOIN_RETRY_US: Micros = 20_000;
 
+/// A power loss waits this long for an acceptor's group commit to interrupt, then strikes.
+const POWER_LOSS_WAIT_US: Micros = 200_000;
+
 struct World<'a, P: Protocol, F> {
     cfg: &'a SimConfig,
     factory: &'a F,
@@ -376,10 +433,33 @@ struct World<'a, P: Protocol, F> {
     trace: Trace,
     outbox: Outbox<P::Message>,
     next_client_value: u64,
+    /// The end of the fault phase (`SimConfig::fault_phase_us`).
+    fault_end_us: Micros,
+    /// Where the run is: faults, faults remaining, healed.
+    phase: Phase,
+    /// The full heal (`Micros::MAX` until it happened).
     heal_at_us: Micros,
     load_end_us: Micros,
     converged_at_us: Option<Micros>,
+    /// The highest ballot sampled so far and how often it grew.
+    ballot_max: Ballot,
+    ballot_changes: u64,
+    /// A power loss waits for the next acceptor's group commit.
+    power_loss_pending: bool,
     report: SimReport,
+}
+
+/// The phases of a run after the fault phase.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Phase {
+    Faults,
+    /// Up to f acceptors (`exempt`) stay down or cut off; the connected learners must
+    /// converge by `deadline_us`.
+    FaultsRemain {
+        exempt: Vec<NodeId>,
+        deadline_us: Micros,
+    },
+    Healed,
 }
 
 type SimResult<T> = Result<T, Box<Violation>>;
@@ -413,9 +493,13 @@ where
                 saved: None,
                 crash_in_commit: None,
                 last_crash: String::new(),
+                paused_until_us: 0,
+                parked: Vec::new(),
+                partial: None,
+                stay_down: false,
             })
             .collect();
-        let heal_at_us = cfg.fault_phase_us;
+        let fault_end_us = cfg.fault_phase_us;
         let w = World {
             cfg,
             factory,
@@ -445,9 +529,14 @@ where
             outbox: Outbox::new(),
             pipes: (0..cfg.nodes.len()).map(|_| Pipe::default()).collect(),
             next_client_value: 0,
-            heal_at_us,
-            load_end_us: heal_at_us.saturating_add(cfg.heal_load_us),
+            fault_end_us,
+            phase: Phase::Faults,
+            heal_at_us: Micros::MAX,
+            load_end_us: fault_end_us.saturating_add(cfg.heal_load_us),
             converged_at_us: None,
+            ballot_max: Ballot::ZERO,
+            ballot_changes: 0,
+            power_loss_pending: false,
             report: SimReport {
                 seed: cfg.seed,
                 mix: cfg.mix,
@@ -475,11 +564,17 @@ where
                 snapshots_restored: 0,
                 snapshots_installed: 0,
                 partition_changes: 0,
-                heal_at_us,
+                heal_at_us: fault_end_us,
                 converged_at_us: 0,
                 time_to_converge_us: 0,
                 events_processed: 0,
                 late_join_at_us: None,
+                faults: FaultCounts::default(),
+                messages_held_long: 0,
+                messages_parked: 0,
+                ballot_changes: 0,
+                faults_remain_nodes: Vec::new(),
+                faults_remain_converge_us: None,
                 fingerprint: 0,
             },
             plan,
@@ -518,20 +613,24 @@ where
             let at = self.rng.between(lo, hi);
             self.schedule(at, Action::Crash);
         }
+        if let Some((lo, hi)) = self.plan.pause_every_us {
+            let at = self.rng.between(lo, hi);
+            self.schedule(at, Action::Pause);
+        }
+        if let Some(at) = self.plan.power_loss_at_us {
+            self.schedule(at, Action::PowerLoss);
+        }
         for &(id, at, down_us) in &self.cfg.scheduled_crashes {
             if let Some(&node) = self.index.get(&id) {
                 self.schedule(at, Action::CrashNode { node, down_us });
             }
         }
-        self.schedule(self.heal_at_us, Action::Heal);
+        self.schedule(self.fault_end_us, Action::FaultsEnd);
         if self.cfg.snapshot_interval_us > 0 {
             self.schedule(self.cfg.snapshot_interval_us, Action::Snapshot);
         }
+        self.schedule(BALLOT_SAMPLE_US, Action::Sample);
 
-        let deadline_us = self
-            .heal_at_us
-            .saturating_add(self.cfg.converge_bound_us)
-            .max(self.load_end_us);
         loop {
             let Some(Reverse(ev)) = self.queue.pop() else {
                 if self.converged_at_us.is_some() {
@@ -539,6 +638,16 @@ where
                 }
                 return Err(self.liveness_violation("the event queue ran dry (every node down?)"));
             };
+            if let Phase::FaultsRemain { deadline_us, .. } = self.phase
+                && ev.at_us > deadline_us
+            {
+                self.now_us = deadline_us;
+                return Err(self.liveness_violation(
+                    "with up to f acceptors still down or cut off, the connected learners did not converge \
+                     within faults_remain_bound_us",
+                ));
+            }
+            let deadline_us = self.deadline_us();
             if ev.at_us > deadline_us && self.converged_at_us.is_none() {
                 self.now_us = deadline_us;
                 return Err(self.liveness_violation("no convergence within the bound"));
@@ -555,8 +664,13 @@ where
                 )));
             }
             self.guarded(|w| w.handle(ev.action))?;
-            if self.now_us >= self.load_end_us {
-                match self.converged_at_us {
+            if self.now_us < self.load_end_us {
+                continue;
+            }
+            match self.phase {
+                Phase::Faults => {}
+                Phase::FaultsRemain { .. } => self.guarded(|w| w.check_faults_remain())?,
+                Phase::Healed => match self.converged_at_us {
                     None => {
                         if self.is_converged() {
                             self.converged_at_us = Some(self.now_us);
@@ -568,19 +682,54 @@ where
                             break;
                         }
                     }
-                }
+                },
             }
         }
+        self.finish()
+    }
+
+    /// The end of the run: the report, and the run-level bounds (progress, `Busy`).
+    fn finish(mut self) -> SimResult<SimReport> {
         let converged_at_us = self.converged_at_us.unwrap_or(self.now_us);
         let mut report = self.report.clone();
         report.proposed_values = self.checker.proposed_values();
         report.acked_values = self.checker.acked_values();
         report.delivered_values_by_node = self.checker.delivered_values().clone();
         report.decided_instances = self.checker.decided_instances();
+        report.heal_at_us = self.heal_at_us;
         report.converged_at_us = converged_at_us;
         report.time_to_converge_us = converged_at_us.saturating_sub(self.heal_at_us);
+        report.ballot_changes = self.ballot_changes;
         report.fingerprint = self.trace.fingerprint();
+        if self.cfg.require_acks && report.acked_values == 0 {
+            return Err(self.violation(Failure::new(
+                ViolationKind::NothingAcked,
+                format!(
+                    "no value was acknowledged in the whole run ({} proposed, {} Busy)",
+                    report.proposed_values, report.busy_rejections
+                ),
+            )));
+        }
+        if let Some(max) = self.cfg.busy_rejections_max
+            && report.busy_rejections > max
+        {
+            self.now_us = converged_at_us;
+            return Err(self.violation(Failure::new(
+                ViolationKind::TooBusy,
+                format!(
+                    "propose answered Busy {} times, more than the bound of {max} ({} values proposed)",
+                    report.busy_rejections, report.proposed_values
+                ),
+            )));
+        }
         Ok(report)
+    }
+
+    /// When the run fails for want of convergence after the full heal.
+    fn deadline_us(&self) -> Micros {
+        self.heal_at_us
+            .saturating_add(self.cfg.converge_bound_us)
+            .max(self.load_end_us)
     }
 
     /// Runs one step; a panic in it (a protocol's or a factory's assertion) ends the run
@@ -611,15 +760,15 @@ where
 
     fn handle(&mut self, action: Action) -> SimResult<()> {
         match action {
-            Action::Message {
-                from,
-                to,
-                to_epoch,
-                kind,
-                body,
-            } => self.on_message(from, to, to_epoch, kind, body),
+            Action::Message(m) => self.on_message(*m),
             Action::Tick { node, epoch } => {
                 if self.nodes[node].proto.is_none() || self.nodes[node].epoch != epoch {
+                    return Ok(());
+                }
+                let until = self.nodes[node].paused_until_us;
+                if self.now_us < until {
+                    // Frozen: the tick fires, overdue, when the process resumes.
+                    self.schedule(until, Action::Tick { node, epoch });
                     return Ok(());
                 }
                 self.call(node, |p, now, out| p.tick(now, out))?;
@@ -646,22 +795,24 @@ where
             }
             Action::Restart { node, incarnation } => {
                 let s = &self.nodes[node];
-                if s.proto.is_none() && s.started && s.incarnation == incarnation {
+                if s.proto.is_none() && s.started && s.incarnation == incarnation && !s.stay_down {
                     self.restart(node)?;
                 }
                 Ok(())
             }
             Action::LateStart { node } => {
-                if self.nodes[node].started {
+                if self.nodes[node].started || self.nodes[node].stay_down {
                     return Ok(());
                 }
                 let retry_at = self.now_us.saturating_add(LATE_JOIN_RETRY_US);
-                if self.checker.max_decided() == 0 && retry_at < self.heal_at_us {
+                if self.checker.max_decided() == 0 && retry_at < self.fault_end_us {
                     self.schedule(retry_at, Action::LateStart { node });
                     return Ok(());
                 }
                 self.report.late_join_at_us = Some(self.now_us);
-                self.start_node(node, StartInfo::FRESH)
+                self.start_node(node, StartInfo::FRESH)?;
+                self.maybe_arm_late_joiner(node);
+                Ok(())
             }
             Action::Snapshot => {
                 self.take_snapshots()?;
@@ -671,8 +822,61 @@ where
                 );
                 Ok(())
             }
-            Action::SyncDone { node, epoch } => self.on_sync_done(node, epoch),
-            Action::Heal => self.on_heal(),
+            Action::SyncDone { node, epoch } => {
+                let until = self.nodes[node].paused_until_us;
+                if self.now_us < until && self.nodes[node].epoch == epoch {
+                    // The sync thread is frozen with its process.
+                    self.schedule(until, Action::SyncDone { node, epoch });
+                    return Ok(());
+                }
+                self.on_sync_done(node, epoch)
+            }
+            Action::Pause => {
+                self.on_pause();
+                Ok(())
+            }
+            Action::Sample => {
+                self.sample_ballots();
+                self.schedule(self.now_us.saturating_add(BALLOT_SAMPLE_US), Action::Sample);
+                Ok(())
+            }
+            Action::PowerLoss => {
+                self.power_loss_pending = true;
+                self.trace.record(
+                    self.now_us,
+                    TraceEvent::Note(
+                        "power loss: every acceptor's machine goes down at the next group commit"
+                            .into(),
+                    ),
+                );
+                self.schedule(
+                    self.now_us.saturating_add(POWER_LOSS_WAIT_US),
+                    Action::PowerLossNow,
+                );
+                Ok(())
+            }
+            Action::PowerLossNow => {
+                if self.power_loss_pending {
+                    self.power_loss(None);
+                }
+                Ok(())
+            }
+            Action::FaultsEnd => self.on_faults_end(),
+        }
+    }
+
+    /// The cluster's highest ballot, sampled: each growth is a ballot change (a takeover,
+    /// or an attempt at one).
+    fn sample_ballots(&mut self) {
+        let max = self
+            .nodes
+            .iter()
+            .filter_map(|s| s.proto.as_ref().map(|p| p.status().ballot))
+            .max()
+            .unwrap_or(Ballot::ZERO);
+        if max > self.ballot_max {
+            self.ballot_max = max;
+            self.ballot_changes += 1;
         }
     }
 
@@ -687,7 +891,7 @@ where
                 continue;
             }
             let s = &mut self.nodes[i];
-            if !s.learner || !s.app.complete {
+            if !s.learner || !s.app.complete || self.now_us < s.paused_until_us {
                 continue;
             }
             let Some(p) = s.proto.as_mut() else { continue };
@@ -824,151 +1028,21 @@ where
         );
         self.call(i, |p, now, out| p.tick(now, out))?;
         self.schedule_tick(i, true);
+        self.flush_parked(i);
         Ok(())
     }
 
     fn restart(&mut self, i: usize) -> SimResult<()> {
         let incarnation = self.nodes[i].incarnation + 1;
         self.report.restarts += 1;
-        self.start_node(
-            i,
-            StartInfo {
-                incarnation,
-                amnesic: true,
-                start_seq: incarnation << 40,
-            },
-        )
-    }
-
-    /// The node's process ends; with `machine`, its machine loses power too (see the module
-    /// comment), torn as the disk plan draws.
-    fn crash(&mut self, i: usize, machine: bool) {
-        // The process dies with its sync in flight (never run) and what gathered behind it.
-        self.pipes[i] = Pipe::default();
-        let s = &mut self.nodes[i];
-        s.proto = None;
-        s.epoch += 1;
-        s.crash_in_commit = None;
-        let (id, incarnation) = (s.id, s.incarnation);
-        self.checker.crash(id, incarnation);
-        self.report.crashes += 1;
-        self.trace.record(
-            self.now_us,
-            TraceEvent::Crash {
-                node: id,
-                incarnation,
-            },
-        );
-        if !machine {
-            self.disks[i].crash_process();
-            self.nodes[i].last_crash = format!("a process crash at t={}us", self.now_us);
-            return;
-        }
-        self.report.machine_crashes += 1;
-        let plan = &self.plan.disk;
-        let rng = &mut self.disk_rng;
-        let disk = &self.disks[i];
-        let unsynced = disk.unsynced_bytes();
-        let mut kept = 0usize;
-        let (mut torn, mut flips) = (0u64, 0u64);
-        let mut files = Vec::new();
-        disk.crash_machine(|name, n| {
-            if n == 0 {
-                return Tear {
-                    keep: 0,
-                    flip: None,
-                };
+        // The runtime's own rule for a restart's value ids (`StartInfo::restart`).
+        let start = match StartInfo::restart(incarnation, true) {
+            Ok(s) => s,
+            Err(e) => {
+                return Err(self.violation(Failure::new(ViolationKind::BadConfig, e.to_string())));
             }
-            let keep = if rng.chance_ppm(plan.torn_ppm) {
-                torn += 1;
-                rng.below(n as u64) as usize
-            } else if rng.chance_ppm(500_000) {
-                0
-            } else {
-                n
-            };
-            let flip = (keep > 0 && rng.chance_ppm(plan.flip_ppm))
-                .then(|| rng.below(keep as u64) as usize);
-            flips += u64::from(flip.is_some());
-            kept += keep;
-            files.push(match flip {
-                Some(f) => {
-                    format!("{name}: kept {keep} of {n} unsynced bytes, byte {f} of them flipped")
-                }
-                None => format!("{name}: kept {keep} of {n} unsynced bytes"),
-            });
-            Tear { keep, flip }
-        });
-        self.report.unsynced_bytes_lost += unsynced.saturating_sub(kept) as u64;
-        self.report.torn_files += torn;
-        self.report.flipped_bytes += flips;
-        let what = format!(
-            "a machine crash at t={}us ({}; {} unsynced bytes before)",
-            self.now_us,
-            if files.is_empty() {
-                "no file had unsynced bytes".to_string()
-            } else {
-                files.join("; ")
-            },
-            unsynced
-        );
-        self.trace
-            .record(self.now_us, TraceEvent::Note(format!("{id}: {what}")));
-        self.nodes[i].last_crash = what;
-    }
-
-    /// Node `i` was chosen for a crash in its next group commit and has one to do now: the
-    /// write reaches the OS, the fdatasync never completes, the node crashes. The outbox
-    /// dies with the process. False (and the crash is called off) if it would take more
-    /// than f acceptors down.
-    fn crash_in_commit(&mut self, i: usize) -> bool {
-        let Some((down_us, machine)) = self.nodes[i].crash_in_commit.take() else {
-            return false;
         };
-        let f = self.cfg.max_faulty_acceptors();
-        let id = self.nodes[i].id;
-        if self.now_us >= self.heal_at_us
-            || (self.nodes[i].acceptor && self.faulty_acceptors(i) + 1 > f)
-        {
-            self.trace.record(
-                self.now_us,
-                TraceEvent::Note(format!(
-                    "crash of {id} in its group commit called off: healed, or f = {f} acceptors down or amnesic"
-                )),
-            );
-            return false;
-        }
-        self.disks[i].begin_power_loss();
-        if let Some(p) = self.nodes[i].proto.as_mut()
-            && let Err(e) = p.sync_storage()
-        {
-            self.trace.record(
-                self.now_us,
-                TraceEvent::Note(format!("{id}: the interrupted group commit failed: {e}")),
-            );
-        }
-        let incarnation = self.nodes[i].incarnation;
-        self.report.commit_crashes += 1;
-        self.trace.record(
-            self.now_us,
-            TraceEvent::Note(format!(
-                "{id}: {} in the middle of a group commit",
-                if machine {
-                    "power lost"
-                } else {
-                    "process killed"
-                }
-            )),
-        );
-        self.crash(i, machine);
-        self.schedule(
-            self.now_us.saturating_add(down_us),
-            Action::Restart {
-                node: i,
-                incarnation,
-            },
-        );
-        true
+        self.start_node(i, start)
     }
 
     /// Schedules the node's next periodic tick; the first one at a random phase so that
@@ -1120,6 +1194,11 @@ where
         let (id, incarnation) = (self.nodes[i].id, self.nodes[i].incarnation);
         if out.needs_sync {
             self.report.syncs += 1;
+            if self.power_loss_pending && self.nodes[i].acceptor {
+                // The outbox dies with the machines.
+                self.power_loss(Some(i));
+                return Ok(());
+            }
             if self.nodes[i].crash_in_commit.is_some() && self.crash_in_commit(i) {
                 return Ok(());
             }
@@ -1132,6 +1211,10 @@ where
             {
                 return Err(self.commit_failed(i, &e));
             }
+        }
+        if self.nodes[i].partial.is_some() && self.partial_due(i, out) && self.partial_crash(i, out)
+        {
+            return Ok(());
         }
         for (to, msg) in out.sends.drain(..) {
             let (kind, body) = encode(&msg);
@@ -1150,6 +1233,7 @@ where
             .into_iter()
             .peekable();
         let mut installs = std::mem::take(&mut out.installs).into_iter().peekable();
+        let mut skips = std::mem::take(&mut out.skips).into_iter().peekable();
         for (n, d) in out.deliveries.drain(..).enumerate() {
             while let Some(inst) = installs.next_if(|x| x.position <= n) {
                 self.install(i, &inst.snapshot)?;
@@ -1163,6 +1247,11 @@ where
                     },
                 );
                 self.checker.subscription(id, incarnation, &sub);
+            }
+            // After the subscriptions of the same position: a Multi-Ring learner that skips
+            // a ring stops following it in the same step.
+            while let Some(skip) = skips.next_if(|x| x.position <= n) {
+                self.learner_skipped(i, skip)?;
             }
             self.trace.record(
                 self.now_us,
@@ -1182,11 +1271,7 @@ where
         for inst in installs {
             self.install(i, &inst.snapshot)?;
         }
-        if !out.skips.is_empty() {
-            // Instances passed over: the state no longer covers the sequence.
-            self.nodes[i].app.complete = false;
-            out.skips.clear();
-        }
+        let skips: Vec<_> = skips.collect();
         for sub in subs {
             self.trace.record(
                 self.now_us,
@@ -1196,6 +1281,9 @@ where
                 },
             );
             self.checker.subscription(id, incarnation, &sub);
+        }
+        for skip in skips {
+            self.learner_skipped(i, skip)?;
         }
         for a in out.acks.drain(..) {
             self.trace.record(
@@ -1215,6 +1303,25 @@ where
                 .record(self.now_us, TraceEvent::Protocol { node: id, text });
         }
         Ok(())
+    }
+
+    /// The learner passed over instances no acceptor holds any more: counted, checked (it
+    /// must start where the learner is), and the application's state no longer covers the
+    /// sequence.
+    fn learner_skipped(&mut self, i: usize, skip: abcast_core::Skip) -> SimResult<()> {
+        let (id, incarnation) = (self.nodes[i].id, self.nodes[i].incarnation);
+        self.nodes[i].app.complete = false;
+        self.report.faults.add(FaultKind::LearnerSkip, 1);
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Note(format!(
+                "{id}#{incarnation} skips instances {}..{} of group {} (trimmed at every acceptor)",
+                skip.from, skip.to, skip.group.0
+            )),
+        );
+        self.checker
+            .skip(id, incarnation, skip.group, skip.from, skip.to)
+            .map_err(|f| self.violation(f))
     }
 
     /// The learner's application takes a delivery (group 0 only: snapshots are single-ring).
@@ -1255,160 +1362,6 @@ where
         self.adopt_snapshot(i, snap, app, SnapshotEvent::Installed)
     }
 
-    // ---- network -----------------------------------------------------------------------
-
-    fn send(&mut self, from: NodeId, to_id: NodeId, kind: u8, body: Bytes) {
-        self.report.messages_sent += 1;
-        self.report.bytes_sent += body.len() as u64;
-        self.trace.record(
-            self.now_us,
-            TraceEvent::Send {
-                from,
-                to: to_id,
-                kind,
-                bytes: body.len(),
-            },
-        );
-        let Some(&to) = self.index.get(&to_id) else {
-            self.drop_msg(from, to_id, kind, DropReason::UnknownDestination);
-            return;
-        };
-        let to_epoch = self.nodes[to].epoch;
-        if to_id == from {
-            // Local delivery: no network, no loss, right after the current event.
-            self.schedule(
-                self.now_us,
-                Action::Message {
-                    from,
-                    to,
-                    to_epoch,
-                    kind,
-                    body,
-                },
-            );
-            return;
-        }
-        if self.blocked.contains(&(from, to_id)) {
-            self.drop_msg(from, to_id, kind, DropReason::Partition);
-            return;
-        }
-        if self.rng.chance_ppm(self.loss_ppm) {
-            self.drop_msg(from, to_id, kind, DropReason::Loss);
-            return;
-        }
-        let copies = if self.rng.chance_ppm(self.dup_ppm) {
-            self.report.messages_duplicated += 1;
-            self.trace.record(
-                self.now_us,
-                TraceEvent::Duplicate {
-                    from,
-                    to: to_id,
-                    kind,
-                },
-            );
-            2
-        } else {
-            1
-        };
-        for _ in 0..copies {
-            let mut at_us = self.now_us
-                + self
-                    .rng
-                    .between(self.plan.delay_us_min, self.plan.delay_us_max);
-            if self.cfg.fifo_links {
-                let clock = self.link_clock_us.entry((from, to)).or_insert(0);
-                at_us = at_us.max(*clock);
-                *clock = at_us;
-            }
-            self.schedule(
-                at_us,
-                Action::Message {
-                    from,
-                    to,
-                    to_epoch,
-                    kind,
-                    body: body.clone(),
-                },
-            );
-        }
-    }
-
-    fn drop_msg(&mut self, from: NodeId, to: NodeId, kind: u8, why: DropReason) {
-        self.report.messages_dropped += 1;
-        self.trace.record(
-            self.now_us,
-            TraceEvent::Drop {
-                from,
-                to,
-                kind,
-                why,
-            },
-        );
-    }
-
-    fn on_message(
-        &mut self,
-        from: NodeId,
-        to: usize,
-        to_epoch: u64,
-        kind: u8,
-        body: Bytes,
-    ) -> SimResult<()> {
-        let to_id = self.nodes[to].id;
-        if self.nodes[to].proto.is_none() || self.nodes[to].epoch != to_epoch {
-            self.drop_msg(from, to_id, kind, DropReason::DestinationDown);
-            return Ok(());
-        }
-        if from != to_id && self.blocked.contains(&(from, to_id)) {
-            self.drop_msg(from, to_id, kind, DropReason::Partition);
-            return Ok(());
-        }
-        let msg = match decode::<P::Message>(kind, &body) {
-            Ok(m) => m,
-            Err(e) => {
-                return Err(self.violation(
-                    Failure::new(
-                        ViolationKind::Decode,
-                        format!(
-                            "message {from}->{to_id} kind {kind} of {} bytes does not decode: {e}; body starts {:02x?}",
-                            body.len(),
-                            &body[..body.len().min(32)]
-                        ),
-                    )
-                    .at(to_id, self.nodes[to].incarnation),
-                ));
-            }
-        };
-        let (kind_again, body_again) = encode(&msg);
-        if kind_again != kind || body_again != body {
-            return Err(self.violation(
-                Failure::new(
-                    ViolationKind::CodecMismatch,
-                    format!(
-                        "message {from}->{to_id} kind {kind} ({} bytes) decodes to {msg:?}, which encodes to kind \
-                         {kind_again} ({} bytes)",
-                        body.len(),
-                        body_again.len()
-                    ),
-                )
-                .at(to_id, self.nodes[to].incarnation),
-            ));
-        }
-        self.report.messages_delivered += 1;
-        self.trace.record(
-            self.now_us,
-            TraceEvent::Receive {
-                from,
-                to: to_id,
-                kind,
-                bytes: body.len(),
-            },
-        );
-        self.trace.detail(|| format!("{msg:?}"));
-        self.call(to, |p, now, out| p.receive(now, from, msg, out))?;
-        self.call(to, |p, now, out| p.tick(now, out))
-    }
-
     // ---- workload ----------------------------------------------------------------------
 
     fn proposal_gap_us(&mut self) -> Micros {
@@ -1435,9 +1388,18 @@ where
         b.freeze()
     }
 
+    /// Nodes a client can reach now: up, not frozen, and not cut off by the faults-remain
+    /// phase (clients sit with the connected majority).
     fn live_nodes(&self) -> Vec<usize> {
+        let exempt: &[NodeId] = match &self.phase {
+            Phase::FaultsRemain { exempt, .. } => exempt,
+            _ => &[],
+        };
         (0..self.nodes.len())
-            .filter(|&i| self.nodes[i].proto.is_some())
+            .filter(|&i| {
+                let s = &self.nodes[i];
+                s.proto.is_some() && self.now_us >= s.paused_until_us && !exempt.contains(&s.id)
+            })
             .collect()
     }
 
@@ -1528,180 +1490,6 @@ where
         self.call(i, |p, now, out| p.tick(now, out))
     }
 
-    // ---- faults ------------------------------------------------------------------------
-
-    fn on_partition(&mut self) {
-        if self.now_us >= self.heal_at_us {
-            return;
-        }
-        let Some((lo, hi)) = self.plan.partition_every_us else {
-            return;
-        };
-        let next = self.now_us + self.rng.between(lo, hi);
-        self.schedule(next, Action::Partition);
-        let ids: Vec<NodeId> = self.cfg.nodes.clone();
-        let mut blocked = BTreeSet::new();
-        let roll = self.rng.below(100);
-        let pick = |rng: &mut SimRng| rng.pick(&ids).copied().unwrap_or_default();
-        if roll < 30 {
-            // All links up for a while.
-        } else if roll < 55 {
-            let a = pick(&mut self.rng);
-            for &b in &ids {
-                if b != a {
-                    blocked.insert((a, b));
-                    blocked.insert((b, a));
-                }
-            }
-        } else if roll < 75 {
-            // One-way: `a` can no longer send, or no longer receive.
-            let a = pick(&mut self.rng);
-            let outgoing = self.rng.chance_ppm(500_000);
-            for &b in &ids {
-                if b != a {
-                    blocked.insert(if outgoing { (a, b) } else { (b, a) });
-                }
-            }
-        } else if roll < 90 {
-            let side: Vec<bool> = ids.iter().map(|_| self.rng.chance_ppm(500_000)).collect();
-            for (x, &a) in ids.iter().enumerate() {
-                for (y, &b) in ids.iter().enumerate() {
-                    if side[x] != side[y] {
-                        blocked.insert((a, b));
-                    }
-                }
-            }
-        } else {
-            let links = self.rng.between(1, ids.len() as u64);
-            for _ in 0..links {
-                let (a, b) = (pick(&mut self.rng), pick(&mut self.rng));
-                if a != b {
-                    blocked.insert((a, b));
-                }
-            }
-        }
-        self.blocked = blocked;
-        self.report.partition_changes += 1;
-        self.trace.record(
-            self.now_us,
-            TraceEvent::Partition {
-                blocked: self.blocked.iter().copied().collect(),
-            },
-        );
-    }
-
-    /// The coordinator most live nodes believe in (ties: the lowest id).
-    fn believed_coordinator(&self) -> Option<NodeId> {
-        let mut votes: BTreeMap<NodeId, usize> = BTreeMap::new();
-        for s in &self.nodes {
-            if let Some(c) = s.proto.as_ref().and_then(|p| p.status().coordinator) {
-                *votes.entry(c).or_insert(0) += 1;
-            }
-        }
-        let mut best: Option<(NodeId, usize)> = None;
-        for (c, n) in votes {
-            if best.is_none_or(|(_, m)| n > m) {
-                best = Some((c, n));
-            }
-        }
-        best.map(|(c, _)| c)
-    }
-
-    /// Acceptors down (crashed or not started) or amnesic, other than `except`.
-    fn faulty_acceptors(&self, except: usize) -> usize {
-        (0..self.nodes.len())
-            .filter(|&k| k != except && self.nodes[k].acceptor)
-            .filter(|&k| match self.nodes[k].proto.as_ref() {
-                None => true,
-                Some(p) => p.status().amnesic,
-            })
-            .count()
-    }
-
-    fn on_crash(&mut self) -> SimResult<()> {
-        if self.now_us >= self.heal_at_us {
-            return Ok(());
-        }
-        let Some((lo, hi)) = self.plan.crash_every_us else {
-            return Ok(());
-        };
-        let next = self.now_us + self.rng.between(lo, hi);
-        self.schedule(next, Action::Crash);
-        let candidates: Vec<usize> = (0..self.nodes.len())
-            .filter(|&i| self.nodes[i].proto.is_some() && !self.nodes[i].crash_exempt)
-            .collect();
-        let coordinator = if self.rng.chance_ppm(self.plan.coordinator_bias_ppm) {
-            self.believed_coordinator()
-                .and_then(|c| self.index.get(&c).copied())
-                .filter(|i| candidates.contains(i))
-        } else {
-            None
-        };
-        let target = match coordinator {
-            Some(i) => i,
-            None => match self.rng.pick(&candidates) {
-                Some(&i) => i,
-                None => return Ok(()),
-            },
-        };
-        let f = self.cfg.max_faulty_acceptors();
-        if self.nodes[target].acceptor && self.faulty_acceptors(target) + 1 > f {
-            let id = self.nodes[target].id;
-            self.trace.record(
-                self.now_us,
-                TraceEvent::Note(format!(
-                    "crash of {id} skipped: f = {f} acceptors already down or amnesic"
-                )),
-            );
-            return Ok(());
-        }
-        let incarnation = self.nodes[target].incarnation;
-        let (lo, hi) = self.plan.downtime_us;
-        let down_us = self.rng.between(lo, hi);
-        let machine = self.disk_rng.chance_ppm(self.plan.disk.machine_crash_ppm);
-        if self.disk_rng.chance_ppm(self.plan.disk.in_commit_ppm) {
-            let id = self.nodes[target].id;
-            self.trace.record(
-                self.now_us,
-                TraceEvent::Note(format!(
-                    "{id} will crash ({}) in its next group commit, then stay down {down_us}us",
-                    if machine { "machine" } else { "process" }
-                )),
-            );
-            self.nodes[target].crash_in_commit = Some((down_us, machine));
-            return Ok(());
-        }
-        self.crash(target, machine);
-        let at = self.now_us + down_us;
-        self.schedule(
-            at,
-            Action::Restart {
-                node: target,
-                incarnation,
-            },
-        );
-        Ok(())
-    }
-
-    fn on_heal(&mut self) -> SimResult<()> {
-        self.blocked.clear();
-        self.loss_ppm = 0;
-        self.dup_ppm = 0;
-        self.trace.record(self.now_us, TraceEvent::Heal);
-        for s in &mut self.nodes {
-            s.crash_in_commit = None;
-        }
-        for i in 0..self.nodes.len() {
-            if !self.nodes[i].started {
-                self.report.late_join_at_us = Some(self.now_us);
-                self.start_node(i, StartInfo::FRESH)?;
-            } else if self.nodes[i].proto.is_none() {
-                self.restart(i)?;
-            }
-        }
-        Ok(())
-    }
-
     // ---- verdicts ----------------------------------------------------------------------
 
     fn live_learners(&self) -> Vec<LearnerId> {
@@ -1719,22 +1507,36 @@ where
 
     fn liveness_violation(&mut self, why: &str) -> Box<Violation> {
         let live = self.live_learners();
-        let mut f = self.checker.liveness_failure(&live).unwrap_or_else(|| {
-            Failure::new(
-                ViolationKind::NotConverged,
-                format!("{why}, yet the checkers found nothing missing"),
-            )
-        });
-        f.detail.push_str(&format!(
-            " [{why}; heal at {}us, bound {}us; node status:",
-            self.heal_at_us, self.cfg.converge_bound_us
-        ));
+        let mut f = match self.faults_remain_failure() {
+            Some(f) => f,
+            None => self.checker.liveness_failure(&live).unwrap_or_else(|| {
+                Failure::new(
+                    ViolationKind::NotConverged,
+                    format!("{why}, yet the checkers found nothing missing"),
+                )
+            }),
+        };
+        let (phase, bound) = match &self.phase {
+            Phase::FaultsRemain { exempt, .. } => (
+                format!(
+                    "faults remain at {exempt:?} since {}us, last proposal at {}us",
+                    self.fault_end_us, self.load_end_us
+                ),
+                self.cfg.faults_remain_bound_us,
+            ),
+            _ => (
+                format!("heal at {}us", self.heal_at_us),
+                self.cfg.converge_bound_us,
+            ),
+        };
+        f.detail
+            .push_str(&format!(" [{why}; {phase}, bound {bound}us; node status:"));
         for s in &self.nodes {
             match s.proto.as_ref() {
                 Some(p) => {
                     let st = p.status();
                     f.detail.push_str(&format!(
-                        " {}#{}: coordinator {:?} leading {} delivered_upto {} decided_max {} in_flight {} amnesic {};",
+                        " {}#{}: coordinator {:?} leading {} delivered_upto {} decided_max {} in_flight {} amnesic {}{};",
                         s.id,
                         s.incarnation,
                         st.coordinator.map(|c| c.0),
@@ -1742,7 +1544,15 @@ where
                         st.delivered_upto,
                         st.decided_max,
                         st.values_in_flight,
-                        st.amnesic
+                        st.amnesic,
+                        if self.blocked.iter().filter(|&&(a, _)| a == s.id).count() + 1
+                            >= self.nodes.len()
+                            && self.nodes.len() > 1
+                        {
+                            " (cut off)"
+                        } else {
+                            ""
+                        }
                     ));
                 }
                 None => f.detail.push_str(&format!(" {}: down;", s.id)),

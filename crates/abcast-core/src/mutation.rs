@@ -1,0 +1,110 @@
+//! Deliberately broken variants of the ring protocols (issue 15), built only for tests.
+//!
+//! A simulator that has never failed proves nothing. Each [`Mutation`] removes one rule the
+//! protocols' safety rests on; the simulator's sweeps must catch every one of them, for U-Ring
+//! Paxos, Ring Paxos and Multi-Ring Paxos (`abcast-sim/tests/mutations.rs`). A variant is
+//! selected with `RingConfig::mutation` / `RingPaxosConfig::mutation`, fields that exist only
+//! with the `mutations` cargo feature, which only `abcast-sim`'s tests turn on: a node built
+//! for use cannot run one. Without the feature every check below is a constant `false`.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// One rule removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Mutation {
+    /// Acceptors vote in phase 2 whatever the ballot's epoch: a ballot whose phase 1 counted
+    /// an amnesic acceptor's forgotten promise collects votes again (seed 003 §4.2).
+    VoteIgnoresEpoch,
+    /// The coordinator counts an amnesic acceptor's Phase 1b in its quorum: the forgotten
+    /// votes are missing from the quorum's report.
+    AmnesicPromisesCount,
+    /// A Repair ends amnesia at once: the acceptor counts again without first learning every
+    /// decision up to the repair target, so its forgotten votes are missing.
+    RepairIgnored,
+    /// At takeover, the coordinator drops the decided entries phase 1 reported (neither
+    /// recorded nor re-proposed): their instances get another decree.
+    DecidedDroppedAtTakeover,
+    /// The coordinator's trim point is one instance past what a quorum of learners'
+    /// snapshots cover: an instance no quorum of snapshots holds is trimmed everywhere.
+    TrimPastQuorum,
+    /// An acceptor's vote leaves before the vote is durable (no group commit asked for):
+    /// a machine crash forgets a vote that counted.
+    NoSyncBeforeVote,
+}
+
+impl Mutation {
+    pub const ALL: [Mutation; 6] = [
+        Mutation::VoteIgnoresEpoch,
+        Mutation::AmnesicPromisesCount,
+        Mutation::RepairIgnored,
+        Mutation::DecidedDroppedAtTakeover,
+        Mutation::TrimPastQuorum,
+        Mutation::NoSyncBeforeVote,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutation::VoteIgnoresEpoch => "vote_ignores_epoch",
+            Mutation::AmnesicPromisesCount => "amnesic_promises_count",
+            Mutation::RepairIgnored => "repair_ignored",
+            Mutation::DecidedDroppedAtTakeover => "decided_dropped_at_takeover",
+            Mutation::TrimPastQuorum => "trim_past_quorum",
+            Mutation::NoSyncBeforeVote => "no_sync_before_vote",
+        }
+    }
+}
+
+impl fmt::Display for Mutation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Mutation {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mutation, String> {
+        Mutation::ALL
+            .into_iter()
+            .find(|m| m.name() == s.trim())
+            .ok_or_else(|| {
+                let names: Vec<_> = Mutation::ALL.iter().map(|m| m.name()).collect();
+                format!(
+                    "unknown mutation {s:?}; expected one of {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// Whether this build has the broken variants (the `mutations` feature).
+pub const AVAILABLE: bool = cfg!(feature = "mutations");
+
+/// The error of selecting a broken variant in a build without them.
+#[cfg_attr(feature = "mutations", allow(dead_code))]
+pub(crate) fn unavailable(m: Mutation) -> String {
+    format!(
+        "the mutation {m} exists only in a build with the `mutations` feature (abcast-core; \
+         abcast-sim forwards it: cargo ... -p abcast-sim --features mutations)"
+    )
+}
+
+/// Whether `active` (a configuration's `mutation`) is `m`. Always false without the
+/// `mutations` feature, so the checks cost nothing in a real build.
+#[inline(always)]
+pub(crate) fn on(active: Option<Mutation>, m: Mutation) -> bool {
+    cfg!(feature = "mutations") && active == Some(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for m in Mutation::ALL {
+            assert_eq!(m.name().parse::<Mutation>(), Ok(m));
+        }
+        assert!("nope".parse::<Mutation>().is_err());
+    }
+}

@@ -1,0 +1,236 @@
+//! `sweep`: many seeds of one protocol's simulation suite, on every core.
+//!
+//! ```text
+//! cargo run --release -p abcast-sim --bin sweep -- --protocol uring --mix all --seeds 200 --json
+//! ```
+//!
+//! `--protocol uring|ringpaxos|multiring`, `--mix M` (one of the fault mixes, or `all`),
+//! `--seeds N` (per mix), `--seed-start S` (default 0), `--jobs J` (default: every core),
+//! `--mutation NAME` (a deliberately broken variant; needs `--features mutations`),
+//! `--stop` (end at the first violation), `--json` (the last line is one JSON object with
+//! `seeds`, `violations` and `fault_counts`). Every violation is printed with the line that
+//! replays it. Exit status: 0 when no seed failed, 1 when some did, 2 on bad arguments.
+
+use abcast_core::mutation::Mutation;
+use abcast_sim::suites::{self, Proto, SuiteReport, Variant};
+use abcast_sim::{FaultKind, FaultMix};
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
+
+struct Args {
+    proto: Proto,
+    mixes: Vec<FaultMix>,
+    mix_name: String,
+    seeds: u64,
+    seed_start: u64,
+    jobs: usize,
+    variant: Variant,
+    stop: bool,
+    json: bool,
+}
+
+const USAGE: &str = "usage: sweep --protocol uring|ringpaxos|multiring --mix MIX|all --seeds N \
+                     [--seed-start S] [--jobs J] [--mutation NAME] [--stop] [--json]";
+
+fn parse() -> Result<Args, String> {
+    let mut a = Args {
+        proto: Proto::URing,
+        mixes: Vec::new(),
+        mix_name: String::new(),
+        seeds: 200,
+        seed_start: 0,
+        jobs: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        variant: Variant::CORRECT,
+        stop: false,
+        json: false,
+    };
+    let mut proto = None;
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = |what: &str| {
+            it.next()
+                .ok_or_else(|| format!("{flag} needs {what}; {USAGE}"))
+        };
+        let num =
+            |v: String, flag: &str| v.parse::<u64>().map_err(|e| format!("{flag} {v:?}: {e}"));
+        match flag.as_str() {
+            "--protocol" => proto = Some(value("a protocol")?.parse::<Proto>()?),
+            "--mix" => {
+                let m = value("a mix")?;
+                a.mixes = if m == "all" {
+                    FaultMix::ALL.to_vec()
+                } else {
+                    vec![m.parse()?]
+                };
+                a.mix_name = m;
+            }
+            "--seeds" => a.seeds = num(value("a count")?, "--seeds")?,
+            "--seed-start" => a.seed_start = num(value("a seed")?, "--seed-start")?,
+            "--jobs" => {
+                a.jobs = num(value("a count")?, "--jobs")?.clamp(1, 256) as usize;
+            }
+            "--mutation" => {
+                let m: Mutation = value("a mutation")?.parse()?;
+                a.variant = Variant::broken(m);
+            }
+            "--stop" => a.stop = true,
+            "--json" => a.json = true,
+            "-h" | "--help" => return Err(USAGE.into()),
+            other => return Err(format!("unknown argument {other:?}; {USAGE}")),
+        }
+    }
+    a.proto = proto.ok_or_else(|| format!("--protocol is required; {USAGE}"))?;
+    if a.mixes.is_empty() {
+        return Err(format!("--mix is required; {USAGE}"));
+    }
+    a.variant.available()?;
+    Ok(a)
+}
+
+/// Runs one mix's seeds on `jobs` threads, seeds handed out in order.
+fn run_mix(a: &Args, mix: FaultMix, stopped: &AtomicUsize) -> SuiteReport {
+    let next = AtomicU64::new(a.seed_start);
+    let end = a.seed_start.saturating_add(a.seeds);
+    let total = Mutex::new(SuiteReport::default());
+    std::thread::scope(|s| {
+        for _ in 0..a.jobs.max(1) {
+            s.spawn(|| {
+                loop {
+                    if a.stop && stopped.load(Ordering::Relaxed) > 0 {
+                        break;
+                    }
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    if seed >= end {
+                        break;
+                    }
+                    let r = suites::sweep(a.proto, mix, seed..seed + 1, a.variant, true);
+                    stopped.fetch_add(r.violations.len(), Ordering::Relaxed);
+                    if let Ok(mut t) = total.lock() {
+                        t.merge(r);
+                    }
+                }
+            });
+        }
+    });
+    total.into_inner().unwrap_or_default()
+}
+
+fn json_string(s: &str) -> String {
+    let mut o = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            '\n' => o.push_str("\\n"),
+            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+fn main() -> ExitCode {
+    let a = match parse() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("sweep: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let started = Instant::now();
+    let stopped = AtomicUsize::new(0);
+    let mut all = SuiteReport::default();
+    for &mix in &a.mixes {
+        let t0 = Instant::now();
+        let r = run_mix(&a, mix, &stopped);
+        let t = &r.totals;
+        let faults: Vec<String> = FaultKind::ALL
+            .iter()
+            .map(|k| format!("{}={}", k.name(), t.faults.get(*k)))
+            .collect();
+        eprintln!(
+            "sweep: {} {mix}{}: {} seeds, {} violations, {:.1} s; acked {} of {} proposed, \
+             converge max {} ms, faults-remain converge max {} ms in {} runs, busy max {}/run; {}",
+            a.proto,
+            a.variant
+                .mutation
+                .map(|m| format!(" (mutation {m})"))
+                .unwrap_or_default(),
+            r.seeds,
+            r.violations.len(),
+            t0.elapsed().as_secs_f64(),
+            t.acked_values,
+            t.proposed_values,
+            t.time_to_converge_us_max / 1000,
+            t.faults_remain_converge_us_max / 1000,
+            t.faults_remain_runs,
+            t.busy_rejections_max,
+            faults.join(" ")
+        );
+        all.merge(r);
+        if a.stop && stopped.load(Ordering::Relaxed) > 0 {
+            break;
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let t = &all.totals;
+    eprintln!(
+        "sweep: {} {}: {} seeds, {} violations in {elapsed:.1} s",
+        a.proto,
+        a.mix_name,
+        all.seeds,
+        all.violations.len()
+    );
+    for v in &all.violations {
+        eprintln!("violation: {}", v.headline().replace('\n', "\n  "));
+    }
+    if a.json {
+        let failures: Vec<String> = all
+            .violations
+            .iter()
+            .map(|v| {
+                format!(
+                    "{{\"seed\":{},\"mix\":\"{}\",\"kind\":\"{:?}\",\"replay\":{}}}",
+                    v.seed,
+                    v.mix,
+                    v.kind,
+                    json_string(&v.replay)
+                )
+            })
+            .collect();
+        println!(
+            "{{\"protocol\":\"{}\",\"mix\":{},\"mutation\":{},\"seeds\":{},\"violations\":{},\
+             \"failures\":[{}],\"fault_counts\":{},\"elapsed_s\":{elapsed:.1},\"jobs\":{},\
+             \"proposed_values\":{},\"acked_values\":{},\"crashes\":{},\"time_to_converge_us_max\":{},\
+             \"faults_remain_runs\":{},\"faults_remain_converge_us_max\":{},\"busy_rejections_max\":{},\
+             \"messages_held_long\":{},\"messages_parked\":{}}}",
+            a.proto,
+            json_string(&a.mix_name),
+            a.variant
+                .mutation
+                .map_or("null".to_string(), |m| json_string(m.name())),
+            all.seeds,
+            all.violations.len(),
+            failures.join(","),
+            t.faults.to_json(),
+            a.jobs,
+            t.proposed_values,
+            t.acked_values,
+            t.crashes,
+            t.time_to_converge_us_max,
+            t.faults_remain_runs,
+            t.faults_remain_converge_us_max,
+            t.busy_rejections_max,
+            t.messages_held_long,
+            t.messages_parked,
+        );
+    }
+    if all.violations.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}

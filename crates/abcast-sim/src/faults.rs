@@ -1,0 +1,147 @@
+//! The fault kinds the simulator generates beyond loss, duplication, reordering, partitions
+//! and plain crashes, and their counts per run and per sweep.
+//!
+//! Each kind is a pattern real networks and machines produce that an earlier simulator
+//! could not (issue 15): a protocol passes only if it survives all of them, and a sweep is
+//! worth something only if they actually happened in it, so every run counts them and the
+//! sweeps assert the counts.
+
+use std::fmt;
+
+/// A fault pattern, named as the sweep binary's JSON names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FaultKind {
+    /// A message crossed a process life: addressed to a node's earlier incarnation and
+    /// delivered to its next one (as the runtime flushes a queue kept for a peer that was
+    /// down), or sent by an earlier incarnation and delivered after its sender restarted.
+    /// Counted per message delivered that way.
+    CrossIncarnation,
+    /// A message delivered after the cluster's highest ballot changed at least twice since
+    /// it was sent (a Phase 1b, Phase 2, 2B, Nack or Decision of an old ballot arriving
+    /// after two takeovers). Counted per message.
+    OutlivesTakeover,
+    /// A run's *faults remain* phase: up to f acceptors stayed down or cut off and the
+    /// connected learners converged within the stated bound. Counted per run.
+    FaultsRemain,
+    /// Every acceptor's machine lost power at the same instant, one of them in the middle
+    /// of a group commit. Counted per power loss.
+    PowerLoss,
+    /// A node crashed after only part of one outbox left (its Phase 1a reached some
+    /// acceptors, or phase 1 ended and no Phase 2 left yet). Counted per crash.
+    PartialFanout,
+    /// A process frozen for 0.5-5 s, then resumed with its timers overdue and its inbox
+    /// full. Counted per pause.
+    Pause,
+    /// A learner skipped instances that every acceptor had trimmed from its window
+    /// (`Outbox::skips`). Counted per skip.
+    LearnerSkip,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 7] = [
+        FaultKind::CrossIncarnation,
+        FaultKind::OutlivesTakeover,
+        FaultKind::FaultsRemain,
+        FaultKind::PowerLoss,
+        FaultKind::PartialFanout,
+        FaultKind::Pause,
+        FaultKind::LearnerSkip,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::CrossIncarnation => "cross_incarnation",
+            FaultKind::OutlivesTakeover => "outlives_takeover",
+            FaultKind::FaultsRemain => "faults_remain",
+            FaultKind::PowerLoss => "power_loss",
+            FaultKind::PartialFanout => "partial_fanout",
+            FaultKind::Pause => "pause",
+            FaultKind::LearnerSkip => "learner_skip",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How often each [`FaultKind`] happened.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultCounts {
+    counts: [u64; FaultKind::ALL.len()],
+}
+
+impl FaultCounts {
+    pub fn add(&mut self, kind: FaultKind, n: u64) {
+        self.counts[kind.index()] += n;
+    }
+
+    pub fn get(&self, kind: FaultKind) -> u64 {
+        self.counts[kind.index()]
+    }
+
+    pub fn merge(&mut self, other: &FaultCounts) {
+        for (a, b) in self.counts.iter_mut().zip(other.counts) {
+            *a += b;
+        }
+    }
+
+    /// The kinds of `expected` that never happened.
+    pub fn missing(&self, expected: &[FaultKind]) -> Vec<FaultKind> {
+        expected
+            .iter()
+            .copied()
+            .filter(|&k| self.get(k) == 0)
+            .collect()
+    }
+
+    /// `{"cross_incarnation":3,...}`, every kind in [`FaultKind::ALL`] order.
+    pub fn to_json(&self) -> String {
+        let fields: Vec<String> = FaultKind::ALL
+            .iter()
+            .map(|k| format!("\"{}\":{}", k.name(), self.get(*k)))
+            .collect();
+        format!("{{{}}}", fields.join(","))
+    }
+}
+
+impl fmt::Debug for FaultCounts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut m = f.debug_map();
+        for k in FaultKind::ALL {
+            m.entry(&k.name(), &self.get(k));
+        }
+        m.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_add_merge_and_print_every_kind() {
+        let mut a = FaultCounts::default();
+        a.add(FaultKind::Pause, 2);
+        let mut b = FaultCounts::default();
+        b.add(FaultKind::Pause, 1);
+        b.add(FaultKind::LearnerSkip, 4);
+        a.merge(&b);
+        assert_eq!(a.get(FaultKind::Pause), 3);
+        assert_eq!(
+            a.missing(&[FaultKind::Pause, FaultKind::PowerLoss]),
+            vec![FaultKind::PowerLoss]
+        );
+        let json = a.to_json();
+        for k in FaultKind::ALL {
+            assert!(json.contains(&format!("\"{}\":", k.name())), "{json}");
+        }
+        assert!(json.contains("\"learner_skip\":4"), "{json}");
+    }
+}

@@ -1,0 +1,797 @@
+//! The fault schedule: partitions, crashes (plain, in the middle of a group commit, and
+//! half-way through one outbox), process pauses, a correlated power loss, and the
+//! faults-remain phase that follows the fault phase.
+//!
+//! **Partial fan-out** ([`FaultKind::PartialFanout`]). A crash of the crash mixes may be
+//! *armed* instead of immediate: the node crashes in the middle of carrying out one outbox
+//! with at least two sends, after a random prefix of them left (the sync the outbox needed
+//! is done; its deliveries and acknowledgements die with it). `Any` arms the next such
+//! outbox; the takeover modes wait for the moment a takeover is most fragile, read from the
+//! node's `Status`: `Phase1` the outbox that starts its phase 1 (its own ballot appeared:
+//! Phase 1a reaches only some acceptors), `Leading` the one where phase 1 ended (it leads
+//! under a newer ballot: no Phase 2, or only some, left). When the crash mixes crash the
+//! coordinator, its successor among the acceptors may be armed for the takeover; a late
+//! joiner (the lowest id, the next coordinator) may be armed too. The f rule is checked
+//! when the crash strikes, so on 5 nodes it can strike while another acceptor is amnesic.
+//!
+//! **Pauses** ([`FaultKind::Pause`]). A frozen node gets no ticks, no messages (they wait,
+//! in order, in its inbox) and no sync completions; clients do not reach it. It resumes
+//! with everything overdue. Pauses end with the fault phase at the latest.
+//!
+//! **Power loss** ([`FaultKind::PowerLoss`]). Every acceptor's machine crashes at the same
+//! instant: the next acceptor group commit after `FaultPlan::power_loss_at_us` is
+//! interrupted (its write reached the OS, its fdatasync never completes), and every other
+//! acceptor goes down with it, jobs in flight unrun. The f rule does not hold here on
+//! purpose: durable, synced stores must survive it with no acknowledged value lost and no
+//! decision changed. Everyone restarts after a drawn downtime.
+//!
+//! **Faults remain** ([`FaultKind::FaultsRemain`]). When the plan says so, the fault phase
+//! does not end in a full heal: up to f acceptors stay down or cut off (both ways), chosen
+//! so that those still down and the amnesic ones count in the f; everything else heals;
+//! clients keep proposing to the connected nodes; and by `heal_load_us +
+//! SimConfig::faults_remain_bound_us` the connected learners must have converged (values of
+//! the faulty nodes' own proposers excepted unless acknowledged). Then the full heal.
+
+use super::{Action, Phase, Pipe, SimResult, World};
+use crate::checker::{Failure, ViolationKind};
+use crate::faults::FaultKind;
+use crate::rng::SimRng;
+use crate::trace::TraceEvent;
+use abcast_core::storage::{MemDir, StorageError, Tear};
+use abcast_core::uring::StartInfo;
+use abcast_core::{Ballot, Micros, NodeId, Outbox, Protocol};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How long an armed partial fan-out crash waits for its moment, at most.
+const PARTIAL_ARM_US: Micros = 2_000_000;
+
+/// Which outbox an armed partial fan-out crash strikes in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum PartialMode {
+    /// The next outbox with at least two sends.
+    Any,
+    /// The outbox that starts the node's own phase 1.
+    Phase1,
+    /// The outbox in which the node starts leading under a newer ballot.
+    Leading,
+}
+
+/// A partial fan-out crash waiting for its moment.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct PartialArm {
+    mode: PartialMode,
+    /// The node's ballot and leadership when armed.
+    ballot: Ballot,
+    leading: bool,
+    until_us: Micros,
+    down_us: Micros,
+}
+
+impl<P, F> World<'_, P, F>
+where
+    P: Protocol,
+    F: Fn(NodeId, StartInfo, MemDir) -> Result<P, StorageError>,
+{
+    /// The node's process ends; with `machine`, its machine loses power too (see the module
+    /// comment), torn as the disk plan draws.
+    pub(super) fn crash(&mut self, i: usize, machine: bool) {
+        // The process dies with its sync in flight (never run) and what gathered behind it.
+        self.pipes[i] = Pipe::default();
+        let s = &mut self.nodes[i];
+        s.proto = None;
+        s.epoch += 1;
+        s.crash_in_commit = None;
+        s.partial = None;
+        s.paused_until_us = 0;
+        let (id, incarnation) = (s.id, s.incarnation);
+        self.checker.crash(id, incarnation);
+        self.report.crashes += 1;
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Crash {
+                node: id,
+                incarnation,
+            },
+        );
+        if !machine {
+            self.disks[i].crash_process();
+            self.nodes[i].last_crash = format!("a process crash at t={}us", self.now_us);
+            return;
+        }
+        self.report.machine_crashes += 1;
+        let plan = &self.plan.disk;
+        let rng = &mut self.disk_rng;
+        let disk = &self.disks[i];
+        let unsynced = disk.unsynced_bytes();
+        let mut kept = 0usize;
+        let (mut torn, mut flips) = (0u64, 0u64);
+        let mut files = Vec::new();
+        disk.crash_machine(|name, n| {
+            if n == 0 {
+                return Tear {
+                    keep: 0,
+                    flip: None,
+                };
+            }
+            let keep = if rng.chance_ppm(plan.torn_ppm) {
+                torn += 1;
+                rng.below(n as u64) as usize
+            } else if rng.chance_ppm(500_000) {
+                0
+            } else {
+                n
+            };
+            let flip = (keep > 0 && rng.chance_ppm(plan.flip_ppm))
+                .then(|| rng.below(keep as u64) as usize);
+            flips += u64::from(flip.is_some());
+            kept += keep;
+            files.push(match flip {
+                Some(f) => {
+                    format!("{name}: kept {keep} of {n} unsynced bytes, byte {f} of them flipped")
+                }
+                None => format!("{name}: kept {keep} of {n} unsynced bytes"),
+            });
+            Tear { keep, flip }
+        });
+        self.report.unsynced_bytes_lost += unsynced.saturating_sub(kept) as u64;
+        self.report.torn_files += torn;
+        self.report.flipped_bytes += flips;
+        let what = format!(
+            "a machine crash at t={}us ({}; {} unsynced bytes before)",
+            self.now_us,
+            if files.is_empty() {
+                "no file had unsynced bytes".to_string()
+            } else {
+                files.join("; ")
+            },
+            unsynced
+        );
+        self.trace
+            .record(self.now_us, TraceEvent::Note(format!("{id}: {what}")));
+        self.nodes[i].last_crash = what;
+    }
+
+    /// Node `i` was chosen for a crash in its next group commit and has one to do now: the
+    /// write reaches the OS, the fdatasync never completes, the node crashes. The outbox
+    /// dies with the process. False (and the crash is called off) if it would take more
+    /// than f acceptors down.
+    pub(super) fn crash_in_commit(&mut self, i: usize) -> bool {
+        let Some((down_us, machine)) = self.nodes[i].crash_in_commit.take() else {
+            return false;
+        };
+        let f = self.cfg.max_faulty_acceptors();
+        let id = self.nodes[i].id;
+        if self.now_us >= self.fault_end_us
+            || (self.nodes[i].acceptor && self.faulty_acceptors(i) + 1 > f)
+        {
+            self.trace.record(
+                self.now_us,
+                TraceEvent::Note(format!(
+                    "crash of {id} in its group commit called off: healed, or f = {f} acceptors down or amnesic"
+                )),
+            );
+            return false;
+        }
+        self.disks[i].begin_power_loss();
+        if let Some(p) = self.nodes[i].proto.as_mut()
+            && let Err(e) = p.sync_storage()
+        {
+            self.trace.record(
+                self.now_us,
+                TraceEvent::Note(format!("{id}: the interrupted group commit failed: {e}")),
+            );
+        }
+        let incarnation = self.nodes[i].incarnation;
+        self.report.commit_crashes += 1;
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Note(format!(
+                "{id}: {} in the middle of a group commit",
+                if machine {
+                    "power lost"
+                } else {
+                    "process killed"
+                }
+            )),
+        );
+        self.crash(i, machine);
+        self.schedule(
+            self.now_us.saturating_add(down_us),
+            Action::Restart {
+                node: i,
+                incarnation,
+            },
+        );
+        true
+    }
+
+    pub(super) fn on_partition(&mut self) {
+        if self.now_us >= self.fault_end_us {
+            return;
+        }
+        let Some((lo, hi)) = self.plan.partition_every_us else {
+            return;
+        };
+        let next = self.now_us + self.rng.between(lo, hi);
+        self.schedule(next, Action::Partition);
+        let ids: Vec<NodeId> = self.cfg.nodes.clone();
+        let mut blocked = BTreeSet::new();
+        let roll = self.rng.below(100);
+        let pick = |rng: &mut SimRng| rng.pick(&ids).copied().unwrap_or_default();
+        if roll < 30 {
+            // All links up for a while.
+        } else if roll < 55 {
+            let a = pick(&mut self.rng);
+            for &b in &ids {
+                if b != a {
+                    blocked.insert((a, b));
+                    blocked.insert((b, a));
+                }
+            }
+        } else if roll < 75 {
+            // One-way: `a` can no longer send, or no longer receive.
+            let a = pick(&mut self.rng);
+            let outgoing = self.rng.chance_ppm(500_000);
+            for &b in &ids {
+                if b != a {
+                    blocked.insert(if outgoing { (a, b) } else { (b, a) });
+                }
+            }
+        } else if roll < 90 {
+            let side: Vec<bool> = ids.iter().map(|_| self.rng.chance_ppm(500_000)).collect();
+            for (x, &a) in ids.iter().enumerate() {
+                for (y, &b) in ids.iter().enumerate() {
+                    if side[x] != side[y] {
+                        blocked.insert((a, b));
+                    }
+                }
+            }
+        } else {
+            let links = self.rng.between(1, ids.len() as u64);
+            for _ in 0..links {
+                let (a, b) = (pick(&mut self.rng), pick(&mut self.rng));
+                if a != b {
+                    blocked.insert((a, b));
+                }
+            }
+        }
+        self.blocked = blocked;
+        self.report.partition_changes += 1;
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Partition {
+                blocked: self.blocked.iter().copied().collect(),
+            },
+        );
+    }
+
+    /// The coordinator most live nodes believe in (ties: the lowest id).
+    pub(super) fn believed_coordinator(&self) -> Option<NodeId> {
+        let mut votes: BTreeMap<NodeId, usize> = BTreeMap::new();
+        for s in &self.nodes {
+            if let Some(c) = s.proto.as_ref().and_then(|p| p.status().coordinator) {
+                *votes.entry(c).or_insert(0) += 1;
+            }
+        }
+        let mut best: Option<(NodeId, usize)> = None;
+        for (c, n) in votes {
+            if best.is_none_or(|(_, m)| n > m) {
+                best = Some((c, n));
+            }
+        }
+        best.map(|(c, _)| c)
+    }
+
+    /// Acceptors down (crashed or not started) or amnesic, other than `except`.
+    pub(super) fn faulty_acceptors(&self, except: usize) -> usize {
+        (0..self.nodes.len())
+            .filter(|&k| k != except && self.nodes[k].acceptor)
+            .filter(|&k| match self.nodes[k].proto.as_ref() {
+                None => true,
+                Some(p) => p.status().amnesic,
+            })
+            .count()
+    }
+
+    pub(super) fn on_crash(&mut self) -> SimResult<()> {
+        if self.now_us >= self.fault_end_us {
+            return Ok(());
+        }
+        let Some((lo, hi)) = self.plan.crash_every_us else {
+            return Ok(());
+        };
+        let next = self.now_us + self.rng.between(lo, hi);
+        self.schedule(next, Action::Crash);
+        let candidates: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].proto.is_some() && !self.nodes[i].crash_exempt)
+            .collect();
+        let coordinator = if self.rng.chance_ppm(self.plan.coordinator_bias_ppm) {
+            self.believed_coordinator()
+                .and_then(|c| self.index.get(&c).copied())
+                .filter(|i| candidates.contains(i))
+        } else {
+            None
+        };
+        let target = match coordinator {
+            Some(i) => i,
+            None => match self.rng.pick(&candidates) {
+                Some(&i) => i,
+                None => return Ok(()),
+            },
+        };
+        let f = self.cfg.max_faulty_acceptors();
+        if self.nodes[target].acceptor && self.faulty_acceptors(target) + 1 > f {
+            let id = self.nodes[target].id;
+            self.trace.record(
+                self.now_us,
+                TraceEvent::Note(format!(
+                    "crash of {id} skipped: f = {f} acceptors already down or amnesic"
+                )),
+            );
+            return Ok(());
+        }
+        let incarnation = self.nodes[target].incarnation;
+        let (lo, hi) = self.plan.downtime_us;
+        let down_us = self.rng.between(lo, hi);
+        if self.rng.chance_ppm(self.plan.partial_fanout_ppm) {
+            if coordinator == Some(target) {
+                // The coordinator goes now; its successor is caught in the takeover.
+                if let Some(next) = self.next_acceptor_after(target) {
+                    let mode = self.takeover_mode();
+                    self.arm_partial(next, mode, down_us);
+                }
+            } else {
+                // This node goes half-way through its next outbox with several sends.
+                self.arm_partial(target, PartialMode::Any, down_us);
+                return Ok(());
+            }
+        }
+        let machine = self.disk_rng.chance_ppm(self.plan.disk.machine_crash_ppm);
+        if self.disk_rng.chance_ppm(self.plan.disk.in_commit_ppm) {
+            let id = self.nodes[target].id;
+            self.trace.record(
+                self.now_us,
+                TraceEvent::Note(format!(
+                    "{id} will crash ({}) in its next group commit, then stay down {down_us}us",
+                    if machine { "machine" } else { "process" }
+                )),
+            );
+            self.nodes[target].crash_in_commit = Some((down_us, machine));
+            return Ok(());
+        }
+        self.crash(target, machine);
+        let at = self.now_us + down_us;
+        self.schedule(
+            at,
+            Action::Restart {
+                node: target,
+                incarnation,
+            },
+        );
+        Ok(())
+    }
+
+    /// The full heal: every link up, no loss, every node up and running.
+    pub(super) fn on_heal(&mut self) -> SimResult<()> {
+        self.blocked.clear();
+        self.loss_ppm = 0;
+        self.dup_ppm = 0;
+        self.power_loss_pending = false;
+        self.heal_at_us = self.now_us;
+        self.phase = Phase::Healed;
+        self.trace.record(self.now_us, TraceEvent::Heal);
+        for s in &mut self.nodes {
+            s.crash_in_commit = None;
+            s.partial = None;
+            s.paused_until_us = 0;
+            s.stay_down = false;
+        }
+        for i in 0..self.nodes.len() {
+            if !self.nodes[i].started {
+                self.report.late_join_at_us = Some(self.now_us);
+                self.start_node(i, StartInfo::FRESH)?;
+            } else if self.nodes[i].proto.is_none() {
+                self.restart(i)?;
+            }
+        }
+        Ok(())
+    }
+
+    // ---- partial fan-out ---------------------------------------------------------------
+
+    fn takeover_mode(&mut self) -> PartialMode {
+        if self.rng.chance_ppm(500_000) {
+            PartialMode::Phase1
+        } else {
+            PartialMode::Leading
+        }
+    }
+
+    /// The next live acceptor after node `i` in the configured order (cyclic).
+    fn next_acceptor_after(&self, i: usize) -> Option<usize> {
+        let n = self.nodes.len();
+        (1..n)
+            .map(|k| (i + k) % n)
+            .find(|&j| self.nodes[j].acceptor && self.nodes[j].proto.is_some())
+    }
+
+    pub(super) fn arm_partial(&mut self, i: usize, mode: PartialMode, down_us: Micros) {
+        if self.nodes[i].crash_exempt || self.now_us >= self.fault_end_us {
+            return;
+        }
+        let Some(st) = self.nodes[i].proto.as_ref().map(|p| p.status()) else {
+            return;
+        };
+        let until_us = self
+            .now_us
+            .saturating_add(PARTIAL_ARM_US)
+            .min(self.fault_end_us);
+        self.nodes[i].partial = Some(PartialArm {
+            mode,
+            ballot: st.ballot,
+            leading: st.leading,
+            until_us,
+            down_us,
+        });
+        let id = self.nodes[i].id;
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Note(format!(
+                "{id} armed to crash half-way through an outbox ({mode:?})"
+            )),
+        );
+    }
+
+    /// A late joiner (the lowest id: the next coordinator) may crash in its first takeover.
+    pub(super) fn maybe_arm_late_joiner(&mut self, i: usize) {
+        if self.nodes[i].acceptor && self.rng.chance_ppm(self.plan.partial_fanout_ppm) {
+            let mode = self.takeover_mode();
+            let (lo, hi) = self.plan.downtime_us;
+            let down_us = self.rng.between(lo.max(50_000), hi.max(200_000));
+            self.arm_partial(i, mode, down_us);
+        }
+    }
+
+    /// Whether node `i`'s armed crash strikes in this outbox (called with its sends ready).
+    /// Disarms it once its time is over.
+    pub(super) fn partial_due(&mut self, i: usize, out: &Outbox<P::Message>) -> bool {
+        let Some(arm) = self.nodes[i].partial else {
+            return false;
+        };
+        if self.now_us > arm.until_us || self.now_us >= self.fault_end_us {
+            self.nodes[i].partial = None;
+            return false;
+        }
+        if out.sends.len() < 2 {
+            return false;
+        }
+        let Some(st) = self.nodes[i].proto.as_ref().map(|p| p.status()) else {
+            return false;
+        };
+        let me = self.nodes[i].id;
+        match arm.mode {
+            PartialMode::Any => true,
+            PartialMode::Phase1 => st.ballot > arm.ballot && st.ballot.node == me && !st.leading,
+            PartialMode::Leading => st.leading && (!arm.leading || st.ballot > arm.ballot),
+        }
+    }
+
+    /// Node `i` crashes after a prefix of `out.sends` left. False (the crash called off,
+    /// the outbox carried out whole) if it would take more than f acceptors down.
+    pub(super) fn partial_crash(&mut self, i: usize, out: &mut Outbox<P::Message>) -> bool {
+        let Some(arm) = self.nodes[i].partial.take() else {
+            return false;
+        };
+        let f = self.cfg.max_faulty_acceptors();
+        let id = self.nodes[i].id;
+        if self.nodes[i].acceptor && self.faulty_acceptors(i) + 1 > f {
+            self.trace.record(
+                self.now_us,
+                TraceEvent::Note(format!(
+                    "partial fan-out crash of {id} called off: f = {f} acceptors down or amnesic"
+                )),
+            );
+            return false;
+        }
+        let total = out.sends.len();
+        let min = if arm.mode == PartialMode::Leading {
+            0
+        } else {
+            1
+        };
+        let k = self.rng.between(min, total as u64 - 1) as usize;
+        let sends: Vec<_> = out.sends.drain(..).take(k).collect();
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Note(format!(
+                "{id} crashes half-way through an outbox ({:?}): {k} of its {total} sends leave",
+                arm.mode
+            )),
+        );
+        for (to, msg) in sends {
+            let (kind, body) = super::encode(&msg);
+            self.send(id, to, kind, body);
+        }
+        out.clear();
+        let incarnation = self.nodes[i].incarnation;
+        let machine = self.disk_rng.chance_ppm(self.plan.disk.machine_crash_ppm);
+        self.report.faults.add(FaultKind::PartialFanout, 1);
+        self.crash(i, machine);
+        self.schedule(
+            self.now_us.saturating_add(arm.down_us),
+            Action::Restart {
+                node: i,
+                incarnation,
+            },
+        );
+        true
+    }
+
+    // ---- pauses ------------------------------------------------------------------------
+
+    pub(super) fn on_pause(&mut self) {
+        if self.now_us >= self.fault_end_us {
+            return;
+        }
+        let Some((lo, hi)) = self.plan.pause_every_us else {
+            return;
+        };
+        let next = self.now_us + self.rng.between(lo, hi);
+        self.schedule(next, Action::Pause);
+        let candidates: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| {
+                let s = &self.nodes[i];
+                s.proto.is_some() && self.now_us >= s.paused_until_us
+            })
+            .collect();
+        let coordinator = if self.rng.chance_ppm(500_000) {
+            self.believed_coordinator()
+                .and_then(|c| self.index.get(&c).copied())
+                .filter(|i| candidates.contains(i))
+        } else {
+            None
+        };
+        let Some(i) = coordinator.or_else(|| self.rng.pick(&candidates).copied()) else {
+            return;
+        };
+        let (lo, hi) = self.plan.pause_us;
+        let until = self
+            .now_us
+            .saturating_add(self.rng.between(lo, hi))
+            .min(self.fault_end_us);
+        if until <= self.now_us {
+            return;
+        }
+        self.nodes[i].paused_until_us = until;
+        self.report.faults.add(FaultKind::Pause, 1);
+        let id = self.nodes[i].id;
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Note(format!("{id} is frozen for {}us", until - self.now_us)),
+        );
+    }
+
+    // ---- power loss --------------------------------------------------------------------
+
+    /// Every acceptor's machine loses power now; `mid_commit` is the acceptor whose group
+    /// commit is interrupted (its write reaches the OS, its fdatasync never completes).
+    pub(super) fn power_loss(&mut self, mid_commit: Option<usize>) {
+        self.power_loss_pending = false;
+        if let Some(i) = mid_commit {
+            self.disks[i].begin_power_loss();
+            if let Some(p) = self.nodes[i].proto.as_mut()
+                && let Err(e) = p.sync_storage()
+            {
+                let id = self.nodes[i].id;
+                self.trace.record(
+                    self.now_us,
+                    TraceEvent::Note(format!("{id}: the interrupted group commit failed: {e}")),
+                );
+            }
+            self.report.commit_crashes += 1;
+        }
+        let victims: Vec<usize> = (0..self.nodes.len())
+            .filter(|&j| self.nodes[j].acceptor && self.nodes[j].proto.is_some())
+            .collect();
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Note(format!(
+                "power loss: the machines of {} acceptors go down at once{}",
+                victims.len(),
+                match mid_commit {
+                    Some(i) => format!(", {} in the middle of a group commit", self.nodes[i].id),
+                    None => String::new(),
+                }
+            )),
+        );
+        self.report.faults.add(FaultKind::PowerLoss, 1);
+        let (lo, hi) = self.plan.downtime_us;
+        for j in victims {
+            let incarnation = self.nodes[j].incarnation;
+            self.crash(j, true);
+            let down_us = self.rng.between(lo.max(50_000), hi.max(200_000));
+            self.schedule(
+                self.now_us.saturating_add(down_us),
+                Action::Restart {
+                    node: j,
+                    incarnation,
+                },
+            );
+        }
+    }
+
+    // ---- the end of the fault phase ----------------------------------------------------
+
+    /// The fault phase ends: the faults-remain phase if the plan has one (and f allows a
+    /// faulty acceptor), the full heal otherwise.
+    pub(super) fn on_faults_end(&mut self) -> SimResult<()> {
+        self.power_loss_pending = false;
+        let f = self.cfg.max_faulty_acceptors();
+        if !self.plan.faults_remain || f == 0 {
+            return self.on_heal();
+        }
+        // Acceptors down now stay down; amnesic ones count in the f too.
+        let down: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].acceptor && self.nodes[i].proto.is_none())
+            .collect();
+        let amnesic = (0..self.nodes.len())
+            .filter(|&i| {
+                self.nodes[i].acceptor
+                    && self.nodes[i]
+                        .proto
+                        .as_ref()
+                        .is_some_and(|p| p.status().amnesic)
+            })
+            .count();
+        if down.len() + amnesic > f || down.iter().any(|&i| self.nodes[i].crash_exempt) {
+            return self.on_heal();
+        }
+        let target = (self.rng.between(1, f as u64) as usize).max(down.len());
+        let mut faulty: Vec<usize> = down.clone();
+        let mut cut: Vec<usize> = Vec::new();
+        let coordinator = self
+            .believed_coordinator()
+            .and_then(|c| self.index.get(&c).copied());
+        while faulty.len() < target && faulty.len() + amnesic < f {
+            let candidates: Vec<usize> = (0..self.nodes.len())
+                .filter(|&i| {
+                    let s = &self.nodes[i];
+                    s.acceptor
+                        && !s.crash_exempt
+                        && !faulty.contains(&i)
+                        && s.proto.as_ref().is_some_and(|p| !p.status().amnesic)
+                })
+                .collect();
+            let pick = match coordinator {
+                Some(c) if candidates.contains(&c) && self.rng.chance_ppm(500_000) => Some(c),
+                _ => self.rng.pick(&candidates).copied(),
+            };
+            let Some(i) = pick else { break };
+            faulty.push(i);
+            if self.rng.chance_ppm(500_000) {
+                cut.push(i);
+            } else {
+                let machine = self.disk_rng.chance_ppm(self.plan.disk.machine_crash_ppm);
+                self.crash(i, machine);
+            }
+        }
+        if faulty.is_empty() {
+            return self.on_heal();
+        }
+        // Everything else heals.
+        self.loss_ppm = 0;
+        self.dup_ppm = 0;
+        let exempt: Vec<NodeId> = faulty.iter().map(|&i| self.nodes[i].id).collect();
+        let mut blocked = BTreeSet::new();
+        for &c in &cut {
+            let a = self.nodes[c].id;
+            for s in &self.nodes {
+                if s.id != a {
+                    blocked.insert((a, s.id));
+                    blocked.insert((s.id, a));
+                }
+            }
+        }
+        self.blocked = blocked;
+        for s in &mut self.nodes {
+            s.crash_in_commit = None;
+            s.partial = None;
+            s.paused_until_us = 0;
+        }
+        for &i in &faulty {
+            self.nodes[i].stay_down = !cut.contains(&i);
+        }
+        self.phase = Phase::FaultsRemain {
+            exempt: exempt.clone(),
+            deadline_us: self
+                .load_end_us
+                .saturating_add(self.cfg.faults_remain_bound_us),
+        };
+        self.report.faults_remain_nodes = exempt.clone();
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Note(format!(
+                "faults remain: {} stay down, {} cut off; the others heal and must converge within {}us of the \
+                 last proposal",
+                faulty
+                    .iter()
+                    .filter(|i| !cut.contains(i))
+                    .map(|&i| self.nodes[i].id.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                cut.iter()
+                    .map(|&i| self.nodes[i].id.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                self.cfg.faults_remain_bound_us
+            )),
+        );
+        for i in 0..self.nodes.len() {
+            if faulty.contains(&i) {
+                continue;
+            }
+            if !self.nodes[i].started {
+                self.report.late_join_at_us = Some(self.now_us);
+                self.start_node(i, StartInfo::FRESH)?;
+            } else if self.nodes[i].proto.is_none() {
+                self.restart(i)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// In the faults-remain phase, after the last proposal: once the connected learners
+    /// converged, the full heal (and another round of client load).
+    pub(super) fn check_faults_remain(&mut self) -> SimResult<()> {
+        let Phase::FaultsRemain { exempt, .. } = &self.phase else {
+            return Ok(());
+        };
+        let connected: Vec<_> = self
+            .nodes
+            .iter()
+            .filter(|s| s.learner && s.proto.is_some() && !exempt.contains(&s.id))
+            .map(|s| (s.id, s.incarnation))
+            .collect();
+        if !self.checker.converged_among(&connected, exempt) {
+            return Ok(());
+        }
+        let took = self.now_us.saturating_sub(self.load_end_us);
+        self.report.faults_remain_converge_us = Some(took);
+        self.report.faults.add(FaultKind::FaultsRemain, 1);
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Note(format!(
+                "the connected learners converged {took}us after the last proposal, with {} still faulty",
+                exempt.len()
+            )),
+        );
+        self.on_heal()?;
+        self.load_end_us = self.now_us.saturating_add(self.cfg.heal_load_us);
+        let gap = self.proposal_gap_us();
+        self.schedule(self.now_us + gap, Action::Propose { retry: None });
+        Ok(())
+    }
+
+    /// The liveness failure of the faults-remain phase (the connected learners only).
+    pub(super) fn faults_remain_failure(&self) -> Option<Failure> {
+        let Phase::FaultsRemain { exempt, .. } = &self.phase else {
+            return None;
+        };
+        let connected: Vec<_> = self
+            .nodes
+            .iter()
+            .filter(|s| s.learner && s.proto.is_some() && !exempt.contains(&s.id))
+            .map(|s| (s.id, s.incarnation))
+            .collect();
+        Some(
+            self.checker
+                .liveness_failure_among(&connected, exempt)
+                .unwrap_or_else(|| {
+                    Failure::new(
+                        ViolationKind::NotConverged,
+                        "the connected learners did not converge, yet the checkers found nothing missing",
+                    )
+                }),
+        )
+    }
+}

@@ -1,0 +1,592 @@
+//! The protocols' simulation suites: for each protocol and fault mix, the cluster, the
+//! stores and the bounds its sweeps run with. The tests (`tests/uring.rs`,
+//! `tests/ringpaxos.rs`, `tests/multiring.rs`, `tests/mutations.rs`) and the `sweep` binary
+//! both run them through here, so a seed that fails in one replays in the other.
+//!
+//! What a mix runs on, per protocol:
+//!
+//! | mix | store | cluster |
+//! | --- | --- | --- |
+//! | none, loss, partition, crash, late_join, pause | in memory (a restart is amnesic) | U-Ring 3 nodes; Ring Paxos 3 acceptors + 3 learners; Multi-Ring 2 rings over 3 acceptors + 2 learners |
+//! | mixed | in memory | U-Ring 5 nodes (so a crash can strike while another acceptor is amnesic); the others as above |
+//! | power_loss | durable log with fdatasync on the simulator's disks, machine crashes, the pipelined group commit; U-Ring and Ring Paxos learners snapshot every 100 ms (so acceptors trim) | as above |
+//! | learner_skip | in memory, windows of 128 instances, no snapshots | as above |
+//!
+//! The bounds every run is held to (a run that breaks one fails): a value acknowledged
+//! (`require_acks`); the connected learners converged within `FAULTS_REMAIN_BOUND_US` (five
+//! failure timeouts) while up to f acceptors stay faulty; everything converged within
+//! `CONVERGE_BOUND_US` of the full heal; at most `BUSY_REJECTIONS_MAX` `Busy` answers.
+//!
+//! A variant ([`Variant`]) is the protocol as it is, or one of the deliberately broken ones
+//! of `abcast_core::mutation` (with the `mutations` feature): the replay line names it as
+//! the scenario.
+
+use crate::config::{CrashModel, FaultMix, SimConfig};
+use crate::faults::FaultKind;
+use crate::sim::{SimReport, Violation, run_with_disk};
+use crate::sweep::SweepReport;
+use abcast_core::multiring::{MultiRing, MultiRingConfig, ProposeTo, RingSpec};
+use abcast_core::mutation::Mutation;
+use abcast_core::ringpaxos::{RingPaxos, RingPaxosConfig};
+use abcast_core::storage::{
+    AcceptorStore, DurableOptions, DurableStore, MemDir, MemoryStore, StorageError,
+};
+use abcast_core::uring::{Member, RingConfig, Roles, StartInfo, URing};
+use abcast_core::{GroupId, Micros, NodeId, Outbox, ProposeError, Protocol, Status, ValueId};
+use bytes::Bytes;
+use std::fmt;
+use std::ops::Range;
+use std::str::FromStr;
+
+/// The liveness bound while up to f acceptors stay faulty: five failure timeouts of the
+/// protocols' default configuration (300 ms), after the last proposal.
+pub const FAULTS_REMAIN_BOUND_US: Micros = 1_500_000;
+/// The bound on convergence after the full heal (the simulator's default is 20 s).
+pub const CONVERGE_BOUND_US: Micros = 10_000_000;
+/// `Busy` answers per run, at most (each is retried 5 ms later by the simulated client).
+pub const BUSY_REJECTIONS_MAX: u64 = 100;
+/// The acceptors' in-memory window in the `learner_skip` mix (instances); Multi-Ring's
+/// rings, which share the load, get four times as many.
+pub const SKIP_WINDOW_INSTANCES: usize = 128;
+
+/// A protocol with a suite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Proto {
+    URing,
+    RingPaxos,
+    MultiRing,
+}
+
+impl Proto {
+    pub const ALL: [Proto; 3] = [Proto::URing, Proto::RingPaxos, Proto::MultiRing];
+
+    /// The name the sweep binary takes (`--protocol`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Proto::URing => "uring",
+            Proto::RingPaxos => "ringpaxos",
+            Proto::MultiRing => "multiring",
+        }
+    }
+
+    /// The integration test file whose `replay` test replays this protocol's runs.
+    pub fn test_file(self) -> &'static str {
+        self.name()
+    }
+
+    /// The fault kinds each mix of this protocol's suite must produce over 200 seeds (the
+    /// tests assert them, so that a sweep that passed is known to have met its faults).
+    /// Over all mixes, every [`FaultKind`].
+    pub fn expected_faults(self, mix: FaultMix) -> &'static [FaultKind] {
+        use FaultKind::*;
+        match mix {
+            FaultMix::None | FaultMix::Loss => &[],
+            FaultMix::Partition => &[FaultsRemain],
+            FaultMix::Crash => &[
+                CrossIncarnation,
+                OutlivesTakeover,
+                FaultsRemain,
+                PartialFanout,
+            ],
+            FaultMix::LateJoin => &[PartialFanout],
+            FaultMix::Mixed => &[
+                CrossIncarnation,
+                OutlivesTakeover,
+                FaultsRemain,
+                PartialFanout,
+                Pause,
+            ],
+            FaultMix::Pause => &[Pause, FaultsRemain],
+            FaultMix::PowerLoss => &[PowerLoss, CrossIncarnation],
+            FaultMix::LearnerSkip => &[LearnerSkip],
+        }
+    }
+}
+
+impl fmt::Display for Proto {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Proto {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Proto, String> {
+        Proto::ALL
+            .into_iter()
+            .find(|p| p.name() == s.trim())
+            .ok_or_else(|| {
+                format!("unknown protocol {s:?}; expected one of uring, ringpaxos, multiring")
+            })
+    }
+}
+
+/// The protocol as it is, or one of its deliberately broken variants.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Variant {
+    pub mutation: Option<Mutation>,
+}
+
+impl Variant {
+    pub const CORRECT: Variant = Variant { mutation: None };
+
+    pub fn broken(m: Mutation) -> Variant {
+        Variant { mutation: Some(m) }
+    }
+
+    /// The replay line's scenario: the mutation's name, or empty.
+    pub fn scenario(self) -> String {
+        self.mutation
+            .map(|m| m.name().to_string())
+            .unwrap_or_default()
+    }
+
+    /// The variant a replay line's scenario names.
+    pub fn from_scenario(s: &str) -> Result<Variant, String> {
+        if s.is_empty() || s == "ok" {
+            return Ok(Variant::CORRECT);
+        }
+        Ok(Variant::broken(s.parse()?))
+    }
+
+    /// Whether this build can run the variant (a broken one needs the `mutations` feature).
+    pub fn available(self) -> Result<(), String> {
+        match self.mutation {
+            Some(m) if !abcast_core::mutation::AVAILABLE => Err(format!(
+                "the mutation {m} exists only in a build with the `mutations` feature \
+                 (cargo ... -p abcast-sim --features mutations)"
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn set_mutation(ring: &mut RingConfig, v: Variant) {
+    ring.set_mutation(v.mutation)
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+fn set_rp_mutation(rp: &mut RingPaxosConfig, v: Variant) {
+    rp.set_mutation(v.mutation)
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The nodes of `proto`'s cluster under `mix`.
+fn node_count(proto: Proto, mix: FaultMix) -> u32 {
+    match (proto, mix) {
+        (Proto::URing, FaultMix::Mixed) => 5,
+        (Proto::URing, _) => 3,
+        (Proto::RingPaxos, _) => 6,
+        (Proto::MultiRing, _) => 5,
+    }
+}
+
+/// The acceptors of the Ring Paxos and Multi-Ring clusters (the others are learners only).
+const ACCEPTORS: [u32; 3] = [0, 1, 2];
+
+/// The base configuration of `proto` under `mix` (seed 0): cluster, crash model, snapshots,
+/// the pipelined commit where stores are durable, the bounds, and the replay target.
+pub fn config(proto: Proto, mix: FaultMix, variant: Variant) -> SimConfig {
+    let mut cfg = SimConfig::new(node_count(proto, mix), 0, mix).replay_target(
+        "abcast-sim",
+        proto.test_file(),
+        &variant.scenario(),
+    );
+    adjust(proto, &mut cfg);
+    cfg
+}
+
+/// What [`config`] sets beyond the node count, for a configuration whose mix or node
+/// count a replay line may have changed.
+fn adjust(proto: Proto, cfg: &mut SimConfig) {
+    if proto != Proto::URing {
+        cfg.acceptors = cfg
+            .nodes
+            .iter()
+            .copied()
+            .filter(|n| ACCEPTORS.contains(&n.0))
+            .collect();
+    }
+    if proto == Proto::MultiRing && cfg.mix == FaultMix::LearnerSkip {
+        // A Multi-Ring learner that skips a ring stops following it (it no longer knows the
+        // ring's slots, `multiring/mod.rs`); node 3, a learner of both rings, is spared the
+        // crashes so that every ring keeps a learner that delivers everything.
+        cfg.crash_exempt = vec![NodeId(3)];
+    }
+    cfg.require_acks = true;
+    cfg.converge_bound_us = CONVERGE_BOUND_US;
+    cfg.faults_remain_bound_us = FAULTS_REMAIN_BOUND_US;
+    cfg.busy_rejections_max = Some(BUSY_REJECTIONS_MAX);
+    if cfg.mix == FaultMix::PowerLoss {
+        cfg.crash_model = CrashModel::Machine;
+        // The runtime's pipelined group commit: fdatasync on the sync thread, outboxes
+        // held until it completes 50 us to 2 ms later.
+        cfg.sync_delay_us = Some((50, 2_000));
+        // Half the load: durable runs cost more per value, the faults per run are the same.
+        cfg.rate_per_s = 500;
+        if proto != Proto::MultiRing {
+            cfg.snapshot_interval_us = 100_000;
+        }
+    }
+}
+
+type Store = Box<dyn AcceptorStore + Send>;
+
+/// The acceptor store of a node under `mix` (durable stores on the node's disk `dir`).
+fn store(
+    mix: FaultMix,
+    dir: MemDir,
+    capacity_instances: usize,
+    capacity_bytes: usize,
+) -> Result<Store, StorageError> {
+    if mix == FaultMix::PowerLoss {
+        // Small segments, so logs roll (and recovery reads several) within a run; a cache
+        // smaller than a run's instances, so old decided ones are read back from disk.
+        let (s, _recovery) = DurableStore::open(
+            dir,
+            DurableOptions {
+                sync: true,
+                segment_bytes: 64 << 10,
+                cache_instances: 512,
+                cache_bytes: capacity_bytes,
+            },
+        )?;
+        return Ok(Box::new(s));
+    }
+    Ok(Box::new(MemoryStore::new(
+        capacity_instances,
+        capacity_bytes,
+    )))
+}
+
+/// A U-Ring ring config for `mix` (windows and snapshots) and `variant`; `window_scale`
+/// multiplies the `learner_skip` window.
+fn ring_config(
+    mut ring: RingConfig,
+    mix: FaultMix,
+    variant: Variant,
+    window_scale: usize,
+) -> RingConfig {
+    if mix == FaultMix::LearnerSkip {
+        ring.store_capacity_instances = SKIP_WINDOW_INSTANCES * window_scale;
+        ring.max_open_instances = SKIP_WINDOW_INSTANCES / 4;
+    }
+    ring.learner_snapshots = mix == FaultMix::PowerLoss;
+    set_mutation(&mut ring, variant);
+    ring
+}
+
+/// A factory on the simulator's disks.
+pub type Factory<P> = Box<dyn Fn(NodeId, StartInfo, MemDir) -> Result<P, StorageError>>;
+
+pub fn uring_factory(cfg: &SimConfig, variant: Variant) -> Factory<URing> {
+    let ids: Vec<u32> = cfg.nodes.iter().map(|n| n.0).collect();
+    let mix = cfg.mix;
+    let ring = ring_config(RingConfig::pal(&ids), mix, variant, 1);
+    Box::new(move |id, start, disk| {
+        let s = store(
+            mix,
+            disk,
+            ring.store_capacity_instances,
+            ring.store_capacity_bytes,
+        )?;
+        Ok(URing::new(ring.clone(), id, start, s).expect("valid ring config"))
+    })
+}
+
+pub fn ringpaxos_factory(cfg: &SimConfig, variant: Variant) -> Factory<RingPaxos> {
+    let ids: Vec<u32> = cfg.nodes.iter().map(|n| n.0).collect();
+    let pal: Vec<u32> = ids
+        .iter()
+        .copied()
+        .filter(|i| ACCEPTORS.contains(i))
+        .collect();
+    let learners: Vec<u32> = ids
+        .iter()
+        .copied()
+        .filter(|i| !ACCEPTORS.contains(i))
+        .collect();
+    let mix = cfg.mix;
+    let mut rp = RingPaxosConfig::with_roles(&pal, &learners);
+    // 1 ms ticks instead of 200 us: five times fewer tick events per run; the protocol's
+    // rules are the same (the simulator ticks after every input anyway).
+    rp.batch_linger_us = 1000;
+    rp.decision_linger_us = 1000;
+    if mix == FaultMix::LearnerSkip {
+        rp.store_capacity_instances = SKIP_WINDOW_INSTANCES;
+        rp.buffer_instances = SKIP_WINDOW_INSTANCES / 4;
+    }
+    rp.learner_snapshots = mix == FaultMix::PowerLoss;
+    set_rp_mutation(&mut rp, variant);
+    Box::new(move |id, start, disk| {
+        let s = store(
+            mix,
+            disk,
+            rp.store_capacity_instances,
+            rp.store_capacity_bytes,
+        )?;
+        Ok(RingPaxos::new(rp.clone(), id, start, s).expect("valid ring paxos config"))
+    })
+}
+
+const R1: GroupId = GroupId(1);
+const R2: GroupId = GroupId(2);
+
+/// Two rings over acceptors 0, 1, 2 (coordinators 0 and 1), nodes 3 and 4 learners of both;
+/// node 4 follows ring 2 only at the start.
+pub fn multiring_config(mix: FaultMix, variant: Variant) -> MultiRingConfig {
+    let ring = |order: &[u32]| {
+        let members = order
+            .iter()
+            .map(|&i| Member {
+                id: NodeId(i),
+                roles: if ACCEPTORS.contains(&i) {
+                    Roles::PAL
+                } else {
+                    Roles {
+                        proposer: false,
+                        acceptor: false,
+                        learner: true,
+                    }
+                },
+            })
+            .collect();
+        ring_config(
+            RingConfig {
+                members,
+                ..RingConfig::default()
+            },
+            mix,
+            variant,
+            4,
+        )
+    };
+    MultiRingConfig {
+        rings: vec![
+            RingSpec {
+                group: R1,
+                ring: ring(&[0, 1, 2, 3, 4]),
+            },
+            RingSpec {
+                group: R2,
+                ring: ring(&[1, 2, 0, 3, 4]),
+            },
+        ],
+        subscriptions: vec![(NodeId(4), vec![R2])],
+        propose_to: ProposeTo::RoundRobin,
+        ..MultiRingConfig::default()
+    }
+}
+
+/// A Multi-Ring node whose application changes its subscriptions during the fault phase:
+/// node 4 toggles ring 1, node 3 ring 2, node 0 ring 1, each with its own period. The
+/// checkers then hold every learner to the merge order over changing sets of rings.
+pub struct Churn {
+    pub inner: MultiRing,
+    toggle: Option<(GroupId, Micros)>,
+    next_us: Micros,
+    until_us: Micros,
+}
+
+impl Protocol for Churn {
+    type Message = abcast_core::multiring::Message;
+    fn node(&self) -> NodeId {
+        self.inner.node()
+    }
+    fn propose(
+        &mut self,
+        now: Micros,
+        payload: Bytes,
+        out: &mut Outbox<Self::Message>,
+    ) -> Result<ValueId, ProposeError> {
+        self.inner.propose(now, payload, out)
+    }
+    fn receive(
+        &mut self,
+        now: Micros,
+        from: NodeId,
+        msg: Self::Message,
+        out: &mut Outbox<Self::Message>,
+    ) {
+        self.inner.receive(now, from, msg, out)
+    }
+    fn tick(&mut self, now: Micros, out: &mut Outbox<Self::Message>) {
+        self.inner.tick(now, out);
+        if let Some((g, period)) = self.toggle
+            && now >= self.next_us
+            && now < self.until_us
+        {
+            let r = if self.inner.follows(g) {
+                self.inner.unsubscribe(now, g, out)
+            } else {
+                self.inner.subscribe(now, g, out)
+            };
+            // A change still pending is retried at the next tick.
+            if r.is_ok() {
+                self.next_us = now + period;
+            }
+        }
+    }
+    fn tick_interval_us(&self) -> Micros {
+        self.inner.tick_interval_us()
+    }
+    fn can_propose(&self) -> bool {
+        self.inner.can_propose()
+    }
+    fn status(&self) -> Status {
+        self.inner.status()
+    }
+    fn sync_storage(&mut self) -> Result<(), StorageError> {
+        self.inner.sync_storage()
+    }
+    fn begin_sync_storage(
+        &mut self,
+    ) -> Result<Option<abcast_core::storage::SyncJob>, StorageError> {
+        self.inner.begin_sync_storage()
+    }
+    fn end_sync_storage(&mut self, result: Result<(), StorageError>) -> Result<(), StorageError> {
+        self.inner.end_sync_storage(result)
+    }
+}
+
+pub fn multiring_factory(cfg: &SimConfig, variant: Variant) -> Factory<Churn> {
+    let mix = cfg.mix;
+    let mr = multiring_config(mix, variant);
+    let until_us = cfg.fault_phase_us;
+    Box::new(move |id, start, disk| {
+        // Open every ring's store first, so an error fails the start instead of a panic
+        // inside `MultiRing::new`'s store callback; each ring's log in its own directory.
+        let mut stores = std::collections::BTreeMap::new();
+        for spec in &mr.rings {
+            let Some(pos) = spec.ring.position(id) else {
+                continue;
+            };
+            let (n, b) = (
+                spec.ring.store_capacity_instances,
+                spec.ring.store_capacity_bytes,
+            );
+            let s: Store = if spec.ring.members[pos].roles.acceptor {
+                store(mix, disk.subdir(&format!("ring-{}", spec.group.0)), n, b)?
+            } else {
+                Box::new(MemoryStore::new(n, b))
+            };
+            stores.insert(spec.group, s);
+        }
+        let inner = MultiRing::new(mr.clone(), id, start, |g| {
+            stores
+                .remove(&g)
+                .expect("a store for every ring of the node")
+        })
+        .expect("valid multiring config");
+        let toggle = match id.0 {
+            4 => Some((R1, 310_000)),
+            3 => Some((R2, 470_000)),
+            0 => Some((R1, 690_000)),
+            _ => None,
+        };
+        Ok(Churn {
+            inner,
+            toggle,
+            next_us: 150_000 + u64::from(id.0) * 40_000,
+            until_us,
+        })
+    })
+}
+
+/// One run of `cfg` (its mix, seed and node count decide the setup) with `variant`.
+pub fn run_one(
+    proto: Proto,
+    cfg: &SimConfig,
+    variant: Variant,
+) -> Result<SimReport, Box<Violation>> {
+    match proto {
+        Proto::URing => run_with_disk(cfg, &uring_factory(cfg, variant)),
+        Proto::RingPaxos => run_with_disk(cfg, &ringpaxos_factory(cfg, variant)),
+        Proto::MultiRing => run_with_disk(cfg, &multiring_factory(cfg, variant)),
+    }
+}
+
+/// Many seeds of one protocol and mix.
+#[derive(Debug, Default)]
+pub struct SuiteReport {
+    /// Totals over the seeds that passed (fault counts included).
+    pub totals: SweepReport,
+    /// Seeds run.
+    pub seeds: u64,
+    /// The violations found (at most the first one when the sweep stops at it).
+    pub violations: Vec<Box<Violation>>,
+}
+
+impl SuiteReport {
+    pub fn merge(&mut self, other: SuiteReport) {
+        self.totals.merge(&other.totals);
+        self.seeds += other.seeds;
+        self.violations.extend(other.violations);
+    }
+}
+
+/// Runs `seeds` of `proto` under `mix`. With `stop_at_first`, ends at the first violation
+/// (the tests); otherwise runs every seed and collects them (the long sweeps). Violations
+/// are printed to stderr as they happen, with their replay line.
+pub fn sweep(
+    proto: Proto,
+    mix: FaultMix,
+    seeds: Range<u64>,
+    variant: Variant,
+    stop_at_first: bool,
+) -> SuiteReport {
+    let base = config(proto, mix, variant);
+    let mut r = SuiteReport::default();
+    for seed in seeds {
+        let cfg = base.with_run(seed, mix);
+        r.seeds += 1;
+        match run_one(proto, &cfg, variant) {
+            Ok(rep) => r.totals.add(&rep),
+            Err(v) => {
+                eprintln!("{v}");
+                r.violations.push(v);
+                if stop_at_first {
+                    break;
+                }
+            }
+        }
+    }
+    r
+}
+
+/// The body of a test named `replay` for `proto`: when `ABCAST_SIM_SEED` is set, runs that
+/// seed (mix, node count and scenario from the environment, see `SimConfig::from_env`)
+/// with a verbose trace; `None` otherwise.
+pub fn replay_from_env(proto: Proto) -> Option<Result<SimReport, Box<Violation>>> {
+    let base = config(proto, FaultMix::None, Variant::CORRECT);
+    let mut cfg = match SimConfig::from_env(&base) {
+        Ok(Some(cfg)) => cfg,
+        Ok(None) => {
+            eprintln!("replay: ABCAST_SIM_SEED is not set; nothing to replay");
+            return None;
+        }
+        Err(e) => panic!("replay: {e}"),
+    };
+    let variant = Variant::from_scenario(&cfg.replay.scenario).unwrap_or_else(|e| panic!("{e}"));
+    if let Err(e) = variant.available() {
+        panic!("replay: {e}");
+    }
+    // The mix decides the setup: start again from its base configuration, keep what the
+    // replay line set.
+    let mut fresh = config(proto, cfg.mix, variant);
+    fresh.nodes = cfg.nodes.clone();
+    fresh.learners = cfg.learners.clone();
+    fresh.acceptors = cfg.acceptors.clone();
+    fresh.seed = cfg.seed;
+    fresh.fault_phase_us = cfg.fault_phase_us;
+    fresh.rate_per_s = cfg.rate_per_s;
+    fresh.verbose = cfg.verbose;
+    adjust(proto, &mut fresh);
+    cfg = fresh;
+    let r = run_one(proto, &cfg, variant);
+    match &r {
+        Ok(rep) => eprintln!("replay: seed {} mix {} passed: {rep:?}", cfg.seed, cfg.mix),
+        Err(v) => eprintln!("{v}"),
+    }
+    Some(r)
+}

@@ -35,6 +35,22 @@
 //! retransmissions, which is also why frames for a peer that is down are dropped once its
 //! queue is full, and why a broken connection's queue is cleared (a half-written frame cannot
 //! continue on a new connection).
+//!
+//! A failed connect attempt keeps the queue (nothing of it was written), so frames wait out
+//! a peer's downtime; but if the peer restarted meanwhile they are addressed to a process
+//! that no longer exists (replies to its requests, votes for its phase 2, a repair meant for
+//! its earlier life). So the driver remembers per peer the incarnation its last inbound
+//! `Hello` announced, and tags the peer's outbound queue with the incarnation known when
+//! the oldest frame still queued was enqueued (none before the first `Hello`:
+//! `PeerLives`). When a `Hello` announces a newer incarnation than the tag while the
+//! outbound link is not up, no byte of the queue was written, and the whole queue is
+//! dropped, counted (`TransportStats::stale_frames_dropped`) and logged in one line. An
+//! unknown tag keeps the frames: nobody can tell which life they were for. A link that is
+//! up is left alone: it came up before the new `Hello` arrived, and its queue is flushed as
+//! it always was, perhaps to the new life; a frame is never cut (`OutQueue::clear_unwritten`
+//! refuses once a write began). The network may deliver old packets late as well, so the
+//! protocols must be safe with a frame meant for an earlier life either way; the rule only
+//! spares a new life the backlog that is known to be stale.
 
 use super::Application;
 use super::clientwire::{ClientFrame, KIND_DELIVERED};
@@ -196,6 +212,10 @@ pub struct TransportStats {
     pub disconnects: u64,
     /// Inbound peer connections accepted after a valid `Hello`.
     pub hellos_accepted: u64,
+    /// Frames never written because the peer they were queued for restarted before they
+    /// left (its `Hello` announced a newer incarnation; see the module comment,
+    /// "Connections"). Not counted in `frames_dropped`.
+    pub stale_frames_dropped: u64,
     /// Protocol multicasts carried as one TCP copy per peer: all of them without
     /// `TransportConfig::multicast`, else those too large for one datagram.
     pub multicasts_by_tcp: u64,
@@ -287,12 +307,49 @@ enum Link {
     },
 }
 
+/// Which process life of a peer this node knows of, and which one the frames queued for
+/// it were built for (see the module comment, "Connections"). Pure bookkeeping, no I/O.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct PeerLives {
+    /// The highest incarnation the peer's inbound `Hello`s announced; `None` before the
+    /// first.
+    announced: Option<u64>,
+    /// `announced` as it was when the oldest frame still queued was enqueued; `None`:
+    /// unknown.
+    queued_for: Option<u64>,
+}
+
+impl PeerLives {
+    /// A frame is about to be queued behind `queue_empty` (nothing) or other frames.
+    fn on_enqueue(&mut self, queue_empty: bool) {
+        if queue_empty {
+            self.queued_for = self.announced;
+        }
+    }
+
+    /// The peer's `Hello` announced `incarnation`. `droppable`: something is queued and the
+    /// outbound link is not up, so none of it was written. Returns the incarnation the
+    /// queue was built for when it is stale (built for an earlier life than the one
+    /// announced) and droppable: the caller drops the whole queue. The next frame queued
+    /// is tagged with the new incarnation.
+    fn on_hello(&mut self, incarnation: u64, droppable: bool) -> Option<u64> {
+        let newest = self.announced.map_or(incarnation, |a| a.max(incarnation));
+        self.announced = Some(newest);
+        let built_for = self.queued_for?;
+        (droppable && built_for < newest).then(|| {
+            self.queued_for = None;
+            built_for
+        })
+    }
+}
+
 #[derive(Debug)]
 struct Peer {
     id: NodeId,
     addr: SocketAddr,
     link: Link,
     queue: OutQueue,
+    lives: PeerLives,
     backoff: Backoff,
     /// A failure was logged and no connection succeeded since: stay quiet.
     down_logged: bool,
@@ -300,6 +357,14 @@ struct Peer {
     dropped_unlogged: u64,
     last_drop_log_us: Micros,
     dirty: bool,
+}
+
+impl Peer {
+    /// Queues one frame, tagging an empty queue with the peer's life as known now.
+    fn push_frame(&mut self, kind: u8, group: u16, chunks: &[Bytes]) -> Result<(), PushError> {
+        self.lives.on_enqueue(self.queue.is_empty());
+        self.queue.push_frame(kind, group, chunks)
+    }
 }
 
 #[derive(Debug)]
@@ -409,6 +474,7 @@ impl<P: Protocol> Driver<P> {
                 addr,
                 link: Link::Idle,
                 queue: OutQueue::new(cfg.transport.send_queue_bytes),
+                lives: PeerLives::default(),
                 backoff: Backoff::new(cfg.transport.backoff_ms_min, cfg.transport.backoff_ms_max),
                 down_logged: false,
                 dropped_unlogged: 0,
@@ -1059,13 +1125,13 @@ impl<P: Protocol> Driver<P> {
 
     /// Queues one encoded frame for peer `idx`'s socket, dialing the peer if needed.
     fn queue_frame(&mut self, now: Micros, idx: usize, kind: u8, group: u16, chunks: &[Bytes]) {
-        let mut pushed = self.peers[idx].queue.push_frame(kind, group, chunks);
+        let mut pushed = self.peers[idx].push_frame(kind, group, chunks);
         if matches!(pushed, Err(PushError::Full(_)))
             && matches!(self.peers[idx].link, Link::Up { .. })
         {
             // Make room by writing what the socket takes now, then try once more.
             self.flush_peer(idx, now);
-            pushed = self.peers[idx].queue.push_frame(kind, group, chunks);
+            pushed = self.peers[idx].push_frame(kind, group, chunks);
         }
         match pushed {
             Ok(()) => {
@@ -1398,6 +1464,7 @@ impl<P: Protocol> Driver<P> {
                     "accepted connection from {} (incarnation {}) at {addr}",
                     h.node, h.incarnation
                 ));
+                self.on_peer_hello(h.node, h.incarnation);
                 Ok(Ok(()))
             }
             (None, k) => Ok(Err(format!("first frame has kind {k}, expected Hello"))),
@@ -1419,6 +1486,34 @@ impl<P: Protocol> Driver<P> {
             }
             (Some(_), k) => Ok(Err(format!("client frame kind {k} on the peer port"))),
         }
+    }
+
+    /// A `Hello` from `node` announced `incarnation`: frames queued for an earlier life of
+    /// it, none of them written yet, are dropped (see the module comment, "Connections").
+    fn on_peer_hello(&mut self, node: NodeId, incarnation: u64) {
+        let Some(&idx) = self.peer_index.get(&node) else {
+            return;
+        };
+        let peer = &mut self.peers[idx];
+        let droppable = !peer.queue.is_empty() && !matches!(peer.link, Link::Up { .. });
+        let Some(built_for) = peer.lives.on_hello(incarnation, droppable) else {
+            return;
+        };
+        // Not up: the queue was cleared when its last connection broke, and nothing was
+        // written since, so no frame is cut.
+        let frames = peer.queue.clear_unwritten();
+        debug_assert!(
+            frames.is_some(),
+            "a queue was written into while its link was down"
+        );
+        let Some(frames) = frames else {
+            return;
+        };
+        self.stats.stale_frames_dropped += frames as u64;
+        self.log(format_args!(
+            "dropped {frames} frames queued for {node}'s incarnation {built_for}: it restarted \
+             as incarnation {incarnation} before they could be written"
+        ));
     }
 
     fn on_event<A: Application + ?Sized>(
@@ -1835,5 +1930,39 @@ impl<P: Protocol> Driver<P> {
         {
             m.flush();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_for_an_earlier_life_are_stale_only_once_a_newer_hello_is_known() {
+        let mut l = PeerLives::default();
+        // Frames queued before any Hello: nobody can tell which life they were for.
+        l.on_enqueue(true);
+        assert_eq!(l.queued_for, None);
+        assert_eq!(l.on_hello(3, true), None, "unknown tag: kept");
+        assert_eq!(l.announced, Some(3));
+        // Frames queued behind them keep the old tag; a new queue takes the known life.
+        l.on_enqueue(false);
+        assert_eq!(l.queued_for, None);
+        l.on_enqueue(true);
+        assert_eq!(l.queued_for, Some(3));
+        // The same life says Hello again (it reconnected): nothing is stale.
+        assert_eq!(l.on_hello(3, true), None);
+        // A new life: stale, unless the link is up (then it came up first and goes on).
+        assert_eq!(l.on_hello(4, false), None, "link up or queue empty: kept");
+        assert_eq!(l.queued_for, Some(3), "still built for life 3");
+        assert_eq!(l.on_hello(4, true), Some(3), "announced 4 > built for 3");
+        assert_eq!(l.queued_for, None);
+        l.on_enqueue(true);
+        assert_eq!(l.queued_for, Some(4));
+        // A late Hello of an older life never lowers what is known.
+        assert_eq!(l.on_hello(2, true), None);
+        assert_eq!(l.announced, Some(4));
+        l.on_enqueue(true);
+        assert_eq!(l.queued_for, Some(4));
     }
 }

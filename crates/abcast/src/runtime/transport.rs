@@ -82,13 +82,21 @@ pub struct QueueFull;
 /// sealed into a segment before every flush. Frames are only ever enqueued whole, so the
 /// stream stays framed as long as the queue is written front to back; after a broken
 /// connection the caller clears the queue, because a half-written frame cannot be resumed
-/// on a new connection.
+/// on a new connection. The queue knows whether a write took any of what it holds
+/// (`written_into`): until then every frame in it is whole and unwritten, and
+/// [`OutQueue::clear_unwritten`] may drop them all; after, the front frame may be half
+/// written, and only the whole queue's loss with its connection (`clear`) is allowed.
 #[derive(Debug)]
 pub struct OutQueue {
     segments: VecDeque<Bytes>,
     staging: BytesMut,
     queued_bytes: usize,
     limit_bytes: usize,
+    /// Frames enqueued since the queue was last empty: exactly the frames it holds while
+    /// `written_into` is false.
+    frames_since_empty: usize,
+    /// A write took some bytes of what the queue holds now (reset when it empties).
+    written_into: bool,
 }
 
 impl OutQueue {
@@ -98,6 +106,8 @@ impl OutQueue {
             staging: BytesMut::new(),
             queued_bytes: 0,
             limit_bytes,
+            frames_since_empty: 0,
+            written_into: false,
         }
     }
 
@@ -121,6 +131,7 @@ impl OutQueue {
         }
         self.append(&header, chunks);
         self.queued_bytes += len;
+        self.frames_since_empty += 1;
         Ok(())
     }
 
@@ -133,8 +144,10 @@ impl OutQueue {
         group: u16,
         body: Bytes,
     ) -> Result<(), FrameError> {
+        debug_assert!(!self.written_into, "a frame in front of a half-written one");
         let whole = frame::encode_to_bytes(kind, group, &[body])?;
         self.queued_bytes += whole.len();
+        self.frames_since_empty += 1;
         self.segments.push_front(whole);
         Ok(())
     }
@@ -166,6 +179,21 @@ impl OutQueue {
         self.segments.clear();
         self.staging.clear();
         self.queued_bytes = 0;
+        self.frames_since_empty = 0;
+        self.written_into = false;
+    }
+
+    /// Drops every queued frame if no write took any of their bytes yet, and returns how
+    /// many it dropped. `None`, dropping nothing, once a write began: the front frame may
+    /// be half written on a live connection, and cutting it would leave the peer a stream
+    /// it cannot frame.
+    pub fn clear_unwritten(&mut self) -> Option<usize> {
+        if self.written_into {
+            return None;
+        }
+        let frames = self.frames_since_empty;
+        self.clear();
+        Some(frames)
     }
 
     /// Writes as much as the socket takes. Returns `Ok(true)` when the queue is empty,
@@ -205,6 +233,12 @@ impl OutQueue {
 
     fn consume(&mut self, mut n: usize) {
         self.queued_bytes = self.queued_bytes.saturating_sub(n);
+        if self.queued_bytes == 0 {
+            self.frames_since_empty = 0;
+            self.written_into = false;
+        } else if n > 0 {
+            self.written_into = true;
+        }
         while n > 0 {
             let Some(front) = self.segments.front_mut() else {
                 break;
@@ -463,6 +497,48 @@ mod tests {
             &frame::decode(&mut buf).unwrap().unwrap().body[..],
             b"later"
         );
+    }
+
+    #[test]
+    fn only_a_queue_no_write_began_can_be_dropped_and_never_half_a_frame() {
+        let mut q = OutQueue::new(1 << 20);
+        assert_eq!(q.clear_unwritten(), Some(0), "an empty queue");
+        for i in 0..5u8 {
+            q.push_frame(1, 0, &[Bytes::from(vec![i; 100])]).unwrap();
+        }
+        assert_eq!(q.clear_unwritten(), Some(5));
+        assert!(q.is_empty());
+        // A write takes part of the front frame: the queue can no longer be cut.
+        for i in 0..3u8 {
+            q.push_frame(1, 0, &[Bytes::from(vec![i; 100])]).unwrap();
+        }
+        let mut w = Trickle {
+            got: Vec::new(),
+            per_call: 50,
+            calls: 0,
+            block_every: 0,
+        };
+        assert!(!q.flush(&mut w).unwrap(), "a short write stops the flush");
+        assert_eq!(q.clear_unwritten(), None);
+        assert_eq!(
+            q.queued_bytes(),
+            3 * (HEADER_BYTES + 100) - 50,
+            "nothing dropped"
+        );
+        // Once everything went out, the next frames are whole and unwritten again.
+        w.per_call = 1 << 20;
+        assert!(q.flush(&mut w).unwrap());
+        q.push_frame(1, 0, &[Bytes::from_static(b"next")]).unwrap();
+        q.push_front_frame(0, 0, Bytes::from_static(b"hello"))
+            .unwrap();
+        assert_eq!(q.clear_unwritten(), Some(2));
+        // `clear` (a broken connection) resets it too.
+        q.push_frame(1, 0, &[Bytes::from(vec![9u8; 100])]).unwrap();
+        w.per_call = 10;
+        assert!(!q.flush(&mut w).unwrap());
+        q.clear();
+        q.push_frame(1, 0, &[Bytes::from_static(b"fresh")]).unwrap();
+        assert_eq!(q.clear_unwritten(), Some(1));
     }
 
     #[test]

@@ -633,6 +633,7 @@ pub fn sum_stats(stats: &[TransportStats]) -> TransportStats {
         t.connects += s.connects;
         t.disconnects += s.disconnects;
         t.hellos_accepted += s.hellos_accepted;
+        t.stale_frames_dropped += s.stale_frames_dropped;
     }
     t
 }

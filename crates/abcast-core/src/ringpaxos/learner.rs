@@ -133,7 +133,7 @@ impl RingPaxos {
             .filter(|&&p| p != self.pos && self.view.alive(p, self.now))
             .fold(0u64, |m, &p| m | bit(p));
         let next = self.learn.next;
-        if let Some(floor) = self.learn.behind_floor(live) {
+        if let Some(floor) = self.learn.behind_floor(live, self.cfg.learner_snapshots) {
             self.behind_trim_point(next, floor, out);
         }
         // Catching up moves at network speed: ask for the next range at once.

@@ -250,7 +250,11 @@ impl RingPaxos {
     }
 
     fn on_heartbeat(&mut self, from_pos: usize, m: Heartbeat, out: &mut Out) {
-        if self.view.beat(from_pos, m.incarnation, m.seq, self.now) {
+        let interval_us = self.cfg.heartbeat_interval_us;
+        if self
+            .view
+            .beat(from_pos, m.incarnation, m.seq, self.now, interval_us)
+        {
             self.learn.note_peer_delivered(from_pos, m.delivered_upto);
         }
         if m.leading && self.resend_when_leading && self.coordinator_pos() == Some(from_pos) {

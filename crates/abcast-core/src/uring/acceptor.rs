@@ -332,7 +332,7 @@ impl URing {
             .iter()
             .fold(0u64, |m, &p| m | super::ring::bit(p));
         let next = self.learn.next;
-        if let Some(floor) = self.learn.behind_floor(live) {
+        if let Some(floor) = self.learn.behind_floor(live, self.cfg.learner_snapshots) {
             self.behind_trim_point(next, floor, out);
         }
         // Catching up: ask for the next range at once instead of after a timeout, so a

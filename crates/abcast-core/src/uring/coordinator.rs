@@ -21,6 +21,15 @@
 //! carries the higher promise and makes the coordinator start over with a higher ballot —
 //! our form of the seed's "fall back to standard phase 1": since promises cover all instances,
 //! one phase 1 at a higher ballot replaces a phase 1 per instance.
+//!
+//! An open instance circulates again after `p2_resend_us`, or sooner when the coordinator
+//! learns its circulation failed: the ring changed under it (a member was found failed, and
+//! what it held is lost), or the circulation came back around without a quorum (the last node
+//! says so with a `Nack` at the coordinator's own ballot). Seed 000 §3.1.4 has a new ballot
+//! and ring after any failure; here the ring is the live acceptors in id order, so a change
+//! needs no phase 1, but phase 2 messages in flight through the failed member are gone and
+//! nothing else would re-send them before the timer (found by the faults-remain phase: two
+//! such 1 s stalls in a row outlast its 1.5 s bound).
 
 use super::messages::{Nack, Phase1a, Phase1b, Phase2, Repair, Retrieve, WireDecree};
 use super::ring::{bit, fingerprint};
@@ -40,7 +49,10 @@ pub(crate) struct Open {
     decree: Decree,
     /// Positions known to hold the payload (the batch's path to the coordinator).
     path: u64,
-    sent_us: Micros,
+    /// When it circulates again unless decided before.
+    due_us: Micros,
+    /// Early re-circulations after a failed one (backs the early retry off).
+    retries: u32,
 }
 
 /// A phase 1 in progress (a takeover, or an extension to the next range while leading).
@@ -129,6 +141,9 @@ pub struct CoordinatorState {
     pub(crate) slots_assigned: u64,
     /// Of these, the instances of values (see `URing::value_slots_assigned`).
     pub(crate) value_slots_assigned: u64,
+    /// The live ring as last seen by the coordinator (bit per position): a member gone from
+    /// it re-circulates every open instance.
+    ring_mask: u64,
 }
 
 impl CoordinatorState {
@@ -153,6 +168,7 @@ impl CoordinatorState {
             meta: VecDeque::new(),
             slots_assigned: 0,
             value_slots_assigned: 0,
+            ring_mask: 0,
         }
     }
     pub fn is_leading(&self) -> bool {
@@ -245,6 +261,7 @@ impl URing {
         self.coord.backfill = None;
         self.coord.repair = None;
         self.coord.epoch_fp = self.view.epoch_fp();
+        self.coord.ring_mask = self.live_ring_mask();
         self.coord.prepare = Some(Prepare::new(from, to, self.now));
         out.events.push(format!(
             "{} starts phase 1 with ballot {ballot} from instance {from} ({why})",
@@ -566,7 +583,8 @@ impl URing {
             Open {
                 decree,
                 path: path | bit(self.pos),
-                sent_us: self.now,
+                due_us: 0,
+                retries: 0,
             },
         );
         self.send_phase2(instance, false, out);
@@ -576,7 +594,7 @@ impl URing {
         let Some(o) = self.coord.open.get_mut(&instance) else {
             return;
         };
-        o.sent_us = self.now;
+        o.due_us = self.now.saturating_add(self.cfg.p2_resend_us);
         let decree = o.decree.clone();
         // A first circulation trusts the path the batch took; a resend sends the payload
         // to whoever lacks it for sure.
@@ -689,6 +707,9 @@ impl URing {
             self.start_phase1(out, "phase 2 refused by a higher promise");
         } else if epoch_changed || self.view.epoch_fp() != self.coord.epoch_fp {
             self.start_phase1(out, "epoch changed");
+        } else if self.coord.phase == Phase::Leading {
+            // Refused or not counted in this ballot and epoch: the circulation failed.
+            self.retry_soon(m.instance);
         }
     }
 
@@ -706,8 +727,26 @@ impl URing {
         let to =
             m.to.min(m.from.saturating_add(self.cfg.retrieve_max_instances));
         for (_, o) in self.coord.open.range_mut(m.from..to) {
-            o.sent_us = 0;
+            o.due_us = 0;
         }
+    }
+
+    /// The circulation of `instance` came back without a quorum (see the module comment):
+    /// circulate it again soon, backing off from `retrieve_timeout_us` to `p2_resend_us`
+    /// while it keeps failing (an acceptor whose window is full until a decision reaches it
+    /// refuses to vote for a while).
+    pub(crate) fn retry_soon(&mut self, instance: Instance) {
+        let (p2_resend_us, first_us) = (self.cfg.p2_resend_us, self.cfg.retrieve_timeout_us);
+        let now = self.now;
+        let Some(o) = self.coord.open.get_mut(&instance) else {
+            return;
+        };
+        let delay_us = first_us
+            .checked_shl(o.retries.min(20))
+            .unwrap_or(p2_resend_us)
+            .min(p2_resend_us);
+        o.retries = o.retries.saturating_add(1);
+        o.due_us = o.due_us.min(now.saturating_add(delay_us));
     }
 
     pub(crate) fn coordinator_tick(&mut self, out: &mut Out) {
@@ -729,6 +768,15 @@ impl URing {
         if self.view.epoch_fp() != self.coord.epoch_fp {
             self.start_phase1(out, "epoch changed");
             return;
+        }
+        let ring = self.live_ring_mask();
+        let lost = self.coord.ring_mask & !ring;
+        self.coord.ring_mask = ring;
+        if lost != 0 {
+            // Phase 2 and decisions in flight through the lost member are gone.
+            for o in self.coord.open.values_mut() {
+                o.due_us = 0;
+            }
         }
         // Phase 1 not answered in time: send it again (same ballot; a refusal raises it).
         if let Some(p) = self.coord.prepare.as_mut()
@@ -760,7 +808,7 @@ impl URing {
             .coord
             .open
             .iter()
-            .filter(|(_, o)| self.now >= o.sent_us + self.cfg.p2_resend_us)
+            .filter(|(_, o)| self.now >= o.due_us)
             .map(|(i, _)| *i)
             .take(RESEND_PER_TICK)
             .collect();
@@ -768,6 +816,13 @@ impl URing {
             self.send_phase2(i, true, out);
         }
         self.assign(out);
+    }
+
+    fn live_ring_mask(&self) -> u64 {
+        self.view
+            .alive_positions(self.now)
+            .into_iter()
+            .fold(0, |m, p| m | bit(p))
     }
 
     fn step_down(&mut self) {

@@ -468,12 +468,29 @@ impl LearnerState {
     /// and kept what it learned in memory only) cannot serve it either; waiting for every
     /// live acceptor to report a trim, as this used to, then waited for good (found by the
     /// faults-remain phase: durable uring-snapshots, 5 nodes, mixed seed 2).
-    pub fn behind_floor(&self, live: u64) -> Option<Instance> {
-        (self.trimmed_at == self.next
+    ///
+    /// With `snapshots` (the group's learners take them), no trim is needed: a snapshot is
+    /// the state after every instance it covers, and installing one is safe wherever the log
+    /// cannot serve. Then `next + 1` when no acceptor trimmed past `next`: the acceptors'
+    /// logs may hold only undecided votes for instances every learner that delivered them
+    /// installed past (found by the power_loss mix, ringpaxos seed 2088: two
+    /// learners installed a snapshot, the four others waited at the instance after theirs,
+    /// not trimmed yet, and nobody could serve it). Only a learner with application state
+    /// to install: one without would skip (`behind_trim_point_in`), and skipping what no
+    /// acceptor trimmed loses it where the coordinator's backfill would still decide it (a
+    /// Multi-Ring learner, whose ring learners hold no state, skipped that way and left the
+    /// merge: multiring power_loss seed 6).
+    pub fn behind_floor(&self, live: u64, snapshots: bool) -> Option<Instance> {
+        let unserved = self.trimmed_at == self.next
             && !self.knows(self.next)
-            && self.trimmed_mask != 0
-            && live & !self.unserved_mask == 0)
-            .then_some(self.trimmed_floor)
+            && live & !self.unserved_mask == 0
+            && self.unserved_mask != 0;
+        let has_state = self.deliver && !self.report_passes;
+        match (unserved, self.trimmed_mask != 0) {
+            (true, true) => Some(self.trimmed_floor),
+            (true, false) if snapshots && has_state => Some(self.next + 1),
+            _ => None,
+        }
     }
 
     fn reset_trimmed_for_next(&mut self) {

@@ -39,7 +39,7 @@ use acceptor::AcceptorState;
 use bytes::Bytes;
 use coordinator::CoordinatorState;
 use learner::{LearnerState, PayloadCache};
-use messages::{Decision, Heartbeat, Phase2, WireDecree};
+use messages::{Decision, Heartbeat, Nack, Phase2, WireDecree};
 use ring::{RingView, bit};
 
 pub type Out = Outbox<Message>;
@@ -296,7 +296,21 @@ impl URing {
         }
         let Some(succ) = self.successor() else { return };
         if m.visited & bit(succ) != 0 {
-            // Back where the circulation started without a quorum: the coordinator retries.
+            // Back where the circulation started without a quorum: the coordinator retries,
+            // sooner when told (see `coordinator.rs`, `retry_soon`).
+            if m.ballot.node != self.me {
+                let promised = self.acc.as_ref().map_or(m.ballot, |a| a.store.promised());
+                out.send(
+                    m.ballot.node,
+                    Message::Nack(Nack {
+                        promised,
+                        instance: m.instance,
+                        epoch: self.view.epoch().to_vec(),
+                    }),
+                );
+            } else if self.coord.is_leading() && m.ballot == self.coord.ballot {
+                self.retry_soon(m.instance);
+            }
             return;
         }
         m.decree = self.wire_for(succ, m.has_payload, decree.as_ref(), m.decree);
@@ -394,7 +408,11 @@ impl URing {
     }
 
     fn on_heartbeat(&mut self, from_pos: usize, m: Heartbeat, out: &mut Out) {
-        if self.view.beat(from_pos, m.incarnation, m.seq, self.now) {
+        let interval_us = self.cfg.heartbeat_interval_us;
+        if self
+            .view
+            .beat(from_pos, m.incarnation, m.seq, self.now, interval_us)
+        {
             self.learn.note_peer_delivered(from_pos, m.delivered_upto);
         }
         if m.leading && self.resend_when_leading && self.coordinator_pos() == Some(from_pos) {

@@ -31,7 +31,9 @@ pub enum FaultMix {
     /// the seeds; then up to f acceptors stay faulty while the majority must converge.
     Mixed,
     /// Processes frozen for 0.5-5 s (SIGSTOP, a long GC pause, a VM stall): no ticks, no
-    /// receives, then they resume with their timers overdue and their inbox full.
+    /// receives, then they resume with their timers overdue and their inbox full; with
+    /// crashes and amnesic restarts meanwhile, so a coordinator frozen through a takeover
+    /// resumes as a ghost of an older ballot.
     Pause,
     /// The crash mix, plus one correlated power loss: every acceptor's machine crashes at
     /// the same instant, one of them in the middle of a group commit (for durable, synced

@@ -35,10 +35,15 @@ pub enum FaultKind {
     /// A learner skipped instances that every acceptor had trimmed from its window
     /// (`Outbox::skips`). Counted per skip.
     LearnerSkip,
+    /// A ghost coordinator: the coordinator was cut off both ways, another acceptor took
+    /// over, and that one crashed and restarted while the ghost was still cut off; then
+    /// the links came back, and the ghost still believed in its ballot. Counted per crash
+    /// of the successor.
+    Ghost,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 7] = [
+    pub const ALL: [FaultKind; 8] = [
         FaultKind::CrossIncarnation,
         FaultKind::OutlivesTakeover,
         FaultKind::FaultsRemain,
@@ -46,6 +51,7 @@ impl FaultKind {
         FaultKind::PartialFanout,
         FaultKind::Pause,
         FaultKind::LearnerSkip,
+        FaultKind::Ghost,
     ];
 
     pub fn name(self) -> &'static str {
@@ -57,6 +63,7 @@ impl FaultKind {
             FaultKind::PartialFanout => "partial_fanout",
             FaultKind::Pause => "pause",
             FaultKind::LearnerSkip => "learner_skip",
+            FaultKind::Ghost => "ghost",
         }
     }
 

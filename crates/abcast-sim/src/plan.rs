@@ -39,6 +39,11 @@ pub struct FaultPlan {
     /// down (at most `PARKED_PER_NODE_MAX` per node) and flushed when it restarts, as the
     /// runtime flushes a queue it kept for a peer that could not be reached.
     pub stale_delivery_ppm: u32,
+    /// Chance that each message a crashing node sent and that is still in the network is
+    /// held a further `long_delay_us`: a coordinator's last Phase 2s, decisions and
+    /// Phase 1bs then arrive after its successor took over, and at acceptors that restarted
+    /// since (the heavy tail aimed where it matters most).
+    pub last_words_ppm: u32,
     /// Chance that a crash becomes a *partial fan-out*: the node crashes after only part of
     /// one outbox left (armed for its next outbox with several sends, or for its next
     /// takeover; see `sim.rs`).
@@ -47,6 +52,14 @@ pub struct FaultPlan {
     /// freezes a node for `pause_us` (uniform), ending at the fault phase's end at the latest.
     pub pause_every_us: Option<(Micros, Micros)>,
     pub pause_us: (Micros, Micros),
+    /// Chance that a pause is a whole machine's stall (a VM descheduled, not one process
+    /// stopped): what the node sent that is still in the network waits with it and leaves
+    /// when it resumes, so its last Phase 2s reach acceptors after a takeover, and after
+    /// their restarts.
+    pub stall_ppm: u32,
+    /// When the ghost-coordinator story starts, if it does (`sim/faults.rs`, `on_ghost`):
+    /// the coordinator is cut off both ways, and its successor crashes once it leads.
+    pub ghost_at_us: Option<Micros>,
     /// After the fault phase, up to f acceptors stay down or cut off while the connected
     /// majority must converge within `SimConfig::faults_remain_bound_us`.
     pub faults_remain: bool,
@@ -78,8 +91,11 @@ impl std::fmt::Debug for FaultPlan {
         }
         d.field("long_delay_ppm", &self.long_delay_ppm)
             .field("stale_delivery_ppm", &self.stale_delivery_ppm)
+            .field("last_words_ppm", &self.last_words_ppm)
             .field("partial_fanout_ppm", &self.partial_fanout_ppm)
             .field("pause_every_us", &self.pause_every_us)
+            .field("stall_ppm", &self.stall_ppm)
+            .field("ghost_at_us", &self.ghost_at_us)
             .field("faults_remain", &self.faults_remain)
             .field("power_loss_at_us", &self.power_loss_at_us);
         d.finish()
@@ -145,9 +161,12 @@ impl FaultPlan {
             long_delay_ppm: 0,
             long_delay_us: (500_000, 5_000_000),
             stale_delivery_ppm: 0,
+            last_words_ppm: 0,
             partial_fanout_ppm: 0,
             pause_every_us: None,
             pause_us: (500_000, 5_000_000),
+            stall_ppm: 0,
+            ghost_at_us: None,
             faults_remain: false,
             power_loss_at_us: None,
         }
@@ -165,7 +184,7 @@ impl FaultPlan {
     /// | crash, power_loss | 0 | 0 | 100 .. 100-3100 | - | every 100-600 ms, down 50-1000 ms, coordinator 50 % | - |
     /// | late_join | 0 | 0 | 100 .. 100-3100 | - | - | lowest id at 25-60 % of the fault phase |
     /// | mixed | 0-10 % | 0-2 % | 100 .. 100-5100 | every 100-800 ms | every 200-1000 ms | 50 % of seeds |
-    /// | pause | 0 | 0 | 100 .. 100-3100 | - | - | - |
+    /// | pause | 0 | 0 | 100 .. 100-3100 | - | every 300-900 ms, down 50-600 ms, coordinator 20 % | - |
     /// | learner_skip | 0 | 0-2 % | 100 .. 100-3100 | - | every 200-600 ms, down 300-1500 ms, coordinator 20 % | - |
     ///
     /// And the faults of issue 15 ([`crate::FaultKind`]):
@@ -180,6 +199,11 @@ impl FaultPlan {
     /// | pause | 0.1-0.5 % | - | - | every 200-800 ms | yes | - |
     /// | power_loss | 0.1-0.5 % | 20-80 % | - | - | - | always |
     /// | learner_skip | 0.1-0.5 % | 20-80 % | - | - | - | - |
+    ///
+    /// In the crash, mixed and power_loss mixes, 10-50 % of a crashing node's messages still
+    /// in the network are held a further 0.5-5 s (`last_words_ppm`). A pause stalls the whole
+    /// machine in 50 % (pause) and 30 % (mixed) of cases (`stall_ppm`), and half the crash,
+    /// mixed and pause runs play the ghost-coordinator story (`ghost_at_us`).
     pub fn draw(cfg: &SimConfig, rng: &mut SimRng) -> FaultPlan {
         let mut plan = FaultPlan::quiet();
         plan.delay_us_min = 100;
@@ -219,7 +243,14 @@ impl FaultPlan {
                     plan.late_join = lowest.map(|n| (n, late_at(rng)));
                 }
             }
-            FaultMix::Pause => {}
+            FaultMix::Pause => {
+                // A frozen coordinator resumes with its old ballot, its timers overdue and its
+                // inbox full, after others took over and acceptors restarted amnesic: the
+                // ghost coordinator an epoch check exists for.
+                plan.crash_every_us = Some((300_000, 900_000));
+                plan.downtime_us = (50_000, 600_000);
+                plan.coordinator_bias_ppm = 200_000;
+            }
             FaultMix::LearnerSkip => {
                 // Learners fall behind by being down: a restarted in-memory learner finds
                 // its instances gone from every window. No loss or partitions: the learners
@@ -244,6 +275,9 @@ impl FaultPlan {
         ) {
             plan.stale_delivery_ppm = rng.between(200_000, 800_000) as u32;
         }
+        if matches!(mix, FaultMix::Crash | FaultMix::Mixed | FaultMix::PowerLoss) {
+            plan.last_words_ppm = rng.between(100_000, 500_000) as u32;
+        }
         plan.partial_fanout_ppm = match mix {
             FaultMix::Crash | FaultMix::Mixed => 300_000,
             FaultMix::LateJoin => 500_000,
@@ -254,6 +288,20 @@ impl FaultPlan {
             FaultMix::Mixed => Some((500_000, 1_500_000)),
             _ => None,
         };
+        if mix == FaultMix::Pause {
+            // The pause mix crashes nodes too: messages for a node's earlier life reach
+            // the new one, and half the pauses stall a whole machine.
+            plan.stale_delivery_ppm = rng.between(200_000, 800_000) as u32;
+            plan.stall_ppm = 500_000;
+        }
+        if mix == FaultMix::Mixed {
+            plan.stall_ppm = 300_000;
+        }
+        if matches!(mix, FaultMix::Crash | FaultMix::Mixed | FaultMix::Pause)
+            && rng.chance_ppm(500_000)
+        {
+            plan.ghost_at_us = Some(rng.between(cfg.fault_phase_us / 10, cfg.fault_phase_us / 2));
+        }
         plan.faults_remain = matches!(
             mix,
             FaultMix::Partition | FaultMix::Crash | FaultMix::Mixed | FaultMix::Pause

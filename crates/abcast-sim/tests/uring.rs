@@ -87,3 +87,44 @@ fn uring_learners_skip_what_every_window_forgot_and_stay_in_agreement() {
 fn uring_five_nodes_survive_the_mixed_preset_wide() {
     sweep_mix(P, FaultMix::Mixed, 200..1000);
 }
+
+/// Bug B4: value ids came from the wall clock (`start_seq` = microseconds × 1000), so a
+/// clock stepped back across a restart could hand out ids of the earlier life; learners
+/// de-duplicate batches by (origin, first_seq), so the new batch was acknowledged and never
+/// delivered. Here a factory reproduces that clock, stepped back to where the first life
+/// began: the simulator's integrity checker catches the reused id. With the incarnation's
+/// own range (`StartInfo::restart`, which the simulator and the node use) it passes.
+#[test]
+fn value_ids_from_a_clock_stepped_back_are_reused_and_caught() {
+    use abcast_core::NodeId;
+    use abcast_core::storage::{MemDir, MemoryStore, StorageError};
+    use abcast_core::uring::{RingConfig, StartInfo, URing};
+    let cfg = suites::config(P, FaultMix::Crash, Variant::CORRECT);
+    let ids: Vec<u32> = cfg.nodes.iter().map(|n| n.0).collect();
+    let ring = RingConfig::pal(&ids);
+    let clock = move |id: NodeId, start: StartInfo, _disk: MemDir| -> Result<URing, StorageError> {
+        let stepped_back = StartInfo {
+            start_seq: 1_000,
+            ..start
+        };
+        let store = MemoryStore::new(ring.store_capacity_instances, ring.store_capacity_bytes);
+        Ok(URing::new(ring.clone(), id, stepped_back, Box::new(store)).expect("valid ring"))
+    };
+    let mut caught = None;
+    for seed in 0..20 {
+        if let Err(v) = run_with_disk(&cfg.with_run(seed, FaultMix::Crash), &clock) {
+            caught = Some(v);
+            break;
+        }
+    }
+    let v = caught.expect("ids reused across restarts went unnoticed");
+    assert_eq!(v.kind, abcast_sim::ViolationKind::BadValueId, "{v}");
+    // The same seeds with the ids of `StartInfo::restart`: nothing to catch.
+    let r = suites::sweep(P, FaultMix::Crash, 0..v.seed + 1, Variant::CORRECT, true);
+    assert!(r.violations.is_empty());
+    let (s1, s2) = (
+        StartInfo::restart(1, true).expect("life 1"),
+        StartInfo::restart(2, true).expect("life 2"),
+    );
+    assert!(StartInfo::FRESH.start_seq < s1.start_seq && s1.start_seq < s2.start_seq);
+}

@@ -14,6 +14,7 @@
 use abcast_core::mutation::Mutation;
 use abcast_sim::suites::{self, Proto, SuiteReport, Variant};
 use abcast_sim::{FaultKind, FaultMix};
+use std::cell::RefCell;
 use std::process::ExitCode;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -89,6 +90,13 @@ fn parse() -> Result<Args, String> {
     Ok(a)
 }
 
+thread_local! {
+    /// The replay line of the seed this thread runs, for the panic hook: in a release
+    /// build a panic aborts the process (`panic = "abort"`), so the simulator cannot turn it
+    /// into a violation; the hook still says which seed it was.
+    static CURRENT: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
 /// Runs one mix's seeds on `jobs` threads, seeds handed out in order.
 fn run_mix(a: &Args, mix: FaultMix, stopped: &AtomicUsize) -> SuiteReport {
     let next = AtomicU64::new(a.seed_start);
@@ -105,6 +113,10 @@ fn run_mix(a: &Args, mix: FaultMix, stopped: &AtomicUsize) -> SuiteReport {
                     if seed >= end {
                         break;
                     }
+                    let line = suites::config(a.proto, mix, a.variant)
+                        .with_run(seed, mix)
+                        .replay_line();
+                    CURRENT.with(|c| *c.borrow_mut() = Some(line));
                     let r = suites::sweep(a.proto, mix, seed..seed + 1, a.variant, true);
                     stopped.fetch_add(r.violations.len(), Ordering::Relaxed);
                     if let Ok(mut t) = total.lock() {
@@ -140,6 +152,15 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        CURRENT.with(|c| {
+            if let Some(line) = c.borrow().as_ref() {
+                eprintln!("sweep: a protocol or the simulator panicked; replay: {line}");
+            }
+        });
+        default_hook(info);
+    }));
     let started = Instant::now();
     let stopped = AtomicUsize::new(0);
     let mut all = SuiteReport::default();

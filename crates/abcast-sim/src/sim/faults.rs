@@ -16,7 +16,10 @@
 //!
 //! **Pauses** ([`FaultKind::Pause`]). A frozen node gets no ticks, no messages (they wait,
 //! in order, in its inbox) and no sync completions; clients do not reach it. It resumes
-//! with everything overdue. Pauses end with the fault phase at the latest.
+//! with everything overdue. Pauses end with the fault phase at the latest. Some pauses
+//! stall the whole machine (`FaultPlan::stall_ppm`): what it sent and the network still
+//! holds waits too, and leaves when it resumes (a frozen coordinator's last Phase 2s then
+//! arrive after a takeover, at acceptors that may have restarted since).
 //!
 //! **Power loss** ([`FaultKind::PowerLoss`]). Every acceptor's machine crashes at the same
 //! instant: the next acceptor group commit after `FaultPlan::power_loss_at_us` is
@@ -74,6 +77,38 @@ where
 {
     /// The node's process ends; with `machine`, its machine loses power too (see the module
     /// comment), torn as the disk plan draws.
+    /// A node crashed: some of its messages still in the network are held a further
+    /// 0.5-5 s (`FaultPlan::last_words_ppm`), so that a coordinator's last words arrive
+    /// after its successor took over, and at acceptors that restarted meanwhile.
+    fn hold_last_words(&mut self, id: NodeId) {
+        if self.plan.last_words_ppm == 0 || self.now_us >= self.fault_end_us {
+            return;
+        }
+        let events = std::mem::take(&mut self.queue).into_vec();
+        let (lo, hi) = self.plan.long_delay_us;
+        let mut held = 0u64;
+        for std::cmp::Reverse(mut ev) in events {
+            if let Action::Message(m) = &ev.action
+                && m.from == id
+                && m.to != self.index.get(&id).copied().unwrap_or(usize::MAX)
+                && self.rng.chance_ppm(self.plan.last_words_ppm)
+            {
+                ev.at_us = ev.at_us.saturating_add(self.rng.between(lo, hi));
+                held += 1;
+            }
+            self.queue.push(std::cmp::Reverse(ev));
+        }
+        if held > 0 {
+            self.report.messages_held_long += held;
+            self.trace.record(
+                self.now_us,
+                TraceEvent::Note(format!(
+                    "{held} messages {id} sent before it crashed are held 0.5-5 s"
+                )),
+            );
+        }
+    }
+
     pub(super) fn crash(&mut self, i: usize, machine: bool) {
         // The process dies with its sync in flight (never run) and what gathered behind it.
         self.pipes[i] = Pipe::default();
@@ -86,6 +121,7 @@ where
         let (id, incarnation) = (s.id, s.incarnation);
         self.checker.crash(id, incarnation);
         self.report.crashes += 1;
+        self.hold_last_words(id);
         self.trace.record(
             self.now_us,
             TraceEvent::Crash {
@@ -288,7 +324,7 @@ where
             .filter(|&k| k != except && self.nodes[k].acceptor)
             .filter(|&k| match self.nodes[k].proto.as_ref() {
                 None => true,
-                Some(p) => p.status().amnesic,
+                Some(p) => p.status().amnesic || self.ghost_crash == Some(k),
             })
             .count()
     }
@@ -374,6 +410,7 @@ where
     /// The full heal: every link up, no loss, every node up and running.
     pub(super) fn on_heal(&mut self) -> SimResult<()> {
         self.blocked.clear();
+        self.ghost = None;
         self.loss_ppm = 0;
         self.dup_ppm = 0;
         self.power_loss_pending = false;
@@ -527,6 +564,132 @@ where
         true
     }
 
+    // ---- ghost coordinator -------------------------------------------------------------
+
+    /// Whether the link `from -> to` is down: a partition, or a ghost cut off.
+    pub(super) fn cut(&self, from: NodeId, to: NodeId) -> bool {
+        self.blocked.contains(&(from, to))
+            || self
+                .ghost
+                .is_some_and(|(g, _)| from != to && (g == from || g == to))
+    }
+
+    /// The ghost-coordinator story (`FaultKind::Ghost`): the coordinator most nodes believe
+    /// in is cut off both ways for 0.8-2 s; the others elect a successor, which crashes once
+    /// it leads (a process crash, restarting amnesic where its store is not durable) and
+    /// restarts while the ghost is still cut off; then the ghost's links come back. The
+    /// ghost never heard of the takeover or the restart: what it sends first after the heal
+    /// (Phase 2s of its old ballot, resent) meets an acceptor that forgot its promise. This
+    /// is the fault the epoch check in voting exists for, and random partitions and crashes
+    /// line it up too rarely to catch its removal.
+    pub(super) fn on_ghost(&mut self) {
+        if self.now_us >= self.fault_end_us || self.ghost.is_some() {
+            return;
+        }
+        let Some(c) = self.believed_coordinator() else {
+            return;
+        };
+        let Some(&i) = self.index.get(&c) else { return };
+        if self.nodes[i].proto.is_none() || !self.nodes[i].acceptor {
+            return;
+        }
+        let until = self
+            .now_us
+            .saturating_add(self.rng.between(800_000, 2_000_000))
+            .min(self.fault_end_us);
+        if until < self.now_us + 500_000 {
+            return;
+        }
+        self.ghost = Some((c, until));
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Note(format!(
+                "ghost: coordinator {c} is cut off both ways until {until}us; its successor crashes once it leads"
+            )),
+        );
+        self.schedule(until, Action::GhostHeal);
+        self.schedule(self.now_us + 20_000, Action::GhostWatch);
+    }
+
+    pub(super) fn on_ghost_watch(&mut self) {
+        let Some((g, until)) = self.ghost else { return };
+        // Time left to crash, stay down a while and restart before the heal.
+        if self.now_us + 300_000 >= until {
+            return;
+        }
+        let leader = (0..self.nodes.len()).find(|&k| {
+            let s = &self.nodes[k];
+            s.id != g
+                && s.acceptor
+                && !s.crash_exempt
+                && s.proto.as_ref().is_some_and(|p| p.status().leading)
+        });
+        let Some(k) = leader else {
+            self.schedule(self.now_us + 20_000, Action::GhostWatch);
+            return;
+        };
+        let id = self.nodes[k].id;
+        let f = self.cfg.max_faulty_acceptors();
+        if self.faulty_acceptors(k) + 1 > f {
+            self.trace.record(
+                self.now_us,
+                TraceEvent::Note(format!(
+                    "ghost: crash of successor {id} skipped: f = {f} acceptors already down or amnesic"
+                )),
+            );
+            return;
+        }
+        // It decides a little first; it is back up before the heal.
+        let at = self.now_us + self.rng.between(20_000, 150_000);
+        let down_us = self.rng.between(50_000, until - at - 100_000);
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Note(format!(
+                "ghost: successor {id} leads; it crashes at {at}us for {down_us}us"
+            )),
+        );
+        self.ghost_crash = Some(k);
+        self.schedule(at, Action::GhostCrash { node: k, down_us });
+    }
+
+    /// The planned crash of the ghost's successor. Its slot was reserved when it was planned
+    /// (`faulty_acceptors` counts it); the f rule is checked once more all the same, since a
+    /// restart may have left another acceptor amnesic meanwhile.
+    pub(super) fn on_ghost_crash(&mut self, node: usize, down_us: Micros) {
+        self.ghost_crash = None;
+        if self.nodes[node].proto.is_none() {
+            return;
+        }
+        let f = self.cfg.max_faulty_acceptors();
+        if self.faulty_acceptors(node) + 1 > f {
+            let id = self.nodes[node].id;
+            self.trace.record(
+                self.now_us,
+                TraceEvent::Note(format!(
+                    "ghost: crash of successor {id} skipped: f = {f} acceptors already down or amnesic"
+                )),
+            );
+            return;
+        }
+        self.report.faults.add(FaultKind::Ghost, 1);
+        let incarnation = self.nodes[node].incarnation;
+        let machine = self.disk_rng.chance_ppm(self.plan.disk.machine_crash_ppm);
+        self.crash(node, machine);
+        self.schedule(
+            self.now_us.saturating_add(down_us),
+            Action::Restart { node, incarnation },
+        );
+    }
+
+    pub(super) fn on_ghost_heal(&mut self) {
+        if let Some((g, _)) = self.ghost.take() {
+            self.trace.record(
+                self.now_us,
+                TraceEvent::Note(format!("ghost: {g}'s links are back")),
+            );
+        }
+    }
+
     // ---- pauses ------------------------------------------------------------------------
 
     pub(super) fn on_pause(&mut self) {
@@ -565,10 +728,43 @@ where
         self.nodes[i].paused_until_us = until;
         self.report.faults.add(FaultKind::Pause, 1);
         let id = self.nodes[i].id;
+        let stall = self.rng.chance_ppm(self.plan.stall_ppm);
         self.trace.record(
             self.now_us,
-            TraceEvent::Note(format!("{id} is frozen for {}us", until - self.now_us)),
+            TraceEvent::Note(format!(
+                "{id} is frozen for {}us{}",
+                until - self.now_us,
+                if stall { " (its machine stalls)" } else { "" }
+            )),
         );
+        if stall {
+            self.hold_until_resume(i, until);
+        }
+    }
+
+    /// A machine stalls until `until`: every message node `i` sent that is still in the
+    /// network leaves when it resumes (its remaining delay counted from then). A
+    /// simplification: a real stall holds what the machine had not put on the wire yet,
+    /// here everything not delivered yet.
+    fn hold_until_resume(&mut self, i: usize, until: Micros) {
+        let id = self.nodes[i].id;
+        let now = self.now_us;
+        let events = std::mem::take(&mut self.queue).into_vec();
+        let mut held = 0u64;
+        for std::cmp::Reverse(mut ev) in events {
+            if let Action::Message(m) = &ev.action
+                && m.from == id
+                && m.to != i
+                && ev.at_us < until
+            {
+                ev.at_us = until.saturating_add(ev.at_us.saturating_sub(now));
+                held += 1;
+            }
+            self.queue.push(std::cmp::Reverse(ev));
+        }
+        if held > 0 {
+            self.report.messages_held_long += held;
+        }
     }
 
     // ---- power loss --------------------------------------------------------------------

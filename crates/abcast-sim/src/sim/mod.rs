@@ -266,6 +266,17 @@ enum Action {
     Pause,
     /// The cluster's highest ballot is sampled (for [`FaultKind::OutlivesTakeover`]).
     Sample,
+    /// The ghost-coordinator story starts (`FaultPlan::ghost_at_us`).
+    Ghost,
+    /// ... its successor is looked for (and crashed once it leads).
+    GhostWatch,
+    /// ... and the ghost's links come back.
+    GhostHeal,
+    /// The ghost's successor crashes (the f rule checked again: see `ghost_crash`).
+    GhostCrash {
+        node: usize,
+        down_us: Micros,
+    },
     /// Every acceptor's machine will lose power at the next acceptor's group commit.
     PowerLoss,
     /// ... or now, if no group commit came.
@@ -426,6 +437,11 @@ struct World<'a, P: Protocol, F> {
     pipes: Vec<Pipe<P::Message>>,
     index: BTreeMap<NodeId, usize>,
     blocked: BTreeSet<(NodeId, NodeId)>,
+    /// A ghost coordinator cut off both ways (on top of `blocked`), and until when.
+    ghost: Option<(NodeId, Micros)>,
+    /// The ghost's successor, scheduled to crash: it counts as faulty from the moment the
+    /// crash is planned, so no other crash takes a second acceptor in the meantime.
+    ghost_crash: Option<usize>,
     loss_ppm: u32,
     dup_ppm: u32,
     link_clock_us: BTreeMap<(NodeId, usize), Micros>,
@@ -521,6 +537,8 @@ where
                 .map(|(i, &id)| (id, i))
                 .collect(),
             blocked: BTreeSet::new(),
+            ghost: None,
+            ghost_crash: None,
             loss_ppm: plan.loss_ppm,
             dup_ppm: plan.dup_ppm,
             link_clock_us: BTreeMap::new(),
@@ -619,6 +637,9 @@ where
         }
         if let Some(at) = self.plan.power_loss_at_us {
             self.schedule(at, Action::PowerLoss);
+        }
+        if let Some(at) = self.plan.ghost_at_us {
+            self.schedule(at, Action::Ghost);
         }
         for &(id, at, down_us) in &self.cfg.scheduled_crashes {
             if let Some(&node) = self.index.get(&id) {
@@ -833,6 +854,22 @@ where
             }
             Action::Pause => {
                 self.on_pause();
+                Ok(())
+            }
+            Action::Ghost => {
+                self.on_ghost();
+                Ok(())
+            }
+            Action::GhostWatch => {
+                self.on_ghost_watch();
+                Ok(())
+            }
+            Action::GhostHeal => {
+                self.on_ghost_heal();
+                Ok(())
+            }
+            Action::GhostCrash { node, down_us } => {
+                self.on_ghost_crash(node, down_us);
                 Ok(())
             }
             Action::Sample => {
@@ -1545,9 +1582,10 @@ where
                         st.decided_max,
                         st.values_in_flight,
                         st.amnesic,
-                        if self.blocked.iter().filter(|&&(a, _)| a == s.id).count() + 1
+                        if (self.blocked.iter().filter(|&&(a, _)| a == s.id).count() + 1
                             >= self.nodes.len()
-                            && self.nodes.len() > 1
+                            && self.nodes.len() > 1)
+                            || self.ghost.is_some_and(|(g, _)| g == s.id)
                         {
                             " (cut off)"
                         } else {

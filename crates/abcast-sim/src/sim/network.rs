@@ -66,7 +66,7 @@ where
             self.schedule(self.now_us, Action::Message(msg(body, to_epoch)));
             return;
         }
-        if self.blocked.contains(&(from, to_id)) {
+        if self.cut(from, to_id) {
             self.drop_msg(from, to_id, kind, DropReason::Partition);
             return;
         }
@@ -149,7 +149,7 @@ where
             self.schedule(until, Action::Message(Box::new(m)));
             return Ok(());
         }
-        if from != to_id && self.blocked.contains(&(from, to_id)) {
+        if from != to_id && self.cut(from, to_id) {
             self.drop_msg(from, to_id, kind, DropReason::Partition);
             return Ok(());
         }

@@ -22,7 +22,30 @@ struct Net {
     phase1a_ballots: Vec<(NodeId, Ballot)>,
     /// Snapshots a node installed from a peer, with how many deliveries it had before.
     installs: Vec<(usize, usize, abcast_core::Snapshot)>,
+    /// What the network does with each message a node is about to receive (after `down`):
+    /// a test's fault, `None` for a network that delivers everything.
+    rule: Option<Rule>,
+    /// Messages the rule kept back (late in the network), in the order they were sent.
+    held: Vec<(NodeId, NodeId, Message)>,
+    /// Instances a learner skipped (`Outbox::skips`): (node, from, to).
+    skips: Vec<(usize, u64, u64)>,
+    /// Every event a node reported, for a failing test's message.
+    events: Vec<(usize, String)>,
 }
+
+/// What the network does with one message (see `Net::rule`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fate {
+    Deliver,
+    Drop,
+    /// Not delivered now: kept in `Net::held`, late in the network, until the test hands it
+    /// to a node (`Net::deliver_now`).
+    Hold,
+    /// Delivered, and a copy kept in `Net::held` (the network duplicated it).
+    Duplicate,
+}
+
+type Rule = Box<dyn FnMut(NodeId, NodeId, &Message) -> Fate>;
 
 impl Net {
     fn new(n: u32) -> Net {
@@ -57,6 +80,10 @@ impl Net {
             drop_decisions_to: None,
             phase1a_ballots: Vec::new(),
             installs: Vec::new(),
+            rule: None,
+            held: Vec::new(),
+            skips: Vec::new(),
+            events: Vec::new(),
         }
     }
     fn make(cfg: &RingConfig, i: u32, start: StartInfo) -> URing {
@@ -91,6 +118,12 @@ impl Net {
                 .push((node, self.delivered[node].len(), i.snapshot));
         }
         self.acks += out.acks.len();
+        for k in out.skips.drain(..) {
+            self.skips.push((node, k.from, k.to));
+        }
+        for e in out.events.drain(..) {
+            self.events.push((node, e));
+        }
         out.clear();
     }
     fn step(&mut self) -> bool {
@@ -102,6 +135,19 @@ impl Net {
         }
         if self.drop_decisions_to == Some(to) && matches!(m, Message::Decision(_)) {
             return true;
+        }
+        match self
+            .rule
+            .as_mut()
+            .map_or(Fate::Deliver, |r| r(from, to, &m))
+        {
+            Fate::Deliver => {}
+            Fate::Drop => return true,
+            Fate::Hold => {
+                self.held.push((from, to, m));
+                return true;
+            }
+            Fate::Duplicate => self.held.push((from, to, m.clone())),
         }
         let mut out = Outbox::new();
         if let Some(n) = self.nodes[to.0 as usize].as_mut() {
@@ -145,6 +191,62 @@ impl Net {
         self.delivered[i]
             .iter()
             .flat_map(|(_, v)| v.clone())
+            .collect()
+    }
+    /// Hands `m` to `to` now, whatever the rule and `down` say: a message that was in the
+    /// network all along (its sender may have failed since).
+    fn deliver_now(&mut self, from: NodeId, to: NodeId, m: Message) {
+        let mut out = Outbox::new();
+        if let Some(n) = self.nodes[to.0 as usize].as_mut() {
+            n.receive(self.now, from, m, &mut out);
+        }
+        self.apply(to, &mut out);
+    }
+    /// Node `i` restarts as life `incarnation` on an empty in-memory store: amnesic, its
+    /// learner from instance 1 (its earlier deliveries are forgotten here too).
+    fn restart(&mut self, i: usize, incarnation: u64) {
+        let start = StartInfo {
+            incarnation,
+            amnesic: true,
+            start_seq: incarnation << 40,
+        };
+        self.nodes[i] = Some(Self::make(&self.cfg, i as u32, start));
+        self.delivered[i].clear();
+        self.down[i] = false;
+    }
+    fn status(&self, i: usize) -> abcast_core::Status {
+        self.nodes[i].as_ref().expect("node is running").status()
+    }
+    /// What node `i` delivered in `instance`, if it delivered anything there.
+    fn delivered_in(&self, i: usize, instance: u64) -> Option<&Vec<Bytes>> {
+        self.delivered[i]
+            .iter()
+            .find(|(d, _)| *d == instance)
+            .map(|(_, v)| v)
+    }
+    /// Every instance two nodes delivered differently.
+    fn disagreements(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        for a in 0..self.delivered.len() {
+            for (instance, values) in &self.delivered[a] {
+                for b in a + 1..self.delivered.len() {
+                    if let Some(other) = self.delivered_in(b, *instance)
+                        && other != values
+                    {
+                        found.push(format!(
+                            "instance {instance}: node {a} delivered {values:?}, node {b} {other:?}"
+                        ));
+                    }
+                }
+            }
+        }
+        found
+    }
+    fn events_of(&self, i: usize) -> Vec<&str> {
+        self.events
+            .iter()
+            .filter(|(n, _)| *n == i)
+            .map(|(_, e)| e.as_str())
             .collect()
     }
 }
@@ -597,4 +699,302 @@ fn a_learner_behind_the_trim_point_installs_a_peers_snapshot_and_goes_on_from_th
         net.nodes[2].as_ref().unwrap().status().delivered_upto,
         net.nodes[0].as_ref().unwrap().status().delivered_upto
     );
+}
+
+fn is_repair_to(to: NodeId, m: &Message, node: u32) -> bool {
+    to == NodeId(node) && matches!(m, Message::Repair(_))
+}
+
+/// Bug B1, a stale Repair. Node 1 restarts amnesic (life 1); node 0's phase 1 in the new
+/// epoch computes a Repair for it, which the network holds back. Life 1 votes in phase 2
+/// (amnesic acceptors do), so b0 is decided in instance 6 by nodes 0 and 1, and node 2 never
+/// hears of it. Node 0 is then cut off, and node 1 crashes again before any Repair reached
+/// it: life 2 is amnesic again, and forgot its vote for b0. The Repair meant for life 1
+/// (target: instance 5, the highest anyone had then) arrives late. Before the fix life 2 took
+/// that target, ended its amnesia once its learner reached instance 5, and counted in the
+/// phase 1 quorum {1, 2}, which found nothing in instance 6 and decided c0 there: node 0 had
+/// delivered b0 in 6. Now the Repair names life 1 in its epoch and life 2 ignores it.
+#[test]
+fn a_repair_meant_for_an_earlier_life_leaves_the_acceptor_amnesic() {
+    let mut net = Net::new(3);
+    net.run_for(400_000);
+    for k in 0..5 {
+        assert!(net.propose(k % 3, &format!("a{k}")));
+        net.run_for(1_000);
+    }
+    net.run_for(100_000);
+    assert_eq!(net.status(2).delivered_upto, 5);
+    // Node 1 restarts amnesic (life 1); the Repairs sent to it stay in the network.
+    net.rule = Some(Box::new(|_, to, m| {
+        if is_repair_to(to, m, 1) {
+            Fate::Hold
+        } else {
+            Fate::Deliver
+        }
+    }));
+    net.down[1] = true;
+    net.run_for(100_000);
+    net.restart(1, 1);
+    net.run_for(500_000);
+    assert!(
+        !net.held.is_empty(),
+        "node 0's phase 1 in life 1's epoch computed a repair for it"
+    );
+    assert!(net.status(1).amnesic);
+    // Life 1 votes for b0 in instance 6 with node 0; the decision never reaches node 2.
+    net.rule = Some(Box::new(|_, to, m| {
+        if is_repair_to(to, m, 1) {
+            Fate::Hold
+        } else if to == NodeId(2) && matches!(m, Message::Decision(_) | Message::Decided(_)) {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    }));
+    assert!(net.propose(0, "b0"));
+    net.run_for(500_000);
+    assert_eq!(net.delivered_in(0, 6), Some(&vec![Bytes::from("b0")]));
+    assert_eq!(net.status(2).delivered_upto, 5, "node 2 never heard of 6");
+    // Node 0 is cut off; node 1 crashes and comes back as life 2, amnesic again.
+    net.down[0] = true;
+    net.down[1] = true;
+    net.run_for(10_000);
+    net.rule = None;
+    net.restart(1, 2);
+    // The Repair meant for life 1 reaches life 2.
+    let (from, to, stale) = net.held.remove(0);
+    let Message::Repair(r) = &stale else {
+        panic!("{stale:?}")
+    };
+    assert_eq!((r.epoch[1], r.upto), (1, 5), "computed for life 1: {r:?}");
+    net.deliver_now(from, to, stale);
+    net.run_for(1_000_000);
+    let st = net.status(1);
+    assert!(
+        st.delivered_upto >= 5,
+        "life 2 learned everything up to the stale target: {st:?}"
+    );
+    assert!(
+        st.amnesic,
+        "a Repair meant for life 1 ended life 2's amnesia: {st:?}"
+    );
+    // An amnesic acceptor counts in no phase 1 quorum: node 1 (now the first live acceptor)
+    // cannot lead with node 2 alone, and nothing new is decided in instance 6.
+    assert!(!st.leading, "{st:?}");
+    assert!(net.propose(2, "c0"));
+    net.run_for(1_000_000);
+    assert_eq!(net.disagreements(), Vec::<String>::new());
+    assert!(net.status(1).amnesic);
+    // Node 0 comes back: its phase 1 in life 2's epoch repairs node 1, and everyone
+    // delivers one sequence, b0 in 6 included.
+    net.down[0] = false;
+    net.run_for(3_000_000);
+    assert!(!net.status(1).amnesic, "{:?}", net.events_of(1));
+    let all: Vec<Bytes> = ["a0", "a1", "a2", "a3", "a4", "b0", "c0"]
+        .map(Bytes::from)
+        .to_vec();
+    for i in 0..3 {
+        assert_eq!(net.seq(i), all, "node {i}");
+    }
+    assert_eq!(net.disagreements(), Vec::<String>::new());
+}
+
+/// Bug B2, a decision only the cut-off node knew. Instance 5 (x) is decided by node 0's vote
+/// and node 1's, and only node 1 (the one that completed the quorum) knows it: the decision
+/// never leaves it. Node 0 crashes and comes back amnesic; as the first acceptor it takes
+/// over at once, with a phase 1 from instance 1 whose quorum is {1, 2} (node 0's own promise
+/// does not count): node 1 reports 5 decided and `decided_upto` 5, the floor. Then node 1 is
+/// cut off. Before the fix the takeover dropped decided entries at or below the floor,
+/// expecting learners to fetch them from whoever reported them, and the backfill only ran
+/// below the phase 1's first instance: nodes 0 and 2 waited for instance 5 for good. Now
+/// decided entries at or below the floor are recorded at takeover.
+#[test]
+fn a_decision_reported_only_by_a_node_cut_off_after_the_takeover_is_delivered() {
+    let mut net = Net::new(3);
+    net.run_for(400_000);
+    for k in 0..4 {
+        assert!(net.propose(k % 3, &format!("a{k}")));
+        net.run_for(1_000);
+    }
+    net.run_for(100_000);
+    assert_eq!(net.status(2).delivered_upto, 4);
+    // No decision leaves node 1 from now on (neither around the ring nor to a retrieve).
+    net.rule = Some(Box::new(|from, to, m| {
+        if from == NodeId(1)
+            && to != NodeId(1)
+            && matches!(m, Message::Decision(_) | Message::Decided(_))
+        {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    }));
+    assert!(net.propose(0, "x"));
+    net.run_for(50_000);
+    assert_eq!(net.delivered_in(1, 5), Some(&vec![Bytes::from("x")]));
+    assert_eq!(net.delivered_in(0, 5), None);
+    assert_eq!(net.status(2).delivered_upto, 4);
+    // Node 0 crashes and restarts amnesic before the others suspect it: it leads again.
+    net.down[0] = true;
+    net.run_for(100_000);
+    net.restart(0, 1);
+    while !net.status(0).leading {
+        assert!(net.now < 2_000_000, "node 0 takes over");
+        net.run_for(100);
+    }
+    // Its phase 1 ran from instance 1, and its floor, 5, is node 1's report (node 2 had 4):
+    // node 1's promise counted.
+    let events = net.events_of(0);
+    assert!(
+        events
+            .iter()
+            .any(|e| e.contains("starts phase 1") && e.contains("from instance 1 ")),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e.contains("leads with ballot") && e.contains("decided up to 5,")),
+        "{events:?}"
+    );
+    // Node 1, the only node that knew the decision, is cut off.
+    net.down[1] = true;
+    net.rule = None;
+    net.run_for(2_000_000);
+    for i in [0, 2] {
+        assert_eq!(
+            net.delivered_in(i, 5),
+            Some(&vec![Bytes::from("x")]),
+            "node {i}: {:?}",
+            net.status(i)
+        );
+    }
+    // And the ring goes on with nodes 0 and 2.
+    for k in 0..4 {
+        assert!(net.propose([0, 2][k % 2], &format!("b{k}")));
+        net.run_for(1_000);
+    }
+    net.run_for(1_000_000);
+    let all: Vec<Bytes> = ["a0", "a1", "a2", "a3", "x", "b0", "b1", "b2", "b3"]
+        .map(Bytes::from)
+        .to_vec();
+    assert_eq!(net.seq(2), all);
+    assert_eq!(net.seq(0), all, "node 0 replayed from instance 1");
+    assert!(!net.status(0).amnesic);
+    assert_eq!(net.disagreements(), Vec::<String>::new());
+}
+
+/// Bug B3, a learner that skips must skip the same duplicates as everyone. Learners take no
+/// snapshots and acceptors keep 16 instances in memory. While node 2 is down, batch "dup" is
+/// decided twice: node 0's learner waits for a lost decision (instance g), so it has not
+/// delivered "dup" (instance j) when a stale copy of node 1's `Forward` of it reaches the
+/// coordinator again, and the coordinator gives it instance k. Nodes 0 and 1 deliver it in j
+/// and skip it in k. Then the windows slide past j but not past k, and node 2 comes back with
+/// nothing: it must skip to the log start, between j and k. Before the fix its de-duplication
+/// memory was empty after the skip and it delivered "dup" in k. Now the acceptors hand it
+/// the batch keys of the instances that left their windows, and it skips k as everyone did.
+#[test]
+fn a_learner_that_skips_instances_skips_the_same_duplicates_as_everyone() {
+    let ids = [0, 1, 2];
+    let mut cfg = RingConfig::pal(&ids);
+    cfg.learner_snapshots = false;
+    cfg.store_capacity_instances = 16;
+    cfg.max_open_instances = 4;
+    let mut net = Net::with_ring(cfg);
+    net.run_for(400_000);
+    for k in 0..5 {
+        assert!(net.propose(k % 3, &format!("a{k}")));
+        net.run_for(1_000);
+    }
+    net.run_for(100_000);
+    assert_eq!(net.status(2).delivered_upto, 5);
+    net.down[2] = true;
+    net.run_for(1_000_000); // the ring closes around node 2: 0 -> 1 -> 0
+    // The decision of instance g never reaches node 0 (nor do answers to its retrieves),
+    // and node 1's Forward of "dup" is duplicated by the network.
+    let g = net.status(0).delivered_upto + 1;
+    net.rule = Some(Box::new(move |from, to, m| match m {
+        Message::Decision(d) if to == NodeId(0) && d.instance == g => Fate::Drop,
+        Message::Decided(_) if to == NodeId(0) => Fate::Drop,
+        Message::Forward(f)
+            if from == NodeId(1) && f.batch.values().any(|v| v.payload == "dup") =>
+        {
+            Fate::Duplicate
+        }
+        _ => Fate::Deliver,
+    }));
+    assert!(net.propose(1, "gap"));
+    net.run_for(1_000);
+    assert!(net.propose(1, "dup"));
+    net.run_for(1_000);
+    let j = g + 1;
+    for k in 0..4 {
+        assert!(net.propose(1, &format!("f{k}")));
+        net.run_for(1_000);
+    }
+    assert_eq!(net.status(1).delivered_upto, j + 4);
+    assert_eq!(
+        net.status(0).delivered_upto,
+        g - 1,
+        "node 0's learner waits for instance g"
+    );
+    // The stale copy reaches the coordinator, whose learner has not delivered "dup" yet.
+    assert_eq!(net.held.len(), 1);
+    let (from, to, stale) = net.held.remove(0);
+    net.deliver_now(from, to, stale);
+    net.run_for(1_000);
+    net.rule = None;
+    // Node 1's payload cache let go of "dup" when it delivered it, so it votes in k once the
+    // coordinator re-sends phase 2 with the payload (`p2_resend_us`).
+    let k = j + 5;
+    net.run_for(1_500_000);
+    for i in [0, 1] {
+        assert_eq!(net.delivered_in(i, j), Some(&vec![Bytes::from("dup")]));
+        assert_eq!(
+            net.delivered_in(i, k),
+            None,
+            "node {i} skips the second copy"
+        );
+        assert_eq!(net.status(i).delivered_upto, k, "instance k is decided");
+    }
+    // The windows slide past j, not past k.
+    let log_start = |net: &Net, i: usize| net.nodes[i].as_ref().unwrap().acceptor_log_start();
+    let mut n = 0;
+    while log_start(&net, 0).unwrap() <= j || log_start(&net, 1).unwrap() <= j {
+        assert!(n < 40, "windows slide");
+        assert!(net.propose(n % 2, &format!("s{n}")));
+        net.run_for(1_000);
+        n += 1;
+    }
+    net.run_for(100_000);
+    let floor = log_start(&net, 0).unwrap();
+    assert_eq!(log_start(&net, 1), Some(floor));
+    assert!(j < floor && floor <= k, "j {j}, log start {floor}, k {k}");
+    // Node 2 comes back with nothing: it skips to the log start, then delivers from there.
+    net.restart(2, 1);
+    net.run_for(2_000_000);
+    assert_eq!(net.skips, vec![(2, 1, floor)], "{:?}", net.events_of(2));
+    let from_floor = |net: &Net, i: usize| -> Vec<(u64, Vec<Bytes>)> {
+        net.delivered[i]
+            .iter()
+            .filter(|(d, _)| *d >= floor)
+            .cloned()
+            .collect()
+    };
+    assert!(!net.delivered[2].is_empty());
+    assert_eq!(
+        net.delivered[2],
+        from_floor(&net, 0),
+        "node 2 delivers what the others deliver after the skip"
+    );
+    assert!(!net.seq(2).contains(&Bytes::from("dup")));
+    // And goes on with them.
+    for k in 0..6 {
+        assert!(net.propose(k % 3, &format!("t{k}")));
+        net.run_for(1_000);
+    }
+    net.run_for(500_000);
+    assert_eq!(net.delivered[2], from_floor(&net, 0));
+    assert_eq!(net.delivered[1], net.delivered[0]);
+    assert_eq!(net.disagreements(), Vec::<String>::new());
 }

@@ -18,8 +18,11 @@ use std::fmt;
 /// "ABC1" read as a little-endian `u32`.
 pub const MAGIC: u32 = 0x4142_4331;
 /// The only version this build speaks. 2: ballots carry the coordinator's incarnation and
-/// heartbeats the snapshot and trim points (issue 4); a version-1 peer is refused clearly.
-pub const VERSION: u8 = 2;
+/// heartbeats the snapshot and trim points (issue 4). 3: heartbeats are numbered per
+/// process life, Repair carries its epoch, Phase 1b its log start, and Decided answers the
+/// de-duplication memory of what they cannot serve (issue 15). An older peer is refused
+/// clearly.
+pub const VERSION: u8 = 3;
 /// Header size in bytes.
 pub const HEADER_BYTES: usize = 16;
 /// Largest body: a 64 MiB value plus room for its batch framing and message fields.
@@ -243,8 +246,9 @@ mod tests {
 
     #[test]
     fn unsupported_version_is_rejected() {
-        // Version 1 (before ballots carried incarnations) and a future version.
-        for v in [1, 3] {
+        // Versions 1 and 2 (before ballots carried incarnations; before heartbeats were
+        // numbered per life and Repair carried its epoch) and a future version.
+        for v in [1, 2, 4] {
             let mut buf = frame_bytes(1, 0, b"x");
             buf[4] = v;
             assert_eq!(

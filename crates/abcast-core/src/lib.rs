@@ -5,9 +5,8 @@
 //! done leaves through an [`Outbox`]. The simulator (`abcast-sim`) and the real runtime
 //! (`abcast`) drive the same code.
 //!
-//! Layers (see ARCHITECTURE.md): vocabulary -> protocols -> storage -> simulator / runtime
-//! -> node -> applications. Arrows point down only; this crate is the bottom two layers
-//! plus the storage trait.
+//! Layers (see ARCHITECTURE.md): vocabulary -> storage -> protocols -> simulator / runtime
+//! -> node -> applications. Arrows point down only; this crate holds the bottom three.
 
 pub mod batcher;
 pub mod codec;

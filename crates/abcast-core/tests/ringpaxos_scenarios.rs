@@ -608,7 +608,7 @@ fn ghost_meets_an_amnesic_acceptor(
 /// mutation): A1 votes for b1 in its new life, A0 decides v in instance 2, where w was
 /// decided. The random sweeps meet this race too rarely to be its catch for Ring Paxos (A0
 /// must hear A1's vote before any heartbeat from A1's new life, which restarts A0's phase 1:
-/// see ARCHITECTURE.md, "What the mutations showed"), so this story is.
+/// see docs/testing.md, "What the mutations showed"), so this story is.
 #[cfg(feature = "mutations")]
 #[test]
 fn ringpaxos_voting_outside_its_epoch_is_caught_by_the_ghost_story() {

@@ -7,7 +7,7 @@
 //! NAME --stop`; the budgets leave room over the seed where it was first caught, about three
 //! times; a run is deterministic, so a change that moves the catch past its budget fails here
 //! and asks for a new measurement) and stops at the first violation, so the file costs little
-//! when the simulator bites. The measured first catches and rates are in ARCHITECTURE.md.
+//! when the simulator bites. The measured first catches and rates are in docs/testing.md.
 //!
 //! Replay a catch with the line the test prints (its scenario names the mutation), e.g.
 //! `ABCAST_SIM_SEED=4 ABCAST_SIM_MIX=pause ABCAST_SIM_NODES=3 ... ABCAST_SIM_SCENARIO=
@@ -101,7 +101,7 @@ fn uring_voting_before_the_vote_is_durable_is_caught() {
 // Paxos decision is taken by the coordinator, which restarts phase 1 the moment any
 // heartbeat tells it of the restart. Its catch is the scenario
 // `ringpaxos_voting_outside_its_epoch_is_caught_by_the_ghost_story` in
-// `abcast-core/tests/ringpaxos_scenarios.rs` (ARCHITECTURE.md, "What the mutations showed").
+// `abcast-core/tests/ringpaxos_scenarios.rs` (docs/testing.md, "What the mutations showed").
 
 #[test]
 fn ringpaxos_counting_amnesic_promises_is_caught() {

@@ -850,8 +850,8 @@ fn write_summary(
          - Preallocated segments, and trimmed ones recycled: no fdatasync has a file size to \
            commit, and a trim keeps as many spare files as it frees, so the log writes over \
            written blocks instead of fresh fallocated ones (`storage/durable.rs`).\n\n\
-         What remains (measured at 8 KiB, 2026-11-23; ARCHITECTURE.md, \"What bounds the \
-         synced log\"): the log costs CPU, about 1.3 times the memory back-end's per \
+         What remains (measured at 8 KiB, 2026-11-23; docs/benchmarks/storage/bounds.md): \
+         the log costs CPU, about 1.3 times the memory back-end's per \
          delivered MiB (its one copy into the aligned buffer, its crc32c, the kernel's \
          direct-I/O path), and under it the machine is 72 % busy (`vmstat`: 12 % idle, 16 % \
          waiting on the disk's 1.4 GB/s of writes) where the memory back-end keeps it 96 % \

@@ -241,15 +241,24 @@ where
         true
     }
 
-    pub(super) fn on_partition(&mut self) {
+    /// A fault that recurs every `every` (uniform between its bounds) during the fault
+    /// phase: schedules its next occurrence and says whether this one happens.
+    fn again_later(&mut self, every: Option<(Micros, Micros)>, action: Action) -> bool {
         if self.now_us >= self.fault_end_us {
-            return;
+            return false;
         }
-        let Some((lo, hi)) = self.plan.partition_every_us else {
-            return;
+        let Some((lo, hi)) = every else {
+            return false;
         };
         let next = self.now_us + self.rng.between(lo, hi);
-        self.schedule(next, Action::Partition);
+        self.schedule(next, action);
+        true
+    }
+
+    pub(super) fn on_partition(&mut self) {
+        if !self.again_later(self.plan.partition_every_us, Action::Partition) {
+            return;
+        }
         let ids: Vec<NodeId> = self.cfg.nodes.clone();
         let mut blocked = BTreeSet::new();
         let roll = self.rng.below(100);
@@ -330,14 +339,9 @@ where
     }
 
     pub(super) fn on_crash(&mut self) -> SimResult<()> {
-        if self.now_us >= self.fault_end_us {
+        if !self.again_later(self.plan.crash_every_us, Action::Crash) {
             return Ok(());
         }
-        let Some((lo, hi)) = self.plan.crash_every_us else {
-            return Ok(());
-        };
-        let next = self.now_us + self.rng.between(lo, hi);
-        self.schedule(next, Action::Crash);
         let candidates: Vec<usize> = (0..self.nodes.len())
             .filter(|&i| self.nodes[i].proto.is_some() && !self.nodes[i].crash_exempt)
             .collect();
@@ -693,14 +697,9 @@ where
     // ---- pauses ------------------------------------------------------------------------
 
     pub(super) fn on_pause(&mut self) {
-        if self.now_us >= self.fault_end_us {
+        if !self.again_later(self.plan.pause_every_us, Action::Pause) {
             return;
         }
-        let Some((lo, hi)) = self.plan.pause_every_us else {
-            return;
-        };
-        let next = self.now_us + self.rng.between(lo, hi);
-        self.schedule(next, Action::Pause);
         let candidates: Vec<usize> = (0..self.nodes.len())
             .filter(|&i| {
                 let s = &self.nodes[i];

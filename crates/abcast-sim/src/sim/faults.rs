@@ -676,12 +676,21 @@ where
             return;
         }
         self.report.faults.add(FaultKind::Ghost, 1);
-        let incarnation = self.nodes[node].incarnation;
+        self.crash_for(node, down_us);
+    }
+
+    /// Crashes node `i` (a machine crash by the disk model's odds) and restarts it
+    /// `down_us` later.
+    pub(super) fn crash_for(&mut self, i: usize, down_us: Micros) {
+        let incarnation = self.nodes[i].incarnation;
         let machine = self.disk_rng.chance_ppm(self.plan.disk.machine_crash_ppm);
-        self.crash(node, machine);
+        self.crash(i, machine);
         self.schedule(
             self.now_us.saturating_add(down_us),
-            Action::Restart { node, incarnation },
+            Action::Restart {
+                node: i,
+                incarnation,
+            },
         );
     }
 

@@ -804,13 +804,7 @@ where
             Action::Crash => self.on_crash(),
             Action::CrashNode { node, down_us } => {
                 if self.nodes[node].proto.is_some() {
-                    let incarnation = self.nodes[node].incarnation;
-                    let machine = self.disk_rng.chance_ppm(self.plan.disk.machine_crash_ppm);
-                    self.crash(node, machine);
-                    self.schedule(
-                        self.now_us.saturating_add(down_us),
-                        Action::Restart { node, incarnation },
-                    );
+                    self.crash_for(node, down_us);
                 }
                 Ok(())
             }

@@ -10,7 +10,7 @@
 //! Value ids (`ValueId = (node, seq)`) must never repeat across the lives of a node: learners
 //! tell batches apart by `(origin, first_seq)`, so a reused id is acknowledged and never
 //! delivered. Each process life owns one range of seqs, `[k << LIFE_SEQ_BITS, (k + 1) <<
-//! LIFE_SEQ_BITS)` for incarnation `k` (`uring::StartInfo::start_seq_for`), and the batcher
+//! LIFE_SEQ_BITS)` for incarnation `k` (`config::StartInfo::start_seq_for`), and the batcher
 //! refuses a value past its range's end (`ProposeError::IdsExhausted`) rather than step into
 //! the next life's ids.
 
@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 const EAGER_BATCHES_IN_FLIGHT: usize = 2;
 
 /// Bits of a seq that number the values of one process life; the bits above name the life
-/// (its incarnation, see `uring::StartInfo::start_seq_for`). One life may propose 2^40 ≈
+/// (its incarnation, see `config::StartInfo::start_seq_for`). One life may propose 2^40 ≈
 /// 1.1e12 values.
 pub const LIFE_SEQ_BITS: u32 = 40;
 

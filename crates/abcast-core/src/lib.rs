@@ -10,6 +10,7 @@
 
 pub mod batcher;
 pub mod codec;
+pub mod config;
 pub mod error;
 pub mod multiring;
 pub mod mutation;

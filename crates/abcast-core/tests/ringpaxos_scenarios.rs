@@ -3,7 +3,8 @@
 //! included. Faults only where a test injects them; the seeded simulator is in `abcast-sim`.
 
 use abcast_core::codec::{Encoder, WireMessage};
-use abcast_core::ringpaxos::{Message, RingPaxos, RingPaxosConfig, StartInfo};
+use abcast_core::config::StartInfo;
+use abcast_core::ringpaxos::{Message, RingPaxos, RingPaxosConfig};
 use abcast_core::storage::MemoryStore;
 use abcast_core::{NodeId, Outbox, Protocol};
 use bytes::Bytes;

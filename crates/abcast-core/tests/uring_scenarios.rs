@@ -2,8 +2,9 @@
 //! injects them). The seeded fault simulator lives in `abcast-sim`; these read as stories.
 
 use abcast_core::codec::{Encoder, WireMessage};
+use abcast_core::config::StartInfo;
 use abcast_core::storage::MemoryStore;
-use abcast_core::uring::{Message, RingConfig, StartInfo, URing};
+use abcast_core::uring::{Message, RingConfig, URing};
 use abcast_core::{Ballot, NodeId, Outbox, Protocol};
 use bytes::Bytes;
 use std::collections::VecDeque;

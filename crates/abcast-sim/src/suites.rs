@@ -25,13 +25,14 @@ use crate::config::{CrashModel, FaultMix, SimConfig};
 use crate::faults::FaultKind;
 use crate::sim::{SimReport, Violation, run_with_disk};
 use crate::sweep::SweepReport;
+use abcast_core::config::{Member, Roles, StartInfo};
 use abcast_core::multiring::{MultiRing, MultiRingConfig, ProposeTo, RingSpec};
 use abcast_core::mutation::Mutation;
 use abcast_core::ringpaxos::{RingPaxos, RingPaxosConfig};
 use abcast_core::storage::{
     AcceptorStore, DurableOptions, DurableStore, MemDir, MemoryStore, StorageError,
 };
-use abcast_core::uring::{Member, RingConfig, Roles, StartInfo, URing};
+use abcast_core::uring::{RingConfig, URing};
 use abcast_core::{GroupId, Micros, NodeId, Outbox, ProposeError, Protocol, Status, ValueId};
 use bytes::Bytes;
 use std::fmt;

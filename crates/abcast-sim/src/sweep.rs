@@ -4,8 +4,8 @@ use crate::checker::{Failure, ViolationKind};
 use crate::config::{FaultMix, SimConfig};
 use crate::faults::FaultCounts;
 use crate::sim::{SimReport, Violation, run_with_disk, without_disk};
+use abcast_core::config::StartInfo;
 use abcast_core::storage::{MemDir, StorageError};
-use abcast_core::uring::StartInfo;
 use abcast_core::{Micros, NodeId, Protocol};
 use std::ops::Range;
 

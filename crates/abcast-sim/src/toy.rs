@@ -18,9 +18,9 @@
 //! - Learner: delivers instances in order from its buffer; when behind, asks with `Sync`.
 
 use abcast_core::codec::{Decoder, Encoder, WireMessage};
+use abcast_core::config::StartInfo;
 use abcast_core::protocol::Ack;
 use abcast_core::types::BatchBuilder;
-use abcast_core::uring::StartInfo;
 use abcast_core::{
     Batch, BatchKey, DecodeError, Delivery, Instance, Micros, NodeId, Outbox, ProposeError,
     Protocol, Status, ValueId,

@@ -27,13 +27,14 @@
 //! --nocapture`: the scenario picks protocol and store (see [`Scenario`]), the line carries
 //! the crash model, and the run prints every event.
 
+use abcast_core::config::{Member, Roles, StartInfo};
 use abcast_core::multiring::{MultiRing, MultiRingConfig, ProposeTo, RingSpec};
 use abcast_core::ringpaxos::{RingPaxos, RingPaxosConfig};
 use abcast_core::storage::{
     AcceptorStore, DurableOptions, DurableStore, LogDir, MemDir, MemoryStore, NoneStore,
     StorageError,
 };
-use abcast_core::uring::{Member, RingConfig, Roles, StartInfo, URing};
+use abcast_core::uring::{RingConfig, URing};
 use abcast_core::{GroupId, NodeId, Protocol};
 use abcast_sim::{
     CrashModel, FaultMix, SimConfig, SweepReport, ViolationKind, replay_from_env_with_disk,

@@ -6,9 +6,10 @@
 //! Replay a failing seed with the line it prints (`... cargo test -p abcast-sim --test
 //! multiring replay -- --exact --nocapture`).
 
+use abcast_core::config::{Member, Roles, StartInfo};
 use abcast_core::multiring::{MultiRing, MultiRingConfig, ProposeTo, RingSpec};
 use abcast_core::storage::MemoryStore;
-use abcast_core::uring::{Member, RingConfig, Roles, StartInfo};
+use abcast_core::uring::RingConfig;
 use abcast_core::{GroupId, Micros, NodeId, Outbox, ProposeError, Protocol, Status, ValueId};
 mod common;
 

@@ -215,7 +215,7 @@ fn multiring_has_no_trim_point_for_the_trim_mutation_to_move() {
     let f = suites::multiring_factory(&cfg, Variant::broken(Mutation::TrimPastQuorum));
     let mut node = f(
         abcast_core::NodeId(0),
-        abcast_core::uring::StartInfo::FRESH,
+        abcast_core::config::StartInfo::FRESH,
         abcast_core::storage::MemDir::new("n0"),
     )
     .expect("starts");

@@ -3,7 +3,7 @@
 //! (`propose` says `Busy`), so a run converges at once after the heal load.
 
 use abcast_core::codec::{Decoder, Encoder, WireMessage};
-use abcast_core::uring::StartInfo;
+use abcast_core::config::StartInfo;
 use abcast_core::{DecodeError, Micros, NodeId, Outbox, ProposeError, Protocol, Status, ValueId};
 use abcast_sim::{FaultKind, FaultMix, SimConfig, SimReport, replay_from_env, run};
 use bytes::Bytes;

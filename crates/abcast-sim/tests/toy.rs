@@ -8,7 +8,7 @@
 //! `reuse_instance`.
 
 use abcast_core::NodeId;
-use abcast_core::uring::StartInfo;
+use abcast_core::config::StartInfo;
 use abcast_sim::toy::{Flaw, Toy, ToyConfig};
 use abcast_sim::{
     FaultMix, SimConfig, SimReport, SweepReport, Violation, ViolationKind, replay_from_env, run,

@@ -97,8 +97,9 @@ fn uring_five_nodes_survive_the_mixed_preset_wide() {
 #[test]
 fn value_ids_from_a_clock_stepped_back_are_reused_and_caught() {
     use abcast_core::NodeId;
+    use abcast_core::config::StartInfo;
     use abcast_core::storage::{MemDir, MemoryStore, StorageError};
-    use abcast_core::uring::{RingConfig, StartInfo, URing};
+    use abcast_core::uring::{RingConfig, URing};
     let cfg = suites::config(P, FaultMix::Crash, Variant::CORRECT);
     let ids: Vec<u32> = cfg.nodes.iter().map(|n| n.0).collect();
     let ring = RingConfig::pal(&ids);

@@ -12,11 +12,12 @@ use crate::nodeconfig::{
 };
 use crate::runtime::transport::bind_listener;
 use crate::runtime::{Application, Driver, DriverConfig, DriverError, Listeners, LoadConfig};
+use abcast_core::config::{ConfigError, StartInfo};
 use abcast_core::multiring::MultiRing;
 use abcast_core::protocol::Ack;
 use abcast_core::ringpaxos::RingPaxos;
 use abcast_core::storage::{AcceptorStore, DurableOptions, DurableStore, MemoryStore, NoneStore};
-use abcast_core::uring::{ConfigError, StartInfo, URing};
+use abcast_core::uring::URing;
 use abcast_core::{Delivery, GroupId, Instance, Micros, NodeId, Protocol, Status, ValueId};
 use base64::Engine;
 use hdrhistogram::Histogram;

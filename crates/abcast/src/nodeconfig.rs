@@ -56,10 +56,11 @@
 use crate::runtime::TransportConfig;
 use crate::runtime::linkfault::{self, LinkFault};
 use crate::runtime::multicast::{self, MulticastConfig};
+use abcast_core::config::{Member, Roles, StartInfo};
 use abcast_core::multiring::{MultiRingConfig, ProposeTo, RingSpec};
 use abcast_core::ringpaxos::RingPaxosConfig;
 use abcast_core::storage::DurableOptions;
-use abcast_core::uring::{Member, RingConfig, Roles, StartInfo};
+use abcast_core::uring::RingConfig;
 use abcast_core::{GroupId, NodeId};
 use serde::Deserialize;
 use std::fmt;

@@ -5,9 +5,10 @@
 mod runtime_support;
 
 use abcast::runtime::TransportConfig;
+use abcast_core::config::{Member, Roles, StartInfo};
 use abcast_core::multiring::{MultiRing, MultiRingConfig, RingSpec};
 use abcast_core::storage::MemoryStore;
-use abcast_core::uring::{Member, RingConfig, Roles, StartInfo};
+use abcast_core::uring::RingConfig;
 use abcast_core::{GroupId, NodeId, ValueId};
 use runtime_support::*;
 use std::collections::HashSet;

@@ -13,7 +13,7 @@
 mod runtime_support;
 
 use abcast::runtime::{Driver, DriverConfig, Listeners, LoadConfig, TransportConfig};
-use abcast_core::uring::StartInfo;
+use abcast_core::config::StartInfo;
 use abcast_core::{NodeId, ValueId};
 use runtime_support::*;
 use std::io::{Read, Write};

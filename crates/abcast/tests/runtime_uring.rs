@@ -6,8 +6,9 @@ mod runtime_support;
 
 use abcast::client::{Client, ClientError};
 use abcast::runtime::TransportConfig;
+use abcast_core::config::StartInfo;
 use abcast_core::storage::MemoryStore;
-use abcast_core::uring::{RingConfig, StartInfo, URing};
+use abcast_core::uring::{RingConfig, URing};
 use bytes::Bytes;
 use runtime_support::*;
 

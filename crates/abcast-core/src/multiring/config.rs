@@ -3,8 +3,9 @@
 //! each learner follows at start. Every field is checked by [`MultiRingConfig::validate`],
 //! whose errors name the field.
 
+use crate::config::ConfigError;
 use crate::types::{GroupId, Micros, NodeId};
-use crate::uring::{ConfigError, RingConfig};
+use crate::uring::RingConfig;
 
 /// One ring of the deployment.
 #[derive(Clone, Debug, PartialEq, Eq)]

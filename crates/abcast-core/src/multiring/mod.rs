@@ -37,10 +37,11 @@ pub use config::{MultiRingConfig, ProposeTo, RingSpec};
 pub use messages::{Body, Control, Message, Report};
 
 use crate::ProposeError;
+use crate::config::{ConfigError, StartInfo};
 use crate::protocol::{GroupStatus, Outbox, Protocol, Status, Subscription};
 use crate::storage::AcceptorStore;
 use crate::types::{Decree, GroupId, Micros, NodeId, ValueId};
-use crate::uring::{self, ConfigError, StartInfo, URing};
+use crate::uring::{self, URing};
 use bytes::Bytes;
 use merge::{Follow, Merger, RingQueue};
 use skip::SkipState;

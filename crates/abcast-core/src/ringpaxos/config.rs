@@ -5,8 +5,9 @@
 //! configuration order. The ring of phase 2 is an m-quorum of `acceptors / 2 + 1` of them,
 //! chosen by the coordinator at phase 1 (seed 003 §4.1, §4.3); the others are spares.
 
+use crate::config::{ConfigError, Member, Roles};
 use crate::types::{Micros, NodeId};
-pub use crate::uring::config::{ConfigError, MAX_RING_MEMBERS, Member, Roles, StartInfo};
+pub use crate::uring::config::MAX_RING_MEMBERS;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RingPaxosConfig {

@@ -51,7 +51,8 @@ pub mod messages;
 pub mod proposer;
 pub mod snapshot;
 
-pub use config::{ConfigError, Member, RingPaxosConfig, Roles, StartInfo};
+use crate::config::{ConfigError, StartInfo};
+pub use config::RingPaxosConfig;
 pub use messages::Message;
 
 use crate::ProposeError;

@@ -27,7 +27,8 @@ pub mod proposer;
 pub mod ring;
 pub mod snapshot;
 
-pub use config::{ConfigError, Member, RingConfig, Roles, StartInfo};
+use crate::config::{ConfigError, StartInfo};
+pub use config::RingConfig;
 pub use messages::Message;
 
 use crate::ProposeError;

@@ -40,8 +40,8 @@ use crate::checker::{Failure, ViolationKind};
 use crate::faults::FaultKind;
 use crate::rng::SimRng;
 use crate::trace::TraceEvent;
+use abcast_core::config::StartInfo;
 use abcast_core::storage::{MemDir, StorageError, Tear};
-use abcast_core::uring::StartInfo;
 use abcast_core::{Ballot, Micros, NodeId, Outbox, Protocol};
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -17,8 +17,8 @@ use crate::checker::{Failure, ViolationKind};
 use crate::faults::FaultKind;
 use crate::plan::PARKED_PER_NODE_MAX;
 use crate::trace::{DropReason, TraceEvent};
+use abcast_core::config::StartInfo;
 use abcast_core::storage::{MemDir, StorageError};
-use abcast_core::uring::StartInfo;
 use abcast_core::{NodeId, Protocol};
 use bytes::Bytes;
 

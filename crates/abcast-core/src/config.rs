@@ -136,3 +136,94 @@ impl StartInfo {
         })
     }
 }
+
+/// A configuration of one protocol instance: who is in it, with which roles. `id` grows
+/// with every change and names it everywhere (a Sequence Paxos configuration number after
+/// a stop-sign, a Raft configuration's log index, an EVS ring id). The input of
+/// `Protocol::reconfigure` and the content of a `ConfigChange` output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Configuration {
+    pub id: u64,
+    pub members: Vec<Member>,
+}
+
+impl Configuration {
+    /// Checks what every protocol needs of a configuration: at least one member, no node
+    /// twice, at least one acceptor (voter).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.members.is_empty() {
+            return Err(ConfigError {
+                field: "members",
+                reason: "a configuration needs at least one member".into(),
+            });
+        }
+        let mut ids: Vec<u32> = self.members.iter().map(|m| m.id.0).collect();
+        ids.sort_unstable();
+        if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+            return Err(ConfigError {
+                field: "members",
+                reason: format!("node {} appears twice", w[0]),
+            });
+        }
+        if !self.members.iter().any(|m| m.roles.acceptor) {
+            return Err(ConfigError {
+                field: "members",
+                reason: "a configuration needs at least one acceptor".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether `node` is a member.
+    pub fn contains(&self, node: NodeId) -> bool {
+        self.members.iter().any(|m| m.id == node)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(id: u32) -> Member {
+        Member {
+            id: NodeId(id),
+            roles: Roles::PAL,
+        }
+    }
+
+    #[test]
+    fn a_configuration_with_a_node_twice_or_no_acceptor_is_refused() {
+        let ok = Configuration {
+            id: 1,
+            members: vec![member(0), member(1)],
+        };
+        assert_eq!(ok.validate(), Ok(()));
+        assert!(ok.contains(NodeId(1)) && !ok.contains(NodeId(2)));
+        let twice = Configuration {
+            id: 1,
+            members: vec![member(0), member(0)],
+        };
+        assert!(twice.validate().is_err_and(|e| e.reason.contains("twice")));
+        let learners = Configuration {
+            id: 1,
+            members: vec![Member {
+                id: NodeId(3),
+                roles: Roles {
+                    proposer: true,
+                    acceptor: false,
+                    learner: true,
+                },
+            }],
+        };
+        assert!(
+            learners
+                .validate()
+                .is_err_and(|e| e.reason.contains("acceptor"))
+        );
+        let empty = Configuration {
+            id: 1,
+            members: vec![],
+        };
+        assert!(empty.validate().is_err());
+    }
+}

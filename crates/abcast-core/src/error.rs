@@ -43,6 +43,13 @@ pub enum ProposeError {
     /// 2^40 values per life); the next seq, `seq_end`, belongs to the next life. Permanent:
     /// only a restart (a new incarnation, a new range) lets the node propose again.
     IdsExhausted { seq_end: u64 },
+    /// Only the leader takes proposals (or reads) and this node is not it (leader-based
+    /// protocols, seed 001). `hint`: the leader this node believes in, if any; a client
+    /// retries there.
+    NotLeader { hint: Option<crate::types::NodeId> },
+    /// The protocol does not offer this input (e.g. a read barrier or a reconfiguration on
+    /// a protocol that has none yet); `what` names the input.
+    Unsupported { what: &'static str },
 }
 
 impl fmt::Display for ProposeError {
@@ -61,6 +68,15 @@ impl fmt::Display for ProposeError {
                 "this process life used every value id below {seq_end}: restart the node \
                  to get a new id range"
             ),
+            ProposeError::NotLeader { hint: Some(l) } => {
+                write!(f, "this node is not the leader; the leader is {l}")
+            }
+            ProposeError::NotLeader { hint: None } => {
+                write!(f, "this node is not the leader, and knows of none yet")
+            }
+            ProposeError::Unsupported { what } => {
+                write!(f, "this protocol does not support {what}")
+            }
         }
     }
 }

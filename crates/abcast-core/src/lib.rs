@@ -8,7 +8,9 @@
 //! Layers (see ARCHITECTURE.md): vocabulary -> storage -> protocols -> simulator / runtime
 //! -> node -> applications. Arrows point down only; this crate holds the bottom three.
 
+pub mod app;
 pub mod batcher;
+pub mod carry;
 pub mod codec;
 pub mod config;
 pub mod error;
@@ -22,9 +24,12 @@ pub mod types;
 pub mod uring;
 pub mod wire;
 
+pub use app::{Application, NoApplication};
+pub use carry::{Carrier, carry_out};
 pub use error::{DecodeError, ProposeError};
 pub use protocol::{
-    Delivery, GroupStatus, Install, Outbox, Pass, Protocol, Skip, Snapshot, Status, Subscription,
+    ConfigChange, ConfigKind, Delivery, DeliveryLevel, GroupStatus, Install, Outbox, Pass,
+    Protocol, ReadState, ReconfigureError, Skip, Snapshot, Status, Subscription,
 };
 pub use types::{
     Ballot, Batch, BatchKey, CONTROL_MAX_BYTES, Decree, GroupId, Instance, Micros, NodeId, Value,

@@ -10,10 +10,19 @@
 //! 3. hand `deliveries` (in instance order) and `acks` to the application.
 //!
 //! This is the raft-rs `Ready` discipline: no message that depends on a persisted state leaves
-//! before that state is durable.
+//! before that state is durable. [`crate::carry::carry_out`] is that order, written once:
+//! the simulator and the runtime both carry an outbox out through it.
+//!
+//! Inputs beyond the three (each with a default for a protocol that has no use for it):
+//! [`Protocol::reconfigure`], [`Protocol::peer_unreachable`] / [`Protocol::peer_reconnected`]
+//! (the driver's view of its links), [`Protocol::read_index`] (a linearizable-read barrier).
+//! Outputs beyond sends and deliveries are positioned among the deliveries of the same
+//! outbox where their place matters (configuration changes, installs, skips, group changes)
+//! so every learner sees them at the same point of the sequence.
 
 use crate::ProposeError;
 use crate::codec::WireMessage;
+use crate::config::{ConfigError, Configuration};
 use crate::types::{Ballot, Batch, BatchKey, GroupId, Instance, Micros, NodeId, ValueId};
 use bytes::Bytes;
 
@@ -24,17 +33,61 @@ pub struct Delivery {
     pub group: GroupId,
     pub instance: Instance,
     pub batch: Batch,
+    /// What the protocol guarantees of this delivery (see [`DeliveryLevel`]).
+    pub level: DeliveryLevel,
 }
 
 impl Delivery {
-    /// A delivery of group 0.
+    /// An `Agreed` delivery of group 0.
     pub fn new(instance: Instance, batch: Batch) -> Delivery {
         Delivery {
             group: GroupId(0),
             instance,
             batch,
+            level: DeliveryLevel::Agreed,
         }
     }
+}
+
+/// What a delivery guarantees (Extended Virtual Synchrony's services, seed 002 §II).
+/// Paxos-family protocols deliver only what a quorum of acceptors accepted, which is at
+/// least `Agreed`: every learner that delivers it delivers it at the same place of one total
+/// order. `Safe` adds that every member of the current configuration has the message (the
+/// token ring's `aru` round), so it is delivered everywhere unless that member crashes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum DeliveryLevel {
+    #[default]
+    Agreed,
+    Safe,
+}
+
+/// Whether a configuration change is the regular one a group runs in, or the transitional
+/// one Extended Virtual Synchrony delivers between two regular configurations (seed 002,
+/// Totem's EVS: the members that came from the same old configuration, delivering the old
+/// configuration's last messages). Protocols without EVS emit only `Regular`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigKind {
+    Regular,
+    Transitional,
+}
+
+/// The protocol instance's configuration changed, at this point of the delivered sequence:
+/// deliveries before `position` belong to the old configuration, from `position` on to
+/// `config` (a stop-sign decided, a joint configuration committed, an EVS view installed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigChange {
+    pub kind: ConfigKind,
+    pub config: Configuration,
+    /// How many of the same outbox's `deliveries` come before this change.
+    pub position: usize,
+}
+
+/// The answer to [`Protocol::read_index`]: a read asked for with `id` is linearizable once
+/// this learner has delivered every instance up to `upto` (etcd-io/raft's `ReadState`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadState {
+    pub id: u64,
+    pub upto: Instance,
 }
 
 /// A decided instance that hands nothing to the application: a no-op, a batch decided a
@@ -99,6 +152,10 @@ pub struct Outbox<M> {
     /// acceptors' trim point): the application replaces its state with `snapshot.app`, at
     /// `position` among `deliveries`, and the driver persists the snapshot.
     pub installs: Vec<Install>,
+    /// Configuration changes, positioned among `deliveries` (see [`ConfigChange`]).
+    pub config_changes: Vec<ConfigChange>,
+    /// Read barriers confirmed (see [`Protocol::read_index`]).
+    pub reads: Vec<ReadState>,
 }
 
 /// A learner passed over instances `[from, to)` of `group` that no acceptor holds any more
@@ -136,6 +193,8 @@ impl<M> Default for Outbox<M> {
             passes: Vec::new(),
             subscriptions: Vec::new(),
             installs: Vec::new(),
+            config_changes: Vec::new(),
+            reads: Vec::new(),
         }
     }
 }
@@ -157,6 +216,8 @@ impl<M> Outbox<M> {
             && self.passes.is_empty()
             && self.subscriptions.is_empty()
             && self.installs.is_empty()
+            && self.config_changes.is_empty()
+            && self.reads.is_empty()
             && !self.needs_sync
     }
     pub fn clear(&mut self) {
@@ -169,6 +230,8 @@ impl<M> Outbox<M> {
         self.passes.clear();
         self.subscriptions.clear();
         self.installs.clear();
+        self.config_changes.clear();
+        self.reads.clear();
         self.needs_sync = false;
     }
 }
@@ -401,4 +464,75 @@ pub trait Protocol {
             group.0
         ))
     }
+
+    /// Moves the protocol instance to a new configuration (seed 001 §2.4.3 stop-sign
+    /// reconfiguration, Raft's joint consensus). `Ok` means the change is under way, not in
+    /// effect: it takes effect where a `ConfigChange` appears among the deliveries. A
+    /// protocol without reconfiguration refuses with `Unsupported`; a non-leader of a
+    /// leader-based protocol with `NotLeader`.
+    fn reconfigure(
+        &mut self,
+        now: Micros,
+        config: Configuration,
+        out: &mut Outbox<Self::Message>,
+    ) -> Result<(), ReconfigureError> {
+        let _ = (now, out);
+        config.validate().map_err(ReconfigureError::Invalid)?;
+        Err(ReconfigureError::Refused(ProposeError::Unsupported {
+            what: "reconfiguration",
+        }))
+    }
+
+    /// The driver lost its link to `peer` (a connection closed or timed out). Protocols
+    /// with their own failure detector may ignore it; a leader-based one re-synchronises the
+    /// follower when it is back (OmniPaxos' `reconnected`, seed 001 §4.4: the thesis assumes
+    /// FIFO perfect links, which a dropped connection breaks).
+    fn peer_unreachable(&mut self, now: Micros, peer: NodeId, out: &mut Outbox<Self::Message>) {
+        let _ = (now, peer, out);
+    }
+
+    /// The driver's link to `peer` is up (again; the runtime calls it at every connect, so
+    /// also at the first one; see [`Protocol::peer_unreachable`]).
+    fn peer_reconnected(&mut self, now: Micros, peer: NodeId, out: &mut Outbox<Self::Message>) {
+        let _ = (now, peer, out);
+    }
+
+    /// A linearizable-read barrier (read index, etcd-io/raft `ReadIndex`): the protocol
+    /// confirms it is still entitled to answer (a leader: a heartbeat round to a quorum)
+    /// and answers with a [`ReadState`] `{ id, upto }` in a later outbox; the reader reads
+    /// its state once this learner delivered up to `upto`. A protocol without a barrier of
+    /// its own refuses with `Unsupported` (the driver then orders the read through the log:
+    /// a value proposed and awaited).
+    fn read_index(
+        &mut self,
+        now: Micros,
+        id: u64,
+        out: &mut Outbox<Self::Message>,
+    ) -> Result<(), ProposeError> {
+        let _ = (now, id, out);
+        Err(ProposeError::Unsupported {
+            what: "a read-index barrier",
+        })
+    }
 }
+
+/// Why [`Protocol::reconfigure`] did not start a change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReconfigureError {
+    /// The new configuration is not one (no member, a node twice, ...).
+    Invalid(ConfigError),
+    /// This node cannot start it now (not the leader, a change already under way, or the
+    /// protocol has no reconfiguration).
+    Refused(ProposeError),
+}
+
+impl std::fmt::Display for ReconfigureError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReconfigureError::Invalid(e) => write!(f, "{e}"),
+            ReconfigureError::Refused(e) => write!(f, "reconfiguration refused: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReconfigureError {}

@@ -231,6 +231,10 @@ pub struct SimConfig {
     pub fifo_links: bool,
     /// Whether a node receives its own `multicasts` (IP_MULTICAST_LOOP defaults to on).
     pub multicast_loopback: bool,
+    /// An application per node beside the simulator's own (which keeps the digest the
+    /// checkers compare): it sees every delivery, install, skip and configuration change
+    /// through the same carry-out as the runtime's (a test compares the two).
+    pub observer: Option<Observer>,
     /// A node that starts fresh (incarnation 0, not amnesic), including a late joiner, must
     /// deliver the common sequence from its first instance. Off: it may start anywhere, like
     /// an amnesic restart.
@@ -297,6 +301,7 @@ impl SimConfig {
             busy_retry_us: 5_000,
             fifo_links: false,
             multicast_loopback: true,
+            observer: None,
             fresh_learners_deliver_all: true,
             trace_tail_events: 60,
             verbose: false,
@@ -521,5 +526,17 @@ mod tests {
                 .map(|c| c.seed),
             None
         );
+    }
+}
+
+/// Builds a node's observing application (see [`SimConfig::observer`]).
+#[derive(Clone)]
+pub struct Observer(
+    pub std::sync::Arc<dyn Fn(NodeId) -> Box<dyn abcast_core::Application + Send> + Send + Sync>,
+);
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observer(..)")
     }
 }

@@ -76,7 +76,7 @@ pub mod toy;
 pub mod trace;
 
 pub use checker::{Checker, Failure, SeqDigest, SnapshotEvent, ViolationKind};
-pub use config::{CrashModel, FaultMix, ReplayTarget, SimConfig};
+pub use config::{CrashModel, FaultMix, Observer, ReplayTarget, SimConfig};
 pub use faults::{FaultCounts, FaultKind};
 pub use plan::{DiskPlan, FaultPlan};
 pub use rng::SimRng;

@@ -18,8 +18,8 @@
 //! - Learner: delivers instances in order from its buffer; when behind, asks with `Sync`.
 
 use abcast_core::codec::{Decoder, Encoder, WireMessage};
-use abcast_core::config::StartInfo;
-use abcast_core::protocol::Ack;
+use abcast_core::config::{Configuration, Member, Roles, StartInfo};
+use abcast_core::protocol::{Ack, ConfigChange, ConfigKind};
 use abcast_core::types::BatchBuilder;
 use abcast_core::{
     Batch, BatchKey, DecodeError, Delivery, Instance, Micros, NodeId, Outbox, ProposeError,
@@ -65,6 +65,11 @@ pub struct ToyConfig {
     /// Values proposed and not yet delivered at their proposer; `propose` says `Busy` beyond.
     pub window_values: usize,
     pub flaw: Option<Flaw>,
+    /// Learners report a configuration change (`Outbox::config_changes`, regular, the same
+    /// members) before every instance `k * config_every + 1`: a positioned output for the
+    /// test that drives one protocol through the simulator's and the runtime's carry-out.
+    /// 0: never.
+    pub config_every: u64,
 }
 
 impl ToyConfig {
@@ -82,6 +87,7 @@ impl ToyConfig {
             heartbeat_us: 30_000,
             window_values: 512,
             flaw: None,
+            config_every: 0,
         }
     }
 
@@ -325,6 +331,26 @@ impl Toy {
             out.acks.push(Ack {
                 key,
                 count: b.len() as u32,
+            });
+        }
+        let every = self.cfg.config_every;
+        if every > 0 && instance > 1 && (instance - 1).is_multiple_of(every) {
+            let members = self
+                .cfg
+                .members
+                .iter()
+                .map(|&id| Member {
+                    id,
+                    roles: Roles::PAL,
+                })
+                .collect();
+            out.config_changes.push(ConfigChange {
+                kind: ConfigKind::Regular,
+                config: Configuration {
+                    id: (instance - 1) / every,
+                    members,
+                },
+                position: out.deliveries.len(),
             });
         }
         out.deliveries.push(Delivery::new(instance, batch));

@@ -11,7 +11,9 @@ use crate::nodeconfig::{
     self, MarkerError, NodeConfig, NodeConfigError, ProtocolKind, StorageKind,
 };
 use crate::runtime::transport::bind_listener;
-use crate::runtime::{Application, Driver, DriverConfig, DriverError, Listeners, LoadConfig};
+use crate::runtime::{
+    Application, Driver, DriverConfig, DriverError, Hooks, Listeners, LoadConfig,
+};
 use abcast_core::config::{ConfigError, StartInfo};
 use abcast_core::multiring::MultiRing;
 use abcast_core::protocol::Ack;
@@ -779,7 +781,7 @@ impl Application for NodeStats<'_> {
         serde_json::to_vec(&s).ok().map(bytes::Bytes::from)
     }
 
-    fn deliver(&mut self, now: Micros, d: &Delivery) {
+    fn deliver(&mut self, now: Micros, d: &Delivery, _results: &mut Vec<bytes::Bytes>) {
         let b = &d.batch;
         self.merged_position += 1;
         let position = if self.multi {
@@ -836,7 +838,8 @@ impl Application for NodeStats<'_> {
         Ok(())
     }
 
-    fn skipped(&mut self, _now: Micros, from: u64, to: u64) {
+    fn skipped(&mut self, _now: Micros, skip: &abcast_core::Skip) {
+        let (from, to) = (skip.from, skip.to);
         if let Some(log) = self.delivery_log.as_mut() {
             use std::io::Write as _;
             if let Err(e) = writeln!(log, "skip {from} {to}") {
@@ -845,7 +848,9 @@ impl Application for NodeStats<'_> {
             }
         }
     }
+}
 
+impl Hooks for NodeStats<'_> {
     fn ack(&mut self, _now: Micros, a: &Ack) {
         self.acked_values += u64::from(a.count);
         *self.acked_by_origin.entry(a.key.origin.0).or_default() += u64::from(a.count);

@@ -285,6 +285,7 @@ mod tests {
             group: GroupId(group),
             instance,
             batch: Batch::single(id, Bytes::from_static(b"v")),
+            level: Default::default(),
         })
     }
 

@@ -46,8 +46,12 @@ use crate::rng::SimRng;
 use crate::trace::{Trace, TraceEvent};
 use abcast_core::codec::{Encoder, WireMessage};
 use abcast_core::config::StartInfo;
+use abcast_core::protocol::{Ack, Install};
 use abcast_core::storage::{MemDir, StorageError};
-use abcast_core::{Ballot, Micros, NodeId, Outbox, ProposeError, Protocol, Snapshot};
+use abcast_core::{
+    Application, Ballot, Carrier, ConfigChange, Delivery, Instance, Micros, NodeId, Outbox,
+    ProposeError, Protocol, Skip, Snapshot, Subscription,
+};
 use bytes::{Bytes, BytesMut};
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
@@ -365,8 +369,9 @@ struct Slot<P> {
     crash_in_commit: Option<(Micros, bool)>,
     /// What the last crash did to the disk, for a store that then fails to open.
     last_crash: String,
-    /// The learner's application: a digest of what it delivered (this incarnation's).
-    app: SimApp,
+    /// The learner's application: a digest of what it delivered (this incarnation's), and
+    /// the test's observer if it has one.
+    app: NodeApp,
     /// The node's last snapshot, as its snapshot file holds it: it survives crashes.
     saved: Option<Snapshot>,
     /// Frozen until then (a process pause): no ticks, no receives, no sync completions.
@@ -387,6 +392,190 @@ struct SimApp {
     digest: SeqDigest,
     complete: bool,
     delivered: bool,
+    /// The first delivery of this life, until the carrier checked what came before it.
+    first: Option<Instance>,
+}
+
+impl Application for SimApp {
+    fn deliver(&mut self, _now: Micros, d: &Delivery, _results: &mut Vec<Bytes>) {
+        // Group 0 only: snapshots are single-ring.
+        if d.group.0 != 0 {
+            self.complete = false;
+            return;
+        }
+        if !self.delivered {
+            self.delivered = true;
+            self.first = Some(d.instance);
+        }
+        self.digest.add(d.batch.key(), d.batch.len());
+    }
+    fn snapshot(&mut self) -> Option<Bytes> {
+        Some(self.encode())
+    }
+    fn install(&mut self, _now: Micros, snapshot: &Snapshot) -> Result<(), String> {
+        *self = SimApp::decode(&snapshot.app)
+            .map_err(|e| format!("installed a snapshot whose state does not decode: {e}"))?;
+        Ok(())
+    }
+    fn skipped(&mut self, _now: Micros, _skip: &Skip) {
+        self.complete = false;
+    }
+}
+
+/// A node's applications: the simulator's own and the test's observer.
+struct NodeApp {
+    state: SimApp,
+    observer: Option<Box<dyn Application + Send>>,
+}
+
+impl Application for NodeApp {
+    fn deliver(&mut self, now: Micros, d: &Delivery, results: &mut Vec<Bytes>) {
+        self.state.deliver(now, d, results);
+        if let Some(o) = self.observer.as_mut() {
+            o.deliver(now, d, results);
+        }
+    }
+    fn install(&mut self, now: Micros, snapshot: &Snapshot) -> Result<(), String> {
+        self.state.install(now, snapshot)?;
+        match self.observer.as_mut() {
+            Some(o) => o.install(now, snapshot),
+            None => Ok(()),
+        }
+    }
+    fn skipped(&mut self, now: Micros, skip: &Skip) {
+        self.state.skipped(now, skip);
+        if let Some(o) = self.observer.as_mut() {
+            o.skipped(now, skip);
+        }
+    }
+    fn config_changed(&mut self, now: Micros, change: &ConfigChange) {
+        if let Some(o) = self.observer.as_mut() {
+            o.config_changed(now, change);
+        }
+    }
+}
+
+/// The simulator's side of the one carry-out (`abcast_core::carry`): messages into the
+/// simulated network, every delivery, install, skip and acknowledgement through the
+/// checkers and into the trace.
+struct NodeCarrier<'w, 'a, P: Protocol, F> {
+    w: &'w mut World<'a, P, F>,
+    i: usize,
+    id: NodeId,
+    incarnation: u64,
+}
+
+impl<P, F> Carrier<P::Message> for NodeCarrier<'_, '_, P, F>
+where
+    P: Protocol,
+    F: Fn(NodeId, StartInfo, MemDir) -> Result<P, StorageError>,
+{
+    type App = NodeApp;
+    type Error = Box<Violation>;
+
+    fn app(&mut self) -> &mut NodeApp {
+        &mut self.w.nodes[self.i].app
+    }
+
+    fn send(&mut self, to: NodeId, msg: P::Message) {
+        let (kind, body) = encode(&msg);
+        self.w.send(self.id, to, kind, body);
+    }
+
+    fn multicast(&mut self, msg: P::Message) {
+        let (kind, body) = encode(&msg);
+        for k in 0..self.w.nodes.len() {
+            let to = self.w.nodes[k].id;
+            if to != self.id || self.w.cfg.multicast_loopback {
+                self.w.send(self.id, to, kind, body.clone());
+            }
+        }
+    }
+
+    fn delivered(&mut self, now: Micros, d: &Delivery, _results: &[Bytes]) -> SimResult<()> {
+        let (id, incarnation) = (self.id, self.incarnation);
+        self.w.first_delivery(self.i);
+        self.w.trace.record(
+            now,
+            TraceEvent::Deliver {
+                node: id,
+                incarnation,
+                instance: d.instance,
+                key: d.batch.key(),
+                count: d.batch.len(),
+            },
+        );
+        self.w
+            .checker
+            .deliver(now, id, incarnation, d)
+            .map_err(|f| self.w.violation(f))
+    }
+
+    fn installed(&mut self, _now: Micros, install: &Install) -> SimResult<()> {
+        self.w.installed(self.i, &install.snapshot)
+    }
+
+    fn install_refused(&mut self, _now: Micros, _install: &Install, why: String) -> Box<Violation> {
+        self.w.violation(
+            Failure::new(
+                ViolationKind::SnapshotMismatch,
+                format!("{}: {why}", self.id),
+            )
+            .at(self.id, self.incarnation),
+        )
+    }
+
+    fn skipped(&mut self, _now: Micros, skip: &Skip) -> SimResult<()> {
+        self.w.learner_skipped(self.i, skip)
+    }
+
+    fn subscription(&mut self, now: Micros, sub: &Subscription) -> SimResult<()> {
+        self.w.trace.record(
+            now,
+            TraceEvent::Protocol {
+                node: self.id,
+                text: format!("subscription {sub:?}"),
+            },
+        );
+        self.w.checker.subscription(self.id, self.incarnation, sub);
+        Ok(())
+    }
+
+    fn config_changed(&mut self, now: Micros, c: &ConfigChange) -> SimResult<()> {
+        self.w.trace.record(
+            now,
+            TraceEvent::Protocol {
+                node: self.id,
+                text: format!("configuration {} ({:?})", c.config.id, c.kind),
+            },
+        );
+        Ok(())
+    }
+
+    fn acked(&mut self, now: Micros, a: &Ack) -> SimResult<()> {
+        self.w.trace.record(
+            now,
+            TraceEvent::Ack {
+                node: self.id,
+                key: a.key,
+                count: a.count,
+            },
+        );
+        self.w
+            .checker
+            .ack(now, self.id, self.incarnation, a)
+            .map_err(|f| self.w.violation(f))
+    }
+
+    fn event(&mut self, now: Micros, text: &str) {
+        self.w.trace.record(
+            now,
+            TraceEvent::Protocol {
+                node: self.id,
+                text: text.to_string(),
+            },
+        );
+    }
 }
 
 impl SimApp {
@@ -410,6 +599,7 @@ impl SimApp {
             digest,
             complete: true,
             delivered: true,
+            first: None,
         })
     }
 }
@@ -505,7 +695,10 @@ where
                 acceptor: cfg.acceptors.contains(&id),
                 learner: cfg.learners.contains(&id),
                 crash_exempt: cfg.crash_exempt.contains(&id),
-                app: SimApp::default(),
+                app: NodeApp {
+                    state: SimApp::default(),
+                    observer: cfg.observer.as_ref().map(|o| (o.0)(id)),
+                },
                 saved: None,
                 crash_in_commit: None,
                 last_crash: String::new(),
@@ -922,11 +1115,11 @@ where
                 continue;
             }
             let s = &mut self.nodes[i];
-            if !s.learner || !s.app.complete || self.now_us < s.paused_until_us {
+            if !s.learner || !s.app.state.complete || self.now_us < s.paused_until_us {
                 continue;
             }
             let Some(p) = s.proto.as_mut() else { continue };
-            let state = s.app;
+            let state = s.app.state;
             let snap = match p.take_snapshot(state.encode()) {
                 Ok(snap) => snap,
                 // A protocol without snapshots: nothing to do, ever.
@@ -991,7 +1184,7 @@ where
         event: SnapshotEvent,
     ) -> SimResult<()> {
         let (id, incarnation) = (self.nodes[i].id, self.nodes[i].incarnation);
-        self.nodes[i].app = app;
+        self.nodes[i].app.state = app;
         self.trace.record(
             self.now_us,
             TraceEvent::Note(format!(
@@ -1040,7 +1233,7 @@ where
         s.incarnation = start.incarnation;
         s.started = true;
         s.epoch += 1;
-        s.app = SimApp::default();
+        s.app.state = SimApp::default();
         self.checker.start(
             id,
             start.incarnation,
@@ -1247,101 +1440,25 @@ where
         {
             return Ok(());
         }
-        for (to, msg) in out.sends.drain(..) {
-            let (kind, body) = encode(&msg);
-            self.send(id, to, kind, body);
-        }
-        for msg in out.multicasts.drain(..) {
-            let (kind, body) = encode(&msg);
-            for k in 0..self.nodes.len() {
-                let to = self.nodes[k].id;
-                if to != id || self.cfg.multicast_loopback {
-                    self.send(id, to, kind, body.clone());
-                }
-            }
-        }
-        let mut subs = std::mem::take(&mut out.subscriptions)
-            .into_iter()
-            .peekable();
-        let mut installs = std::mem::take(&mut out.installs).into_iter().peekable();
-        let mut skips = std::mem::take(&mut out.skips).into_iter().peekable();
-        for (n, d) in out.deliveries.drain(..).enumerate() {
-            while let Some(inst) = installs.next_if(|x| x.position <= n) {
-                self.install(i, &inst.snapshot)?;
-            }
-            while let Some(sub) = subs.next_if(|s| s.position <= n) {
-                self.trace.record(
-                    self.now_us,
-                    TraceEvent::Protocol {
-                        node: id,
-                        text: format!("subscription {sub:?}"),
-                    },
-                );
-                self.checker.subscription(id, incarnation, &sub);
-            }
-            // After the subscriptions of the same position: a Multi-Ring learner that skips
-            // a ring stops following it in the same step.
-            while let Some(skip) = skips.next_if(|x| x.position <= n) {
-                self.learner_skipped(i, skip)?;
-            }
-            self.trace.record(
-                self.now_us,
-                TraceEvent::Deliver {
-                    node: id,
-                    incarnation,
-                    instance: d.instance,
-                    key: d.batch.key(),
-                    count: d.batch.len(),
-                },
-            );
-            if let Err(f) = self.checker.deliver(self.now_us, id, incarnation, &d) {
-                return Err(self.violation(f));
-            }
-            self.app_deliver(i, &d);
-        }
-        for inst in installs {
-            self.install(i, &inst.snapshot)?;
-        }
-        let skips: Vec<_> = skips.collect();
-        for sub in subs {
-            self.trace.record(
-                self.now_us,
-                TraceEvent::Protocol {
-                    node: id,
-                    text: format!("subscription {sub:?}"),
-                },
-            );
-            self.checker.subscription(id, incarnation, &sub);
-        }
-        for skip in skips {
-            self.learner_skipped(i, skip)?;
-        }
-        for a in out.acks.drain(..) {
-            self.trace.record(
-                self.now_us,
-                TraceEvent::Ack {
-                    node: id,
-                    key: a.key,
-                    count: a.count,
-                },
-            );
-            if let Err(f) = self.checker.ack(self.now_us, id, incarnation, &a) {
-                return Err(self.violation(f));
-            }
-        }
-        for text in out.events.drain(..) {
-            self.trace
-                .record(self.now_us, TraceEvent::Protocol { node: id, text });
-        }
-        Ok(())
+        out.needs_sync = false;
+        let now = self.now_us;
+        abcast_core::carry_out(
+            now,
+            out,
+            &mut NodeCarrier {
+                w: self,
+                i,
+                id,
+                incarnation,
+            },
+        )
     }
 
     /// The learner passed over instances no acceptor holds any more: counted, checked (it
     /// must start where the learner is), and the application's state no longer covers the
     /// sequence.
-    fn learner_skipped(&mut self, i: usize, skip: abcast_core::Skip) -> SimResult<()> {
+    fn learner_skipped(&mut self, i: usize, skip: &abcast_core::Skip) -> SimResult<()> {
         let (id, incarnation) = (self.nodes[i].id, self.nodes[i].incarnation);
-        self.nodes[i].app.complete = false;
         self.report.faults.add(FaultKind::LearnerSkip, 1);
         self.trace.record(
             self.now_us,
@@ -1355,41 +1472,21 @@ where
             .map_err(|f| self.violation(f))
     }
 
-    /// The learner's application takes a delivery (group 0 only: snapshots are single-ring).
-    fn app_deliver(&mut self, i: usize, d: &abcast_core::Delivery) {
-        if d.group.0 != 0 {
-            self.nodes[i].app.complete = false;
-            return;
+    /// The application's first delivery in this life: its state covers the sequence from
+    /// the start if nothing of the common sequence comes before it.
+    fn first_delivery(&mut self, i: usize) {
+        if let Some(first) = self.nodes[i].app.state.first.take() {
+            self.nodes[i].app.state.complete =
+                self.checker.canonical_digest(first.saturating_sub(1)) == SeqDigest::default();
         }
-        let app = &mut self.nodes[i].app;
-        if !app.delivered {
-            // Complete if nothing of the sequence comes before this delivery.
-            app.delivered = true;
-            app.complete =
-                self.checker.canonical_digest(d.instance.saturating_sub(1)) == SeqDigest::default();
-        }
-        let app = &mut self.nodes[i].app;
-        app.digest.add(d.batch.key(), d.batch.len());
     }
 
-    /// The learner installed a peer's snapshot: the application takes its state, the node
-    /// saves it, and the checker holds the learner to every instance after it.
-    fn install(&mut self, i: usize, snap: &Snapshot) -> SimResult<()> {
-        let (id, incarnation) = (self.nodes[i].id, self.nodes[i].incarnation);
-        let app = match SimApp::decode(&snap.app) {
-            Ok(app) => app,
-            Err(e) => {
-                return Err(self.violation(
-                    Failure::new(
-                        ViolationKind::SnapshotMismatch,
-                        format!("{id}: installed a snapshot whose state does not decode: {e}"),
-                    )
-                    .at(id, incarnation),
-                ));
-            }
-        };
+    /// The learner installed a peer's snapshot and the application took its state: the
+    /// node saves it, and the checker holds the learner to every instance after it.
+    fn installed(&mut self, i: usize, snap: &Snapshot) -> SimResult<()> {
         self.nodes[i].saved = Some(snap.clone());
         self.report.snapshots_installed += 1;
+        let app = self.nodes[i].app.state;
         self.adopt_snapshot(i, snap, app, SnapshotEvent::Installed)
     }
 

@@ -52,7 +52,7 @@
 //! protocols must be safe with a frame meant for an earlier life either way; the rule only
 //! spares a new life the backlog that is known to be stale.
 
-use super::Application;
+use super::Hooks;
 use super::clientwire::{ClientFrame, KIND_DELIVERED};
 use super::frame::{self, Frame, KIND_CLIENT_MIN, KIND_HELLO, KIND_PROTOCOL_MAX};
 use super::linkfault::{LinkFaults, QueueRoom, Verdict};
@@ -61,10 +61,11 @@ use super::multicast::{self, Multicast, MulticastStats, Received};
 use super::syncer::Syncer;
 use super::transport::{self, Backoff, OutQueue, PushError, ReadOutcome, TransportConfig};
 use abcast_core::codec::{Decoder, Encoder, WireMessage};
-use abcast_core::protocol::Ack;
+use abcast_core::protocol::{Ack, Install};
 use abcast_core::storage::StorageError;
 use abcast_core::{
-    DecodeError, Delivery, GroupId, Instance, Micros, NodeId, Outbox, ProposeError, Protocol,
+    Carrier, ConfigChange, DecodeError, Delivery, GroupId, Instance, Micros, NodeId, Outbox,
+    ProposeError, Protocol, Skip, Subscription,
 };
 use bytes::{Bytes, BytesMut};
 use mio::net::{TcpListener, TcpStream};
@@ -628,7 +629,7 @@ impl<P: Protocol> Driver<P> {
 
     /// Runs the loop until `until(now)` returns true. Can be called again to continue (the
     /// node runs, stops its load, then runs again to drain).
-    pub fn run<A: Application + ?Sized>(
+    pub fn run<A: Hooks + ?Sized>(
         &mut self,
         app: &mut A,
         mut until: impl FnMut(Micros) -> bool,
@@ -717,7 +718,7 @@ impl<P: Protocol> Driver<P> {
 
     /// Takes and writes a snapshot when one is due. Runs with the outbox carried out, so
     /// the application's state matches what the protocol delivered.
-    fn maybe_snapshot<A: Application + ?Sized>(
+    fn maybe_snapshot<A: Hooks + ?Sized>(
         &mut self,
         now: Micros,
         app: &mut A,
@@ -753,15 +754,9 @@ impl<P: Protocol> Driver<P> {
         Ok(())
     }
 
-    /// The protocol installed a peer's snapshot: the application takes its state, and the
+    /// The protocol installed a peer's snapshot and the application took its state: the
     /// snapshot becomes this node's own (a restart goes on from it).
-    fn install<A: Application + ?Sized>(
-        &mut self,
-        now: Micros,
-        app: &mut A,
-        snap: &abcast_core::Snapshot,
-    ) -> Result<(), DriverError> {
-        app.install(now, snap).map_err(DriverError::Install)?;
+    fn installed(&mut self, snap: &abcast_core::Snapshot) -> Result<(), DriverError> {
         if let Some(path) = self.cfg.snapshot_path.clone() {
             write_snapshot(&path, snap).map_err(|source| DriverError::Io {
                 what: "writing an installed snapshot",
@@ -772,7 +767,7 @@ impl<P: Protocol> Driver<P> {
         Ok(())
     }
 
-    fn fire_timers<A: Application + ?Sized>(&mut self, now: Micros, app: &mut A) {
+    fn fire_timers<A: Hooks + ?Sized>(&mut self, now: Micros, app: &mut A) {
         while let Some((idx, f)) = self.faults.as_mut().and_then(|lf| lf.pop_due(now)) {
             self.queue_frame(now, idx, f.kind, f.group, &f.chunks);
         }
@@ -826,7 +821,7 @@ impl<P: Protocol> Driver<P> {
     // ----- protocol effects -------------------------------------------------------------
 
     /// Carries out the outbox, unless it waits for the iteration's group commit.
-    fn carry_out<A: Application + ?Sized>(
+    fn carry_out<A: Hooks + ?Sized>(
         &mut self,
         now: Micros,
         app: &mut A,
@@ -847,11 +842,7 @@ impl<P: Protocol> Driver<P> {
     /// `SYNC_JOBS_IN_FLIGHT_MAX`); when they are that many, the next group keeps gathering.
     /// An outbox that needs no sync still goes after the ones in flight, as it came after
     /// them.
-    fn commit<A: Application + ?Sized>(
-        &mut self,
-        now: Micros,
-        app: &mut A,
-    ) -> Result<(), DriverError> {
+    fn commit<A: Hooks + ?Sized>(&mut self, now: Micros, app: &mut A) -> Result<(), DriverError> {
         if self.outbox.is_empty() {
             return Ok(());
         }
@@ -895,7 +886,7 @@ impl<P: Protocol> Driver<P> {
 
     /// The sync thread's waker fired: carry out the outboxes its jobs made durable, oldest
     /// first, starting the next group's sync as soon as there is room.
-    fn on_sync_done<A: Application + ?Sized>(
+    fn on_sync_done<A: Hooks + ?Sized>(
         &mut self,
         now: Micros,
         app: &mut A,
@@ -919,7 +910,7 @@ impl<P: Protocol> Driver<P> {
     }
 
     /// Waits for every job in flight, and carries out their outboxes, oldest first.
-    fn wait_in_flight<A: Application + ?Sized>(
+    fn wait_in_flight<A: Hooks + ?Sized>(
         &mut self,
         now: Micros,
         app: &mut A,
@@ -942,7 +933,7 @@ impl<P: Protocol> Driver<P> {
 
     /// Carries out an outbox its sync job made durable. What gathered meanwhile stays in
     /// `self.outbox`, to go after it, as it came after it.
-    fn carry_out_held<A: Application + ?Sized>(
+    fn carry_out_held<A: Hooks + ?Sized>(
         &mut self,
         now: Micros,
         app: &mut A,
@@ -955,8 +946,9 @@ impl<P: Protocol> Driver<P> {
         r
     }
 
-    /// Carries out the outbox in the contract's order: sync, sends, deliveries and acks.
-    fn carry_out_now<A: Application + ?Sized>(
+    /// Carries out the outbox in the contract's order: the sync, then the one carry-out
+    /// (`abcast_core::carry`), which the simulator uses too.
+    fn carry_out_now<A: Hooks + ?Sized>(
         &mut self,
         now: Micros,
         app: &mut A,
@@ -974,52 +966,11 @@ impl<P: Protocol> Driver<P> {
             );
             self.protocol.sync_storage().map_err(DriverError::Storage)?;
             self.stats.storage_syncs += 1;
+            out.needs_sync = false;
         }
-        for (to, msg) in out.sends.drain(..) {
-            self.send_to(now, to, msg);
-        }
-        for msg in out.multicasts.drain(..) {
-            // A multicast reaches every member, this node included (as IP multicast with
-            // loopback enabled would): one datagram for the others, or one TCP copy each,
-            // and an in-process copy for this node, which is never lost.
-            if !self.multicast_datagram(&msg) {
-                self.stats.multicasts_by_tcp += 1;
-                for idx in 0..self.peers.len() {
-                    let to = self.peers[idx].id;
-                    self.send_to(now, to, msg.clone());
-                }
-            }
-            self.loopback.push_back(msg);
-        }
-        let mut installs = std::mem::take(&mut out.installs).into_iter().peekable();
-        for (n, d) in out.deliveries.iter().enumerate() {
-            while let Some(i) = installs.next_if(|i| i.position <= n) {
-                self.install(now, app, &i.snapshot)?;
-            }
-            app.deliver(now, d);
-            self.deliver_to_clients(d);
-        }
-        for i in installs {
-            self.install(now, app, &i.snapshot)?;
-        }
-        for a in &out.acks {
-            if a.key.origin == self.cfg.me
-                && let Some(load) = &mut self.load
-            {
-                load.on_acked(a.count as usize);
-            }
-            app.ack(now, a);
-            self.ack_to_clients(a);
-        }
-        for s in &out.skips {
-            app.skipped(now, s.from, s.to);
-        }
-        for e in &out.events {
-            self.log(format_args!("{e}"));
-        }
-        out.clear();
+        let r = abcast_core::carry_out(now, &mut out, &mut LoopCarrier { d: self, app, now });
         self.outbox = out;
-        Ok(())
+        r
     }
 
     /// Queues `msg` as one datagram to the multicast group. `false` when there is no
@@ -1049,7 +1000,7 @@ impl<P: Protocol> Driver<P> {
 
     /// Reads datagrams until none is left or the budget is used, handing each valid message
     /// to the protocol as it arrives.
-    fn read_multicast<A: Application + ?Sized>(
+    fn read_multicast<A: Hooks + ?Sized>(
         &mut self,
         now: Micros,
         app: &mut A,
@@ -1160,7 +1111,7 @@ impl<P: Protocol> Driver<P> {
         }
     }
 
-    fn run_loopback<A: Application + ?Sized>(
+    fn run_loopback<A: Hooks + ?Sized>(
         &mut self,
         now: Micros,
         app: &mut A,
@@ -1178,11 +1129,7 @@ impl<P: Protocol> Driver<P> {
         Ok(())
     }
 
-    fn run_load<A: Application + ?Sized>(
-        &mut self,
-        now: Micros,
-        app: &mut A,
-    ) -> Result<(), DriverError> {
+    fn run_load<A: Hooks + ?Sized>(&mut self, now: Micros, app: &mut A) -> Result<(), DriverError> {
         if let Some(load) = self.load.as_mut() {
             load.refill(now);
         }
@@ -1302,7 +1249,7 @@ impl<P: Protocol> Driver<P> {
         }
     }
 
-    fn on_client_frame<A: Application + ?Sized>(
+    fn on_client_frame<A: Hooks + ?Sized>(
         &mut self,
         now: Micros,
         app: &mut A,
@@ -1412,7 +1359,7 @@ impl<P: Protocol> Driver<P> {
 
     // ----- peer connections ---------------------------------------------------------------
 
-    fn on_peer_frame<A: Application + ?Sized>(
+    fn on_peer_frame<A: Hooks + ?Sized>(
         &mut self,
         now: Micros,
         app: &mut A,
@@ -1516,7 +1463,7 @@ impl<P: Protocol> Driver<P> {
         ));
     }
 
-    fn on_event<A: Application + ?Sized>(
+    fn on_event<A: Hooks + ?Sized>(
         &mut self,
         now: Micros,
         app: &mut A,
@@ -1615,7 +1562,7 @@ impl<P: Protocol> Driver<P> {
         }
     }
 
-    fn read_conn<A: Application + ?Sized>(
+    fn read_conn<A: Hooks + ?Sized>(
         &mut self,
         now: Micros,
         app: &mut A,
@@ -1842,6 +1789,8 @@ impl<P: Protocol> Driver<P> {
         self.stats.connects += 1;
         let (id, addr) = (peer.id, peer.addr);
         self.log(format_args!("connected to {id} at {addr}"));
+        // Carried out with the iteration's other effects.
+        self.protocol.peer_reconnected(now, id, &mut self.outbox);
         self.mark_peer_dirty(idx);
         self.flush_peer(idx, now);
     }
@@ -1890,6 +1839,9 @@ impl<P: Protocol> Driver<P> {
             peer.down_logged = true;
             self.log(format_args!("lost connection to {id} at {addr}: {reason}"));
         }
+        if up_since.is_some() {
+            self.protocol.peer_unreachable(now, id, &mut self.outbox);
+        }
     }
 
     fn close_link(&mut self, idx: usize) {
@@ -1930,6 +1882,102 @@ impl<P: Protocol> Driver<P> {
         {
             m.flush();
         }
+    }
+}
+
+/// The runtime's side of the one carry-out (`abcast_core::carry`): frames to peers and the
+/// multicast socket, deliveries and acknowledgements to clients, snapshots to disk.
+struct LoopCarrier<'d, 'a, P: Protocol, A: ?Sized> {
+    d: &'d mut Driver<P>,
+    app: &'a mut A,
+    now: Micros,
+}
+
+impl<P: Protocol, A: Hooks + ?Sized> Carrier<P::Message> for LoopCarrier<'_, '_, P, A> {
+    type App = A;
+    type Error = DriverError;
+
+    fn app(&mut self) -> &mut A {
+        self.app
+    }
+
+    fn send(&mut self, to: NodeId, msg: P::Message) {
+        self.d.send_to(self.now, to, msg);
+    }
+
+    fn multicast(&mut self, msg: P::Message) {
+        // A multicast reaches every member, this node included (as IP multicast with
+        // loopback enabled would): one datagram for the others, or one TCP copy each, and
+        // an in-process copy for this node, which is never lost.
+        if !self.d.multicast_datagram(&msg) {
+            self.d.stats.multicasts_by_tcp += 1;
+            for idx in 0..self.d.peers.len() {
+                let to = self.d.peers[idx].id;
+                self.d.send_to(self.now, to, msg.clone());
+            }
+        }
+        self.d.loopback.push_back(msg);
+    }
+
+    fn delivered(
+        &mut self,
+        _now: Micros,
+        d: &Delivery,
+        _results: &[Bytes],
+    ) -> Result<(), DriverError> {
+        self.d.deliver_to_clients(d);
+        Ok(())
+    }
+
+    fn installed(&mut self, _now: Micros, install: &Install) -> Result<(), DriverError> {
+        self.d.installed(&install.snapshot)
+    }
+
+    fn install_refused(&mut self, _now: Micros, _install: &Install, why: String) -> DriverError {
+        DriverError::Install(why)
+    }
+
+    fn skipped(&mut self, _now: Micros, _skip: &Skip) -> Result<(), DriverError> {
+        Ok(())
+    }
+
+    fn subscription(&mut self, _now: Micros, s: &Subscription) -> Result<(), DriverError> {
+        self.d.log(format_args!(
+            "{} group {} at delivery {} of this step",
+            if s.subscribed {
+                "follows"
+            } else {
+                "stops following"
+            },
+            s.group.0,
+            s.position
+        ));
+        Ok(())
+    }
+
+    fn config_changed(&mut self, _now: Micros, c: &ConfigChange) -> Result<(), DriverError> {
+        self.d.log(format_args!(
+            "configuration {} ({:?}): {} members",
+            c.config.id,
+            c.kind,
+            c.config.members.len()
+        ));
+        Ok(())
+    }
+
+    fn acked(&mut self, now: Micros, a: &Ack) -> Result<(), DriverError> {
+        if a.key.origin == self.d.cfg.me
+            && let Some(load) = &mut self.d.load
+        {
+            load.on_acked(a.count as usize);
+        }
+        self.app.ack(now, a);
+        self.d.ack_to_clients(a);
+        Ok(())
+    }
+
+    fn event(&mut self, _now: Micros, text: &str) {
+        self.d.log(format_args!("{text}"));
     }
 }
 

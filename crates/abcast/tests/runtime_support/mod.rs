@@ -6,7 +6,7 @@
 
 use abcast::runtime::transport::{self, TransportConfig};
 use abcast::runtime::{
-    Application, Driver, DriverConfig, Listeners, LoadConfig, TransportStats, frame,
+    Application, Driver, DriverConfig, Hooks, Listeners, LoadConfig, TransportStats, frame,
 };
 use abcast_core::codec::{Decoder, Encoder, WireMessage};
 use abcast_core::protocol::Ack;
@@ -321,12 +321,15 @@ impl Recorder {
 }
 
 impl Application for Recorder {
-    fn deliver(&mut self, _now: Micros, d: &Delivery) {
+    fn deliver(&mut self, _now: Micros, d: &Delivery, _results: &mut Vec<Bytes>) {
         let mut r = self.0.lock().unwrap();
         for v in d.batch.values() {
             r.delivered.push((d.instance, v.id, v.payload));
         }
     }
+}
+
+impl Hooks for Recorder {
     fn ack(&mut self, _now: Micros, a: &Ack) {
         self.0.lock().unwrap().acked += u64::from(a.count);
     }

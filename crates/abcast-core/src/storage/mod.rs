@@ -26,6 +26,7 @@ pub mod memdir;
 mod memory;
 mod none;
 pub mod record;
+pub mod seglog;
 
 pub use durable::{DurableOptions, DurableStore, Recovery, TornTail};
 pub use fs::{LogDir, SyncStep};

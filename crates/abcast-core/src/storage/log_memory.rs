@@ -105,7 +105,7 @@ impl LogStore for MemoryLogStore {
         self.meta.snapshot.as_ref()
     }
     fn set_snapshot(&mut self, snapshot: LogSnapshot) -> Result<(), StorageError> {
-        let held = self.held(snapshot.index).map(|e| e.ballot);
+        let held = self.ballot_at(snapshot.index);
         let cut = self.meta.check_snapshot(&snapshot, held)?;
         match cut {
             SnapshotCut::DropAll => self.entries.clear(),

@@ -30,20 +30,24 @@
 mod durable;
 mod fs;
 mod log;
+mod log_durable;
 mod log_memory;
+mod log_record;
 pub mod memdir;
 mod memory;
 mod none;
 pub mod record;
 pub mod seglog;
 
-pub use durable::{DurableOptions, DurableStore, Recovery, TornTail};
+pub use durable::{DurableOptions, DurableStore, Recovery};
 pub use fs::{LogDir, SyncStep};
 pub use log::{Entry, LogSnapshot, LogStore};
+pub use log_durable::DurableLogStore;
 pub use log_memory::MemoryLogStore;
 pub use memdir::{MemDir, Tear};
 pub use memory::MemoryStore;
 pub use none::NoneStore;
+pub use seglog::{SegRecovery, TornTail};
 
 use crate::types::{Ballot, Decree, Instance};
 

@@ -1,49 +1,41 @@
-//! The durable acceptor store: a segmented append-only log of checked records
-//! (`record.rs`) with group commit, plus a bounded in-memory cache of recent instances.
-//! Seed 000 §3.4 `BerkeleyStorage` (`sync = false`: through the OS, survives a process
-//! crash) and `SyncBerkeleyStorage` (`sync = true`: fdatasync, survives a machine crash);
-//! seed 003 §4.2: an acceptor keeps `rnd`, `v-rnd` and `v-val` on stable storage before it
-//! answers phase 1A or 2A, which the driver ensures by calling [`AcceptorStore::sync`]
-//! before it sends what the protocol produced (`Outbox::needs_sync`).
+//! The durable acceptor store: the acceptor's records (`record.rs`) on the segmented log
+//! (`seglog.rs`: segments, spares, group commit, durable points, torn-tail recovery), plus
+//! a bounded in-memory cache of recent instances. Seed 000 §3.4 `BerkeleyStorage`
+//! (`sync = false`: through the OS, survives a process crash) and `SyncBerkeleyStorage`
+//! (`sync = true`: fdatasync, survives a machine crash); seed 003 §4.2: an acceptor keeps
+//! `rnd`, `v-rnd` and `v-val` on stable storage before it answers phase 1A or 2A, which the
+//! driver ensures by calling [`AcceptorStore::sync`] before it sends what the protocol
+//! produced (`Outbox::needs_sync`).
 //!
-//! * **Write path.** `put`, `set_promised`, `mark_decided` and `trim` append records to a
-//!   pending list (payloads shared, not copied); `sync` writes them in one vectored write and,
-//!   with `sync = true`, one fdatasync: that is the group commit, one per driver batch.
-//! * **Segments.** `seg-<n>.log`, rolled at `segment_bytes`. Each opens with a `Checkpoint`
-//!   (promise and trim point), so a whole old segment can be deleted once nothing in it is
-//!   live: trimming keeps the log bounded. A few live stragglers in an old segment are
-//!   copied forward first. A new segment is preallocated to `segment_bytes`
-//!   ([`LogDir::preallocate`]) and written at the store's own offsets: a write then changes
-//!   no file size, and an fdatasync has no metadata to commit (1.75 times the synced write
-//!   rate on ext4). Zeros after the last record are that reserved space.
+//! * **Write path.** `put`, `set_promised`, `mark_decided` and `trim` append records to the
+//!   log's pending write (payloads shared, not copied); `sync` writes them in one vectored
+//!   write and, with `sync = true`, one fdatasync: that is the group commit, one per driver
+//!   batch.
+//! * **Segments.** Each opens with a `Checkpoint` (promise and trim point), so a whole old
+//!   segment can be deleted once nothing in it is live: trimming keeps the log bounded. A
+//!   few live stragglers in an old segment are copied forward first.
 //! * **Reads.** Recent instances come from the cache (a [`MemoryStore`]); older ones from
 //!   disk through an index of record locations (`range`, for retrieves and phase 1). The
 //!   cache's window moves past instances this acceptor never voted in (it was away): a
 //!   vote or decision that arrives for one later goes to disk alone, so that the acceptor
 //!   still takes part in deciding it.
-//! * **Durable points.** The first record of a write, once earlier writes of the segment
-//!   are durable, is a `Synced { upto }` marker: the segment's first `upto` bytes were
-//!   fdatasync'd (with `sync = false`: written). A crash damages only what was written after
-//!   the last durable point, and may damage it anywhere: the OS writes pages back in any
-//!   order, so a garbled record can be followed by whole ones of the same unsynced write.
-//! * **Recovery** (`open`): replays every segment in order. Zeros to the end of a segment
-//!   end its records (preallocated space; cut off, since appends go to a new segment). A
-//!   bad record in the last
-//!   segment above every durable point its markers name (those after it included) is a
-//!   torn tail: the file is cut there, whole records after it in the same unsynced write
-//!   included, and [`Recovery::torn_tail`] says where (the node logs it). A bad record below
-//!   a durable point, or in an earlier segment, is corruption: `open` refuses with the file
-//!   and the offset. (Damage inside the last write cannot be told from a torn write: it is
-//!   cut; nothing in it was acknowledged, since the acknowledgement waits for the sync.)
+//! * **Recovery** (`open`): the segmented log replays every segment, cuts a torn tail and
+//!   refuses corruption before it (see `seglog.rs`); this store rebuilds the promise, the
+//!   trim point, the index and the cache from the records. (Damage inside the last write
+//!   cannot be told from a torn write: it is cut; nothing in it was acknowledged, since the
+//!   acknowledgement waits for the sync.)
 
-use super::record::{self, Framed, Record};
+use super::record::Record;
+pub use super::seglog::TornTail;
+use super::seglog::{Index, Pos, SegLog, SegOptions};
+#[cfg(test)]
+use super::seglog::{SPARES_MAX, SPARES_MIN, seg_name};
 use super::{Accepted, AcceptorStore, LogDir, MemoryStore, StorageError};
 use crate::types::{Ballot, Instance};
+#[cfg(test)]
 use bytes::Bytes;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
-/// Pending bytes written out (without fdatasync) before `sync` is called, to bound memory.
-const FLUSH_BYTES: usize = 8 << 20;
 /// At most this many live records are copied out of an old segment so it can be deleted.
 const RELOCATE_MAX: usize = 256;
 /// ... and at most this fraction of a segment's size in bytes.
@@ -63,15 +55,6 @@ pub struct DurableOptions {
 impl DurableOptions {
     pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
     pub const SEGMENT_BYTES_MAX: u64 = 1 << 30;
-}
-
-/// A torn tail found and cut at start-up.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TornTail {
-    pub file: String,
-    pub offset: u64,
-    pub bytes_cut: u64,
-    pub why: String,
 }
 
 /// What `open` found.
@@ -126,323 +109,90 @@ struct Loc {
     decided: bool,
 }
 
+impl Loc {
+    fn at(pos: Pos, decided: bool) -> Loc {
+        Loc {
+            seg: pos.seg,
+            off: pos.off,
+            len: pos.len,
+            decided,
+        }
+    }
+    fn pos(self) -> Pos {
+        Pos {
+            seg: self.seg,
+            off: self.off,
+            len: self.len,
+        }
+    }
+}
+
 pub struct DurableStore<D: LogDir> {
-    dir: D,
-    sync_writes: bool,
-    segment_bytes: u64,
+    log: SegLog<D, Record>,
     /// Recent instances, and every undecided vote; below `cache.log_start()` instances are
     /// on disk only (decided ones, and votes for instances the window had passed).
     cache: MemoryStore,
-    log_start: Instance,
-    /// `index[i - log_start]`: the record of instance i, if any.
-    index: VecDeque<Option<Loc>>,
-    /// Segment number → bytes written to it. The last is the one appended to.
-    segments: BTreeMap<u64, u64>,
-    pending: Vec<Bytes>,
-    pending_bytes: usize,
-    unsynced: bool,
-    dir_dirty: bool,
-    /// Old segments to delete once the trim record that frees them is written.
-    deletable: Vec<u64>,
-    /// Bytes of the current segment that are durable (fdatasync'd; with `sync = false`,
-    /// written), and the most a `Synced` marker in it has stated.
-    durable: u64,
-    marked: u64,
-    failed: Option<StorageError>,
-    /// A record `range` (which cannot fail) could not read back: the next sync reports it,
-    /// and the store fails, as `open` would refuse the damaged log.
-    read_failed: std::cell::RefCell<Option<StorageError>>,
-    appended_bytes: u64,
+    /// The record of each instance from the log start (the trim point) on, if any.
+    index: Index<Loc>,
     /// `open` found a log (at least one whole record): the state was kept.
     recovered: bool,
-    syncs: u64,
-    /// The current segment's file size by preallocation (0: not preallocated).
-    allocated: u64,
-    /// Sync jobs in flight (`begin_sync` returned them), oldest first: the segment and
-    /// length each makes durable, and the segments to delete once it did (their trim
-    /// record is in it). The driver may run a few at once; they end in order.
-    in_flight: VecDeque<InFlight>,
-    /// Trimmed segment files kept for reuse (number, bytes): writing over a file's blocks
-    /// costs the disk half what allocating new ones does (measured with fresh 64 MiB
-    /// segments: 175 to 433 MB/s per writer, against 630 to 800 MB/s writing over
-    /// written blocks). `spares` may become segments; `spares_pending` were renamed since
-    /// the last directory sync and may not, yet: a crash could bring their old segment
-    /// names back, and a reused file under an old segment's name would read as damage.
-    spares: Vec<(u64, u64)>,
-    spares_pending: Vec<(u64, u64)>,
-}
-
-#[derive(Debug)]
-struct InFlight {
-    seg: u64,
-    len: u64,
-    delete: Vec<u64>,
-    /// Spares whose renames this job's directory sync makes durable.
-    promote: Vec<(u64, u64)>,
-}
-
-/// Spare segment files kept: as many as the trim freed, at least `SPARES_MIN`, at most
-/// `SPARES_MAX` (each `segment_bytes` of disk). Why as many as it freed: the log rolls
-/// about as many segments before the next trim as it had since the last one, and each a
-/// spare cannot cover is a fresh fallocated file, which the disk writes far slower (see
-/// `spares`). With 4 at most, a voter under full load at 8 KiB trimmed about ten segments
-/// a second and wrote six of the next ten fresh: `abcast bench storage`, durable with
-/// `sync = true`, went from 5.3 to 6.5 Gbit/s with 16 (single runs, 2026-11-23). The disk
-/// this takes is at most what the trimmed segments had, so it is bounded by the log's own
-/// recent size.
-const SPARES_MIN: usize = 4;
-const SPARES_MAX: usize = 64;
-
-fn seg_name(n: u64) -> String {
-    format!("seg-{n:020}.log")
-}
-
-fn spare_name(n: u64) -> String {
-    format!("spare-{n:020}.log")
-}
-
-fn parse_spare_name(name: &str) -> Option<u64> {
-    let digits = name.strip_prefix("spare-")?.strip_suffix(".log")?;
-    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
-}
-
-fn parse_seg_name(name: &str) -> Option<u64> {
-    let digits = name.strip_prefix("seg-")?.strip_suffix(".log")?;
-    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
-}
-
-/// After a bad record at `off`: the first whole good record after it, if any, and the
-/// highest durable point stated by `durable` and by the `Synced` markers among the whole
-/// records after it.
-fn records_after(buf: &[u8], off: usize, mut durable: u64, seg: u64) -> (Option<usize>, u64) {
-    let first = record::good_record_after(buf, off, seg);
-    let mut at = first;
-    while let Some(a) = at {
-        match record::frame_at(buf, a, seg) {
-            Framed::Whole { body, next } => {
-                if let Ok(Record::Synced { upto }) =
-                    Record::decode(Bytes::copy_from_slice(&buf[body]))
-                {
-                    durable = durable.max(upto);
-                }
-                at = Some(next);
-            }
-            Framed::End => break,
-            Framed::Bad(_) => at = record::good_record_after(buf, a, seg),
-        }
-    }
-    (first, durable)
 }
 
 impl<D: LogDir> DurableStore<D> {
     /// Opens the log in `dir`, replaying what is there (an empty directory starts a new log).
-    pub fn open(
-        mut dir: D,
-        opts: DurableOptions,
-    ) -> Result<(DurableStore<D>, Recovery), StorageError> {
-        let where_ = dir.describe();
-        let io = |what: &str, name: &str, e: std::io::Error| {
-            StorageError(format!("{where_}/{name}: {what}: {e}"))
-        };
-        if opts.segment_bytes == 0 || opts.segment_bytes > DurableOptions::SEGMENT_BYTES_MAX {
-            return Err(StorageError(format!(
-                "segment_bytes {} out of range (1 to {})",
-                opts.segment_bytes,
-                DurableOptions::SEGMENT_BYTES_MAX
-            )));
-        }
-        let names = dir.list().map_err(|e| io("listing", "", e))?;
-        let mut seg_nums: Vec<u64> = Vec::new();
-        let mut spares: Vec<u64> = Vec::new();
-        for n in &names {
-            if let Some(num) = parse_seg_name(n) {
-                seg_nums.push(num);
-            } else if let Some(num) = parse_spare_name(n) {
-                spares.push(num);
-            } else if n.starts_with("seg-") || n.starts_with("spare-") {
-                return Err(StorageError(format!(
-                    "{where_}/{n}: not a segment name this version writes (seg-<20 digits>.log)"
-                )));
-            }
-        }
-        seg_nums.sort_unstable();
-        let mut rec = Recovery {
-            segments: seg_nums.len(),
-            log_start: 1,
-            ..Recovery::default()
-        };
+    pub fn open(dir: D, opts: DurableOptions) -> Result<(DurableStore<D>, Recovery), StorageError> {
         let mut promised = Ballot::ZERO;
         let mut log_start: Instance = 1;
         let mut locs: BTreeMap<Instance, Loc> = BTreeMap::new();
-        let mut segments = BTreeMap::new();
-        let last = seg_nums.last().copied();
-        for &num in &seg_nums {
-            let name = seg_name(num);
-            let buf = dir.read(&name).map_err(|e| io("reading", &name, e))?;
-            if buf.get(..4) == Some(&record::MAGIC_V1.to_le_bytes()[..]) {
-                return Err(StorageError(format!(
-                    "{where_}/{name}: a log of format 1, written by an earlier version of abcast; \
-                     this version writes format 2 and does not read it. Move the directory away \
-                     (the acceptor then starts empty, as a new or amnesic one)"
-                )));
-            }
-            let mut off = 0usize;
-            // The highest durable point this segment's markers state.
-            let mut durable = 0u64;
-            // The file was recycled: its earlier contents may follow the records.
-            let mut recycled = false;
-            loop {
-                match record::frame_at(&buf, off, num) {
-                    Framed::End => break,
-                    Framed::Whole { body, next } => {
-                        let r = Record::decode(Bytes::copy_from_slice(&buf[body.clone()]))
-                            .map_err(|e| {
-                                StorageError(format!(
-                                    "{where_}/{name}: record at offset {off} has a good checksum but does not decode: {e}"
-                                ))
-                            })?;
-                        rec.records += 1;
-                        match r {
-                            Record::Checkpoint {
-                                promised: p,
-                                log_start: s,
-                                recycled: r,
-                            } => {
-                                promised = promised.max(p);
-                                log_start = log_start.max(s);
-                                recycled |= r;
-                            }
-                            Record::Promise(p) => promised = promised.max(p),
-                            Record::Accept {
-                                instance, decided, ..
-                            } => {
-                                let decided =
-                                    decided || locs.get(&instance).is_some_and(|l| l.decided);
-                                locs.insert(
-                                    instance,
-                                    Loc {
-                                        seg: num,
-                                        off: off as u64,
-                                        len: (next - off) as u32,
-                                        decided,
-                                    },
-                                );
-                            }
-                            Record::Decided(i) => {
-                                if let Some(l) = locs.get_mut(&i) {
-                                    l.decided = true;
-                                }
-                            }
-                            Record::Trim { log_start: s } => log_start = log_start.max(s),
-                            Record::Synced { upto } => durable = durable.max(upto),
+        let seg_opts = SegOptions {
+            sync: opts.sync,
+            segment_bytes: opts.segment_bytes,
+        };
+        let (log, seg_rec) = SegLog::open(
+            dir,
+            seg_opts,
+            DurableOptions::SEGMENT_BYTES_MAX,
+            |pos, r: Record| {
+                match r {
+                    Record::Checkpoint {
+                        promised: p,
+                        log_start: s,
+                        ..
+                    } => {
+                        promised = promised.max(p);
+                        log_start = log_start.max(s);
+                    }
+                    Record::Promise(p) => promised = promised.max(p),
+                    Record::Accept {
+                        instance, decided, ..
+                    } => {
+                        let decided = decided || locs.get(&instance).is_some_and(|l| l.decided);
+                        locs.insert(instance, Loc::at(pos, decided));
+                    }
+                    Record::Decided(i) => {
+                        if let Some(l) = locs.get_mut(&i) {
+                            l.decided = true;
                         }
-                        off = next;
                     }
-                    Framed::Bad(_) if buf[off..].iter().all(|&b| b == 0) => {
-                        // Preallocated space the records never reached, or that unsynced
-                        // writes did not reach before a crash. (A disk that lost synced
-                        // bytes to the end of a file cannot be told from this, as with a
-                        // torn tail: the markers that would say so were in those bytes.)
-                        // Appends go to a new segment: give the reserved space back.
-                        dir.truncate(&name, off as u64)
-                            .map_err(|e| io("cutting the preallocated tail of", &name, e))?;
-                        break;
-                    }
-                    Framed::Bad(_)
-                        if recycled && (off as u64) >= records_after(&buf, off, durable, num).1 =>
-                    {
-                        // A recycled file: after its records come its earlier contents, which
-                        // fail the checksum (another segment number). Above every durable
-                        // point they cannot be told from a torn write, and both end the
-                        // records: cut, as a torn tail would be. (Below one: corruption,
-                        // refused by the arm after this one.)
-                        dir.truncate(&name, off as u64)
-                            .map_err(|e| io("cutting the old contents of recycled", &name, e))?;
-                        rec.recycled_tails += 1;
-                        break;
-                    }
-                    Framed::Bad(why) => {
-                        if Some(num) != last {
-                            return Err(StorageError(format!(
-                                "{where_}/{name}: corrupt record at offset {off} ({why}; a later \
-                                 segment follows): refusing to start, the log before its tail is damaged"
-                            )));
-                        }
-                        // Above every durable point: the last write, garbled or cut short
-                        // by the crash, is a torn tail. Below one: corruption.
-                        let (after, durable) = records_after(&buf, off, durable, num);
-                        if (off as u64) < durable {
-                            let detail = match after {
-                                Some(a) => format!("a good record follows at offset {a}"),
-                                None => "nothing good follows".into(),
-                            };
-                            return Err(StorageError(format!(
-                                "{where_}/{name}: corrupt record at offset {off} ({why}; {detail}; \
-                                 the first {durable} bytes were durable): refusing to start, the \
-                                 log before its tail is damaged"
-                            )));
-                        }
-                        let why = match after {
-                            Some(a) => format!(
-                                "{why}; the whole records from offset {a} on were written with it, \
-                                 after the last durable point ({durable} bytes)"
-                            ),
-                            None => why,
-                        };
-                        dir.truncate(&name, off as u64)
-                            .map_err(|e| io("cutting the torn tail of", &name, e))?;
-                        dir.sync(&name)
-                            .map_err(|e| io("syncing after cutting", &name, e))?;
-                        // What was written: the zeros at the end are preallocated space.
-                        let written = buf.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
-                        rec.torn_tail = Some(TornTail {
-                            file: format!("{where_}/{name}"),
-                            offset: off as u64,
-                            bytes_cut: written.saturating_sub(off) as u64,
-                            why,
-                        });
-                        break;
-                    }
+                    Record::Trim { log_start: s } => log_start = log_start.max(s),
+                    Record::Synced { .. } => {}
                 }
-            }
-            segments.insert(num, off as u64);
-        }
-        // What the last segment holds may be only in the OS's cache: written by a process
-        // that died before its fdatasync. The recovered state is acted on from now on (votes
-        // reported in phase 1), so it must be durable first. Earlier segments were synced
-        // before the next one was begun (`roll`).
-        if opts.sync
-            && let Some(num) = last
-        {
-            let name = seg_name(num);
-            dir.sync(&name)
-                .map_err(|e| io("syncing what was recovered from", &name, e))?;
-        }
+                Ok(())
+            },
+        )?;
         let locs = locs.split_off(&log_start);
         let max_instance = locs.keys().next_back().copied().unwrap_or(0);
-        rec.promised = promised;
-        rec.log_start = log_start;
-        rec.max_instance = max_instance;
-        rec.instances = locs.len() as u64;
-        // Spares from the last life: kept up to the bound (waiting for this open's directory
-        // sync before reuse, see `spares_pending`), the rest removed.
-        spares.sort_unstable();
-        let extra = spares.len().saturating_sub(SPARES_MAX);
-        for &n in &spares[..extra] {
-            let name = spare_name(n);
-            dir.remove(&name).map_err(|e| io("removing", &name, e))?;
-        }
-        let spares_pending: Vec<(u64, u64)> = spares[extra..]
-            .iter()
-            .map(|&n| (n, opts.segment_bytes))
-            .collect();
-        rec.spares = spares_pending.len();
+        let rec = Recovery {
+            segments: seg_rec.segments,
+            records: seg_rec.records,
+            promised,
+            log_start,
+            max_instance,
+            instances: locs.len() as u64,
+            torn_tail: seg_rec.torn_tail,
+            recycled_tails: seg_rec.recycled_tails,
+            spares: seg_rec.spares,
+        };
 
         // The cache holds every undecided vote (an acceptor must answer phase 1 with them)
         // and the newest decided instances it has room for. It grows past its configured
@@ -457,37 +207,19 @@ impl<D: LogDir> DurableStore<D> {
         cache.trim(cache_from);
         cache.set_promised(promised);
         let mut store = DurableStore {
-            dir,
-            sync_writes: opts.sync,
-            segment_bytes: opts.segment_bytes,
+            log,
             cache,
-            log_start,
-            index: VecDeque::new(),
-            segments,
-            pending: Vec::new(),
-            pending_bytes: 0,
-            unsynced: false,
-            dir_dirty: false,
-            deletable: Vec::new(),
-            durable: 0,
-            marked: 0,
-            failed: None,
-            read_failed: std::cell::RefCell::new(None),
-            appended_bytes: 0,
+            index: Index::new(log_start),
             recovered: rec.records > 0,
-            syncs: 0,
-            allocated: 0,
-            in_flight: VecDeque::new(),
-            spares: Vec::new(),
-            spares_pending,
         };
         for (&i, &loc) in &locs {
-            store.index_set(i, loc);
+            store.index.set(i, loc);
             if i < cache_from {
                 continue;
             }
-            let Some(Record::Accept { ballot, decree, .. }) = store.read_record(loc) else {
-                let e = store.failed.take().unwrap_or_else(|| {
+            let Some(Record::Accept { ballot, decree, .. }) = store.log.read_or_fail(loc.pos())
+            else {
+                let e = store.log.failed().cloned().unwrap_or_else(|| {
                     StorageError(format!("record of instance {i} moved while recovering"))
                 });
                 return Err(e);
@@ -500,306 +232,88 @@ impl<D: LogDir> DurableStore<D> {
             if !store.cache.put(i, acc) && !loc.decided {
                 return Err(StorageError(format!(
                     "{}: {} bytes of undecided votes recovered exceed store_capacity_bytes {}",
-                    store.dir.describe(),
+                    store.log.describe(),
                     store.cache.bytes_held(),
                     opts.cache_bytes
                 )));
             }
         }
         // Appends go to a new segment: the old ones stay as they were read.
-        let next = store.segments.keys().next_back().map_or(1, |n| n + 1);
-        store.begin_segment(next);
-        store.sync()?;
+        if let Some(recycled) = store.log.begin_segment() {
+            store.append_checkpoint(recycled);
+        }
+        store.log.sync()?;
         Ok((store, rec))
     }
 
     /// Group commits done (syncs that wrote something).
     pub fn syncs(&self) -> u64 {
-        self.syncs
+        self.log.syncs()
     }
 
     /// The segments on disk, oldest first (for tests and the trim benchmark).
     pub fn segment_numbers(&self) -> Vec<u64> {
-        self.segments.keys().copied().collect()
+        self.log.segment_numbers()
     }
 
     /// The current segment's file name and the bytes of records written to it (where the
     /// next write goes; the file may be longer, preallocated). For tests that damage a log.
     pub fn write_end(&self) -> (String, u64) {
-        let cur = self.current();
-        (seg_name(cur), self.segments.get(&cur).copied().unwrap_or(0))
+        self.log.write_end()
     }
 
-    fn current(&self) -> u64 {
-        self.segments.keys().next_back().copied().unwrap_or(0)
-    }
-
-    fn fail(&mut self, what: &str, name: &str, e: std::io::Error) {
-        if self.failed.is_none() {
-            self.failed = Some(StorageError(format!(
-                "{}/{name}: {what}: {e}",
-                self.dir.describe()
-            )));
-        }
+    fn log_start_(&self) -> Instance {
+        self.index.start()
     }
 
     fn index_set(&mut self, i: Instance, loc: Loc) {
-        debug_assert!(i >= self.log_start, "index below the log start");
-        let at = (i - self.log_start) as usize;
-        if at >= self.index.len() {
-            self.index.resize(at + 1, None);
-        }
-        self.index[at] = Some(loc);
+        let set = self.index.set(i, loc);
+        debug_assert!(set, "index below the log start");
     }
 
     fn index_get(&self, i: Instance) -> Option<Loc> {
-        if i < self.log_start {
-            return None;
-        }
-        self.index
-            .get((i - self.log_start) as usize)
-            .copied()
-            .flatten()
+        self.index.get(i)
     }
 
-    /// Creates segment `n` and opens it with a checkpoint.
-    fn begin_segment(&mut self, n: u64) {
-        let name = seg_name(n);
-        let recycled = match self.spares.pop() {
-            Some((spare, _)) => {
-                if let Err(e) = self.dir.rename(&spare_name(spare), &name) {
-                    self.fail("recycling a spare file as", &name, e);
-                    return;
-                }
-                true
-            }
-            None => {
-                if let Err(e) = self.dir.create(&name) {
-                    self.fail("creating", &name, e);
-                    return;
-                }
-                false
-            }
-        };
-        self.segments.insert(n, 0);
-        self.dir_dirty = true;
-        self.durable = 0;
-        self.marked = 0;
-        // Reserve the segment's space now (one metadata change per segment instead of one
-        // per group commit); the checkpoint's sync makes the size durable with it.
-        self.allocated = match self.dir.preallocate(&name, self.segment_bytes) {
-            Ok(()) => self.segment_bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => 0,
-            Err(e) => {
-                self.fail("preallocating", &name, e);
-                0
-            }
-        };
+    #[cfg(test)]
+    fn write_pending(&mut self) {
+        self.log.write_pending();
+    }
+
+    /// Opens the current segment: the promise and the trim point.
+    fn append_checkpoint(&mut self, recycled: bool) {
         let cp = Record::Checkpoint {
             promised: self.cache.promised(),
-            log_start: self.log_start,
+            log_start: self.log_start_(),
             recycled,
         };
-        self.append(&cp);
+        self.log.append(&cp);
     }
 
-    /// Queues one record; returns where it will be. A write's first record follows a
-    /// `Synced` marker when the segment's durable point moved since the last one.
-    fn append(&mut self, r: &Record) -> Loc {
-        let cur = self.current();
-        let at = self.segments.get(&cur).copied().unwrap_or(0) + self.pending_bytes as u64;
-        if at >= self.segment_bytes && !matches!(r, Record::Checkpoint { .. }) {
-            self.roll();
-            return self.append(r);
+    /// Queues one record, in a new segment (opened with a checkpoint) if this one is full.
+    fn append(&mut self, r: &Record) -> Pos {
+        if self.log.roll_due()
+            && let Some(recycled) = self.log.roll()
+        {
+            self.append_checkpoint(recycled);
         }
-        if self.pending.is_empty() && self.durable > self.marked {
-            self.marked = self.durable;
-            self.push(&Record::Synced { upto: self.durable });
-        }
-        self.push(r)
-    }
-
-    /// Queues one record at the end of the pending write.
-    fn push(&mut self, r: &Record) -> Loc {
-        let cur = self.current();
-        let at = self.segments.get(&cur).copied().unwrap_or(0) + self.pending_bytes as u64;
-        let (chunks, len) = r.encode(cur);
-        self.pending.extend(chunks);
-        self.pending_bytes += len;
-        self.appended_bytes += len as u64;
-        let loc = Loc {
-            seg: cur,
-            off: at,
-            len: len as u32,
-            decided: false,
-        };
-        if self.pending_bytes >= FLUSH_BYTES {
-            self.write_pending();
-        }
-        loc
-    }
-
-    fn write_pending(&mut self) {
-        if self.pending.is_empty() {
-            return;
-        }
-        let cur = self.current();
-        let name = seg_name(cur);
-        let slices: Vec<&[u8]> = self.pending.iter().map(|c| c.as_ref()).collect();
-        let at = self.segments.get(&cur).copied().unwrap_or(0);
-        match self.dir.write_at(&name, at, &slices) {
-            Ok(()) => {
-                if let Some(len) = self.segments.get_mut(&cur) {
-                    *len += self.pending_bytes as u64;
-                    if !self.sync_writes {
-                        // Safe from a process crash, all this store promises.
-                        self.durable = *len;
-                    }
-                }
-                self.unsynced = true;
-            }
-            Err(e) => self.fail("appending to", &name, e),
-        }
-        self.pending.clear();
-        self.pending_bytes = 0;
-    }
-
-    /// Deletes old segments whose trim record is durable, keeping their files as spares
-    /// (as many as are deleted here, within `SPARES_MIN` and `SPARES_MAX`); the names
-    /// change is made durable by the next sync.
-    fn delete_segments(&mut self, segs: Vec<u64>) {
-        let spares_max = segs.len().clamp(SPARES_MIN, SPARES_MAX);
-        for s in segs {
-            let name = seg_name(s);
-            let bytes = self.segments.get(&s).copied().unwrap_or(0);
-            let keep = self.spares.len() + self.spares_pending.len() < spares_max;
-            let r = if keep {
-                self.dir.rename(&name, &spare_name(s))
-            } else {
-                self.dir.remove(&name)
-            };
-            match r {
-                Ok(()) => {
-                    self.segments.remove(&s);
-                    self.dir_dirty = true;
-                    if keep {
-                        if self.sync_writes {
-                            self.spares_pending.push((s, bytes));
-                        } else {
-                            // Nothing survives a machine crash without sync anyway.
-                            self.spares.push((s, bytes));
-                        }
-                    }
-                }
-                Err(e) => self.fail(
-                    if keep {
-                        "keeping as a spare"
-                    } else {
-                        "removing"
-                    },
-                    &name,
-                    e,
-                ),
-            }
-        }
-    }
-
-    /// Closes the current segment (durable first, with `sync`) and begins the next.
-    fn roll(&mut self) {
-        self.write_pending();
-        let cur = self.current();
-        if self.sync_writes && self.unsynced {
-            let name = seg_name(cur);
-            if let Err(e) = self.dir.sync(&name) {
-                self.fail("syncing", &name, e);
-            }
-            self.unsynced = false;
-        }
-        self.begin_segment(cur + 1);
-    }
-
-    /// Reads one record back from disk.
-    fn read_record(&mut self, loc: Loc) -> Option<Record> {
-        match self.read_record_ro(loc) {
-            Ok(r) => Some(r),
-            Err(e) => {
-                if self.failed.is_none() {
-                    self.failed = Some(e);
-                }
-                None
-            }
-        }
-    }
-
-    /// Whether the record at `loc` has been handed to the directory (it may still be
-    /// pending, in this group's write).
-    fn written(&self, loc: Loc) -> bool {
-        loc.seg != self.current()
-            || loc.off + u64::from(loc.len) <= self.segments.get(&loc.seg).copied().unwrap_or(0)
-    }
-
-    fn read_record_ro(&self, loc: Loc) -> Result<Record, StorageError> {
-        let name = seg_name(loc.seg);
-        let mut buf = vec![0u8; loc.len as usize];
-        if !self.written(loc) {
-            // Still pending in this group's write (`range` stops before such records): be
-            // safe and say so clearly.
-            return Err(StorageError(format!(
-                "{}/{name}: record at offset {} not written yet",
-                self.dir.describe(),
-                loc.off
-            )));
-        }
-        self.dir.read_at(&name, loc.off, &mut buf).map_err(|e| {
-            StorageError(format!(
-                "{}/{name}: reading offset {}: {e}",
-                self.dir.describe(),
-                loc.off
-            ))
-        })?;
-        let Framed::Whole { body, .. } = record::frame_at(&buf, 0, loc.seg) else {
-            return Err(StorageError(format!(
-                "{}/{name}: record at offset {} is damaged on disk",
-                self.dir.describe(),
-                loc.off
-            )));
-        };
-        Record::decode(Bytes::copy_from_slice(&buf[body])).map_err(|e| {
-            StorageError(format!(
-                "{}/{name}: record at offset {}: {e}",
-                self.dir.describe(),
-                loc.off
-            ))
-        })
+        self.log.append(r)
     }
 
     /// Copies the few live records of old segments forward and marks the segments that
     /// then hold nothing live for deletion (after the trim record is written).
     fn collect_segments(&mut self) {
-        let cur = self.current();
+        let cur = self.log.current();
         // Per old segment: its live instances and their bytes.
         let mut live: BTreeMap<u64, (Vec<Instance>, u64)> = BTreeMap::new();
-        for (k, l) in self.index.iter().enumerate() {
-            if let Some(l) = l
-                && l.seg != cur
-            {
+        for (i, l) in self.index.iter() {
+            if l.seg != cur {
                 let e = live.entry(l.seg).or_default();
-                e.0.push(self.log_start + k as u64);
+                e.0.push(i);
                 e.1 += u64::from(l.len);
             }
         }
-        // Segments already doomed (waiting for the sync of the trim that freed them, maybe
-        // in flight) are not taken again: a second `remove` of one failed the store.
-        let doomed = |s: &u64| {
-            self.deletable.contains(s) || self.in_flight.iter().any(|f| f.delete.contains(s))
-        };
-        let old: Vec<u64> = self
-            .segments
-            .keys()
-            .copied()
-            .filter(|s| *s != cur && !doomed(s))
-            .collect();
-        for s in old {
+        for s in self.log.old_segments() {
             let (held, held_bytes) = live
                 .get(&s)
                 .map_or((&[][..], 0), |(v, b)| (v.as_slice(), *b));
@@ -807,7 +321,9 @@ impl<D: LogDir> DurableStore<D> {
             // point) waits until the trim passes it. Copying such a segment forward at every
             // trim rewrote most of the log again and again (bench storage measured 1.7 bytes
             // appended per byte delivered before this bound).
-            if held.len() > RELOCATE_MAX || held_bytes > self.segment_bytes / RELOCATE_FRACTION {
+            if held.len() > RELOCATE_MAX
+                || held_bytes > self.log.segment_bytes() / RELOCATE_FRACTION
+            {
                 continue;
             }
             for &i in held {
@@ -819,7 +335,7 @@ impl<D: LogDir> DurableStore<D> {
                     ballot,
                     decree,
                     ..
-                }) = self.read_record(loc)
+                }) = self.log.read_or_fail(loc.pos())
                 else {
                     return;
                 };
@@ -829,11 +345,10 @@ impl<D: LogDir> DurableStore<D> {
                     decided: loc.decided,
                     decree,
                 };
-                let mut moved = self.append(&r);
-                moved.decided = loc.decided;
-                self.index_set(i, moved);
+                let moved = self.append(&r);
+                self.index_set(i, Loc::at(moved, loc.decided));
             }
-            self.deletable.push(s);
+            self.log.delete_after_sync(s);
         }
     }
 }
@@ -852,7 +367,7 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
         self.cache.get(instance)
     }
     fn put(&mut self, instance: Instance, accepted: Accepted) -> bool {
-        if self.failed.is_some() || instance < self.log_start {
+        if self.log.failed().is_some() || instance < self.log_start_() {
             return false;
         }
         let decided = accepted.decided;
@@ -870,11 +385,10 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
                 decided,
                 decree: accepted.decree,
             };
-            let mut loc = self.append(&r);
-            loc.decided = decided;
-            self.index_set(instance, loc);
+            let pos = self.append(&r);
+            self.index_set(instance, Loc::at(pos, decided));
             // Written through at once (not synced): `range` reads it back from the file.
-            self.write_pending();
+            self.log.write_pending();
             return true;
         }
         let r = Record::Accept {
@@ -886,9 +400,8 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
         if !self.cache.put(instance, accepted) {
             return false;
         }
-        let mut loc = self.append(&r);
-        loc.decided = decided;
-        self.index_set(instance, loc);
+        let pos = self.append(&r);
+        self.index_set(instance, Loc::at(pos, decided));
         true
     }
     /// In the cache only: see [`AcceptorStore::put_learned`]. Below the cache it is not
@@ -897,7 +410,7 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
     /// ballot than the decision's quorum, or for the same decree.
     fn put_learned(&mut self, instance: Instance, accepted: Accepted) -> bool {
         debug_assert!(accepted.decided, "put_learned takes decisions only");
-        if self.failed.is_some() || instance < self.cache.log_start().max(self.log_start) {
+        if self.log.failed().is_some() || instance < self.cache.log_start().max(self.log_start_()) {
             return false;
         }
         self.cache.put(instance, accepted)
@@ -932,10 +445,10 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
         self.cache.max_instance()
     }
     fn log_start(&self) -> Instance {
-        self.log_start
+        self.log_start_()
     }
     fn range(&self, from: Instance, to: Instance) -> Vec<(Instance, Accepted)> {
-        let from = from.max(self.log_start);
+        let from = from.max(self.log_start_());
         let cache_start = self.cache.log_start();
         let mut out = Vec::new();
         let mut i = from;
@@ -943,13 +456,13 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
         // elsewhere, and the next sync reports a damaged log.
         while i < to.min(cache_start) {
             if let Some(loc) = self.index_get(i) {
-                if !self.written(loc) {
+                if !self.log.written(loc.pos()) {
                     // Appended in this group (a vote for an instance below the cache
                     // window) and not written yet: the answer ends here, the asker asks
                     // again.
                     return out;
                 }
-                let e = match self.read_record_ro(loc) {
+                let e = match self.log.read(loc.pos()) {
                     Ok(Record::Accept { ballot, decree, .. }) => {
                         out.push((
                             i,
@@ -965,14 +478,14 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
                     Ok(other) => StorageError(format!(
                         "{}/{}: offset {} holds a {} record where the index has the vote \
                          of instance {i}",
-                        self.dir.describe(),
-                        seg_name(loc.seg),
+                        self.log.describe(),
+                        super::seglog::seg_name(loc.seg),
                         loc.off,
                         other.kind_name()
                     )),
                     Err(e) => e,
                 };
-                self.read_failed.borrow_mut().get_or_insert(e);
+                self.log.note_read_failure(e);
                 return out;
             }
             i += 1;
@@ -981,116 +494,17 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
         out
     }
     fn sync(&mut self) -> Result<(), StorageError> {
-        // One code path: the job, if any, runs here and now.
-        if let Some(job) = self.begin_sync()? {
-            let r = job.run();
-            self.end_sync(&r);
-        }
-        match &self.failed {
-            Some(e) => Err(e.clone()),
-            None => Ok(()),
-        }
+        self.log.sync()
     }
     /// Writes what is pending and, with `sync = true`, returns the fdatasync of the current
     /// segment (and the directory fsync, if names changed) as a job; where the directory
     /// cannot hand out steps, syncs in place. Segments freed by a trim are deleted once the
     /// trim record is durable: in place, or at `end_sync`.
     fn begin_sync(&mut self) -> Result<Option<super::SyncJob>, StorageError> {
-        if let Some(e) = self.read_failed.get_mut().take()
-            && self.failed.is_none()
-        {
-            self.failed = Some(e);
-        }
-        if let Some(e) = &self.failed {
-            return Err(e.clone());
-        }
-        let wrote = !self.pending.is_empty();
-        self.write_pending();
-        let mut job = super::SyncJob::default();
-        let cur = self.current();
-        let len = self.segments.get(&cur).copied().unwrap_or(0);
-        let mut synced_here = false;
-        if self.sync_writes && self.unsynced {
-            let name = seg_name(cur);
-            match self.dir.sync_step(Some(&name)) {
-                Ok(Some(step)) => {
-                    job.push(format!("{}/{name}: syncing", self.dir.describe()), step)
-                }
-                Ok(None) => match self.dir.sync(&name) {
-                    Ok(()) => synced_here = true,
-                    Err(e) => self.fail("syncing", &name, e),
-                },
-                Err(e) => self.fail("syncing", &name, e),
-            }
-            self.unsynced = false;
-        }
-        // Spares renamed before this directory sync may become segments once it is done.
-        let promote = if self.sync_writes && self.dir_dirty {
-            std::mem::take(&mut self.spares_pending)
-        } else {
-            Vec::new()
-        };
-        if self.sync_writes && self.dir_dirty {
-            match self.dir.sync_step(None) {
-                Ok(Some(step)) => job.push(
-                    format!("{}: syncing the directory", self.dir.describe()),
-                    step,
-                ),
-                Ok(None) => {
-                    if let Err(e) = self.dir.sync_dir() {
-                        self.fail("syncing the directory", "", e);
-                    }
-                }
-                Err(e) => self.fail("syncing the directory", "", e),
-            }
-        }
-        self.dir_dirty = false;
-        if wrote {
-            self.syncs += 1;
-        }
-        if let Some(e) = &self.failed {
-            return Err(e.clone());
-        }
-        let delete = std::mem::take(&mut self.deletable);
-        if job.is_empty() {
-            if synced_here || !self.sync_writes {
-                self.durable = self.durable.max(len);
-            }
-            self.spares.extend(promote);
-            self.delete_segments(delete);
-            return match &self.failed {
-                Some(e) => Err(e.clone()),
-                None => Ok(None),
-            };
-        }
-        self.in_flight.push_back(InFlight {
-            seg: cur,
-            len,
-            delete,
-            promote,
-        });
-        Ok(Some(job))
+        self.log.begin_sync()
     }
     fn end_sync(&mut self, result: &Result<(), StorageError>) {
-        // Nothing in flight: this store's `begin_sync` synced in place.
-        let Some(f) = self.in_flight.pop_front() else {
-            return;
-        };
-        match result {
-            Err(e) => {
-                if self.failed.is_none() {
-                    self.failed = Some(e.clone());
-                }
-            }
-            Ok(()) => {
-                // The segment may have rolled meanwhile (`roll` syncs it in place).
-                if f.seg == self.current() {
-                    self.durable = self.durable.max(f.len);
-                }
-                self.spares.extend(f.promote);
-                self.delete_segments(f.delete);
-            }
-        }
+        self.log.end_sync(result);
     }
     /// Whether `open` found a log. An empty directory is a first start, or a restart after
     /// the log was lost (a machine crash before anything was synced, a wiped disk): then
@@ -1106,33 +520,19 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
         self.cache.bytes_held()
     }
     fn trim(&mut self, below: Instance) {
-        if below <= self.log_start {
+        if below <= self.log_start_() {
             return;
         }
         self.cache.trim(below);
-        let drop = ((below - self.log_start) as usize).min(self.index.len());
-        self.index.drain(..drop);
-        self.log_start = below;
+        self.index.trim(below);
         self.append(&Record::Trim { log_start: below });
         self.collect_segments();
     }
     fn log_bytes(&self) -> u64 {
-        // On disk: the current segment takes its preallocated size.
-        let written =
-            self.segments.get(&self.current()).copied().unwrap_or(0) + self.pending_bytes as u64;
-        let spares: u64 = self
-            .spares
-            .iter()
-            .chain(&self.spares_pending)
-            .map(|s| s.1)
-            .sum();
-        self.segments.values().sum::<u64>()
-            + self.pending_bytes as u64
-            + self.allocated.saturating_sub(written)
-            + spares
+        self.log.log_bytes()
     }
     fn appended_bytes(&self) -> u64 {
-        self.appended_bytes
+        self.log.appended_bytes()
     }
 }
 

@@ -1,5 +1,12 @@
-//! The acceptor's stable storage, behind one trait (seed 000 §3.4, `StableStorage`).
+//! Stable storage behind two traits: [`AcceptorStore`], the acceptor's promises and votes
+//! per instance (the ring protocols; seed 000 §3.4, `StableStorage`), and [`LogStore`], a
+//! replicated log with its hard state (the leader-based protocols of seed 001: Sequence
+//! Paxos and Raft; see `log.rs` for which uses what). Both durable back-ends write their
+//! own records on one segmented log (`seglog.rs`: segments, spares, group commit,
+//! torn-tail recovery): [`DurableStore`] (`record.rs`, magic `ABL2`) and
+//! [`DurableLogStore`] (`log_record.rs`, magic `ABG1`).
 //!
+//! The acceptor store's back-ends:
 //! The back-ends of seed 000 §3.4, chosen per node:
 //!
 //! | back-end | seed 000 | survives |
@@ -22,16 +29,25 @@
 
 mod durable;
 mod fs;
+mod log;
+mod log_durable;
+mod log_memory;
+mod log_record;
 pub mod memdir;
 mod memory;
 mod none;
 pub mod record;
+pub mod seglog;
 
-pub use durable::{DurableOptions, DurableStore, Recovery, TornTail};
+pub use durable::{DurableOptions, DurableStore, Recovery};
 pub use fs::{LogDir, SyncStep};
+pub use log::{Entry, LogSnapshot, LogStore};
+pub use log_durable::DurableLogStore;
+pub use log_memory::MemoryLogStore;
 pub use memdir::{MemDir, Tear};
 pub use memory::MemoryStore;
 pub use none::NoneStore;
+pub use seglog::{SegRecovery, TornTail};
 
 use crate::types::{Ballot, Decree, Instance};
 

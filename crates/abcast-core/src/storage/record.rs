@@ -19,6 +19,12 @@
 //! point. `Synced` opens a write once earlier writes are durable, so that recovery can tell
 //! a garbled unsynced write (a torn tail, cut) from damage to durable bytes (refused).
 
+//!
+//! The framing, segments and recovery are the segmented log's (`seglog.rs`); this module is
+//! what the acceptor writes on it.
+
+use super::seglog::{self, LogRecord};
+pub use super::seglog::{BODY_MAX_BYTES, Framed, HEADER_BYTES};
 use crate::codec::{Decoder, Encoder};
 use crate::error::DecodeError;
 use crate::types::{Ballot, Decree, Instance};
@@ -28,9 +34,6 @@ use bytes::Bytes;
 pub const MAGIC: u32 = u32::from_le_bytes(*b"ABL2");
 /// The magic of format 1 (no segment number in the checksum), recognised to refuse it.
 pub const MAGIC_V1: u32 = u32::from_le_bytes(*b"ABL1");
-pub const HEADER_BYTES: usize = 12;
-/// No record is larger: a batch is bounded far below this by the proposer's settings.
-pub const BODY_MAX_BYTES: usize = 256 << 20;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
@@ -126,22 +129,7 @@ impl Record {
                 e.put_u64(*upto);
             }
         }
-        let body = e.finish();
-        let body_len: usize = body.iter().map(|c| c.len()).sum();
-        debug_assert!(body_len <= BODY_MAX_BYTES, "record body over its bound");
-        let len_le = (body_len as u32).to_le_bytes();
-        let mut crc = crc32c::crc32c_append(crc32c::crc32c(&seg.to_le_bytes()), &len_le);
-        for c in &body {
-            crc = crc32c::crc32c_append(crc, c);
-        }
-        let mut head = Vec::with_capacity(HEADER_BYTES);
-        head.extend_from_slice(&MAGIC.to_le_bytes());
-        head.extend_from_slice(&len_le);
-        head.extend_from_slice(&crc.to_le_bytes());
-        let mut chunks = Vec::with_capacity(body.len() + 1);
-        chunks.push(Bytes::from(head));
-        chunks.extend(body);
-        (chunks, HEADER_BYTES + body_len)
+        seglog::frame(e.finish(), seg, MAGIC)
     }
 
     /// Decodes a body that passed its checksum.
@@ -179,76 +167,49 @@ impl Record {
     }
 }
 
-/// What lies at one offset of a segment.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Framed {
-    /// A whole record with a good checksum: its body and where the next record starts.
-    Whole {
-        body: std::ops::Range<usize>,
-        next: usize,
-    },
-    /// The end of the file, exactly at a record boundary.
-    End,
-    /// Not a whole good record (torn, zero-filled or corrupt), and why.
-    Bad(String),
+impl LogRecord for Record {
+    const MAGIC: u32 = MAGIC;
+    fn encode(&self, seg: u64) -> (Vec<Bytes>, usize) {
+        Record::encode(self, seg)
+    }
+    fn decode(body: Bytes) -> Result<Record, DecodeError> {
+        Record::decode(body)
+    }
+    fn synced(upto: u64) -> Record {
+        Record::Synced { upto }
+    }
+    fn synced_upto(&self) -> Option<u64> {
+        match self {
+            Record::Synced { upto } => Some(*upto),
+            _ => None,
+        }
+    }
+    fn opens_recycled(&self) -> bool {
+        matches!(self, Record::Checkpoint { recycled: true, .. })
+    }
+    fn old_magic(word: u32) -> Option<&'static str> {
+        (word == MAGIC_V1).then_some("a record of log format 1 (\"ABL1\")")
+    }
+    fn refuse_file(head: &[u8]) -> Option<String> {
+        (head.get(..4) == Some(&MAGIC_V1.to_le_bytes()[..])).then(|| {
+            "a log of format 1, written by an earlier version of abcast; this version writes \
+             format 2 and does not read it. Move the directory away (the acceptor then starts \
+             empty, as a new or amnesic one)"
+                .to_string()
+        })
+    }
 }
 
 /// Reads the framing of the record at `off` in `buf`, a file of segment `seg`, checking
 /// magic, length and checksum.
 pub fn frame_at(buf: &[u8], off: usize, seg: u64) -> Framed {
-    if off == buf.len() {
-        return Framed::End;
-    }
-    let Some(head) = buf.get(off..off + HEADER_BYTES) else {
-        return Framed::Bad(format!(
-            "{} bytes left, less than a record header",
-            buf.len() - off
-        ));
-    };
-    let word = |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
-    if word(0) == MAGIC_V1 {
-        return Framed::Bad("a record of log format 1 (\"ABL1\")".into());
-    }
-    if word(0) != MAGIC {
-        return Framed::Bad(format!("no record magic (found {:#010x})", word(0)));
-    }
-    let len = word(4) as usize;
-    if len == 0 || len > BODY_MAX_BYTES {
-        return Framed::Bad(format!("record length {len} out of range"));
-    }
-    let start = off + HEADER_BYTES;
-    let Some(body) = buf.get(start..start + len) else {
-        return Framed::Bad(format!(
-            "record of {len} bytes, only {} left",
-            buf.len() - start
-        ));
-    };
-    let salted = crc32c::crc32c_append(crc32c::crc32c(&seg.to_le_bytes()), &head[4..8]);
-    let crc = crc32c::crc32c_append(salted, body);
-    if crc != word(8) {
-        return Framed::Bad("record checksum mismatch".into());
-    }
-    Framed::Whole {
-        body: start..start + len,
-        next: start + len,
-    }
+    seglog::frame_at::<Record>(buf, off, seg)
 }
 
 /// Whether a whole good record starts anywhere after `off`: tells a torn tail (nothing
 /// after) from corruption in the middle of the log (something good after).
 pub fn good_record_after(buf: &[u8], off: usize, seg: u64) -> Option<usize> {
-    let magic = MAGIC.to_le_bytes();
-    let mut at = off + 1;
-    while at + HEADER_BYTES <= buf.len() {
-        let rest = buf.get(at..)?;
-        let found = rest.windows(4).position(|w| w == magic)?;
-        at += found;
-        if matches!(frame_at(buf, at, seg), Framed::Whole { .. }) {
-            return Some(at);
-        }
-        at += 1;
-    }
-    None
+    seglog::good_record_after::<Record>(buf, off, seg)
 }
 
 #[cfg(test)]

@@ -5,8 +5,8 @@
 //! other node, the shapers are in place, a real cluster runs there and orders values, and
 //! everything is removed afterwards. Nothing here asserts on timing or rates.
 
-use abcast::bench::lan::{self, EmulatedLan};
-use abcast::demo::{self, ClusterSpec, NodePlace};
+use abcast_harness::bench::lan::{self, EmulatedLan};
+use abcast_harness::demo::{self, ClusterSpec, NodePlace};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::mem::MaybeUninit;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};

@@ -12,7 +12,7 @@ use std::ops::Range;
 use std::path::Path;
 use std::sync::OnceLock;
 
-const FONT_TTF: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
+const FONT_TTF: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 pub(crate) const FONT_FAMILY: &str = "sans-serif";
 const WIDTH_PX: u32 = 1100;
 const HEIGHT_PX: u32 = 900;
@@ -322,7 +322,7 @@ pub fn draw(path: &Path, spec: &PlotSpec<'_>) -> Result<(), String> {
     chart
         .configure_secondary_axes()
         .y_desc("values delivered per second")
-        .y_label_formatter(&|y| crate::demo::group(y.max(0.0).round() as u64))
+        .y_label_formatter(&|y| crate::format::group(y.max(0.0).round() as u64))
         .label_style(label_font)
         .axis_desc_style(desc_font)
         .draw()
@@ -573,7 +573,7 @@ pub fn draw_lines(path: &Path, title: &str, panels: &[LinePanel]) -> Result<(), 
             .configure_mesh()
             .x_desc(panel.x_desc.as_str())
             .y_desc(panel.y_desc.as_str())
-            .y_label_formatter(&|y| crate::demo::group(y.max(0.0).round() as u64))
+            .y_label_formatter(&|y| crate::format::group(y.max(0.0).round() as u64))
             .label_style((FONT_FAMILY, 16))
             .axis_desc_style((FONT_FAMILY, 18))
             .light_line_style(WHITE.mix(0.0))

@@ -5,7 +5,7 @@
 //! compare the measured shape with the seed's figure, so adding one needs no change to the
 //! runner or the plot.
 
-use crate::demo::{bytes, group, ms};
+use crate::format::{bytes, group, ms};
 use clap::ValueEnum;
 
 /// The names accepted by `abcast bench NAME`.

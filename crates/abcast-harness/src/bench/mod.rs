@@ -1,6 +1,6 @@
 //! `abcast bench NAME`: the seeds' experiments against real node processes.
 //!
-//! Each point of a sweep is one [`crate::demo::run_cluster`], the same runner as the demo, so
+//! Each point of a sweep is one [`crate::cluster::run_cluster`], the same runner as the demo, so
 //! every benchmark run also checks agreement, loss and duplicates. Runs are interleaved
 //! (run 1 of every point, then run 2, ...) so that the drift of a shared, noisy two-core
 //! machine spreads over all points instead of biasing one; medians of `--runs` are reported
@@ -10,11 +10,15 @@ pub mod experiments;
 pub mod lan;
 pub mod multicast;
 pub mod multiring;
-pub mod plot;
 pub mod storage;
 pub mod trim;
 
-use crate::demo::{self, ClusterSpec, DemoError, bytes, group, ms, parse_seconds};
+use crate::analysis;
+use crate::cluster;
+use crate::cluster::ClusterSpec;
+use crate::error::HarnessError;
+use crate::format::{bytes, group, ms, parse_seconds, utc_now};
+use crate::plot;
 use abcast_node::stats::median;
 use clap::Args;
 pub use experiments::{Axis, BenchName, Experiment, Medians, Point};
@@ -52,7 +56,7 @@ pub struct BenchArgs {
     pub window_values: Option<u64>,
     /// Largest ring for `ring-size`.
     #[arg(long = "max-nodes", default_value_t = 7, allow_hyphen_values = true,
-          value_parser = clap::value_parser!(u32).range(3..=demo::NODES_MAX as i64))]
+          value_parser = clap::value_parser!(u32).range(3..=cluster::NODES_MAX as i64))]
     pub max_nodes: u32,
     /// Print one JSON line with the medians at the end instead of the table.
     #[arg(long)]
@@ -129,29 +133,6 @@ fn list() -> String {
     s
 }
 
-/// Seconds since the epoch as UTC civil time: (for a directory name, for people).
-pub(crate) fn utc_now() -> (String, String) {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs()) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's days-to-civil algorithm.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let (h, m, s) = (rem / 3600, rem % 3600 / 60, rem % 60);
-    (
-        format!("{year:04}{month:02}{day:02}-{h:02}{m:02}{s:02}"),
-        format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}:{s:02} UTC"),
-    )
-}
-
 /// Core count and CPU model, from the OS, for the summary.
 pub(crate) fn machine() -> String {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
@@ -223,9 +204,9 @@ fn x_position(axis: Axis, param: f64) -> f64 {
 }
 
 /// Writes a result file, naming it in the error.
-pub(crate) fn write_file(path: &Path, text: &str) -> Result<(), DemoError> {
+pub(crate) fn write_file(path: &Path, text: &str) -> Result<(), HarnessError> {
     fs::write(path, text)
-        .map_err(|e| DemoError::Runtime(format!("cannot write {}: {e}", path.display())))
+        .map_err(|e| HarnessError::Runtime(format!("cannot write {}: {e}", path.display())))
 }
 
 /// Why a run failed, as the summaries print it: its error, or the cluster checks.
@@ -257,7 +238,7 @@ fn write_csv(
     exp: &Experiment,
     args: &BenchArgs,
     results: &[PointResult],
-) -> Result<(), DemoError> {
+) -> Result<(), HarnessError> {
     let mut s = String::from(
         "experiment,point,swept_parameter,swept_value,run,nodes,value_size_bytes,\
          buffer_size_bytes,rate_values_per_s,window_values,duration_s,values_per_s,mbit_per_s,\
@@ -311,7 +292,7 @@ fn x_label(axis: Axis) -> impl Fn(f64) -> String {
     }
 }
 
-fn write_plot(path: &Path, exp: &Experiment, results: &[PointResult]) -> Result<(), DemoError> {
+fn write_plot(path: &Path, exp: &Experiment, results: &[PointResult]) -> Result<(), HarnessError> {
     let sweep: Vec<&PointResult> = results.iter().filter(|r| !r.point.low_load).collect();
     let whiskers = |f: &dyn Fn(&RunFigures) -> f64, scale: f64| -> Vec<plot::Whisker> {
         sweep
@@ -354,7 +335,7 @@ fn write_plot(path: &Path, exp: &Experiment, results: &[PointResult]) -> Result<
         latency_ms_p99: whiskers(&|r| r.latency_us_p99, 1e-3),
         low_load_latency_ms_p50: low_load,
     };
-    plot::draw(path, &spec).map_err(DemoError::Runtime)
+    plot::draw(path, &spec).map_err(HarnessError::Runtime)
 }
 
 fn shape(exp: &Experiment, results: &[PointResult]) -> String {
@@ -402,7 +383,7 @@ fn write_summary(
     args: &BenchArgs,
     results: &[PointResult],
     date: &str,
-) -> Result<(), DemoError> {
+) -> Result<(), HarnessError> {
     let command: Vec<String> = std::env::args()
         .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
         .collect();
@@ -460,14 +441,14 @@ fn write_summary(
 }
 
 /// `abcast bench`: returns the exit status (0 when every run passed its checks).
-pub fn run_bench(args: &BenchArgs) -> Result<u8, DemoError> {
+pub fn run_bench(args: &BenchArgs) -> Result<u8, HarnessError> {
     let mut stdout = std::io::stdout().lock();
     let Some(name) = args.name.filter(|_| !args.list) else {
         let _ = stdout.write_all(list().as_bytes());
         return Ok(0);
     };
     if args.link_mbit.is_some() && name != BenchName::Multicast {
-        return Err(DemoError::Usage(format!(
+        return Err(HarnessError::Usage(format!(
             "--link-mbit applies to `bench multicast` only, not to `bench {}`",
             name.as_str()
         )));
@@ -487,7 +468,7 @@ pub fn run_bench(args: &BenchArgs) -> Result<u8, DemoError> {
         return storage::run(args);
     }
     let Some(exp) = experiments::experiment(name, args.max_nodes) else {
-        return Err(DemoError::Runtime(format!(
+        return Err(HarnessError::Runtime(format!(
             "bench {} has no sweep runner",
             name.as_str()
         )));
@@ -498,7 +479,7 @@ pub fn run_bench(args: &BenchArgs) -> Result<u8, DemoError> {
         .clone()
         .unwrap_or_else(|| PathBuf::from("results").join(format!("{}-{stamp}", name.as_str())));
     if let Err(e) = fs::create_dir_all(&out) {
-        return Err(DemoError::Runtime(format!(
+        return Err(HarnessError::Runtime(format!(
             "cannot create {}: {e}",
             out.display()
         )));
@@ -522,10 +503,10 @@ pub fn run_bench(args: &BenchArgs) -> Result<u8, DemoError> {
             done += 1;
             let label = format!("[{done}/{total}] {} run {run}", pr.point.label);
             let spec = spec_for(&pr.point, window_of(&exp, args), args, label.clone());
-            let figures = match demo::run_cluster(&spec) {
+            let figures = match cluster::run_cluster(&spec) {
                 Ok(cluster_run) => {
                     interrupted = cluster_run.interrupted;
-                    let r = demo::analyse(&cluster_run);
+                    let r = analysis::analyse(&cluster_run);
                     let cpu: Vec<f64> = r.per_node.iter().map(|n| n.cpu_pct).collect();
                     let failed = (!r.ok()).then(|| {
                         let mut why: Vec<String> = r.agreement.clone();
@@ -642,7 +623,9 @@ pub fn run_bench(args: &BenchArgs) -> Result<u8, DemoError> {
         .write_all(text.as_bytes())
         .and_then(|()| stdout.flush())
     {
-        return Err(DemoError::Runtime(format!("cannot write the summary: {e}")));
+        return Err(HarnessError::Runtime(format!(
+            "cannot write the summary: {e}"
+        )));
     }
     Ok(if all_ok { 0 } else { 1 })
 }

@@ -25,18 +25,21 @@
 //!
 //! Runs are interleaved (round r runs every point of both protocols) so the drift of a
 //! shared two-core machine spreads over all points. Each run is a full
-//! [`crate::demo::run_cluster`], so agreement, loss and duplicates are checked every time.
+//! [`crate::cluster::run_cluster`], so agreement, loss and duplicates are checked every time.
 
 use super::experiments::{
     MULTICAST_ACCEPTORS, MULTICAST_LEARNERS_MAX, MULTICAST_VALUE_SIZE_BYTES,
     MULTICAST_WINDOW_VALUES,
 };
 use super::lan::{self, EmulatedLan};
-use super::plot::{self, FONT_FAMILY, Whisker};
-use super::{
-    BenchArgs, csv_field, failure_reason, machine, push_failed_runs, sysctl, utc_now, write_file,
-};
-use crate::demo::{self, ClusterSpec, DemoError, bytes, group, ms};
+use super::{BenchArgs, csv_field, failure_reason, machine, push_failed_runs, sysctl, write_file};
+use crate::analysis;
+use crate::cluster;
+use crate::cluster::ClusterSpec;
+use crate::error::HarnessError;
+use crate::format::utc_now;
+use crate::format::{bytes, group, ms};
+use crate::plot::{self, FONT_FAMILY, Whisker};
 use abcast_node::stats::median;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
@@ -177,10 +180,10 @@ fn config_edits(
     edits
 }
 
-fn measure(spec: &ClusterSpec, run: u32) -> Result<(Run, bool), DemoError> {
-    let cluster_run = demo::run_cluster(spec)?;
-    let r = demo::analyse(&cluster_run);
-    let learner_nodes: Vec<&demo::NodeReport> = r
+fn measure(spec: &ClusterSpec, run: u32) -> Result<(Run, bool), HarnessError> {
+    let cluster_run = cluster::run_cluster(spec)?;
+    let r = analysis::analyse(&cluster_run);
+    let learner_nodes: Vec<&analysis::NodeReport> = r
         .per_node
         .iter()
         .filter(|n| n.id >= MULTICAST_ACCEPTORS)
@@ -231,7 +234,7 @@ fn measure(spec: &ClusterSpec, run: u32) -> Result<(Run, bool), DemoError> {
     ))
 }
 
-fn failed_run(run: u32, e: &DemoError) -> Run {
+fn failed_run(run: u32, e: &HarnessError) -> Run {
     Run {
         run,
         values_per_s: f64::NAN,
@@ -386,7 +389,7 @@ fn write_csv(
     args: &BenchArgs,
     window: u64,
     series: &[Series],
-) -> Result<(), DemoError> {
+) -> Result<(), HarnessError> {
     let mut s = String::from(
         "experiment,protocol,learners,nodes,run,value_size_bytes,window_values,duration_s,\
          values_per_s_per_learner,mbit_per_s_per_learner,mbit_per_s_slowest_learner,\
@@ -704,7 +707,7 @@ fn write_summary(
     series: &[Series],
     limits: &Limits,
     date: &str,
-) -> Result<(), DemoError> {
+) -> Result<(), HarnessError> {
     let command: Vec<String> = std::env::args()
         .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
         .collect();
@@ -823,7 +826,7 @@ fn write_summary(
 }
 
 /// `abcast bench multicast`: returns the exit status (0 when every run passed its checks).
-pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
+pub fn run(args: &BenchArgs) -> Result<u8, HarnessError> {
     let window = match args.window_values.unwrap_or(MULTICAST_WINDOW_VALUES) {
         0 => None,
         w => Some(w),
@@ -834,7 +837,7 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
         .clone()
         .unwrap_or_else(|| PathBuf::from("results").join(format!("multicast-{stamp}")));
     if let Err(e) = fs::create_dir_all(&out) {
-        return Err(DemoError::Runtime(format!(
+        return Err(HarnessError::Runtime(format!(
             "cannot create {}: {e}",
             out.display()
         )));
@@ -844,7 +847,7 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
         Some(mbit) => {
             let tag = format!("m{:05x}", random_u64(11) % 0x10_0000);
             let nodes = (MULTICAST_ACCEPTORS + MULTICAST_LEARNERS_MAX) as usize;
-            let l = EmulatedLan::create(&tag, nodes, mbit).map_err(DemoError::Runtime)?;
+            let l = EmulatedLan::create(&tag, nodes, mbit).map_err(HarnessError::Runtime)?;
             eprintln!(
                 "emulated LAN: {nodes} nodes in network namespaces abcast-{tag}-n*, links of \
                  {mbit} Mbit/s each way (tc tbf), {} byte frames, bridge at {}",
@@ -918,7 +921,7 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
                     l.nodes
                         .iter()
                         .take((MULTICAST_ACCEPTORS + sr.learners) as usize)
-                        .map(|n| demo::NodePlace {
+                        .map(|n| cluster::NodePlace {
                             netns_path: n.netns_path(),
                             addr: n.addr,
                         })
@@ -1027,7 +1030,9 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
         .write_all(text.as_bytes())
         .and_then(|()| stdout.flush())
     {
-        return Err(DemoError::Runtime(format!("cannot write the summary: {e}")));
+        return Err(HarnessError::Runtime(format!(
+            "cannot write the summary: {e}"
+        )));
     }
     Ok(if all_ok { 0 } else { 1 })
 }
@@ -1053,7 +1058,7 @@ mod tests {
             .parse()
             .unwrap();
         for (k, v) in e {
-            demo::set_toml_key(&mut t, &k, v).unwrap();
+            cluster::set_toml_key(&mut t, &k, v).unwrap();
         }
         let c =
             abcast_node::nodeconfig::parse(&toml::to_string(&t).unwrap(), Some(4), Path::new("/"))

@@ -12,14 +12,19 @@
 //!   a global ring over all six whose links carry an injected one-way delay; local throughput
 //!   and latency.
 //!
-//! Every run is one [`demo::run_cluster`]; the checks here are the Multi-Ring ones: learners
+//! Every run is one [`crate::cluster::run_cluster`]; the checks here are the Multi-Ring ones: learners
 //! that follow the same rings delivered the same sequence (count and order hash), nothing a
 //! proposer saw acknowledged is missing at a learner of its ring, no duplicates. Runs are
 //! interleaved across scenarios so the drift of a shared two-core machine spreads over all.
 
-use super::plot::{self, Line, LinePanel};
-use super::{BenchArgs, BenchName, machine, utc_now, write_file};
-use crate::demo::{self, ClusterRun, ClusterSpec, DemoError, group};
+use super::{BenchArgs, BenchName, machine, write_file};
+use crate::cluster;
+use crate::cluster::{ClusterRun, ClusterSpec};
+use crate::error::HarnessError;
+use crate::format;
+use crate::format::group;
+use crate::format::utc_now;
+use crate::plot::{self, Line, LinePanel};
 use abcast_node::stats::median;
 use abcast_runtime::linkfault::LinkFault;
 use serde_json::json;
@@ -195,7 +200,7 @@ fn analyse(s: &Scenario, run: &ClusterRun) -> RunOut {
         let learner = !followed(s, rec.id).is_empty();
         // Rates over the load window, from the first line after the warm-up to the last
         // line before the stop.
-        let window: Vec<&demo::Sample> = inc
+        let window: Vec<&cluster::Sample> = inc
             .samples
             .iter()
             .filter(|smp| smp.at_s >= WARMUP_S && smp.at_s <= run.stop_at_s)
@@ -311,7 +316,7 @@ fn run_all(
     name: &str,
     scenarios: &[Scenario],
     args: &BenchArgs,
-) -> Result<(Vec<Vec<RunOut>>, bool), DemoError> {
+) -> Result<(Vec<Vec<RunOut>>, bool), HarnessError> {
     let mut results: Vec<Vec<RunOut>> = vec![Vec::new(); scenarios.len()];
     let total = scenarios.len() as u32 * args.runs;
     let mut done = 0;
@@ -320,7 +325,7 @@ fn run_all(
             done += 1;
             let label = format!("[{done}/{total}] {name} {} run {run}", s.series_label());
             let spec = spec_of(s, args, label.clone());
-            match demo::run_cluster(&spec) {
+            match cluster::run_cluster(&spec) {
                 Ok(r) => {
                     let interrupted = r.interrupted;
                     let out = analyse(s, &r);
@@ -367,14 +372,14 @@ fn fmt_opt(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_string(), |v| group(v.round() as u64))
 }
 
-fn out_dir(args: &BenchArgs, name: &str) -> Result<PathBuf, DemoError> {
+fn out_dir(args: &BenchArgs, name: &str) -> Result<PathBuf, HarnessError> {
     let (stamp, _) = utc_now();
     let out = args
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from("results").join(format!("{name}-{stamp}")));
     fs::create_dir_all(&out)
-        .map_err(|e| DemoError::Runtime(format!("cannot create {}: {e}", out.display())))?;
+        .map_err(|e| HarnessError::Runtime(format!("cannot create {}: {e}", out.display())))?;
     Ok(out)
 }
 
@@ -396,7 +401,7 @@ fn finish(
     json_line: serde_json::Value,
     args: &BenchArgs,
     all_ok: bool,
-) -> Result<u8, DemoError> {
+) -> Result<u8, HarnessError> {
     write_file(&out.join("summary.md"), summary)?;
     let mut stdout = std::io::stdout().lock();
     let text = if args.json {
@@ -462,7 +467,7 @@ fn skip_scenarios() -> Vec<Scenario> {
     ]
 }
 
-fn run_skip(args: &BenchArgs) -> Result<u8, DemoError> {
+fn run_skip(args: &BenchArgs) -> Result<u8, HarnessError> {
     let scenarios = skip_scenarios();
     let out = out_dir(args, "skip")?;
     let (results, interrupted) = run_all("skip", &scenarios, args)?;
@@ -713,7 +718,7 @@ fn total_mbit(r: &RunOut) -> Option<f64> {
     median(&v)
 }
 
-fn run_rings(args: &BenchArgs) -> Result<u8, DemoError> {
+fn run_rings(args: &BenchArgs) -> Result<u8, HarnessError> {
     let scenarios = rings_scenarios();
     let out = out_dir(args, "rings")?;
     let (results, interrupted) = run_all("rings", &scenarios, args)?;
@@ -893,7 +898,7 @@ fn global_scenarios() -> Vec<Scenario> {
     ]
 }
 
-fn run_global(args: &BenchArgs) -> Result<u8, DemoError> {
+fn run_global(args: &BenchArgs) -> Result<u8, HarnessError> {
     let scenarios = global_scenarios();
     let out = out_dir(args, "global-ring")?;
     let (results, interrupted) = run_all("global-ring", &scenarios, args)?;
@@ -1019,8 +1024,8 @@ fn run_global(args: &BenchArgs) -> Result<u8, DemoError> {
             "| {} | {} | {} | {} | {} | {}/{} |",
             sc.series,
             fmt_opt(p.1),
-            p.2.map_or("-".into(), demo::ms),
-            p.3.map_or("-".into(), demo::ms),
+            p.2.map_or("-".into(), format::ms),
+            p.3.map_or("-".into(), format::ms),
             fmt_opt(med(runs, global_rate)),
             runs.iter().filter(|r| r.ok).count(),
             runs.len()
@@ -1031,7 +1036,7 @@ fn run_global(args: &BenchArgs) -> Result<u8, DemoError> {
         _ => None,
     };
     if let Some(x) = ratio {
-        let show = |v: Option<f64>| v.map_or("-".to_string(), demo::ms);
+        let show = |v: Option<f64>| v.map_or("-".to_string(), format::ms);
         let _ = writeln!(
             s,
             "\nWith a quiet global ring over {} ms links the local rings keep **{:.1} %** of their throughput; their median latency goes from {} to {} and their p99 from {} to {}. With λ adapted to the local rings' rate the global ring's skips run ahead of the local rings, so most local values do not wait for the slow ring; the tail does. With values on the global ring (third row) the median becomes {}: a global value holds the merge for its ring's latency, as in seed 000's figure 4.11.",
@@ -1058,7 +1063,7 @@ fn run_global(args: &BenchArgs) -> Result<u8, DemoError> {
 }
 
 /// Runs one of the Multi-Ring experiments; `None` if `name` is not one.
-pub fn run(name: BenchName, args: &BenchArgs) -> Option<Result<u8, DemoError>> {
+pub fn run(name: BenchName, args: &BenchArgs) -> Option<Result<u8, HarnessError>> {
     match name {
         BenchName::Skip => Some(run_skip(args)),
         BenchName::Rings => Some(run_rings(args)),

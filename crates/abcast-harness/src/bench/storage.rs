@@ -17,14 +17,19 @@
 //!
 //! Runs are interleaved (round r runs every point once, the four back-ends of one size side
 //! by side) so the drift of a shared machine spreads over all points and hits the back-ends
-//! of a ratio alike. Each run is a full [`crate::demo::run_cluster`], so agreement, loss and
+//! of a ratio alike. Each run is a full [`crate::cluster::run_cluster`], so agreement, loss and
 //! duplicates are checked every time. The nodes' data directories are under the system's
 //! temporary directory; the summary names its device and file system, since a `tmpfs` there
 //! would make the durable points measure memory.
 
-use super::plot::{self, FONT_FAMILY, KeyedAxis, PALETTE, ValueAxis, Whisker};
-use super::{BenchArgs, csv_field, failure_reason, machine, push_failed_runs, utc_now, write_file};
-use crate::demo::{self, ClusterSpec, DemoError, NodeRecord, bytes, group, ms};
+use super::{BenchArgs, csv_field, failure_reason, machine, push_failed_runs, write_file};
+use crate::analysis;
+use crate::cluster;
+use crate::cluster::{ClusterSpec, NodeRecord};
+use crate::error::HarnessError;
+use crate::format::utc_now;
+use crate::format::{bytes, group, ms};
+use crate::plot::{self, FONT_FAMILY, KeyedAxis, PALETTE, ValueAxis, Whisker};
 use abcast_node::stats::{LineKind, median};
 use plotters::prelude::*;
 use plotters::style::FontStyle;
@@ -81,7 +86,7 @@ impl Backend {
         Backend::DurableSync,
     ];
 
-    /// The `--storage` name, which [`demo::storage_edits`] maps to the config.
+    /// The `--storage` name, which [`crate::cluster::storage_edits`] maps to the config.
     pub fn as_str(self) -> &'static str {
         match self {
             Backend::None => "none",
@@ -229,10 +234,10 @@ pub fn log_bytes_per_s(record: &NodeRecord, warmup_s: f64, stop_at_s: f64) -> Op
     (time_us > 0).then(|| grown as f64 / (time_us as f64 / 1e6))
 }
 
-fn measure(spec: &ClusterSpec, run: u32) -> Result<(Run, bool), DemoError> {
-    let cluster_run = demo::run_cluster(spec)?;
+fn measure(spec: &ClusterSpec, run: u32) -> Result<(Run, bool), HarnessError> {
+    let cluster_run = cluster::run_cluster(spec)?;
     let warmup_s = storage_warmup_s(spec.duration_s);
-    let r = demo::analyse_from(&cluster_run, warmup_s);
+    let r = analysis::analyse_from(&cluster_run, warmup_s);
     let nodes = cluster_run.nodes.len() as u32;
     let mut cpu_ms_total = 0u64;
     let mut delivered_bytes = 0u64;
@@ -286,7 +291,7 @@ fn measure(spec: &ClusterSpec, run: u32) -> Result<(Run, bool), DemoError> {
     ))
 }
 
-fn failed_run(run: u32, e: &DemoError) -> Run {
+fn failed_run(run: u32, e: &HarnessError) -> Run {
     Run {
         run,
         values_per_s: f64::NAN,
@@ -751,7 +756,7 @@ fn write_summary(
     series: &[Series],
     disk: &Disk,
     date: &str,
-) -> Result<(), DemoError> {
+) -> Result<(), HarnessError> {
     let command: Vec<String> = std::env::args()
         .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
         .collect();
@@ -955,7 +960,7 @@ fn terminal_text(series: &[Series], out: &Path) -> String {
 }
 
 /// `abcast bench storage`: returns the exit status (0 when every run passed its checks).
-pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
+pub fn run(args: &BenchArgs) -> Result<u8, HarnessError> {
     // 0 asks for the node's own default, as for the other benches.
     let window = match args.window_values.unwrap_or(STORAGE_WINDOW_VALUES) {
         0 => None,
@@ -967,7 +972,7 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
         .clone()
         .unwrap_or_else(|| PathBuf::from("results").join(format!("storage-{stamp}")));
     if let Err(e) = fs::create_dir_all(&out) {
-        return Err(DemoError::Runtime(format!(
+        return Err(HarnessError::Runtime(format!(
             "cannot create {}: {e}",
             out.display()
         )));
@@ -1014,7 +1019,7 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
                 rate_values_per_s: 0,
                 window_values: window,
                 kill: false,
-                config_edits: demo::storage_edits(sr.backend.as_str()),
+                config_edits: cluster::storage_edits(sr.backend.as_str()),
                 keep_dir: false,
                 progress: !args.json,
                 label: label.clone(),
@@ -1085,7 +1090,9 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
         .write_all(text.as_bytes())
         .and_then(|()| stdout.flush())
     {
-        return Err(DemoError::Runtime(format!("cannot write the summary: {e}")));
+        return Err(HarnessError::Runtime(format!(
+            "cannot write the summary: {e}"
+        )));
     }
     Ok(if all_ok { 0 } else { 1 })
 }
@@ -1093,7 +1100,7 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::demo::{Ended, Incarnation, Sample};
+    use crate::cluster::{Ended, Incarnation, Sample};
 
     fn run(mbit: f64) -> Run {
         Run {
@@ -1142,7 +1149,7 @@ mod tests {
     #[test]
     fn backend_names_are_the_demo_storage_names_and_select_the_right_config() {
         for b in Backend::ALL {
-            let edits = demo::storage_edits(b.as_str());
+            let edits = cluster::storage_edits(b.as_str());
             let get = |k: &str| {
                 edits
                     .iter()
@@ -1273,7 +1280,7 @@ mod tests {
     #[test]
     fn csv_has_one_row_per_run_with_every_column_and_no_figures_for_failed_runs() {
         let mut s = series(Backend::DurableSync, 8192, &[100.0, 200.0]);
-        s.runs[1] = failed_run(2, &DemoError::Runtime("boom, twice\nmore".into()));
+        s.runs[1] = failed_run(2, &HarnessError::Runtime("boom, twice\nmore".into()));
         let text = csv_text(2.0, 64, &[series(Backend::None, 1024, &[5.0]), s]);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 1 + 3);

@@ -10,9 +10,14 @@
 //! since the trim point (about one snapshot interval of traffic, plus the segment being
 //! written: segments are deleted whole).
 
-use super::plot::{self, Line, LinePanel};
-use super::{BenchArgs, machine, push_failed_runs, utc_now, write_file};
-use crate::demo::{self, ClusterSpec, DemoError, bytes, group};
+use super::{BenchArgs, machine, push_failed_runs, write_file};
+use crate::analysis;
+use crate::cluster;
+use crate::cluster::ClusterSpec;
+use crate::error::HarnessError;
+use crate::format::utc_now;
+use crate::format::{bytes, group};
+use crate::plot::{self, Line, LinePanel};
 use abcast_node::stats::median;
 use serde_json::json;
 use std::fmt::Write as _;
@@ -54,7 +59,7 @@ impl RunOut {
 }
 
 fn spec(args: &BenchArgs, label: String) -> ClusterSpec {
-    let mut edits = demo::storage_edits("durable");
+    let mut edits = cluster::storage_edits("durable");
     edits.push((
         "storage.segment_bytes".to_string(),
         toml::Value::Integer(TRIM_SEGMENT_BYTES as i64),
@@ -81,8 +86,8 @@ fn spec(args: &BenchArgs, label: String) -> ClusterSpec {
     }
 }
 
-fn analyse(run: &demo::ClusterRun) -> RunOut {
-    let report = demo::analyse(run);
+fn analyse(run: &cluster::ClusterRun) -> RunOut {
+    let report = analysis::analyse(run);
     let mut out = RunOut {
         ok: report.ok(),
         problems: report.problems.clone(),
@@ -110,19 +115,19 @@ fn analyse(run: &demo::ClusterRun) -> RunOut {
     out
 }
 
-pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
+pub fn run(args: &BenchArgs) -> Result<u8, HarnessError> {
     let (stamp, date) = utc_now();
     let out_dir: PathBuf = args
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from("results").join(format!("trim-{stamp}")));
     fs::create_dir_all(&out_dir)
-        .map_err(|e| DemoError::Runtime(format!("cannot create {}: {e}", out_dir.display())))?;
+        .map_err(|e| HarnessError::Runtime(format!("cannot create {}: {e}", out_dir.display())))?;
     let mut runs: Vec<RunOut> = Vec::new();
     let mut interrupted = false;
     for r in 1..=args.runs {
         let label = format!("[{r}/{}] trim", args.runs);
-        match demo::run_cluster(&spec(args, label.clone())) {
+        match cluster::run_cluster(&spec(args, label.clone())) {
             Ok(cr) => {
                 interrupted = cr.interrupted;
                 let o = analyse(&cr);
@@ -286,7 +291,7 @@ pub fn run(args: &BenchArgs) -> Result<u8, DemoError> {
          and the spares together keep one size. A node outside the phase 2 quorum holds \
          only its current segment (it keeps what it learned in memory). `results.csv` has \
          every sample (every {} ms, per node); `log_size.png` shows the first good run.",
-        demo::STATS_MS
+        cluster::STATS_MS
     );
     s += &plot_note;
     let failures: Vec<String> = runs

@@ -7,7 +7,7 @@
 //! `--drain-ms`, print the `"final"` line, exit 0.
 
 use crate::nodeconfig::{
-    self, MarkerError, NodeConfig, NodeConfigError, ProtocolKind, StorageKind,
+    self, MarkerError, MemberAddr, NodeConfig, NodeConfigError, ProtocolKind, StorageKind,
 };
 use abcast_core::config::{ConfigError, StartInfo};
 use abcast_core::multiring::MultiRing;
@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io::{self, Write};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -311,7 +311,9 @@ where
     run_node_on(&cfg, args, stop, out, make)
 }
 
-/// [`run_node_with`] on a config already read.
+/// [`run_node_with`] on a config already read: check the flags, build the protocol on its
+/// restored state, bind, start the event loop with the node's statistics as its
+/// application, serve until told to stop, drain, print the final line.
 pub fn run_node_on<P, F>(
     cfg: &NodeConfig,
     args: &NodeArgs,
@@ -323,12 +325,29 @@ where
     P: Protocol,
     F: FnOnce(&NodeConfig, StartInfo) -> Result<P, ConfigError>,
 {
+    let me = check_args(cfg, args)?;
+    let start =
+        nodeconfig::start_info(&cfg.storage.node_dir(cfg.node_id)).map_err(NodeError::Marker)?;
+    let mut protocol = make(cfg, start).map_err(NodeError::Protocol)?;
+    let snapshot_path = cfg.storage.node_dir(cfg.node_id).join("snapshot");
+    let restored = restore_snapshot(cfg, &mut protocol, &snapshot_path)?;
+    let listeners = bind_listeners(cfg, &me)?;
+    let dcfg = driver_config(cfg, args, start, snapshot_path);
+    let mut driver = Driver::new(dcfg, protocol, listeners)?;
+    log_start(cfg, &me, start, &driver);
+    let mut app = node_stats(cfg, args, start, restored.as_ref(), out)?;
+    start_load(cfg, args, &mut driver);
+    serve(args, stop, &mut driver, &mut app)?;
+    finish(cfg, start, &driver, app)
+}
+
+/// The flags that depend on the config; returns this node's addresses.
+fn check_args(cfg: &NodeConfig, args: &NodeArgs) -> Result<MemberAddr, NodeError> {
     if args.duration_s.is_some_and(|d| !d.is_finite() || d < 0.0) {
         return Err(NodeError::Args(
             "--duration-s must be a non-negative number of seconds".into(),
         ));
     }
-    let roles = cfg.my_roles();
     if args.load_rate.is_some() && args.load_value_size > cfg.max_value_bytes() {
         return Err(NodeError::Args(format!(
             "--load-value-size {} exceeds the ring's max_value_bytes {}",
@@ -336,36 +355,43 @@ where
             cfg.max_value_bytes()
         )));
     }
-    let me = cfg
-        .me()
+    cfg.me()
         .cloned()
-        .ok_or_else(|| NodeError::Args(format!("node {} has no address", cfg.node_id.0)))?;
-    let start =
-        nodeconfig::start_info(&cfg.storage.node_dir(cfg.node_id)).map_err(NodeError::Marker)?;
-    let mut protocol = make(cfg, start).map_err(NodeError::Protocol)?;
-    // A learner restarts from its last snapshot (the protocol's part now, the application's
-    // once it exists), instead of relearning from instance 1.
-    let snapshot_path = cfg.storage.node_dir(cfg.node_id).join("snapshot");
-    let restored =
-        match abcast_runtime::driver::read_snapshot(&snapshot_path).map_err(NodeError::Args)? {
-            Some(snap) => match protocol.restore_snapshot(&snap) {
-                Ok(()) => {
-                    eprintln!(
-                        "[{}] restored snapshot at instance {} ({} bytes of application state)",
-                        cfg.node_id,
-                        snap.upto,
-                        snap.app.len()
-                    );
-                    Some(snap)
-                }
-                Err(e) => {
-                    eprintln!("[{}] snapshot not restored: {e}", cfg.node_id);
-                    None
-                }
-            },
-            None => None,
-        };
+        .ok_or_else(|| NodeError::Args(format!("node {} has no address", cfg.node_id.0)))
+}
 
+/// A learner restarts from its last snapshot (the protocol's part now, the application's
+/// once it exists), instead of relearning from instance 1. A snapshot the protocol refuses
+/// is logged and left out; one that cannot be read stops the node.
+fn restore_snapshot<P: Protocol>(
+    cfg: &NodeConfig,
+    protocol: &mut P,
+    snapshot_path: &Path,
+) -> Result<Option<abcast_core::Snapshot>, NodeError> {
+    let Some(snap) =
+        abcast_runtime::driver::read_snapshot(snapshot_path).map_err(NodeError::Args)?
+    else {
+        return Ok(None);
+    };
+    match protocol.restore_snapshot(&snap) {
+        Ok(()) => {
+            eprintln!(
+                "[{}] restored snapshot at instance {} ({} bytes of application state)",
+                cfg.node_id,
+                snap.upto,
+                snap.app.len()
+            );
+            Ok(Some(snap))
+        }
+        Err(e) => {
+            eprintln!("[{}] snapshot not restored: {e}", cfg.node_id);
+            Ok(None)
+        }
+    }
+}
+
+/// The peer port and, if the config gives one, the client port.
+fn bind_listeners(cfg: &NodeConfig, me: &MemberAddr) -> Result<Listeners, NodeError> {
     let peer = bind_listener(me.addr, &cfg.transport).map_err(|source| NodeError::Bind {
         what: "peers",
         addr: me.addr,
@@ -383,6 +409,16 @@ where
         }
         None => None,
     };
+    Ok(Listeners { peer, client })
+}
+
+/// The event loop's settings from the config and the flags.
+fn driver_config(
+    cfg: &NodeConfig,
+    args: &NodeArgs,
+    start: StartInfo,
+    snapshot_path: PathBuf,
+) -> DriverConfig {
     let mut dcfg = DriverConfig::new(cfg.node_id, cfg.cluster_id, cfg.peer_addrs());
     dcfg.incarnation = start.incarnation;
     dcfg.transport = cfg.transport.clone();
@@ -391,11 +427,14 @@ where
     // Without fdatasync there is nothing to overlap.
     dcfg.sync_thread =
         cfg.storage.sync_thread && matches!(cfg.storage.kind, StorageKind::Durable { sync: true });
-    if roles.learner {
+    if cfg.my_roles().learner {
         dcfg.snapshot_interval_us = cfg.storage.snapshot_interval_ms.saturating_mul(1000);
         dcfg.snapshot_path = Some(snapshot_path);
     }
-    let mut driver = Driver::new(dcfg, protocol, Listeners { peer, client })?;
+    dcfg
+}
+
+fn log_start<P: Protocol>(cfg: &NodeConfig, me: &MemberAddr, start: StartInfo, driver: &Driver<P>) {
     if let Some((recv, send)) = driver.multicast_buffers() {
         eprintln!(
             "[{}] multicast socket buffers as the kernel reports them (twice what it \
@@ -416,16 +455,26 @@ where
         me.client_addr
             .map_or_else(|| "-".to_string(), |a| a.to_string()),
     );
+}
 
+/// The node's application: its statistics (restored from the snapshot) and, with
+/// `--delivery-log`, this incarnation's delivery log.
+fn node_stats<'w>(
+    cfg: &NodeConfig,
+    args: &NodeArgs,
+    start: StartInfo,
+    restored: Option<&abcast_core::Snapshot>,
+    out: &'w mut dyn Write,
+) -> Result<NodeStats<'w>, NodeError> {
     let mut app = NodeStats::new(
         cfg.node_id,
         start.incarnation,
         args.json_stats,
-        roles.learner,
+        cfg.my_roles().learner,
         out,
     )?;
     app.multi = cfg.multiring.is_some();
-    if let Some(snap) = &restored {
+    if let Some(snap) = restored {
         app.restore(&snap.app).map_err(NodeError::Args)?;
     }
     if args.delivery_log {
@@ -441,21 +490,35 @@ where
         })?;
         app.delivery_log = Some(std::io::BufWriter::with_capacity(1 << 20, file));
     }
-    if let Some(rate) = args.load_rate {
-        if roles.proposer {
-            driver.start_load(LoadConfig {
-                rate_per_s: rate,
-                value_bytes: args.load_value_size,
-                window_values: args.load_window.unwrap_or(cfg.window_values()).max(1),
-                max_values: None,
-            });
-        } else {
-            eprintln!("[{}] not a proposer: --load-rate ignored", cfg.node_id);
-        }
-    }
+    Ok(app)
+}
 
+/// `--load-rate`: the built-in load generator, on a proposer only.
+fn start_load<P: Protocol>(cfg: &NodeConfig, args: &NodeArgs, driver: &mut Driver<P>) {
+    let Some(rate) = args.load_rate else {
+        return;
+    };
+    if !cfg.my_roles().proposer {
+        eprintln!("[{}] not a proposer: --load-rate ignored", cfg.node_id);
+        return;
+    }
+    driver.start_load(LoadConfig {
+        rate_per_s: rate,
+        value_bytes: args.load_value_size,
+        window_values: args.load_window.unwrap_or(cfg.window_values()).max(1),
+        max_values: None,
+    });
+}
+
+/// Runs the event loop until `stop` (SIGTERM, SIGINT) or `--duration-s`, then drains.
+fn serve<P: Protocol>(
+    args: &NodeArgs,
+    stop: &AtomicBool,
+    driver: &mut Driver<P>,
+    app: &mut NodeStats<'_>,
+) -> Result<(), NodeError> {
     let duration_us = args.duration_s.map(|s| (s * 1e6) as Micros);
-    driver.run(&mut app, |now| {
+    driver.run(app, |now| {
         stop.load(Ordering::Relaxed)
             || STOP_LOAD.load(Ordering::Relaxed)
             || duration_us.is_some_and(|d| now >= d)
@@ -465,12 +528,22 @@ where
     // the others can finish what is in flight; the demo waits until every learner delivered
     // the same count, then sends SIGTERM.
     if STOP_LOAD.load(Ordering::Relaxed) && duration_us.is_none() {
-        driver.run(&mut app, |_| stop.load(Ordering::Relaxed))?;
+        driver.run(app, |_| stop.load(Ordering::Relaxed))?;
     }
     let drain_end = driver
         .now()
         .saturating_add(args.drain_ms.saturating_mul(1000));
-    driver.run(&mut app, |now| now >= drain_end)?;
+    driver.run(app, |now| now >= drain_end)?;
+    Ok(())
+}
+
+/// Flushes the delivery log, prints the final stats line and the transport's counters.
+fn finish<P: Protocol>(
+    cfg: &NodeConfig,
+    start: StartInfo,
+    driver: &Driver<P>,
+    mut app: NodeStats<'_>,
+) -> Result<NodeReport, NodeError> {
     if let Some(mut log) = app.delivery_log.take() {
         use std::io::Write as _;
         if let Err(e) = log.flush() {

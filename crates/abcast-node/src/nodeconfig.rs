@@ -443,16 +443,66 @@ pub fn parse(
     let Some(me) = node_id.or(file.node_id) else {
         return invalid("node_id", "no node id: give --id or a top-level node_id");
     };
-    if file.members.is_empty() {
+    let (ring_members, members) = members(&file.members)?;
+    if !members.iter().any(|m| m.id == NodeId(me)) {
+        return invalid("node_id", format!("node {me} is not among the members"));
+    }
+    let mut ring = ring_config(&file.ring, ring_members)?;
+    let mut transport = transport_config(&file.transport)?;
+    transport.link_faults = link_faults(&file.link_faults, &members)?;
+    let (protocol, mut ringpaxos, multicast) = protocol_config(&file, &ring.members)?;
+    transport.multicast = multicast;
+    let storage = storage_config(&file.storage, base_dir)?;
+
+    // With snapshots the coordinator trims acceptors below them, and a learner behind the
+    // trim point must install a peer's snapshot rather than skip (`RingConfig`).
+    let snapshots = storage.snapshot_interval_ms > 0;
+    ring.learner_snapshots = snapshots;
+    // A synced log holds each hop's votes for a group commit, so a ring needs more bytes in
+    // flight to keep throughput: unless the file says otherwise, the proposer's window is
+    // the larger SYNCED_WINDOW_BYTES_DEFAULT there (see `RingConfig::window_bytes`).
+    let synced_window = matches!(storage.kind, StorageKind::Durable { sync: true })
+        && file.ring.window_bytes.is_none();
+    if synced_window {
+        ring.window_bytes = SYNCED_WINDOW_BYTES_DEFAULT;
+    }
+    if let Some(rp) = ringpaxos.as_mut() {
+        rp.learner_snapshots = snapshots;
+        if synced_window {
+            rp.window_bytes = SYNCED_WINDOW_BYTES_DEFAULT;
+        }
+    }
+    let multiring = multiring(&file, &ring)?;
+    if multiring.is_some() && protocol == ProtocolKind::RingPaxos {
+        return invalid(
+            "protocol",
+            "[[rings]] are U-Ring Paxos rings (Multi-Ring Paxos); protocol = \"ringpaxos\" runs one ring",
+        );
+    }
+    Ok(NodeConfig {
+        cluster_id: file.cluster_id,
+        node_id: NodeId(me),
+        ring,
+        members,
+        transport,
+        storage,
+        multiring,
+        protocol,
+        ringpaxos,
+    })
+}
+
+/// `[[members]]`: the ring's members with their roles, and their addresses (each used once).
+fn members(file: &[FileMember]) -> Result<(Vec<Member>, Vec<MemberAddr>), NodeConfigError> {
+    if file.is_empty() {
         return invalid("members", "the ring has no members");
     }
-
-    let mut ring = RingConfig::default();
+    let mut ring_members = Vec::new();
     let mut members = Vec::new();
     let mut used: Vec<(SocketAddr, String)> = Vec::new();
-    for (i, m) in file.members.iter().enumerate() {
+    for (i, m) in file.iter().enumerate() {
         let field = |name: &str| format!("members[{i}].{name}");
-        if file.members[..i].iter().any(|o| o.id == m.id) {
+        if file[..i].iter().any(|o| o.id == m.id) {
             return invalid(field("id"), format!("node id {} appears twice", m.id));
         }
         let addr = parse_addr(field("addr"), &m.addr)?;
@@ -467,33 +517,8 @@ pub fn parse(
             }
             used.push((a, field(name)));
         }
-        let roles = match &m.roles {
-            None => Roles::PAL,
-            Some(list) => {
-                let mut r = Roles {
-                    proposer: false,
-                    acceptor: false,
-                    learner: false,
-                };
-                for name in list {
-                    match name.as_str() {
-                        "proposer" => r.proposer = true,
-                        "acceptor" => r.acceptor = true,
-                        "learner" => r.learner = true,
-                        other => {
-                            return invalid(
-                                field("roles"),
-                                format!(
-                                    "unknown role {other:?} (expected proposer, acceptor or learner)"
-                                ),
-                            );
-                        }
-                    }
-                }
-                r
-            }
-        };
-        ring.members.push(Member {
+        let roles = roles(field("roles"), m.roles.as_deref())?;
+        ring_members.push(Member {
             id: NodeId(m.id),
             roles,
         });
@@ -503,11 +528,45 @@ pub fn parse(
             client_addr,
         });
     }
-    if !members.iter().any(|m| m.id == NodeId(me)) {
-        return invalid("node_id", format!("node {me} is not among the members"));
-    }
+    Ok((ring_members, members))
+}
 
-    let r = &file.ring;
+/// A member's `roles` list; none given: proposer, acceptor and learner.
+fn roles(field: String, list: Option<&[String]>) -> Result<Roles, NodeConfigError> {
+    match list {
+        None => Ok(Roles::PAL),
+        Some(list) => {
+            let mut r = Roles {
+                proposer: false,
+                acceptor: false,
+                learner: false,
+            };
+            for name in list {
+                match name.as_str() {
+                    "proposer" => r.proposer = true,
+                    "acceptor" => r.acceptor = true,
+                    "learner" => r.learner = true,
+                    other => {
+                        return invalid(
+                            field.clone(),
+                            format!(
+                                "unknown role {other:?} (expected proposer, acceptor or learner)"
+                            ),
+                        );
+                    }
+                }
+            }
+            Ok(r)
+        }
+    }
+}
+
+/// `[ring]`: seed 000's table 4.1 defaults, overridden field by field, then checked.
+fn ring_config(r: &FileRing, members: Vec<Member>) -> Result<RingConfig, NodeConfigError> {
+    let mut ring = RingConfig {
+        members,
+        ..RingConfig::default()
+    };
     macro_rules! set {
         ($file:ident => $cfg:ident) => {
             if let Some(v) = r.$file {
@@ -548,8 +607,11 @@ pub fn parse(
         };
         return invalid(field, e.reason);
     }
+    Ok(ring)
+}
 
-    let t = &file.transport;
+/// `[transport]`: socket buffers, queues and reconnect backoff, checked.
+fn transport_config(t: &FileTransport) -> Result<TransportConfig, NodeConfigError> {
     let mut transport = TransportConfig::default();
     if let Some(v) = t.buffer_size {
         transport.buffer_size = v;
@@ -587,16 +649,16 @@ pub fn parse(
             "must be at least backoff_ms_min",
         );
     }
+    Ok(transport)
+}
 
-    transport.link_faults = link_faults(&file.link_faults, &members)?;
-    let (protocol, ringpaxos, multicast) = protocol_config(&file, &ring.members)?;
-    transport.multicast = multicast;
-
-    let kind = match file.storage.kind.as_deref() {
+/// `[storage]`: the acceptor store's kind and the options that apply to it.
+fn storage_config(file: &FileStorage, base_dir: &Path) -> Result<StorageConfig, NodeConfigError> {
+    let kind = match file.kind.as_deref() {
         None | Some("memory") => StorageKind::Memory,
         Some("none") => StorageKind::None,
         Some("durable") => StorageKind::Durable {
-            sync: file.storage.sync.unwrap_or(true),
+            sync: file.sync.unwrap_or(true),
         },
         Some(other) => {
             return invalid(
@@ -605,26 +667,25 @@ pub fn parse(
             );
         }
     };
-    if file.storage.sync.is_some() && !matches!(kind, StorageKind::Durable { .. }) {
+    if file.sync.is_some() && !matches!(kind, StorageKind::Durable { .. }) {
         return invalid(
             "storage.sync",
             format!("applies to kind = \"durable\" only (kind is \"{kind}\")"),
         );
     }
-    if file.storage.sync_thread.is_some() && !matches!(kind, StorageKind::Durable { sync: true }) {
+    if file.sync_thread.is_some() && !matches!(kind, StorageKind::Durable { sync: true }) {
         return invalid(
             "storage.sync_thread",
             format!("applies to kind = \"durable\" with sync = true only (kind is \"{kind}\")"),
         );
     }
-    if file.storage.direct_io.is_some() && !matches!(kind, StorageKind::Durable { sync: true }) {
+    if file.direct_io.is_some() && !matches!(kind, StorageKind::Durable { sync: true }) {
         return invalid(
             "storage.direct_io",
             format!("applies to kind = \"durable\" with sync = true only (kind is \"{kind}\")"),
         );
     }
     let segment_bytes = file
-        .storage
         .segment_bytes
         .unwrap_or(DurableOptions::SEGMENT_BYTES_DEFAULT);
     if !(1 << 20..=DurableOptions::SEGMENT_BYTES_MAX).contains(&segment_bytes) {
@@ -636,7 +697,7 @@ pub fn parse(
             ),
         );
     }
-    let snapshot_interval_ms = file.storage.snapshot_interval_ms.unwrap_or(match kind {
+    let snapshot_interval_ms = file.snapshot_interval_ms.unwrap_or(match kind {
         StorageKind::Durable { .. } => 1000,
         _ => 0,
     });
@@ -646,55 +707,19 @@ pub fn parse(
             format!("{snapshot_interval_ms}: at most one day (86400000)"),
         );
     }
-    let dir = PathBuf::from(file.storage.dir.as_deref().unwrap_or(DEFAULT_DATA_DIR));
+    let dir = PathBuf::from(file.dir.as_deref().unwrap_or(DEFAULT_DATA_DIR));
     let dir = if dir.is_relative() {
         base_dir.join(dir)
     } else {
         dir
     };
-
-    // With snapshots the coordinator trims acceptors below them, and a learner behind the
-    // trim point must install a peer's snapshot rather than skip (`RingConfig`).
-    ring.learner_snapshots = snapshot_interval_ms > 0;
-    let mut ringpaxos = ringpaxos;
-    // A synced log holds each hop's votes for a group commit, so a ring needs more bytes in
-    // flight to keep throughput: unless the file says otherwise, the proposer's window is
-    // the larger SYNCED_WINDOW_BYTES_DEFAULT there (see `RingConfig::window_bytes`).
-    let synced_window =
-        matches!(kind, StorageKind::Durable { sync: true }) && file.ring.window_bytes.is_none();
-    if synced_window {
-        ring.window_bytes = SYNCED_WINDOW_BYTES_DEFAULT;
-    }
-    if let Some(rp) = ringpaxos.as_mut() {
-        rp.learner_snapshots = snapshot_interval_ms > 0;
-        if synced_window {
-            rp.window_bytes = SYNCED_WINDOW_BYTES_DEFAULT;
-        }
-    }
-    let multiring = multiring(&file, &ring)?;
-    if multiring.is_some() && protocol == ProtocolKind::RingPaxos {
-        return invalid(
-            "protocol",
-            "[[rings]] are U-Ring Paxos rings (Multi-Ring Paxos); protocol = \"ringpaxos\" runs one ring",
-        );
-    }
-    Ok(NodeConfig {
-        cluster_id: file.cluster_id,
-        node_id: NodeId(me),
-        ring,
-        members,
-        transport,
-        storage: StorageConfig {
-            dir,
-            kind,
-            segment_bytes,
-            snapshot_interval_ms,
-            sync_thread: file.storage.sync_thread.unwrap_or(true),
-            direct_io: file.storage.direct_io.unwrap_or(true),
-        },
-        multiring,
-        protocol,
-        ringpaxos,
+    Ok(StorageConfig {
+        dir,
+        kind,
+        segment_bytes,
+        snapshot_interval_ms,
+        sync_thread: file.sync_thread.unwrap_or(true),
+        direct_io: file.direct_io.unwrap_or(true),
     })
 }
 

@@ -29,31 +29,31 @@ enum Command {
     ///
     /// The node is proposer, acceptor and learner as its config says. With --json-stats it
     /// prints one JSON stats line per period on stdout (docs/CONTRACTS.md).
-    Node(abcast::node::NodeArgs),
+    Node(abcast_node::node::NodeArgs),
     /// Send values to a running node.
     ///
     /// Each value is acknowledged once the ring has ordered it.
-    Propose(abcast::client::ProposeArgs),
+    Propose(abcast_node::client::ProposeArgs),
     /// Print the values a running node delivers, in delivery order.
-    Learn(abcast::client::LearnArgs),
+    Learn(abcast_node::client::LearnArgs),
     /// Make a Multi-Ring node's learner start or stop following a ring.
     ///
     /// The change is a control value decided in that ring, so every learner agrees on the
     /// point where this learner's delivery of the ring starts or stops.
-    Follow(abcast::client::FollowArgs),
+    Follow(abcast_node::client::FollowArgs),
     /// Run a local cluster under load and report on it.
     ///
     /// Starts N node processes on 127.0.0.1, loads them, then prints throughput, latency,
     /// CPU and memory, and checks that all learners delivered the same values in the same
     /// order. With --kill, it crashes and restarts nodes mid-run and checks that nothing
     /// acknowledged was lost or delivered twice. Exit status 0 only if every check passed.
-    Demo(abcast::demo::DemoArgs),
+    Demo(abcast_harness::demo::DemoArgs),
     /// Reproduce a seed paper's figure on this machine.
     ///
     /// Runs real node processes for each point of a sweep, several times, and writes
     /// results.csv, plot.png and summary.md into the output directory.
     /// `abcast bench --list` names the experiments.
-    Bench(abcast::bench::BenchArgs),
+    Bench(abcast_harness::bench::BenchArgs),
 }
 
 fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
@@ -66,27 +66,27 @@ fn main() -> ExitCode {
     // exit 0.
     let cli = Cli::parse();
     match cli.command {
-        Command::Node(args) => match abcast::node::run_node(args) {
+        Command::Node(args) => match abcast_node::node::run_node(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(1, e),
         },
-        Command::Propose(args) => match abcast::client::run_propose(args) {
+        Command::Propose(args) => match abcast_node::client::run_propose(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(1, e),
         },
-        Command::Learn(args) => match abcast::client::run_learn(args) {
+        Command::Learn(args) => match abcast_node::client::run_learn(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(1, e),
         },
-        Command::Follow(args) => match abcast::client::run_follow(args) {
+        Command::Follow(args) => match abcast_node::client::run_follow(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(1, e),
         },
-        Command::Demo(args) => match abcast::demo::run_demo(&args) {
+        Command::Demo(args) => match abcast_harness::demo::run_demo(&args) {
             Ok(code) => ExitCode::from(code),
             Err(e) => fail(e.exit_code(), e),
         },
-        Command::Bench(args) => match abcast::bench::run_bench(&args) {
+        Command::Bench(args) => match abcast_harness::bench::run_bench(&args) {
             Ok(code) => ExitCode::from(code),
             Err(e) => fail(e.exit_code(), e),
         },

@@ -11,9 +11,9 @@
 //! snapshot transferred in chunks, and goes on from the log (issue 4, "a learner that
 //! falls behind the trim point installs a snapshot transferred from a peer").
 
-use abcast::client::Client;
-use abcast::deliverylog::{self, Entry};
 use abcast_core::{NodeId, ValueId};
+use abcast_node::client::Client;
+use abcast_node::deliverylog::{self, Entry};
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};

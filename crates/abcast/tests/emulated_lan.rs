@@ -5,8 +5,9 @@
 //! other node, the shapers are in place, a real cluster runs there and orders values, and
 //! everything is removed afterwards. Nothing here asserts on timing or rates.
 
-use abcast::bench::lan::{self, EmulatedLan};
-use abcast::demo::{self, ClusterSpec, NodePlace};
+use abcast_harness::analysis::analyse;
+use abcast_harness::bench::lan::{self, EmulatedLan};
+use abcast_harness::cluster::{ClusterSpec, NodePlace, run_cluster};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::mem::MaybeUninit;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -170,8 +171,8 @@ fn a_ring_paxos_cluster_on_the_lan_orders_values_over_multicast() {
             })
             .collect(),
     };
-    let run = demo::run_cluster(&spec).expect("the cluster runs");
-    let report = demo::analyse(&run);
+    let run = run_cluster(&spec).expect("the cluster runs");
+    let report = analyse(&run);
     let dir = report.kept_dir.clone();
     let read = |name: &str| {
         dir.as_ref()

@@ -4,7 +4,7 @@
 //! Every engine commits with its strongest durability: the call returns only after an
 //! fdatasync/fsync that covers the whole batch.
 
-use abcast::disk::OsDir;
+use abcast_runtime::disk::OsDir;
 use abcast_core::storage::record::Record;
 use abcast_core::storage::{Accepted, AcceptorStore, DurableOptions, DurableStore};
 use abcast_core::types::{Ballot, Batch, Decree, Instance, NodeId, ValueId};

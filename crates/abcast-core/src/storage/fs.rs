@@ -1,5 +1,5 @@
 //! The one directory a durable store writes to, as a trait, so the log format and its recovery
-//! live in this I/O-free crate and run unchanged over real files (`abcast::disk::OsDir`) and
+//! live in this I/O-free crate and run unchanged over real files (`abcast_runtime::disk::OsDir`) and
 //! over the simulator's disk ([`super::MemDir`], one per node in `abcast_sim`), which loses
 //! unsynced writes, tears the last write and flips bytes when a node's machine crashes.
 //!

@@ -1,0 +1,10 @@
+//! abcast-node: the `abcast node` daemon over `abcast-runtime` (`node`), its TOML config
+//! file (`nodeconfig`), the client of a running node (`client`: `abcast propose`, `learn`,
+//! `follow`), and the node's outputs as a parent reads them: the JSON stats lines
+//! (`stats`, docs/CONTRACTS.md) and the delivery logs (`deliverylog`).
+
+pub mod client;
+pub mod deliverylog;
+pub mod node;
+pub mod nodeconfig;
+pub mod stats;

@@ -1,0 +1,1022 @@
+//! The `abcast node` process: reads the cluster config, builds the protocol with an
+//! in-memory acceptor store, runs the event loop, and prints the stats lines of
+//! docs/CONTRACTS.md ("Node stats lines") on stdout. Logs go to stderr.
+//!
+//! Life of a node: start (incarnation marker bumped), run with the optional built-in load
+//! generator until SIGTERM/SIGINT or `--duration-s`, stop the load, keep delivering for
+//! `--drain-ms`, print the `"final"` line, exit 0.
+
+use crate::nodeconfig::{
+    self, MarkerError, MemberAddr, NodeConfig, NodeConfigError, ProtocolKind, StorageKind,
+};
+use abcast_core::config::{ConfigError, StartInfo};
+use abcast_core::multiring::MultiRing;
+use abcast_core::protocol::Ack;
+use abcast_core::ringpaxos::RingPaxos;
+use abcast_core::storage::{AcceptorStore, DurableOptions, DurableStore, MemoryStore, NoneStore};
+use abcast_core::uring::URing;
+use abcast_core::{Delivery, GroupId, Instance, Micros, NodeId, Protocol, Status, ValueId};
+use abcast_runtime::disk::OsDir;
+use abcast_runtime::transport::bind_listener;
+use abcast_runtime::{
+    Application, Driver, DriverConfig, DriverError, Hooks, Listeners, LoadConfig,
+};
+use base64::Engine;
+use hdrhistogram::Histogram;
+use hdrhistogram::serialization::{Serializer, V2Serializer};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::io::{self, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Arguments of `abcast node`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct NodeArgs {
+    /// Cluster configuration file (TOML).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// This node's id (overrides `node_id` in the file).
+    #[arg(long)]
+    pub id: Option<u32>,
+    /// Print a stats line every this many milliseconds (0 = only the final line).
+    #[arg(long, default_value_t = 1000)]
+    pub stats_ms: u64,
+    /// Print stats as one JSON object per line (for `abcast demo` and `abcast bench`).
+    #[arg(long)]
+    pub json_stats: bool,
+    /// Run the built-in load generator at this many values per second (0 = as fast as the
+    /// window allows).
+    #[arg(long)]
+    pub load_rate: Option<u64>,
+    /// Payload size of generated values, in bytes.
+    #[arg(long, default_value_t = 1024)]
+    pub load_value_size: usize,
+    /// Most generated values in flight (default: the ring's `window_values`).
+    #[arg(long)]
+    pub load_window: Option<usize>,
+    /// Stop after this many seconds (default: run until SIGTERM or SIGINT).
+    #[arg(long)]
+    pub duration_s: Option<f64>,
+    /// After stopping the load, keep delivering this long before the final line.
+    #[arg(long, default_value_t = 1000)]
+    pub drain_ms: u64,
+    /// Write one line per delivered instance (`instance origin first_seq count`) to
+    /// `deliveries-<incarnation>.log` in the node's storage directory, so a harness can compare
+    /// learners instance by instance (a restarted in-memory learner starts from the oldest
+    /// instance still retained, so whole-sequence hashes cannot match).
+    #[arg(long)]
+    pub delivery_log: bool,
+}
+
+impl NodeArgs {
+    /// Arguments with defaults for `config` (for programs that start nodes themselves).
+    pub fn new(config: PathBuf) -> NodeArgs {
+        NodeArgs {
+            config,
+            id: None,
+            stats_ms: 1000,
+            json_stats: false,
+            load_rate: None,
+            load_value_size: 1024,
+            load_window: None,
+            duration_s: None,
+            drain_ms: 1000,
+            delivery_log: false,
+        }
+    }
+}
+
+/// Why a node could not run.
+#[derive(Debug)]
+pub enum NodeError {
+    Config(NodeConfigError),
+    Marker(MarkerError),
+    /// The protocol refused the configuration.
+    Protocol(ConfigError),
+    /// A command-line argument is out of its space.
+    Args(String),
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        source: io::Error,
+    },
+    Signal(io::Error),
+    Driver(DriverError),
+    Output(io::Error),
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeError::Config(e) => write!(f, "{e}"),
+            NodeError::Marker(e) => write!(f, "{e}"),
+            NodeError::Protocol(e) => write!(f, "{e}"),
+            NodeError::Args(m) => write!(f, "{m}"),
+            NodeError::Bind { what, addr, source } => {
+                write!(f, "cannot listen for {what} on {addr}: {source}")
+            }
+            NodeError::Signal(e) => write!(f, "cannot install signal handlers: {e}"),
+            NodeError::Driver(e) => write!(f, "event loop failed: {e}"),
+            NodeError::Output(e) => write!(f, "cannot write stats: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for NodeError {}
+
+impl From<DriverError> for NodeError {
+    fn from(e: DriverError) -> Self {
+        NodeError::Driver(e)
+    }
+}
+
+/// Runs `abcast node` with the config's protocol (U-Ring Paxos by default, Multi-Ring Paxos
+/// with `[[rings]]`, or IP-multicast Ring Paxos with `protocol = "ringpaxos"`) over
+/// in-memory stores until SIGTERM/SIGINT or `--duration-s`, printing stats on stdout.
+pub fn run_node(args: NodeArgs) -> Result<(), NodeError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGUSR1, Arc::clone(&STOP_LOAD))
+        .map_err(NodeError::Signal)?;
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, Arc::clone(&stop)).map_err(NodeError::Signal)?;
+    }
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    // Read once: it picks the protocol, and every protocol shares one start-up path.
+    let cfg = nodeconfig::load(&args.config, args.id).map_err(NodeError::Config)?;
+    if cfg.protocol == ProtocolKind::RingPaxos {
+        run_node_on(&cfg, &args, &stop, &mut out, ringpaxos_protocol)?;
+        return Ok(());
+    }
+    if let Some(mr) = cfg.multiring.clone() {
+        run_node_on(&cfg, &args, &stop, &mut out, |cfg, start| {
+            let capacities: Vec<_> = mr
+                .rings
+                .iter()
+                .map(|r| {
+                    let c = &r.ring;
+                    (r.group, c.store_capacity_instances, c.store_capacity_bytes)
+                })
+                .collect();
+            // Every ring's store is opened (and recovered) before the protocol is built.
+            let mut stores = HashMap::new();
+            for &(group, instances, bytes) in &capacities {
+                let store = open_store(cfg, Some(group), instances, bytes)?;
+                stores.insert(group, store);
+            }
+            MultiRing::new(mr, cfg.node_id, start, |group| {
+                stores.remove(&group).unwrap_or_else(|| {
+                    // Not a ring of the config (MultiRing asks only for those): the safe
+                    // default, an in-memory store.
+                    Box::new(MemoryStore::new(
+                        cfg.ring.store_capacity_instances,
+                        cfg.ring.store_capacity_bytes,
+                    ))
+                })
+            })
+        })?;
+        return Ok(());
+    }
+    run_node_on(&cfg, &args, &stop, &mut out, |cfg, start| {
+        let store = open_store(
+            cfg,
+            None,
+            cfg.ring.store_capacity_instances,
+            cfg.ring.store_capacity_bytes,
+        )?;
+        URing::new(cfg.ring.clone(), cfg.node_id, start, store)
+    })?;
+    Ok(())
+}
+
+/// IP-multicast Ring Paxos (seed 003) as the config describes it, over an in-memory store.
+pub fn ringpaxos_protocol(cfg: &NodeConfig, start: StartInfo) -> Result<RingPaxos, ConfigError> {
+    let Some(rp) = cfg.ringpaxos.clone() else {
+        return Err(ConfigError {
+            field: "protocol",
+            reason: "not \"ringpaxos\"".into(),
+        });
+    };
+    match &cfg.transport.multicast {
+        Some(m) => eprintln!(
+            "[{}] Ring Paxos: phase 2A and decisions by UDP multicast to {} via {}",
+            cfg.node_id, m.group, m.interface
+        ),
+        None => eprintln!(
+            "[{}] Ring Paxos without [multicast]: phase 2A and decisions go as one TCP copy \
+             per peer",
+            cfg.node_id
+        ),
+    }
+    let store = open_store(
+        cfg,
+        None,
+        rp.store_capacity_instances,
+        rp.store_capacity_bytes,
+    )?;
+    RingPaxos::new(rp, cfg.node_id, start, store)
+}
+
+/// Where a durable acceptor log lives: `<node dir>/log`, or `<node dir>/log/ring-<g>` for
+/// one ring of a Multi-Ring node.
+pub fn log_dir(cfg: &NodeConfig, ring: Option<GroupId>) -> PathBuf {
+    let dir = cfg.storage.node_dir(cfg.node_id).join("log");
+    match ring {
+        Some(g) => dir.join(format!("ring-{}", g.0)),
+        None => dir,
+    }
+}
+
+/// Opens the acceptor store the config asks for (seed 000 §3.4). A durable log is recovered
+/// here; what recovery found, a torn tail it cut included, goes to the log (stderr).
+pub fn open_store(
+    cfg: &NodeConfig,
+    ring: Option<GroupId>,
+    capacity_instances: usize,
+    capacity_bytes: usize,
+) -> Result<Box<dyn AcceptorStore + Send>, ConfigError> {
+    let me = cfg.node_id;
+    match cfg.storage.kind {
+        StorageKind::None => {
+            eprintln!(
+                "[{me}] storage kind \"none\": acceptors keep only undecided votes and answer \
+                 no retrieve; a learner that misses a decision skips it (benchmarks only)"
+            );
+            Ok(Box::new(NoneStore::new(capacity_instances)))
+        }
+        StorageKind::Memory => Ok(Box::new(MemoryStore::new(
+            capacity_instances,
+            capacity_bytes,
+        ))),
+        StorageKind::Durable { sync } => {
+            let path = log_dir(cfg, ring);
+            let dir = OsDir::open(&path).map_err(|e| ConfigError {
+                field: "storage.dir",
+                reason: format!("cannot open {}: {e}", path.display()),
+            })?;
+            let dir = if sync && cfg.storage.direct_io {
+                dir.with_direct_writes()
+            } else {
+                dir
+            };
+            let opts = DurableOptions {
+                sync,
+                segment_bytes: cfg.storage.segment_bytes,
+                cache_instances: capacity_instances,
+                cache_bytes: capacity_bytes,
+            };
+            let (store, rec) = DurableStore::open(dir, opts).map_err(|e| ConfigError {
+                field: "storage.dir",
+                reason: e.0,
+            })?;
+            if let Some(t) = &rec.torn_tail {
+                eprintln!(
+                    "[{me}] acceptor log: torn tail in {} at offset {} ({}): cut {} bytes, \
+                     back to the last whole record",
+                    t.file, t.offset, t.why, t.bytes_cut
+                );
+            }
+            eprintln!("[{me}] acceptor log {}: {rec}", path.display());
+            Ok(Box::new(store))
+        }
+    }
+}
+
+/// What a node run ends with (the numbers of its final line).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeReport {
+    pub node: NodeId,
+    pub incarnation: u64,
+    pub delivered_values: u64,
+    pub order_hash: u64,
+    pub duplicate_deliveries: u64,
+    pub proposed_values: u64,
+    pub acked_values: u64,
+}
+
+/// The node process with any protocol: `make` builds it from the config and the start
+/// info. Stops when `stop` is set or after `--duration-s`; stats lines go to `out`.
+pub fn run_node_with<P, F>(
+    args: &NodeArgs,
+    stop: &AtomicBool,
+    out: &mut dyn Write,
+    make: F,
+) -> Result<NodeReport, NodeError>
+where
+    P: Protocol,
+    F: FnOnce(&NodeConfig, StartInfo) -> Result<P, ConfigError>,
+{
+    let cfg = nodeconfig::load(&args.config, args.id).map_err(NodeError::Config)?;
+    run_node_on(&cfg, args, stop, out, make)
+}
+
+/// [`run_node_with`] on a config already read: check the flags, build the protocol on its
+/// restored state, bind, start the event loop with the node's statistics as its
+/// application, serve until told to stop, drain, print the final line.
+pub fn run_node_on<P, F>(
+    cfg: &NodeConfig,
+    args: &NodeArgs,
+    stop: &AtomicBool,
+    out: &mut dyn Write,
+    make: F,
+) -> Result<NodeReport, NodeError>
+where
+    P: Protocol,
+    F: FnOnce(&NodeConfig, StartInfo) -> Result<P, ConfigError>,
+{
+    let me = check_args(cfg, args)?;
+    let start =
+        nodeconfig::start_info(&cfg.storage.node_dir(cfg.node_id)).map_err(NodeError::Marker)?;
+    let mut protocol = make(cfg, start).map_err(NodeError::Protocol)?;
+    let snapshot_path = cfg.storage.node_dir(cfg.node_id).join("snapshot");
+    let restored = restore_snapshot(cfg, &mut protocol, &snapshot_path)?;
+    let listeners = bind_listeners(cfg, &me)?;
+    let dcfg = driver_config(cfg, args, start, snapshot_path);
+    let mut driver = Driver::new(dcfg, protocol, listeners)?;
+    log_start(cfg, &me, start, &driver);
+    let mut app = node_stats(cfg, args, start, restored.as_ref(), out)?;
+    start_load(cfg, args, &mut driver);
+    serve(args, stop, &mut driver, &mut app)?;
+    finish(cfg, start, &driver, app)
+}
+
+/// The flags that depend on the config; returns this node's addresses.
+fn check_args(cfg: &NodeConfig, args: &NodeArgs) -> Result<MemberAddr, NodeError> {
+    if args.duration_s.is_some_and(|d| !d.is_finite() || d < 0.0) {
+        return Err(NodeError::Args(
+            "--duration-s must be a non-negative number of seconds".into(),
+        ));
+    }
+    if args.load_rate.is_some() && args.load_value_size > cfg.max_value_bytes() {
+        return Err(NodeError::Args(format!(
+            "--load-value-size {} exceeds the ring's max_value_bytes {}",
+            args.load_value_size,
+            cfg.max_value_bytes()
+        )));
+    }
+    cfg.me()
+        .cloned()
+        .ok_or_else(|| NodeError::Args(format!("node {} has no address", cfg.node_id.0)))
+}
+
+/// A learner restarts from its last snapshot (the protocol's part now, the application's
+/// once it exists), instead of relearning from instance 1. A snapshot the protocol refuses
+/// is logged and left out; one that cannot be read stops the node.
+fn restore_snapshot<P: Protocol>(
+    cfg: &NodeConfig,
+    protocol: &mut P,
+    snapshot_path: &Path,
+) -> Result<Option<abcast_core::Snapshot>, NodeError> {
+    let Some(snap) =
+        abcast_runtime::driver::read_snapshot(snapshot_path).map_err(NodeError::Args)?
+    else {
+        return Ok(None);
+    };
+    match protocol.restore_snapshot(&snap) {
+        Ok(()) => {
+            eprintln!(
+                "[{}] restored snapshot at instance {} ({} bytes of application state)",
+                cfg.node_id,
+                snap.upto,
+                snap.app.len()
+            );
+            Ok(Some(snap))
+        }
+        Err(e) => {
+            eprintln!("[{}] snapshot not restored: {e}", cfg.node_id);
+            Ok(None)
+        }
+    }
+}
+
+/// The peer port and, if the config gives one, the client port.
+fn bind_listeners(cfg: &NodeConfig, me: &MemberAddr) -> Result<Listeners, NodeError> {
+    let peer = bind_listener(me.addr, &cfg.transport).map_err(|source| NodeError::Bind {
+        what: "peers",
+        addr: me.addr,
+        source,
+    })?;
+    let client = match me.client_addr {
+        Some(addr) => {
+            Some(
+                bind_listener(addr, &cfg.transport).map_err(|source| NodeError::Bind {
+                    what: "clients",
+                    addr,
+                    source,
+                })?,
+            )
+        }
+        None => None,
+    };
+    Ok(Listeners { peer, client })
+}
+
+/// The event loop's settings from the config and the flags.
+fn driver_config(
+    cfg: &NodeConfig,
+    args: &NodeArgs,
+    start: StartInfo,
+    snapshot_path: PathBuf,
+) -> DriverConfig {
+    let mut dcfg = DriverConfig::new(cfg.node_id, cfg.cluster_id, cfg.peer_addrs());
+    dcfg.incarnation = start.incarnation;
+    dcfg.transport = cfg.transport.clone();
+    dcfg.periodic_us = args.stats_ms.saturating_mul(1000);
+    dcfg.group_commit = matches!(cfg.storage.kind, StorageKind::Durable { .. });
+    // Without fdatasync there is nothing to overlap.
+    dcfg.sync_thread =
+        cfg.storage.sync_thread && matches!(cfg.storage.kind, StorageKind::Durable { sync: true });
+    if cfg.my_roles().learner {
+        dcfg.snapshot_interval_us = cfg.storage.snapshot_interval_ms.saturating_mul(1000);
+        dcfg.snapshot_path = Some(snapshot_path);
+    }
+    dcfg
+}
+
+fn log_start<P: Protocol>(cfg: &NodeConfig, me: &MemberAddr, start: StartInfo, driver: &Driver<P>) {
+    if let Some((recv, send)) = driver.multicast_buffers() {
+        eprintln!(
+            "[{}] multicast socket buffers as the kernel reports them (twice what it \
+             accounts): {recv} bytes receive, {send} bytes send",
+            cfg.node_id
+        );
+    }
+    eprintln!(
+        "[{}] node starting: incarnation {}{}, peers on {}, clients on {}",
+        cfg.node_id,
+        start.incarnation,
+        match (start.amnesic, cfg.storage.kind) {
+            (true, StorageKind::Durable { .. }) => " (acceptor state recovered from its log)",
+            (true, _) => " (amnesic: in-memory acceptor state was lost)",
+            (false, _) => "",
+        },
+        me.addr,
+        me.client_addr
+            .map_or_else(|| "-".to_string(), |a| a.to_string()),
+    );
+}
+
+/// The node's application: its statistics (restored from the snapshot) and, with
+/// `--delivery-log`, this incarnation's delivery log.
+fn node_stats<'w>(
+    cfg: &NodeConfig,
+    args: &NodeArgs,
+    start: StartInfo,
+    restored: Option<&abcast_core::Snapshot>,
+    out: &'w mut dyn Write,
+) -> Result<NodeStats<'w>, NodeError> {
+    let mut app = NodeStats::new(
+        cfg.node_id,
+        start.incarnation,
+        args.json_stats,
+        cfg.my_roles().learner,
+        out,
+    )?;
+    app.multi = cfg.multiring.is_some();
+    if let Some(snap) = restored {
+        app.restore(&snap.app).map_err(NodeError::Args)?;
+    }
+    if args.delivery_log {
+        let path = cfg
+            .storage
+            .node_dir(cfg.node_id)
+            .join(format!("deliveries-{}.log", start.incarnation));
+        let file = std::fs::File::create(&path).map_err(|e| {
+            NodeError::Args(format!(
+                "cannot create delivery log {}: {e}",
+                path.display()
+            ))
+        })?;
+        app.delivery_log = Some(std::io::BufWriter::with_capacity(1 << 20, file));
+    }
+    Ok(app)
+}
+
+/// `--load-rate`: the built-in load generator, on a proposer only.
+fn start_load<P: Protocol>(cfg: &NodeConfig, args: &NodeArgs, driver: &mut Driver<P>) {
+    let Some(rate) = args.load_rate else {
+        return;
+    };
+    if !cfg.my_roles().proposer {
+        eprintln!("[{}] not a proposer: --load-rate ignored", cfg.node_id);
+        return;
+    }
+    driver.start_load(LoadConfig {
+        rate_per_s: rate,
+        value_bytes: args.load_value_size,
+        window_values: args.load_window.unwrap_or(cfg.window_values()).max(1),
+        max_values: None,
+    });
+}
+
+/// Runs the event loop until `stop` (SIGTERM, SIGINT) or `--duration-s`, then drains.
+fn serve<P: Protocol>(
+    args: &NodeArgs,
+    stop: &AtomicBool,
+    driver: &mut Driver<P>,
+    app: &mut NodeStats<'_>,
+) -> Result<(), NodeError> {
+    let duration_us = args.duration_s.map(|s| (s * 1e6) as Micros);
+    driver.run(app, |now| {
+        stop.load(Ordering::Relaxed)
+            || STOP_LOAD.load(Ordering::Relaxed)
+            || duration_us.is_some_and(|d| now >= d)
+    })?;
+    driver.stop_load();
+    // SIGUSR1 stops the load but keeps the node serving (acceptor, forwarding, learning) so
+    // the others can finish what is in flight; the demo waits until every learner delivered
+    // the same count, then sends SIGTERM.
+    if STOP_LOAD.load(Ordering::Relaxed) && duration_us.is_none() {
+        driver.run(app, |_| stop.load(Ordering::Relaxed))?;
+    }
+    let drain_end = driver
+        .now()
+        .saturating_add(args.drain_ms.saturating_mul(1000));
+    driver.run(app, |now| now >= drain_end)?;
+    Ok(())
+}
+
+/// Flushes the delivery log, prints the final stats line and the transport's counters.
+fn finish<P: Protocol>(
+    cfg: &NodeConfig,
+    start: StartInfo,
+    driver: &Driver<P>,
+    mut app: NodeStats<'_>,
+) -> Result<NodeReport, NodeError> {
+    if let Some(mut log) = app.delivery_log.take() {
+        use std::io::Write as _;
+        if let Err(e) = log.flush() {
+            eprintln!("[{}] delivery log flush failed: {e}", cfg.node_id);
+        }
+    }
+    let status = driver.protocol().status();
+    app.print("final", driver.now(), &status);
+    // The transport's counters (drops, datagrams, TCP fallbacks) for whoever reads the log.
+    eprintln!(
+        "[{}] transport: {:?}",
+        cfg.node_id,
+        driver.transport_stats()
+    );
+    if let Some(e) = app.write_error.take() {
+        return Err(NodeError::Output(e));
+    }
+    Ok(NodeReport {
+        node: cfg.node_id,
+        incarnation: start.incarnation,
+        delivered_values: app.delivered_values,
+        order_hash: app.order_hash,
+        duplicate_deliveries: app.duplicate_deliveries,
+        proposed_values: app.proposed_values,
+        acked_values: app.acked_values,
+    })
+}
+
+/// Set by SIGUSR1: stop the load generator, keep serving until SIGTERM.
+static STOP_LOAD: std::sync::LazyLock<Arc<AtomicBool>> =
+    std::sync::LazyLock::new(|| Arc::new(AtomicBool::new(false)));
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+/// FNV-1a 64 of one value id (node id u32 LE, seq u64 LE) appended to `hash`.
+pub fn order_hash_step(mut hash: u64, id: ValueId) -> u64 {
+    for b in id
+        .node
+        .0
+        .to_le_bytes()
+        .into_iter()
+        .chain(id.seq.to_le_bytes())
+    {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(FNV_PRIME);
+    }
+    hash
+}
+
+/// The sequence numbers delivered from one origin, as disjoint, non-adjacent intervals
+/// `[start, end)`. Values of one origin arrive mostly in order, so this stays a handful of
+/// intervals however long the node runs.
+#[derive(Debug, Default, Clone)]
+pub struct SeqIntervals {
+    map: BTreeMap<u64, u64>,
+}
+
+impl SeqIntervals {
+    /// Adds `first .. first + count`; returns how many of them were already present.
+    pub fn insert(&mut self, first: u64, count: u64) -> u64 {
+        let end = first.saturating_add(count);
+        let (mut lo, mut hi, mut dup) = (first, end, 0);
+        let mut merged = Vec::new();
+        for (&s, &e) in self.map.range(..=end).rev() {
+            if e < first {
+                break;
+            }
+            dup += e.min(end).saturating_sub(s.max(first));
+            lo = lo.min(s);
+            hi = hi.max(e);
+            merged.push(s);
+        }
+        for s in merged {
+            self.map.remove(&s);
+        }
+        self.map.insert(lo, hi);
+        dup
+    }
+
+    pub fn intervals(&self) -> usize {
+        self.map.len()
+    }
+}
+
+/// The node's application: counts, order hash, duplicates and latency, printed as stats.
+struct NodeStats<'w> {
+    me: NodeId,
+    incarnation: u64,
+    json: bool,
+    learner: bool,
+    out: &'w mut dyn Write,
+    write_error: Option<io::Error>,
+    /// `--delivery-log`: one line per delivered instance.
+    delivery_log: Option<io::BufWriter<std::fs::File>>,
+    delivered_values: u64,
+    delivered_bytes: u64,
+    delivered_instance: Instance,
+    order_hash: u64,
+    proposed_values: u64,
+    acked_values: u64,
+    busy_rejections: u64,
+    delivered_by_origin: BTreeMap<u32, u64>,
+    acked_by_origin: BTreeMap<u32, u64>,
+    seen: HashMap<NodeId, SeqIntervals>,
+    duplicate_deliveries: u64,
+    latency_us: Histogram<u64>,
+    /// Propose time of the load generator's values not yet delivered here.
+    proposed_at: HashMap<u64, Micros>,
+    /// Multi-Ring: per-ring figures, and the position in the merged order (the delivery
+    /// log's first column, since instance numbers are per ring).
+    multi: bool,
+    groups: BTreeMap<u16, crate::stats::GroupLine>,
+    merged_position: u64,
+}
+
+impl<'w> NodeStats<'w> {
+    fn new(
+        me: NodeId,
+        incarnation: u64,
+        json: bool,
+        learner: bool,
+        out: &'w mut dyn Write,
+    ) -> Result<Self, NodeError> {
+        // One hour in microseconds at 3 significant digits: a few tens of KiB.
+        let latency_us = Histogram::new_with_bounds(1, 3_600_000_000, 3)
+            .map_err(|e| NodeError::Args(format!("latency histogram: {e}")))?;
+        Ok(NodeStats {
+            me,
+            incarnation,
+            json,
+            learner,
+            out,
+            write_error: None,
+            delivery_log: None,
+            delivered_values: 0,
+            delivered_bytes: 0,
+            delivered_instance: 0,
+            order_hash: FNV_OFFSET,
+            proposed_values: 0,
+            acked_values: 0,
+            busy_rejections: 0,
+            delivered_by_origin: BTreeMap::new(),
+            acked_by_origin: BTreeMap::new(),
+            seen: HashMap::new(),
+            duplicate_deliveries: 0,
+            latency_us,
+            proposed_at: HashMap::new(),
+            multi: false,
+            groups: BTreeMap::new(),
+            merged_position: 0,
+        })
+    }
+
+    fn print(&mut self, kind: &str, now: Micros, status: &Status) {
+        if self.write_error.is_some() {
+            return;
+        }
+        for g in &status.groups {
+            let line = self.groups.entry(g.group.0).or_default();
+            line.buffered_instances = g.buffered_instances as u64;
+            line.buffered_instances_max = g.buffered_instances_max as u64;
+            line.following = g.following;
+        }
+        let (cpu_user_ms, cpu_sys_ms) = cpu_ms();
+        let h = &self.latency_us;
+        let line = if self.json {
+            let mut hist = Vec::new();
+            let lat_hist = match V2Serializer::new().serialize(h, &mut hist) {
+                Ok(_) => base64::engine::general_purpose::STANDARD.encode(&hist),
+                Err(_) => String::new(),
+            };
+            let origins =
+                |m: &BTreeMap<u32, u64>| m.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+            let line = crate::stats::WireLine {
+                kind: kind.to_string(),
+                node: self.me.0,
+                incarnation: self.incarnation,
+                t_us: now,
+                delivered_values: self.delivered_values,
+                delivered_bytes: self.delivered_bytes,
+                delivered_instance: self.delivered_instance,
+                order_hash: format!("{:016x}", self.order_hash),
+                proposed_values: self.proposed_values,
+                acked_values: self.acked_values,
+                busy_rejections: self.busy_rejections,
+                coordinator: status.coordinator.map(|c| c.0),
+                cpu_user_ms,
+                cpu_sys_ms,
+                rss_kib: rss_kib(),
+                log_bytes: status.log_bytes,
+                log_appended_bytes: status.log_appended_bytes,
+                lat_count: h.len(),
+                lat_us_p50: h.value_at_quantile(0.5) as f64,
+                lat_us_p99: h.value_at_quantile(0.99) as f64,
+                lat_us_p999: h.value_at_quantile(0.999) as f64,
+                lat_hist: Some(lat_hist),
+                delivered_by_origin: origins(&self.delivered_by_origin),
+                acked_by_origin: origins(&self.acked_by_origin),
+                duplicate_deliveries: self.duplicate_deliveries,
+                groups: self
+                    .groups
+                    .iter()
+                    .map(|(g, l)| (g.to_string(), *l))
+                    .collect(),
+            };
+            match serde_json::to_string(&line) {
+                Ok(s) => s,
+                Err(e) => format!("{{\"type\":\"error\",\"error\":\"{e}\"}}"),
+            }
+        } else {
+            format!(
+                "{kind} {} t={:.1}s delivered={} ({:.1} MiB) instance={} proposed={} acked={} busy={} \
+                 coordinator={} lat_us p50={} p99={} n={} dup={} hash={:016x}",
+                self.me,
+                now as f64 / 1e6,
+                self.delivered_values,
+                self.delivered_bytes as f64 / (1 << 20) as f64,
+                self.delivered_instance,
+                self.proposed_values,
+                self.acked_values,
+                self.busy_rejections,
+                status
+                    .coordinator
+                    .map_or_else(|| "-".to_string(), |c| c.to_string()),
+                h.value_at_quantile(0.5),
+                h.value_at_quantile(0.99),
+                h.len(),
+                self.duplicate_deliveries,
+                self.order_hash,
+            ) + &self.groups_text()
+        };
+        if let Err(e) = writeln!(self.out, "{line}").and_then(|_| self.out.flush()) {
+            eprintln!("[{}] cannot write stats: {e}", self.me);
+            self.write_error = Some(e);
+        }
+    }
+}
+
+impl NodeStats<'_> {
+    /// ` ring 1: delivered=.. buffered=.. (max ..)` per ring, for the text stats line.
+    fn groups_text(&self) -> String {
+        use std::fmt::Write as _;
+        let mut t = String::new();
+        for (g, l) in &self.groups {
+            let _ = write!(
+                t,
+                " | ring {g}{}: delivered={} buffered={} (max {})",
+                if l.following { "" } else { " (not followed)" },
+                l.delivered_values,
+                l.buffered_instances,
+                l.buffered_instances_max
+            );
+        }
+        t
+    }
+}
+
+/// What the node's built-in application keeps in a snapshot: the figures of the delivered
+/// sequence, so a learner restarted from a snapshot goes on counting (and hashing the order)
+/// where it left off.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct AppSnapshot {
+    delivered_values: u64,
+    delivered_bytes: u64,
+    delivered_instance: Instance,
+    order_hash: u64,
+    delivered_by_origin: BTreeMap<u32, u64>,
+    duplicate_deliveries: u64,
+    merged_position: u64,
+}
+
+impl NodeStats<'_> {
+    fn restore(&mut self, data: &[u8]) -> Result<(), String> {
+        let s: AppSnapshot =
+            serde_json::from_slice(data).map_err(|e| format!("snapshot application state: {e}"))?;
+        self.delivered_values = s.delivered_values;
+        self.delivered_bytes = s.delivered_bytes;
+        self.delivered_instance = s.delivered_instance;
+        self.order_hash = s.order_hash;
+        self.delivered_by_origin = s.delivered_by_origin;
+        self.duplicate_deliveries = s.duplicate_deliveries;
+        self.merged_position = s.merged_position;
+        Ok(())
+    }
+}
+
+impl Application for NodeStats<'_> {
+    fn snapshot(&mut self) -> Option<bytes::Bytes> {
+        // The delivery log reaches the snapshot point first: a harness that joins the logs
+        // of two lives cuts the first at the snapshot the second started from.
+        if let Some(log) = self.delivery_log.as_mut()
+            && let Err(e) = log.flush()
+        {
+            self.write_error.get_or_insert(e);
+        }
+        let s = AppSnapshot {
+            delivered_values: self.delivered_values,
+            delivered_bytes: self.delivered_bytes,
+            delivered_instance: self.delivered_instance,
+            order_hash: self.order_hash,
+            delivered_by_origin: self.delivered_by_origin.clone(),
+            duplicate_deliveries: self.duplicate_deliveries,
+            merged_position: self.merged_position,
+        };
+        serde_json::to_vec(&s).ok().map(bytes::Bytes::from)
+    }
+
+    fn deliver(&mut self, now: Micros, d: &Delivery, _results: &mut Vec<bytes::Bytes>) {
+        let b = &d.batch;
+        self.merged_position += 1;
+        let position = if self.multi {
+            let g = self.groups.entry(d.group.0).or_default();
+            g.delivered_values += b.len() as u64;
+            g.delivered_bytes += b.payload_bytes() as u64;
+            self.merged_position
+        } else {
+            d.instance
+        };
+        if let Some(log) = self.delivery_log.as_mut() {
+            use std::io::Write as _;
+            if let Err(e) = writeln!(
+                log,
+                "{} {} {} {}",
+                position,
+                b.origin().0,
+                b.first_seq(),
+                b.len()
+            ) {
+                eprintln!("[{}] delivery log write failed, log disabled: {e}", self.me);
+                self.delivery_log = None;
+            }
+        }
+        let n = b.len() as u64;
+        self.delivered_values += n;
+        self.delivered_bytes += b.payload_bytes() as u64;
+        self.delivered_instance = self.delivered_instance.max(position);
+        *self.delivered_by_origin.entry(b.origin().0).or_default() += n;
+        self.duplicate_deliveries += self
+            .seen
+            .entry(b.origin())
+            .or_default()
+            .insert(b.first_seq(), n);
+        let mine = b.origin() == self.me && !self.proposed_at.is_empty();
+        for id in b.ids() {
+            self.order_hash = order_hash_step(self.order_hash, id);
+            if mine && let Some(t) = self.proposed_at.remove(&id.seq) {
+                self.latency_us
+                    .saturating_record(now.saturating_sub(t).max(1));
+            }
+        }
+    }
+
+    fn install(&mut self, _now: Micros, snapshot: &abcast_core::Snapshot) -> Result<(), String> {
+        self.restore(&snapshot.app)?;
+        if let Some(log) = self.delivery_log.as_mut() {
+            use std::io::Write as _;
+            if let Err(e) = writeln!(log, "snapshot {}", snapshot.upto) {
+                eprintln!("[{}] delivery log write failed, log disabled: {e}", self.me);
+                self.delivery_log = None;
+            }
+        }
+        Ok(())
+    }
+
+    fn skipped(&mut self, _now: Micros, skip: &abcast_core::Skip) {
+        let (from, to) = (skip.from, skip.to);
+        if let Some(log) = self.delivery_log.as_mut() {
+            use std::io::Write as _;
+            if let Err(e) = writeln!(log, "skip {from} {to}") {
+                eprintln!("[{}] delivery log write failed, log disabled: {e}", self.me);
+                self.delivery_log = None;
+            }
+        }
+    }
+}
+
+impl Hooks for NodeStats<'_> {
+    fn ack(&mut self, _now: Micros, a: &Ack) {
+        self.acked_values += u64::from(a.count);
+        *self.acked_by_origin.entry(a.key.origin.0).or_default() += u64::from(a.count);
+    }
+
+    fn proposed(&mut self, now: Micros, id: ValueId, by_load: bool) {
+        self.proposed_values += 1;
+        if by_load && self.learner {
+            self.proposed_at.insert(id.seq, now);
+        }
+    }
+
+    fn busy(&mut self, _now: Micros) {
+        self.busy_rejections += 1;
+    }
+
+    fn periodic(&mut self, now: Micros, status: &Status) {
+        self.print("stats", now, status);
+    }
+}
+
+/// User and system CPU time of this process, in milliseconds.
+fn cpu_ms() -> (u64, u64) {
+    // SAFETY: `rusage` is a plain C struct of integers, for which all-zero is valid, and
+    // `getrusage` only writes into the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    if rc != 0 {
+        return (0, 0);
+    }
+    let ms =
+        |tv: libc::timeval| (tv.tv_sec.max(0) as u64) * 1000 + (tv.tv_usec.max(0) as u64) / 1000;
+    (ms(ru.ru_utime), ms(ru.ru_stime))
+}
+
+/// Resident set size in KiB, from /proc/self/statm (0 where it does not exist).
+fn rss_kib() -> u64 {
+    let Ok(text) = std::fs::read_to_string("/proc/self/statm") else {
+        return 0;
+    };
+    let pages: u64 = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * (page.max(0) as u64) / 1024
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_count_duplicates_and_merge() {
+        let mut s = SeqIntervals::default();
+        assert_eq!(s.insert(10, 5), 0); // [10,15)
+        assert_eq!(s.insert(15, 5), 0); // adjacent: [10,20)
+        assert_eq!(s.intervals(), 1);
+        assert_eq!(s.insert(30, 2), 0);
+        assert_eq!(s.intervals(), 2);
+        assert_eq!(s.insert(18, 14), 4); // 18,19 and 30,31 again; fills the gap
+        assert_eq!(s.intervals(), 1);
+        assert_eq!(s.insert(10, 22), 22);
+        assert_eq!(s.insert(0, 1), 0);
+        assert_eq!(s.intervals(), 2);
+    }
+
+    #[test]
+    fn order_hash_is_fnv1a_over_ids() {
+        // FNV-1a of the 12 bytes 01 00 00 00 02 00 00 00 00 00 00 00, computed by hand.
+        let mut h = FNV_OFFSET;
+        for b in [1u8, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0] {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(FNV_PRIME);
+        }
+        assert_eq!(
+            order_hash_step(
+                FNV_OFFSET,
+                ValueId {
+                    node: NodeId(1),
+                    seq: 2
+                }
+            ),
+            h
+        );
+    }
+
+    #[test]
+    fn resource_probes_answer() {
+        let (u, s) = cpu_ms();
+        assert!(u + s < u64::MAX);
+        assert!(rss_kib() > 0);
+    }
+}

@@ -1,0 +1,56 @@
+//! The real-I/O runtime: frames on TCP, one event loop per node, timers, the client port
+//! and a built-in load generator, driving any sans-io [`abcast_core::Protocol`] unchanged.
+//!
+//! - `frame`: the 16-byte header of every message (docs/CONTRACTS.md).
+//! - `transport`: bounded outbound queues flushed with vectored writes, reads into a large
+//!   buffer, socket options, reconnect backoff.
+//! - `clientwire`: the client protocol on the client port (`abcast propose`, `abcast learn`).
+//! - `linkfault`: optional injected per-link delay and loss, for experiments.
+//! - `multicast`: UDP IP-multicast datagrams for `Outbox::multicasts` (seed 003), checked
+//!   like frames, with a bounded send queue.
+//! - `netns`: entering a network namespace (emulated LAN, multicast tests).
+//! - `disk`: the durable log's files (`OsDir`: positioned vectored writes, `O_DIRECT`).
+//! - `driver`: the event loop. One thread runs everything of one node, so the protocol
+//!   needs no locks and its effects are carried out in the order the contract gives.
+
+pub mod clientwire;
+pub mod disk;
+pub mod driver;
+pub mod frame;
+pub mod linkfault;
+pub mod loadgen;
+pub mod multicast;
+pub mod netns;
+pub mod syncer;
+pub mod transport;
+
+pub use driver::{Driver, DriverConfig, DriverError, Listeners, TransportStats};
+pub use linkfault::LinkFault;
+pub use loadgen::LoadConfig;
+pub use multicast::{MulticastConfig, MulticastStats};
+pub use transport::TransportConfig;
+
+use abcast_core::protocol::Ack;
+use abcast_core::{Micros, Status, ValueId};
+
+pub use abcast_core::app::{Application, NoApplication};
+
+/// What the runtime tells a node beside the application contract (`Application`, in
+/// abcast-core): acknowledgements, proposals taken or refused, a periodic status, for
+/// statistics and latency measurement. The driver calls it from its one thread, after the
+/// protocol's sends are queued (so a slow callback delays the next input, never a message
+/// that is ready to leave). Every method has a default: an application that only
+/// replicates state writes `impl Hooks for MyApp {}`.
+pub trait Hooks: Application {
+    /// Some of this node's own values are decided.
+    fn ack(&mut self, _now: Micros, _a: &Ack) {}
+    /// A value was taken by `propose`; `by_load` tells the built-in load generator's values
+    /// from the client port's.
+    fn proposed(&mut self, _now: Micros, _id: ValueId, _by_load: bool) {}
+    /// `propose` answered `Busy`.
+    fn busy(&mut self, _now: Micros) {}
+    /// Called every `DriverConfig::periodic_us` with the protocol's status (stats lines).
+    fn periodic(&mut self, _now: Micros, _status: &Status) {}
+}
+
+impl Hooks for NoApplication {}

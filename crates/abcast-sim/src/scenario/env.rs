@@ -180,6 +180,8 @@ pub struct Env<A: Adapter> {
     now: Micros,
     level: Level,
     cur: Level,
+    /// This step shows only messages of these kinds (`only=`), if any.
+    only: Vec<String>,
     out: Vec<String>,
     step_deliveries: BTreeMap<usize, Vec<String>>,
     lives: Vec<Life>,
@@ -251,6 +253,7 @@ impl<A: Adapter> Env<A> {
             now: 0,
             level: Level::Deliveries,
             cur: Level::Deliveries,
+            only: Vec::new(),
             out: Vec::new(),
             step_deliveries: BTreeMap::new(),
             lives: Vec::new(),
@@ -497,13 +500,17 @@ impl<A: Adapter> Env<A> {
         } else {
             Level::Msgs
         };
+        let shown =
+            self.cur >= level && (self.only.is_empty() || self.only.iter().any(|k| k == info.kind));
         let (f, t) = (e.from.0 as usize, e.to.0 as usize);
         let to_down = self.nodes[t].state != NodeState::Up;
         let from_stopped = self.nodes[f].state == NodeState::Stopped;
         if to_down || from_stopped {
             let who = if to_down { t } else { f };
             let line = self.msg_line("lost ", e.from, Some(e.to), &info);
-            self.line(level, format!("{line} (n{who} is down)"));
+            if shown {
+                self.out.push(format!("{line} (n{who} is down)"));
+            }
             return;
         }
         let fate = forced.unwrap_or_else(|| {
@@ -515,21 +522,29 @@ impl<A: Adapter> Env<A> {
         match fate {
             Fate::Deliver => {
                 let line = self.msg_line("", e.from, Some(e.to), &info);
-                self.line(level, line);
+                if shown {
+                    self.out.push(line);
+                }
                 self.receive(e.from, e.to, e.msg);
             }
             Fate::Drop => {
                 let line = self.msg_line("drop ", e.from, Some(e.to), &info);
-                self.line(level, line);
+                if shown {
+                    self.out.push(line);
+                }
             }
             Fate::Hold => {
                 let line = self.msg_line("hold ", e.from, Some(e.to), &info);
-                self.line(level, line);
+                if shown {
+                    self.out.push(line);
+                }
                 self.held.push(e);
             }
             Fate::Dup => {
                 let line = self.msg_line("dup ", e.from, Some(e.to), &info);
-                self.line(level, line);
+                if shown {
+                    self.out.push(line);
+                }
                 self.held.push(Envelope {
                     from: e.from,
                     to: e.to,
@@ -610,6 +625,10 @@ impl<A: Adapter> Env<A> {
     /// Runs one command; `trace` overrides the trace level for this step.
     pub fn exec(&mut self, cmd: &str, args: &mut Args) -> Result<String, String> {
         self.cur = args.opt::<Level>("trace")?.unwrap_or(self.level);
+        self.only = args.list("only");
+        if !self.only.is_empty() && self.cur < Level::Msgs {
+            self.cur = Level::Msgs;
+        }
         self.out.clear();
         let r = self.command(cmd, args);
         self.flush_deliveries();

@@ -282,12 +282,12 @@ pub fn diff_lines(expected: &str, actual: &str) -> Vec<String> {
             out.push(format!("  {}", a[i]));
             i += 1;
             j += 1;
-        } else if j < m && (i == n || lcs[i][j + 1] >= lcs[i + 1][j]) {
-            out.push(format!("+ {}", b[j]));
-            j += 1;
-        } else {
+        } else if i < n && (j == m || lcs[i + 1][j] >= lcs[i][j + 1]) {
             out.push(format!("- {}", a[i]));
             i += 1;
+        } else {
+            out.push(format!("+ {}", b[j]));
+            j += 1;
         }
     }
     out
@@ -315,7 +315,7 @@ mod tests {
     fn diff_marks_changed_lines() {
         assert_eq!(
             diff_lines("a\nb\nc", "a\nx\nc"),
-            vec!["  a", "+ x", "- b", "  c"]
+            vec!["  a", "- b", "+ x", "  c"]
         );
     }
 }

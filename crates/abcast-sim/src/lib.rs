@@ -69,6 +69,7 @@ pub mod config;
 pub mod faults;
 pub mod plan;
 pub mod rng;
+pub mod scenario;
 pub mod sim;
 pub mod suites;
 pub mod sweep;

@@ -99,9 +99,9 @@ fn uring_voting_before_the_vote_is_durable_is_caught() {
 // Ring Paxos' `VoteIgnoresEpoch` has no sweep here: the random sweeps do not meet it (none
 // in 12,000 seeds of every mix, nor in 600 per mix with the ghost story), because a Ring
 // Paxos decision is taken by the coordinator, which restarts phase 1 the moment any
-// heartbeat tells it of the restart. Its catch is the scenario
-// `ringpaxos_voting_outside_its_epoch_is_caught_by_the_ghost_story` in
-// `abcast-core/tests/ringpaxos_scenarios.rs` (docs/testing.md, "What the mutations showed").
+// heartbeat tells it of the restart. Its catch is the scenario story
+// `testdata/scenarios/ringpaxos/ringpaxos_voting_outside_its_epoch_is_caught_by_the_ghost_story.txt`
+// (run by `tests/scenarios.rs`; docs/testing.md, "What the mutations showed").
 
 #[test]
 fn ringpaxos_counting_amnesic_promises_is_caught() {

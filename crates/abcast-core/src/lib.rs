@@ -15,6 +15,7 @@ pub mod error;
 pub mod multiring;
 pub mod mutation;
 pub mod protocol;
+pub mod ring;
 pub mod ringpaxos;
 pub mod snapshot_transfer;
 pub mod storage;

@@ -115,7 +115,7 @@ pub fn get_bool(d: &mut Decoder, what: &'static str) -> Result<bool, DecodeError
 }
 
 /// A learner's de-duplication memory for a range of instances: `(batch key, instance it
-/// was first decided in)` pairs (see `uring::learner::Dedup`), for a learner that skips the
+/// was first decided in)` pairs (see `ring::learner::Dedup`), for a learner that skips the
 /// range (bug B3).
 pub fn put_dedup_entries(e: &mut Encoder, v: &[(BatchKey, Instance)]) {
     e.put_u32(v.len() as u32);

@@ -9,9 +9,10 @@
 use super::messages::{Decided, Nack, P1Entry, Phase1a, Phase1b, Phase2a, Phase2b, Repair, Vid};
 use super::{Message, Out, RingPaxos};
 use crate::mutation::Mutation;
+use crate::ring::acceptor::skip_memory_of;
+use crate::ring::fingerprint;
 use crate::storage::Accepted;
 use crate::types::{Ballot, Decree, Instance, NodeId};
-use crate::uring::ring::fingerprint;
 use std::collections::BTreeMap;
 
 /// Bytes of accepted payload in one phase 1 reply or retrieve answer.
@@ -68,6 +69,7 @@ impl RingPaxos {
         let reply = Phase1b {
             ballot: m.ballot,
             from: m.from,
+            to: m.to,
             ok,
             promised: acc.store.promised(),
             amnesic: acc.amnesic,
@@ -225,8 +227,7 @@ impl RingPaxos {
         let Some(acc) = self.acc.as_ref() else {
             // Not an acceptor: no decisions to serve, but a learner about to skip may ask
             // for this learner's de-duplication memory (`behind_trim_point_in`).
-            let (dedup_from, dedup_to, dedup) =
-                crate::uring::acceptor::skip_memory_of(&self.learn, None, m.from, m.to);
+            let (dedup_from, dedup_to, dedup) = skip_memory_of(&self.learn, None, m.from, m.to);
             out.send(
                 self.node_at(from_pos),
                 Message::Decided(Decided {
@@ -263,7 +264,7 @@ impl RingPaxos {
         let (dedup_from, dedup_to, dedup) = if found.contains_key(&m.from) {
             (0, 0, Vec::new())
         } else {
-            crate::uring::acceptor::skip_memory_of(&self.learn, Some(&*acc.store), m.from, m.to)
+            skip_memory_of(&self.learn, Some(&*acc.store), m.from, m.to)
         };
         out.send(
             self.node_at(from_pos),

@@ -25,8 +25,8 @@
 use super::messages::{Decision, Nack, Phase1a, Phase1b, Phase2a, Repair, Vid};
 use super::{Message, Out, RingPaxos};
 use crate::mutation::Mutation;
+use crate::ring::{bit, fingerprint};
 use crate::types::{Ballot, Batch, BatchKey, Decree, Instance, Micros};
-use crate::uring::ring::{bit, fingerprint};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
 /// `Phase2a`s re-multicast per tick at most (bounds a burst after a long stall).
@@ -254,6 +254,9 @@ impl RingPaxos {
         let m = Phase1a {
             ballot: self.coord.ballot,
             from,
+            // The promise covers every instance, and each acceptor bounds its reply
+            // (`REPLY_MAX_INSTANCES`, `covered_to`): no upper end to ask for.
+            to: Instance::MAX,
             epoch: self.view.epoch().to_vec(),
         };
         for &p in &self.acceptors {

@@ -58,11 +58,11 @@ pub use messages::Message;
 use crate::ProposeError;
 use crate::batcher::Batcher;
 use crate::protocol::{Outbox, Protocol, Status};
+use crate::ring::acceptor::AcceptorState;
+use crate::ring::learner::{LearnerState, PayloadCache};
+use crate::ring::{RingView, bit, fingerprint};
 use crate::storage::AcceptorStore;
 use crate::types::{Ballot, BatchKey, Decree, Instance, Micros, NodeId, ValueId};
-use crate::uring::acceptor::AcceptorState;
-use crate::uring::learner::{LearnerState, PayloadCache};
-use crate::uring::ring::{RingView, bit};
 use acceptor::RingMemory;
 use bytes::Bytes;
 use coordinator::CoordinatorState;
@@ -109,7 +109,7 @@ pub struct RingPaxos {
     pub(crate) started: bool,
     pub(crate) incarnation: u64,
     /// Snapshots and trimming (`snapshot.rs`).
-    pub(crate) snap: crate::uring::snapshot::SnapshotState,
+    pub(crate) snap: crate::ring::snapshot::SnapshotState,
 }
 
 impl RingPaxos {
@@ -171,7 +171,7 @@ impl RingPaxos {
             resend_when_leading: false,
             started: false,
             incarnation,
-            snap: crate::uring::snapshot::SnapshotState::new(cfg.members.len()),
+            snap: crate::ring::snapshot::SnapshotState::new(cfg.members.len()),
             me,
             pos,
             cfg,
@@ -269,7 +269,7 @@ impl RingPaxos {
             self.on_trim(from_pos, m.trim_below, out);
         }
         if m.amnesic {
-            let fp = crate::uring::ring::fingerprint(&m.epoch);
+            let fp = fingerprint(&m.epoch);
             self.coordinator_on_amnesic_heartbeat(from_pos, fp, out);
         }
         self.learn.decided_max = self
@@ -335,6 +335,32 @@ impl RingPaxos {
         {
             out.events.push(ev);
         }
+    }
+}
+
+impl crate::ring::RingHost for RingPaxos {
+    type Msg = Message;
+    fn acceptor_and_learner(&self) -> (Option<&AcceptorState>, &LearnerState) {
+        (self.acc.as_ref(), &self.learn)
+    }
+    fn learner_and_cache(&mut self) -> (&mut LearnerState, &mut PayloadCache) {
+        (&mut self.learn, &mut self.cache)
+    }
+    fn retrieve_max_instances(&self) -> u64 {
+        self.cfg.retrieve_max_instances
+    }
+    fn record_decision(
+        &mut self,
+        instance: Instance,
+        ballot: Ballot,
+        decree: Option<Decree>,
+        key: Option<crate::types::BatchKey>,
+        out: &mut Out,
+    ) {
+        RingPaxos::record_decision(self, instance, ballot, decree, key, out)
+    }
+    fn after_input(&mut self, out: &mut Out) {
+        RingPaxos::after_input(self, out)
     }
 }
 

@@ -20,12 +20,12 @@
 use super::messages::Message;
 use super::{Out, RingPaxos};
 use crate::protocol::Snapshot;
-use crate::snapshot_transfer::{SnapshotChunk, SnapshotFetch};
-use crate::types::Instance;
-use crate::uring::snapshot::{
+use crate::ring::snapshot::{
     apply_snapshot_to, behind_trim_point_in, fetch_tick_in, install_in, on_chunk_in,
     take_snapshot_of, trim_acceptor,
 };
+use crate::snapshot_transfer::{SnapshotChunk, SnapshotFetch};
+use crate::types::Instance;
 use bytes::Bytes;
 
 impl RingPaxos {

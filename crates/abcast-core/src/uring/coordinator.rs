@@ -32,9 +32,9 @@
 //! such 1 s stalls in a row outlast its 1.5 s bound).
 
 use super::messages::{Nack, Phase1a, Phase1b, Phase2, Repair, Retrieve, WireDecree};
-use super::ring::{bit, fingerprint};
 use super::{Message, Out, URing};
 use crate::mutation::Mutation;
+use crate::ring::{bit, fingerprint};
 use crate::types::{Ballot, Batch, BatchKey, Decree, Instance, Micros};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 

@@ -21,10 +21,8 @@
 pub mod acceptor;
 pub mod config;
 pub mod coordinator;
-pub mod learner;
 pub mod messages;
 pub mod proposer;
-pub mod ring;
 pub mod snapshot;
 
 use crate::config::{ConfigError, StartInfo};
@@ -34,14 +32,14 @@ pub use messages::Message;
 use crate::ProposeError;
 use crate::batcher::Batcher;
 use crate::protocol::{Outbox, Protocol, Status};
+use crate::ring::acceptor::AcceptorState;
+use crate::ring::learner::{LearnerState, PayloadCache};
+use crate::ring::{RingHost, RingView, bit, fingerprint};
 use crate::storage::AcceptorStore;
 use crate::types::{Ballot, Decree, Instance, Micros, NodeId, ValueId};
-use acceptor::AcceptorState;
 use bytes::Bytes;
 use coordinator::CoordinatorState;
-use learner::{LearnerState, PayloadCache};
 use messages::{Decision, Heartbeat, Nack, Phase2, WireDecree};
-use ring::{RingView, bit};
 
 pub type Out = Outbox<Message>;
 
@@ -80,7 +78,7 @@ pub struct URing {
     /// since been dropped from the ring may have died with it, so they go again.
     pub(crate) last_successor: Option<usize>,
     /// Snapshots and trimming (`snapshot.rs`).
-    pub(crate) snap: snapshot::SnapshotState,
+    pub(crate) snap: crate::ring::snapshot::SnapshotState,
 }
 
 impl URing {
@@ -128,7 +126,7 @@ impl URing {
             last_heartbeat_us: 0,
             heartbeats_sent: 0,
             cluster_delivered_max: 0,
-            snap: snapshot::SnapshotState::new(cfg.members.len()),
+            snap: crate::ring::snapshot::SnapshotState::new(cfg.members.len()),
             last_coordinator: None,
             resend_when_leading: false,
             last_successor: None,
@@ -423,7 +421,7 @@ impl URing {
         self.note_ballot(m.ballot);
         self.view.merge_epoch(&m.epoch);
         if m.amnesic {
-            self.coordinator_on_amnesic_heartbeat(from_pos, ring::fingerprint(&m.epoch), out);
+            self.coordinator_on_amnesic_heartbeat(from_pos, fingerprint(&m.epoch), out);
         }
         self.cluster_delivered_max = self.cluster_delivered_max.max(m.delivered_upto);
         self.learn.decided_max = self
@@ -526,35 +524,6 @@ impl URing {
         self.send_retrieve(out);
     }
 
-    /// A learner behind first takes what its own acceptor holds decided: after a restart
-    /// a durable store has decisions the other acceptors may no longer serve (they keep the
-    /// decisions they did not vote for in memory only), and a learner only asked its peers
-    /// (found by the faults-remain phase: durable uring seed 8, a restarted coordinator
-    /// whose learner waited at instance 1 for a decision its own log held).
-    pub(crate) fn learn_from_own_store(&mut self, out: &mut Out) {
-        let Some(acc) = self.acc.as_ref() else { return };
-        let from = self.learn.next;
-        let to = (from + self.cfg.retrieve_max_instances).min(self.learn.decided_max.max(from) + 1);
-        let entries: Vec<_> = acc
-            .store
-            .range(from, to)
-            .into_iter()
-            .filter(|(i, a)| a.decided && !self.learn.knows(*i))
-            .collect();
-        if entries.is_empty() {
-            return;
-        }
-        for (instance, a) in entries {
-            if let Decree::Values(b) = &a.decree {
-                self.cache.insert(b);
-                self.learn.offer_payload(b);
-            }
-            let key = a.decree.key();
-            self.record_decision(instance, a.ballot, Some(a.decree), key, out);
-        }
-        self.after_input(out);
-    }
-
     /// Asks the next acceptor (coordinator first) for the instances after the last delivered.
     pub(crate) fn send_retrieve(&mut self, out: &mut Out) {
         self.learn_from_own_store(out);
@@ -574,6 +543,32 @@ impl URing {
             self.node_at(target),
             Message::Retrieve(messages::Retrieve { from, to }),
         );
+    }
+}
+
+impl crate::ring::RingHost for URing {
+    type Msg = Message;
+    fn acceptor_and_learner(&self) -> (Option<&AcceptorState>, &LearnerState) {
+        (self.acc.as_ref(), &self.learn)
+    }
+    fn learner_and_cache(&mut self) -> (&mut LearnerState, &mut PayloadCache) {
+        (&mut self.learn, &mut self.cache)
+    }
+    fn retrieve_max_instances(&self) -> u64 {
+        self.cfg.retrieve_max_instances
+    }
+    fn record_decision(
+        &mut self,
+        instance: Instance,
+        ballot: Ballot,
+        decree: Option<Decree>,
+        key: Option<crate::types::BatchKey>,
+        out: &mut Out,
+    ) {
+        URing::record_decision(self, instance, ballot, decree, key, out)
+    }
+    fn after_input(&mut self, out: &mut Out) {
+        URing::after_input(self, out)
     }
 }
 

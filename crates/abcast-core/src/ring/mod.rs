@@ -20,9 +20,11 @@
 pub mod acceptor;
 pub mod learner;
 pub mod messages;
+pub mod meta;
 pub mod snapshot;
 pub mod view;
 
+pub use meta::{ComposableRing, Pass, RingConfigView};
 pub use view::{RingView, bit, fingerprint};
 
 use crate::protocol::Outbox;

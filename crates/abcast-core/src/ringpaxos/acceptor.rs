@@ -92,7 +92,7 @@ impl RingPaxos {
             self.learn.offer_payload(b);
         }
         for (i, vid) in &m.decisions {
-            self.learn_decision(*i, m.ballot, *vid, out);
+            self.learn_decision(*i, m.ballot, vid.clone(), out);
         }
         self.acceptor_vote(&m, out);
     }
@@ -161,7 +161,12 @@ impl RingPaxos {
         if idx == 0 {
             // Task 4 lines 27-28: `if first(ring) then send (successor, PHASE 2B)`.
             self.pass_2b(idx, m.ballot, m.instance, vid, out);
-        } else if self.ring.stash.get(&m.instance) == Some(&(m.ballot, vid)) {
+        } else if self
+            .ring
+            .stash
+            .get(&m.instance)
+            .is_some_and(|(b, v)| *b == m.ballot && *v == vid)
+        {
             // Its `Phase2b` overtook this `Phase2a`: Task 5 holds now.
             self.ring.stash.remove(&m.instance);
             self.pass_2b(idx, m.ballot, m.instance, vid, out);

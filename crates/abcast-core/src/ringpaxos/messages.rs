@@ -27,26 +27,32 @@ pub use crate::ring::messages::{
     Repair, Retrieve,
 };
 
-/// The unique id of a proposed value (seed 003 "c-vid"/"v-vid"): the batch key, or the
-/// no-op. A batch key names one batch forever (proposers never reuse value ids), so equal
-/// ids mean equal values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// The unique id of a proposed value (seed 003 "c-vid"/"v-vid"): the batch key, the no-op,
+/// or a meta decree of a composing layer (Multi-Ring Paxos), which is small and its own id.
+/// A batch key names one batch forever (proposers never reuse value ids), so equal ids mean
+/// equal values.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Vid {
     Noop,
     Key(BatchKey),
+    Meta { weight: u32, data: bytes::Bytes },
 }
 
 impl Vid {
     pub fn of(d: &Decree) -> Vid {
-        match d.key() {
-            Some(k) => Vid::Key(k),
-            None => Vid::Noop,
+        match d {
+            Decree::Values(b) => Vid::Key(b.key()),
+            Decree::Noop => Vid::Noop,
+            Decree::Meta { weight, data } => Vid::Meta {
+                weight: *weight,
+                data: data.clone(),
+            },
         }
     }
-    pub fn key(self) -> Option<BatchKey> {
+    pub fn key(&self) -> Option<BatchKey> {
         match self {
-            Vid::Noop => None,
-            Vid::Key(k) => Some(k),
+            Vid::Key(k) => Some(*k),
+            Vid::Noop | Vid::Meta { .. } => None,
         }
     }
 }
@@ -59,7 +65,7 @@ pub struct Submit {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Phase2a {
     pub ballot: Ballot,
-    /// Fingerprint of the epoch the ballot's phase 1 ran in (see `uring/ring.rs`).
+    /// Fingerprint of the epoch the ballot's phase 1 ran in (see `ring/view.rs`).
     pub epoch_fp: u64,
     /// The ring of this ballot, coordinator last (Task 1 "c-ring").
     pub ring: Vec<NodeId>,
@@ -114,9 +120,15 @@ const K_REPAIR: u8 = 11;
 const K_SNAPSHOT_FETCH: u8 = 12;
 const K_SNAPSHOT_CHUNK: u8 = 13;
 
-fn put_vid(e: &mut Encoder, v: Vid) {
+fn put_vid(e: &mut Encoder, v: &Vid) {
     match v {
         Vid::Noop => e.put_u8(0),
+        Vid::Meta { weight, data } => {
+            e.put_u8(2);
+            e.put_u32(*weight);
+            e.put_u16(data.len() as u16);
+            e.put_slice(data);
+        }
         Vid::Key(k) => {
             e.put_u8(1);
             e.put_u32(k.origin.0);
@@ -131,9 +143,23 @@ fn get_vid(d: &mut Decoder) -> Result<Vid, DecodeError> {
             origin: NodeId(d.u32("vid.origin")?),
             first_seq: d.u64("vid.first_seq")?,
         })),
+        2 => {
+            let weight = d.u32("vid.weight")?;
+            let len = d.u16("vid.len")? as usize;
+            if len > crate::types::META_MAX_BYTES {
+                return Err(DecodeError::Invalid {
+                    what: "vid.len",
+                    detail: format!("{len} bytes (at most {})", crate::types::META_MAX_BYTES),
+                });
+            }
+            Ok(Vid::Meta {
+                weight,
+                data: d.bytes(len, "vid.data")?,
+            })
+        }
         t => Err(DecodeError::Invalid {
             what: "vid.tag",
-            detail: format!("{t} (expected 0 or 1)"),
+            detail: format!("{t} (expected 0, 1 or 2)"),
         }),
     }
 }
@@ -151,7 +177,7 @@ fn put_decisions(e: &mut Encoder, v: &[(Instance, Vid)]) {
     e.put_u32(v.len() as u32);
     for (i, vid) in v {
         e.put_u64(*i);
-        put_vid(e, *vid);
+        put_vid(e, vid);
     }
 }
 fn get_decisions(d: &mut Decoder) -> Result<Vec<(Instance, Vid)>, DecodeError> {
@@ -164,7 +190,7 @@ fn get_decisions(d: &mut Decoder) -> Result<Vec<(Instance, Vid)>, DecodeError> {
     Ok(v)
 }
 
-/// For the snapshot rules shared by U-Ring Paxos and Ring Paxos (`uring::snapshot`).
+/// For the snapshot rules shared by U-Ring Paxos and Ring Paxos (`ring::snapshot`).
 impl From<SnapshotFetch> for Message {
     fn from(m: SnapshotFetch) -> Message {
         Message::SnapshotFetch(m)
@@ -212,7 +238,7 @@ impl WireMessage for Message {
             Message::Phase2b(m) => {
                 put_ballot(e, m.ballot);
                 e.put_u64(m.instance);
-                put_vid(e, m.vid);
+                put_vid(e, &m.vid);
             }
             Message::Decision(m) => {
                 put_ballot(e, m.ballot);
@@ -342,7 +368,17 @@ mod tests {
             }),
             Message::Decision(Decision {
                 ballot: bal,
-                decisions: vec![(5, Vid::Key(key)), (6, Vid::Noop)],
+                decisions: vec![
+                    (5, Vid::Key(key)),
+                    (6, Vid::Noop),
+                    (
+                        7,
+                        Vid::Meta {
+                            weight: 3,
+                            data: Bytes::from_static(b"ctl"),
+                        },
+                    ),
+                ],
             }),
             Message::Nack(Nack {
                 promised: bal,

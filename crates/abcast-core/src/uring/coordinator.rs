@@ -41,9 +41,6 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 /// Open instances re-circulated per tick at most (bounds a burst after a long stall).
 const RESEND_PER_TICK: usize = 64;
 
-/// Skip and control decrees waiting at the coordinator, at most (Multi-Ring).
-pub(crate) const META_QUEUE_MAX: usize = 64;
-
 #[derive(Debug)]
 pub(crate) struct Open {
     decree: Decree,
@@ -572,7 +569,7 @@ impl URing {
             self.coord.value_slots_assigned += 1;
         }
         self.coord.slots_assigned += match &decree {
-            Decree::Skip(k) => u64::from((*k).max(1)),
+            Decree::Meta { weight, .. } => u64::from((*weight).max(1)),
             _ => 1,
         };
         if let Some(k) = decree.key() {

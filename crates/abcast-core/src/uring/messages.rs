@@ -148,7 +148,7 @@ fn get_wire_decree(d: &mut Decoder) -> Result<WireDecree, DecodeError> {
     }
 }
 
-/// For the snapshot rules shared by U-Ring Paxos and Ring Paxos (`uring::snapshot`).
+/// For the snapshot rules shared by U-Ring Paxos and Ring Paxos (`ring::snapshot`).
 impl From<SnapshotFetch> for Message {
     fn from(m: SnapshotFetch) -> Message {
         Message::SnapshotFetch(m)

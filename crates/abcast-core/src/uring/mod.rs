@@ -144,8 +144,8 @@ impl URing {
 
     // ---- hooks for the Multi-Ring layer (`multiring/`) ------------------------------------
 
-    /// Reports decided instances that deliver nothing as `Outbox::passes`, so a merge can
-    /// count every instance's slots (seed 000 §3.1.4, `MultiRingLearner`).
+    /// Reports decided instances that deliver nothing as passes (`ring::Pass`), so a merge
+    /// can count every instance's slots (seed 000 §3.1.4, `MultiRingLearner`).
     pub fn set_report_passes(&mut self, on: bool) {
         self.learn.report_passes = on;
     }
@@ -180,19 +180,16 @@ impl URing {
         self.coord.value_slots_assigned
     }
 
-    /// Proposes a decree without a batch (a skip or a control value) in the next free
-    /// instance, ahead of queued batches. Only the leading coordinator takes it; returns
-    /// whether it did (a caller elsewhere retries at the coordinator it believes in).
-    pub fn propose_meta(&mut self, now: Micros, decree: Decree, out: &mut Out) -> bool {
+    /// Proposes a meta decree (`Decree::Meta`: a Multi-Ring skip or control value) in the
+    /// next free instance, ahead of queued batches. Only the leading coordinator takes it;
+    /// returns whether it did (a caller elsewhere retries at the coordinator it believes in).
+    pub fn propose_meta(&mut self, now: Micros, weight: u32, data: Bytes, out: &mut Out) -> bool {
         self.now = self.now.max(now);
-        debug_assert!(
-            !matches!(decree, Decree::Values(_)),
-            "batches go through propose"
-        );
-        if !self.coord.is_leading() || matches!(decree, Decree::Values(_)) {
+        if !self.coord.is_leading() {
             return false;
         }
-        if self.coord.meta.len() >= coordinator::META_QUEUE_MAX {
+        let decree = Decree::Meta { weight, data };
+        if self.coord.meta.len() >= crate::ring::meta::META_QUEUE_MAX {
             return false;
         }
         self.coord.meta.push_back(decree);
@@ -478,7 +475,6 @@ impl URing {
             self.now,
             &mut self.cache,
             &mut out.deliveries,
-            &mut out.passes,
             dup_by_key,
             |instance, decree, key| {
                 if let Some(a) = acc.as_mut() {
@@ -569,6 +565,60 @@ impl crate::ring::RingHost for URing {
     }
     fn after_input(&mut self, out: &mut Out) {
         URing::after_input(self, out)
+    }
+}
+
+impl crate::ring::RingConfigView for RingConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        RingConfig::validate(self)
+    }
+    fn members(&self) -> &[crate::config::Member] {
+        &self.members
+    }
+}
+
+impl crate::ring::ComposableRing for URing {
+    type Config = RingConfig;
+    fn compose(
+        cfg: RingConfig,
+        me: NodeId,
+        start: StartInfo,
+        store: Box<dyn AcceptorStore + Send>,
+    ) -> Result<URing, ConfigError> {
+        URing::new(cfg, me, start, store)
+    }
+    fn set_report_passes(&mut self, on: bool) {
+        URing::set_report_passes(self, on)
+    }
+    fn drain_passes(&mut self, into: &mut Vec<crate::ring::Pass>) {
+        into.append(&mut self.learn.passes);
+    }
+    fn set_delivery_paused(&mut self, paused: bool) {
+        URing::set_delivery_paused(self, paused)
+    }
+    fn is_leading(&self) -> bool {
+        URing::is_leading(self)
+    }
+    fn coordinator(&self) -> Option<NodeId> {
+        URing::coordinator(self)
+    }
+    fn slots_assigned(&self) -> u64 {
+        URing::slots_assigned(self)
+    }
+    fn value_slots_assigned(&self) -> u64 {
+        URing::value_slots_assigned(self)
+    }
+    fn propose_meta(&mut self, now: Micros, weight: u32, data: Bytes, out: &mut Out) -> bool {
+        URing::propose_meta(self, now, weight, data, out)
+    }
+    fn meta_queued(&self) -> usize {
+        URing::meta_queued(self)
+    }
+    fn is_proposer(&self) -> bool {
+        URing::is_proposer(self)
+    }
+    fn is_learner(&self) -> bool {
+        URing::is_learner(self)
     }
 }
 

@@ -17,6 +17,7 @@ pub mod error;
 pub mod multiring;
 pub mod mutation;
 pub mod protocol;
+pub mod ring;
 pub mod ringpaxos;
 pub mod snapshot_transfer;
 pub mod storage;
@@ -27,11 +28,24 @@ pub mod wire;
 pub use app::{Application, NoApplication};
 pub use carry::{Carrier, carry_out};
 pub use error::{DecodeError, ProposeError};
+
+/// Multi-Ring Paxos over U-Ring Paxos rings (seed 000 §2.4): the composition seed 000
+/// describes, and the one the node's config and the runtime run.
+pub type MultiRing = multiring::MultiRingOf<uring::URing>;
+pub type MultiRingConfig = multiring::MultiRingConfigOf<uring::RingConfig>;
+pub type RingSpec = multiring::RingSpecOf<uring::RingConfig>;
+pub type MultiRingMessage = multiring::MessageOf<uring::Message>;
+/// Multi-Ring Paxos over Ring Paxos rings (seed 003: each ring's phase 2 and decisions by
+/// ip-multicast).
+pub type MultiRingPaxos = multiring::MultiRingOf<ringpaxos::RingPaxos>;
+pub type MultiRingPaxosConfig = multiring::MultiRingConfigOf<ringpaxos::RingPaxosConfig>;
+pub type RingPaxosSpec = multiring::RingSpecOf<ringpaxos::RingPaxosConfig>;
+pub type MultiRingPaxosMessage = multiring::MessageOf<ringpaxos::Message>;
 pub use protocol::{
-    ConfigChange, ConfigKind, Delivery, DeliveryLevel, GroupStatus, Install, Outbox, Pass,
-    Protocol, ReadState, ReconfigureError, Skip, Snapshot, Status, Subscription,
+    ConfigChange, ConfigKind, Delivery, DeliveryLevel, GroupStatus, Install, Outbox, Protocol,
+    ReadState, ReconfigureError, Skip, Snapshot, Status, Subscription,
 };
 pub use types::{
-    Ballot, Batch, BatchKey, CONTROL_MAX_BYTES, Decree, GroupId, Instance, Micros, NodeId, Value,
+    Ballot, Batch, BatchKey, Decree, GroupId, Instance, META_MAX_BYTES, Micros, NodeId, Value,
     ValueId,
 };

@@ -90,19 +90,6 @@ pub struct ReadState {
     pub upto: Instance,
 }
 
-/// A decided instance that hands nothing to the application: a no-op, a batch decided a
-/// second time (skipped by the de-duplication rule), a Multi-Ring skip or control decree.
-/// A single-ring driver ignores these; the Multi-Ring merge counts them, because every
-/// decided instance takes its place in the deterministic merge (seed 000 §2.4).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Pass {
-    pub instance: Instance,
-    /// Merge slots the instance stands for: 1, or `k` for a skip of `k`.
-    pub slots: u64,
-    /// The payload of a control decree (Multi-Ring subscribe / unsubscribe).
-    pub control: Option<Bytes>,
-}
-
 /// A learner starts or stops delivering a group's values (Multi-Ring subscribe and
 /// unsubscribe, decided at a point every learner agrees on). Single-ring protocols never
 /// emit it. The simulator's checkers use it to know which groups a learner must follow.
@@ -143,9 +130,6 @@ pub struct Outbox<M> {
     pub skips: Vec<Skip>,
     /// Rare control-plane events worth a log line (coordinator change, view change).
     pub events: Vec<String>,
-    /// Decided instances that deliver nothing, in instance order (see [`Pass`]). Filled only
-    /// by protocols asked to (`URing::set_report_passes`), for the Multi-Ring merge.
-    pub passes: Vec<Pass>,
     /// Groups this learner starts or stops delivering (Multi-Ring only).
     pub subscriptions: Vec<Subscription>,
     /// Snapshots this learner installed (fetched from a peer because it fell behind the
@@ -190,7 +174,6 @@ impl<M> Default for Outbox<M> {
             needs_sync: false,
             skips: Vec::new(),
             events: Vec::new(),
-            passes: Vec::new(),
             subscriptions: Vec::new(),
             installs: Vec::new(),
             config_changes: Vec::new(),
@@ -213,7 +196,6 @@ impl<M> Outbox<M> {
             && self.acks.is_empty()
             && self.events.is_empty()
             && self.skips.is_empty()
-            && self.passes.is_empty()
             && self.subscriptions.is_empty()
             && self.installs.is_empty()
             && self.config_changes.is_empty()
@@ -227,7 +209,6 @@ impl<M> Outbox<M> {
         self.acks.clear();
         self.events.clear();
         self.skips.clear();
-        self.passes.clear();
         self.subscriptions.clear();
         self.installs.clear();
         self.config_changes.clear();

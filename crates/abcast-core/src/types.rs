@@ -366,24 +366,23 @@ pub enum Decree {
     /// Nothing: decided for an instance left open by a failed coordinator (seed 000 §3.1.4,
     /// "a learner proposes a null value for an outstanding instance").
     Noop,
-    /// A Multi-Ring skip (seed 000 §2.4, §3.1.4): the ring had less traffic than λ, so its
-    /// coordinator decides one instance that stands for `k` merge slots with nothing in
-    /// them. "Several skip messages are batched and learned in one single Paxos instance."
-    Skip(u32),
-    /// A small control value the coordinator proposes for a learner (Multi-Ring subscribe
-    /// and unsubscribe), opaque to the ring; at most [`CONTROL_MAX_BYTES`].
-    Control(Bytes),
+    /// A decree for the layer that composes rings (Multi-Ring Paxos, `multiring/`), opaque
+    /// to the ring: it stands for `weight` positions of that layer's merge and carries
+    /// `data` (at most [`META_MAX_BYTES`]). The ring decides it like any decree and reports
+    /// it, with its weight and data, as a pass (`ring::Pass`); `multiring/` gives it its
+    /// meaning (a skip of k slots, a subscribe or unsubscribe).
+    Meta { weight: u32, data: Bytes },
 }
 
-/// Upper bound of a [`Decree::Control`] payload.
-pub const CONTROL_MAX_BYTES: usize = 256;
+/// Upper bound of a [`Decree::Meta`]'s data.
+pub const META_MAX_BYTES: usize = 256;
 
 impl Decree {
     /// The id consensus runs on: the batch key, or `None` for a no-op.
     pub fn key(&self) -> Option<BatchKey> {
         match self {
             Decree::Values(b) => Some(b.key()),
-            Decree::Noop | Decree::Skip(_) | Decree::Control(_) => None,
+            Decree::Noop | Decree::Meta { .. } => None,
         }
     }
     /// Whether two decrees are the same decision: batches by their key (a key names one
@@ -398,8 +397,8 @@ impl Decree {
     pub fn wire_bytes(&self) -> usize {
         match self {
             Decree::Values(b) => b.wire_bytes(),
-            Decree::Noop | Decree::Skip(_) => 0,
-            Decree::Control(c) => c.len(),
+            Decree::Noop => 0,
+            Decree::Meta { data, .. } => data.len(),
         }
     }
 }
@@ -414,9 +413,13 @@ mod decree_tests {
     #[test]
     fn decrees_without_a_batch_are_compared_whole() {
         assert!(Decree::Noop.same_as(&Decree::Noop));
-        assert!(!Decree::Noop.same_as(&Decree::Skip(51)));
-        assert!(!Decree::Skip(1).same_as(&Decree::Skip(2)));
-        assert!(!Decree::Skip(1).same_as(&Decree::Control(Bytes::from_static(b"c"))));
+        let meta = |weight, data: &'static [u8]| Decree::Meta {
+            weight,
+            data: Bytes::from_static(data),
+        };
+        assert!(!Decree::Noop.same_as(&meta(51, b"")));
+        assert!(!meta(1, b"").same_as(&meta(2, b"")));
+        assert!(!meta(1, b"").same_as(&meta(1, b"c")));
         let id = ValueId {
             node: NodeId(1),
             seq: 7,

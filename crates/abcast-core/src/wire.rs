@@ -4,7 +4,7 @@
 
 use crate::codec::{Decoder, Encoder};
 use crate::error::DecodeError;
-use crate::types::{Ballot, Batch, BatchKey, CONTROL_MAX_BYTES, Decree, Instance, NodeId};
+use crate::types::{Ballot, Batch, BatchKey, Decree, Instance, META_MAX_BYTES, NodeId};
 
 /// Bytes of a ballot on the wire: round, node and incarnation, a `u32` each.
 pub const BALLOT_BYTES: usize = 12;
@@ -47,8 +47,10 @@ pub fn get_batch(d: &mut Decoder) -> Result<Batch, DecodeError> {
     let data = d.bytes(data_len, "batch.data")?;
     Batch::from_parts(origin, first_seq, lens, data)
 }
-/// Decree tags on the wire: 0 no-op, 1 batch key (wire decrees only), 2 batch, 3 skip,
-/// 4 control.
+/// Decree tags on the wire: 0 no-op, 1 batch key (wire decrees only), 2 batch, and a
+/// [`Decree::Meta`] in the shortest of three forms: 3 weight alone (no data), 4 data alone
+/// (weight 1), 5 both. (3 and 4 are the Multi-Ring skip and control decrees' encodings of
+/// old, unchanged.)
 pub fn put_decree(e: &mut Encoder, d: &Decree) {
     match d {
         Decree::Noop => e.put_u8(0),
@@ -56,14 +58,20 @@ pub fn put_decree(e: &mut Encoder, d: &Decree) {
             e.put_u8(2);
             put_batch(e, b);
         }
-        Decree::Skip(k) => {
+        Decree::Meta { weight, data } if data.is_empty() => {
             e.put_u8(3);
-            e.put_u32(*k);
+            e.put_u32(*weight);
         }
-        Decree::Control(c) => {
+        Decree::Meta { weight: 1, data } => {
             e.put_u8(4);
-            e.put_u16(c.len() as u16);
-            e.put_slice(c);
+            e.put_u16(data.len() as u16);
+            e.put_slice(data);
+        }
+        Decree::Meta { weight, data } => {
+            e.put_u8(5);
+            e.put_u32(*weight);
+            e.put_u16(data.len() as u16);
+            e.put_slice(data);
         }
     }
 }
@@ -71,22 +79,42 @@ pub fn get_decree_tagged(t: u8, d: &mut Decoder) -> Result<Decree, DecodeError> 
     match t {
         0 => Ok(Decree::Noop),
         2 => Ok(Decree::Values(get_batch(d)?)),
-        3 => Ok(Decree::Skip(d.u32("skip.slots")?)),
-        4 => {
-            let len = d.u16("control.len")? as usize;
-            if len > CONTROL_MAX_BYTES {
+        3 => Ok(Decree::Meta {
+            weight: d.u32("meta.weight")?,
+            data: bytes::Bytes::new(),
+        }),
+        4 => Ok(Decree::Meta {
+            weight: 1,
+            data: get_meta_data(d, 1)?,
+        }),
+        5 => {
+            let weight = d.u32("meta.weight")?;
+            let data = get_meta_data(d, 1)?;
+            if weight == 1 {
+                // Tag 4's form: one encoding per decree (the checker re-encodes).
                 return Err(DecodeError::Invalid {
-                    what: "control.len",
-                    detail: format!("{len} bytes (at most {CONTROL_MAX_BYTES})"),
+                    what: "meta.weight",
+                    detail: "1 in the long form".into(),
                 });
             }
-            Ok(Decree::Control(d.bytes(len, "control.data")?))
+            Ok(Decree::Meta { weight, data })
         }
         t => Err(DecodeError::Invalid {
             what: "decree.tag",
-            detail: format!("{t} (expected 0, 2, 3 or 4)"),
+            detail: format!("{t} (expected 0, 2, 3, 4 or 5)"),
         }),
     }
+}
+/// A meta decree's data: at least `min` bytes (its form has data), at most META_MAX_BYTES.
+fn get_meta_data(d: &mut Decoder, min: usize) -> Result<bytes::Bytes, DecodeError> {
+    let len = d.u16("meta.len")? as usize;
+    if len > META_MAX_BYTES || len < min {
+        return Err(DecodeError::Invalid {
+            what: "meta.len",
+            detail: format!("{len} bytes (between {min} and {META_MAX_BYTES})"),
+        });
+    }
+    d.bytes(len, "meta.data")
 }
 pub fn get_decree(d: &mut Decoder) -> Result<Decree, DecodeError> {
     let t = d.u8("decree.tag")?;
@@ -115,7 +143,7 @@ pub fn get_bool(d: &mut Decoder, what: &'static str) -> Result<bool, DecodeError
 }
 
 /// A learner's de-duplication memory for a range of instances: `(batch key, instance it
-/// was first decided in)` pairs (see `uring::learner::Dedup`), for a learner that skips the
+/// was first decided in)` pairs (see `ring::learner::Dedup`), for a learner that skips the
 /// range (bug B3).
 pub fn put_dedup_entries(e: &mut Encoder, v: &[(BatchKey, Instance)]) {
     e.put_u32(v.len() as u32);

@@ -618,7 +618,10 @@ mod tests {
         for i in 1..=3 {
             let a = Accepted {
                 ballot: Ballot::new(7, NodeId(2), 0),
-                decree: Decree::Skip(i as u32),
+                decree: Decree::Meta {
+                    weight: i as u32,
+                    data: bytes::Bytes::new(),
+                },
                 decided: false,
             };
             assert!(s.put(i, a));
@@ -660,7 +663,10 @@ mod tests {
         let (mut s, _) = DurableStore::open(OsDir::open(&path).unwrap(), opts()).unwrap();
         let a = Accepted {
             ballot: Ballot::new(1, NodeId(0), 0),
-            decree: Decree::Skip(1),
+            decree: Decree::Meta {
+                weight: 1,
+                data: bytes::Bytes::new(),
+            },
             decided: false,
         };
         assert!(s.put(1, a));

@@ -20,9 +20,11 @@ pub const MAGIC: u32 = 0x4142_4331;
 /// The only version this build speaks. 2: ballots carry the coordinator's incarnation and
 /// heartbeats the snapshot and trim points (issue 4). 3: heartbeats are numbered per
 /// process life, Repair carries its epoch, Phase 1b its log start, and Decided answers the
-/// de-duplication memory of what they cannot serve (issue 15). An older peer is refused
+/// de-duplication memory of what they cannot serve (issue 15). 4: the two ring protocols
+/// share one `Phase1a`/`Phase1b` (Ring Paxos' now carry `to`, as U-Ring Paxos' did), and a
+/// Ring Paxos value id can name a Multi-Ring decree (issue 16). An older peer is refused
 /// clearly.
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 4;
 /// Header size in bytes.
 pub const HEADER_BYTES: usize = 16;
 /// Largest body: a 64 MiB value plus room for its batch framing and message fields.

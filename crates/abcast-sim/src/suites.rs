@@ -26,8 +26,11 @@ use crate::faults::FaultKind;
 use crate::sim::{SimReport, Violation, run_with_disk};
 use crate::sweep::SweepReport;
 use abcast_core::config::{Member, Roles, StartInfo};
-use abcast_core::multiring::{MultiRing, MultiRingConfig, ProposeTo, RingSpec};
+use abcast_core::multiring::{
+    MultiRingConfig, MultiRingConfigOf, MultiRingOf, ProposeTo, RingSpec, RingSpecOf,
+};
 use abcast_core::mutation::Mutation;
+use abcast_core::ring::ComposableRing;
 use abcast_core::ringpaxos::{RingPaxos, RingPaxosConfig};
 use abcast_core::storage::{
     AcceptorStore, DurableOptions, DurableStore, MemDir, MemoryStore, StorageError,
@@ -56,10 +59,18 @@ pub enum Proto {
     URing,
     RingPaxos,
     MultiRing,
+    /// Multi-Ring Paxos over Ring Paxos rings (each ring's phase 2 and decisions by
+    /// multicast), with Multi-Ring's cluster, subscriptions and churn.
+    MultiRingPaxos,
 }
 
 impl Proto {
-    pub const ALL: [Proto; 3] = [Proto::URing, Proto::RingPaxos, Proto::MultiRing];
+    pub const ALL: [Proto; 4] = [
+        Proto::URing,
+        Proto::RingPaxos,
+        Proto::MultiRing,
+        Proto::MultiRingPaxos,
+    ];
 
     /// The name the sweep binary takes (`--protocol`).
     pub fn name(self) -> &'static str {
@@ -67,12 +78,21 @@ impl Proto {
             Proto::URing => "uring",
             Proto::RingPaxos => "ringpaxos",
             Proto::MultiRing => "multiring",
+            Proto::MultiRingPaxos => "multiring-ringpaxos",
         }
     }
 
     /// The integration test file whose `replay` test replays this protocol's runs.
     pub fn test_file(self) -> &'static str {
-        self.name()
+        match self {
+            Proto::MultiRingPaxos => "multiring_ringpaxos",
+            p => p.name(),
+        }
+    }
+
+    /// Whether this is Multi-Ring Paxos, over either ring protocol.
+    pub fn is_multiring(self) -> bool {
+        matches!(self, Proto::MultiRing | Proto::MultiRingPaxos)
     }
 
     /// The fault kinds each mix of this protocol's suite must produce over 200 seeds (the
@@ -118,7 +138,10 @@ impl FromStr for Proto {
             .into_iter()
             .find(|p| p.name() == s.trim())
             .ok_or_else(|| {
-                format!("unknown protocol {s:?}; expected one of uring, ringpaxos, multiring")
+                format!(
+                    "unknown protocol {s:?}; expected one of uring, ringpaxos, multiring, \
+                     multiring-ringpaxos"
+                )
             })
     }
 }
@@ -179,7 +202,7 @@ fn node_count(proto: Proto, mix: FaultMix) -> u32 {
         (Proto::URing, FaultMix::Mixed) => 5,
         (Proto::URing, _) => 3,
         (Proto::RingPaxos, _) => 6,
-        (Proto::MultiRing, _) => 5,
+        (Proto::MultiRing | Proto::MultiRingPaxos, _) => 5,
     }
 }
 
@@ -209,7 +232,7 @@ fn adjust(proto: Proto, cfg: &mut SimConfig) {
             .filter(|n| ACCEPTORS.contains(&n.0))
             .collect();
     }
-    if proto == Proto::MultiRing && cfg.mix == FaultMix::LearnerSkip {
+    if proto.is_multiring() && cfg.mix == FaultMix::LearnerSkip {
         // A Multi-Ring learner that skips a ring stops following it (it no longer knows the
         // ring's slots, `multiring/mod.rs`); node 3, a learner of both rings, is spared the
         // crashes so that every ring keeps a learner that delivers everything.
@@ -226,7 +249,7 @@ fn adjust(proto: Proto, cfg: &mut SimConfig) {
         cfg.sync_delay_us = Some((50, 2_000));
         // Half the load: durable runs cost more per value, the faults per run are the same.
         cfg.rate_per_s = 500;
-        if proto != Proto::MultiRing {
+        if !proto.is_multiring() {
             cfg.snapshot_interval_us = 100_000;
         }
     }
@@ -380,18 +403,54 @@ pub fn multiring_config(mix: FaultMix, variant: Variant) -> MultiRingConfig {
     }
 }
 
+/// [`multiring_config`]'s deployment over Ring Paxos rings: the same members, orders (so the
+/// same coordinators), roles and subscriptions, each ring with [`ringpaxos_factory`]'s
+/// settings.
+pub fn multiring_ringpaxos_config(
+    mix: FaultMix,
+    variant: Variant,
+) -> MultiRingConfigOf<RingPaxosConfig> {
+    let ring = |pal: &[u32]| {
+        let mut rp = RingPaxosConfig::with_roles(pal, &[3, 4]);
+        rp.batch_linger_us = 1000;
+        rp.decision_linger_us = 1000;
+        if mix == FaultMix::LearnerSkip {
+            rp.store_capacity_instances = SKIP_WINDOW_INSTANCES * 4;
+            rp.buffer_instances = SKIP_WINDOW_INSTANCES / 4;
+        }
+        rp.learner_snapshots = mix == FaultMix::PowerLoss;
+        set_rp_mutation(&mut rp, variant);
+        rp
+    };
+    MultiRingConfigOf {
+        rings: vec![
+            RingSpecOf {
+                group: R1,
+                ring: ring(&[0, 1, 2]),
+            },
+            RingSpecOf {
+                group: R2,
+                ring: ring(&[1, 2, 0]),
+            },
+        ],
+        subscriptions: vec![(NodeId(4), vec![R2])],
+        propose_to: ProposeTo::RoundRobin,
+        ..MultiRingConfigOf::default()
+    }
+}
+
 /// A Multi-Ring node whose application changes its subscriptions during the fault phase:
 /// node 4 toggles ring 1, node 3 ring 2, node 0 ring 1, each with its own period. The
 /// checkers then hold every learner to the merge order over changing sets of rings.
-pub struct Churn {
-    pub inner: MultiRing,
+pub struct Churn<R: ComposableRing = URing> {
+    pub inner: MultiRingOf<R>,
     toggle: Option<(GroupId, Micros)>,
     next_us: Micros,
     until_us: Micros,
 }
 
-impl Protocol for Churn {
-    type Message = abcast_core::multiring::Message;
+impl<R: ComposableRing> Protocol for Churn<R> {
+    type Message = abcast_core::multiring::Msg<R>;
     fn node(&self) -> NodeId {
         self.inner.node()
     }
@@ -452,29 +511,51 @@ impl Protocol for Churn {
 }
 
 pub fn multiring_factory(cfg: &SimConfig, variant: Variant) -> Factory<Churn> {
+    let mr: MultiRingConfig = multiring_config(cfg.mix, variant);
+    churn_factory(cfg, mr, |r: &RingConfig, id| {
+        let pos = r.position(id)?;
+        let acceptor = r.members[pos].roles.acceptor;
+        Some((acceptor, r.store_capacity_instances, r.store_capacity_bytes))
+    })
+}
+
+pub fn multiring_ringpaxos_factory(cfg: &SimConfig, variant: Variant) -> Factory<Churn<RingPaxos>> {
+    let mr = multiring_ringpaxos_config(cfg.mix, variant);
+    churn_factory(cfg, mr, |r: &RingPaxosConfig, id| {
+        let pos = r.position(id)?;
+        let acceptor = r.members[pos].roles.acceptor;
+        Some((acceptor, r.store_capacity_instances, r.store_capacity_bytes))
+    })
+}
+
+/// A Multi-Ring node of `mr` with churn; `ring_store` tells, for a ring's configuration and
+/// a node, whether the node is a member, an acceptor, and its store's capacity.
+fn churn_factory<R: ComposableRing + 'static>(
+    cfg: &SimConfig,
+    mr: MultiRingConfigOf<R::Config>,
+    ring_store: fn(&R::Config, NodeId) -> Option<(bool, usize, usize)>,
+) -> Factory<Churn<R>>
+where
+    R::Config: 'static,
+{
     let mix = cfg.mix;
-    let mr = multiring_config(mix, variant);
     let until_us = cfg.fault_phase_us;
     Box::new(move |id, start, disk| {
         // Open every ring's store first, so an error fails the start instead of a panic
         // inside `MultiRing::new`'s store callback; each ring's log in its own directory.
         let mut stores = std::collections::BTreeMap::new();
         for spec in &mr.rings {
-            let Some(pos) = spec.ring.position(id) else {
+            let Some((acceptor, n, b)) = ring_store(&spec.ring, id) else {
                 continue;
             };
-            let (n, b) = (
-                spec.ring.store_capacity_instances,
-                spec.ring.store_capacity_bytes,
-            );
-            let s: Store = if spec.ring.members[pos].roles.acceptor {
+            let s: Store = if acceptor {
                 store(mix, disk.subdir(&format!("ring-{}", spec.group.0)), n, b)?
             } else {
                 Box::new(MemoryStore::new(n, b))
             };
             stores.insert(spec.group, s);
         }
-        let inner = MultiRing::new(mr.clone(), id, start, |g| {
+        let inner = MultiRingOf::<R>::new(mr.clone(), id, start, |g| {
             stores
                 .remove(&g)
                 .expect("a store for every ring of the node")
@@ -505,6 +586,7 @@ pub fn run_one(
         Proto::URing => run_with_disk(cfg, &uring_factory(cfg, variant)),
         Proto::RingPaxos => run_with_disk(cfg, &ringpaxos_factory(cfg, variant)),
         Proto::MultiRing => run_with_disk(cfg, &multiring_factory(cfg, variant)),
+        Proto::MultiRingPaxos => run_with_disk(cfg, &multiring_ringpaxos_factory(cfg, variant)),
     }
 }
 

@@ -1,19 +1,19 @@
-//! Configuration of Multi-Ring Paxos: the rings (each a U-Ring Paxos [`RingConfig`] with its
-//! group id), the merge's `M`, the skip period Δt and the adaptive λ rule, and which rings
+//! Configuration of Multi-Ring Paxos: the rings (each a ring protocol's configuration, U-Ring
+//! Paxos' or Ring Paxos', with its group id), the merge's `M`, the skip period Δt and the adaptive λ rule, and which rings
 //! each learner follows at start. Every field is checked by [`MultiRingConfig::validate`],
 //! whose errors name the field.
 
 use crate::config::ConfigError;
+use crate::ring::RingConfigView;
 use crate::types::{GroupId, Micros, NodeId};
-use crate::uring::RingConfig;
 
 /// One ring of the deployment.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RingSpec {
+pub struct RingSpecOf<C> {
     /// The ring's group: the frame header's group, and the ring's place in the merge order.
     /// Below 256 (a node's value ids carry it, see `MultiRing::new`).
     pub group: GroupId,
-    pub ring: RingConfig,
+    pub ring: C,
 }
 
 /// Where `Protocol::propose` sends a value (the ring-specific verb is
@@ -29,8 +29,8 @@ pub enum ProposeTo {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MultiRingConfig {
-    pub rings: Vec<RingSpec>,
+pub struct MultiRingConfigOf<C> {
+    pub rings: Vec<RingSpecOf<C>>,
     /// Slots each ring contributes per turn of the merge (seed 000's `m`).
     pub merge_m: u64,
     /// Δt: how often a ring's coordinator compares the slots it proposed with λ and tops
@@ -57,9 +57,9 @@ pub struct MultiRingConfig {
     pub propose_to: ProposeTo,
 }
 
-impl Default for MultiRingConfig {
-    fn default() -> MultiRingConfig {
-        MultiRingConfig {
+impl<C> Default for MultiRingConfigOf<C> {
+    fn default() -> MultiRingConfigOf<C> {
+        MultiRingConfigOf {
             rings: Vec::new(),
             merge_m: 1,
             skip_interval_us: 10_000,
@@ -84,7 +84,7 @@ fn err(field: &'static str, reason: impl Into<String>) -> ConfigError {
     }
 }
 
-impl MultiRingConfig {
+impl<C: RingConfigView> MultiRingConfigOf<C> {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.rings.is_empty() {
             return Err(err("rings", "at least one ring"));
@@ -137,7 +137,7 @@ impl MultiRingConfig {
                 };
                 let learner = r
                     .ring
-                    .members
+                    .members()
                     .iter()
                     .any(|m| m.id == *node && m.roles.learner);
                 if !learner {
@@ -168,7 +168,7 @@ impl MultiRingConfig {
             .iter()
             .filter(|r| {
                 r.ring
-                    .members
+                    .members()
                     .iter()
                     .any(|m| m.id == node && m.roles.learner)
             })

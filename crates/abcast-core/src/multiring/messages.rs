@@ -1,15 +1,14 @@
-//! Messages of Multi-Ring Paxos: the messages of each ring (U-Ring Paxos, tagged with the
-//! ring's group in the frame header), plus two of the merge's own: a learner's rate report to
+//! Messages of Multi-Ring Paxos: the messages of each ring (of its ring protocol, tagged with
+//! the ring's group in the frame header), plus two of the merge's own: a learner's rate report to
 //! a ring's coordinator (the input of the adaptive λ, see `skip.rs`) and a learner's request
 //! for a subscribe or unsubscribe control value.
 
 use crate::codec::{Decoder, Encoder, WireMessage};
 use crate::error::DecodeError;
 use crate::types::{GroupId, NodeId};
-use crate::uring;
 use bytes::Bytes;
 
-/// Kinds of the merge's own messages; U-Ring Paxos uses 1..=10.
+/// Kinds of the merge's own messages; the ring protocols use 1..=13.
 const K_REPORT: u8 = 64;
 const K_CONTROL_REQ: u8 = 65;
 
@@ -80,20 +79,21 @@ impl Control {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Body {
-    Ring(uring::Message),
+pub enum Body<M> {
+    /// A message of the ring protocol.
+    Ring(M),
     Report(Report),
     ControlReq(Control),
 }
 
 /// A message of one ring.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Message {
+pub struct MessageOf<M> {
     pub group: GroupId,
-    pub body: Body,
+    pub body: Body<M>,
 }
 
-impl WireMessage for Message {
+impl<M: WireMessage> WireMessage for MessageOf<M> {
     fn kind(&self) -> u8 {
         match &self.body {
             Body::Ring(m) => m.kind(),
@@ -113,15 +113,15 @@ impl WireMessage for Message {
         }
     }
 
-    fn decode(kind: u8, body: Bytes) -> Result<Message, DecodeError> {
-        Message::decode_in(GroupId(0), kind, body)
+    fn decode(kind: u8, body: Bytes) -> Result<MessageOf<M>, DecodeError> {
+        MessageOf::decode_in(GroupId(0), kind, body)
     }
 
     fn group(&self) -> GroupId {
         self.group
     }
 
-    fn decode_in(group: GroupId, kind: u8, body: Bytes) -> Result<Message, DecodeError> {
+    fn decode_in(group: GroupId, kind: u8, body: Bytes) -> Result<MessageOf<M>, DecodeError> {
         let body = match kind {
             K_REPORT => {
                 let mut d = Decoder::new(body);
@@ -145,15 +145,16 @@ impl WireMessage for Message {
                 }
                 Body::ControlReq(Control::decode(body)?)
             }
-            k => Body::Ring(uring::Message::decode(k, body)?),
+            k => Body::Ring(M::decode(k, body)?),
         };
-        Ok(Message { group, body })
+        Ok(MessageOf { group, body })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    type Message = crate::MultiRingMessage;
 
     fn roundtrip(m: &Message) -> Bytes {
         let mut e = Encoder::new();

@@ -1,8 +1,10 @@
 //! Multi-Ring Paxos: seed 000 §2.4 (figure 2.3), §3.1.2 (the coordinator's skips) and
-//! §3.1.4 (`MultiRingLearner`), over U-Ring Paxos rings.
+//! §3.1.4 (`MultiRingLearner`), over rings of any ring protocol that implements
+//! [`ComposableRing`]: U-Ring Paxos (`MultiRing`, as in the seed) or Ring Paxos with ip-multicast
+//! (`MultiRingPaxos`).
 //!
-//! A node takes part in several rings at once, each an independent U-Ring Paxos instance
-//! (`uring::URing`) with its own roles, coordinator and instances; one ring is one group,
+//! A node takes part in several rings at once, each an independent ring protocol instance
+//! with its own roles, coordinator and instances; one ring is one group,
 //! and its messages carry the group in the frame header. Proposers propose to one ring.
 //! Learners follow a set of rings and deliver them merged (`merge.rs`): M slots from each
 //! followed ring in turn, in group order. Two learners that share rings deliver those rings'
@@ -23,8 +25,13 @@
 //! decided). Both numbers are in the decided control, so anyone who reads the ring's log
 //! knows exactly which of its values the learner delivered.
 //!
+//! The ring decides the merge's decrees as opaque meta decrees (`Decree::Meta`) and reports
+//! every instance that delivers nothing as a pass (`ring::Pass`); this module gives them
+//! their meaning: a meta decree without data is a skip of `weight` slots, one with data a
+//! control value ([`skip_decree`], [`control_decree`]).
+//!
 //! Departures from the seed: the merge counts *slots of instances* (one per instance of
-//! values, k per skip of k), not single values, because U-Ring Paxos batches many values
+//! values, k per skip of k), not single values, because a ring protocol batches many values
 //! into one instance; Δt defaults to 10 ms, not 100 ms (see `config.rs`); λ is measured,
 //! not configured.
 
@@ -33,15 +40,17 @@ pub(crate) mod merge;
 pub mod messages;
 mod skip;
 
-pub use config::{MultiRingConfig, ProposeTo, RingSpec};
-pub use messages::{Body, Control, Message, Report};
+pub use crate::{MultiRing, MultiRingConfig, MultiRingMessage as Message, RingSpec};
+pub use config::ProposeTo;
+pub use config::{MultiRingConfigOf, RingSpecOf};
+pub use messages::{Body, Control, MessageOf, Report};
 
 use crate::ProposeError;
 use crate::config::{ConfigError, StartInfo};
 use crate::protocol::{GroupStatus, Outbox, Protocol, Status, Subscription};
+use crate::ring::{ComposableRing, Pass, RingConfigView};
 use crate::storage::AcceptorStore;
-use crate::types::{Decree, GroupId, Micros, NodeId, ValueId};
-use crate::uring::{self, URing};
+use crate::types::{GroupId, Micros, NodeId, ValueId};
 use bytes::Bytes;
 use merge::{Follow, Merger, RingQueue};
 use skip::SkipState;
@@ -99,9 +108,9 @@ struct PendingControl {
 }
 
 /// One ring at this node.
-struct Slot {
+struct Slot<R> {
     group: GroupId,
-    ring: URing,
+    ring: R,
     /// Deliveries held because the merge queue is full.
     paused: bool,
     /// The ring's slot count here is unknown (trimmed instances skipped).
@@ -111,15 +120,33 @@ struct Slot {
     buffered_max: usize,
 }
 
+/// A skip of `k` slots (seed 000 §3.1.4), as the ring decides it: a meta decree of weight
+/// `k` without data.
+pub fn skip_decree(k: u32) -> (u32, Bytes) {
+    (k, Bytes::new())
+}
+
+/// A subscribe or unsubscribe control value, as the ring decides it: a meta decree of
+/// weight 1 (it takes the one slot its instance is) with the encoded [`Control`].
+pub fn control_decree(c: &Control) -> (u32, Bytes) {
+    (1, c.encode())
+}
+
+/// The messages of a Multi-Ring node over rings of protocol `R`.
+pub type Msg<R> = MessageOf<<R as Protocol>::Message>;
+
 /// One node of a Multi-Ring Paxos deployment: every ring it is a member of, and the merge.
-pub struct MultiRing {
-    cfg: MultiRingConfig,
+/// `R` is the ring protocol (see the aliases `MultiRing` and `MultiRingPaxos`).
+pub struct MultiRingOf<R: ComposableRing> {
+    cfg: MultiRingConfigOf<R::Config>,
     me: NodeId,
     incarnation: u64,
     /// In group order, aligned with `merger.rings`.
-    slots: Vec<Slot>,
+    slots: Vec<Slot<R>>,
     merger: Merger,
-    scratch: Outbox<uring::Message>,
+    scratch: Outbox<R::Message>,
+    /// Passes taken from a ring after an input (see `absorb`); kept for its capacity.
+    passes: Vec<Pass>,
     pending: Option<PendingControl>,
     next_nonce: u64,
     next_rr: usize,
@@ -132,21 +159,21 @@ pub struct MultiRing {
     sync_parts: VecDeque<Vec<usize>>,
 }
 
-impl MultiRing {
+impl<R: ComposableRing> MultiRingOf<R> {
     /// Builds this node's rings. `store` is called once per ring this node is a member of.
     /// Each ring's proposer numbers its values in its own space: the ring's group in the top
     /// 8 bits of the sequence number, so ids never collide across rings.
     pub fn new(
-        cfg: MultiRingConfig,
+        cfg: MultiRingConfigOf<R::Config>,
         me: NodeId,
         start: StartInfo,
         mut store: impl FnMut(GroupId) -> Box<dyn AcceptorStore + Send>,
-    ) -> Result<MultiRing, ConfigError> {
+    ) -> Result<MultiRingOf<R>, ConfigError> {
         cfg.validate()?;
-        let mut specs: Vec<&RingSpec> = cfg
+        let mut specs: Vec<&RingSpecOf<R::Config>> = cfg
             .rings
             .iter()
-            .filter(|r| r.ring.position(me).is_some())
+            .filter(|r| r.ring.members().iter().any(|m| m.id == me))
             .collect();
         specs.sort_by_key(|r| r.group);
         if specs.is_empty() {
@@ -178,7 +205,7 @@ impl MultiRing {
                 start_seq: start.start_seq | (u64::from(spec.group.0) << 56),
                 ..start
             };
-            let mut ring = URing::new(spec.ring.clone(), me, ring_start, store(spec.group))?;
+            let mut ring = R::compose(spec.ring.clone(), me, ring_start, store(spec.group))?;
             ring.set_report_passes(true);
             let learner = ring.is_learner();
             let follow = if learner && initial.contains(&spec.group) {
@@ -207,13 +234,14 @@ impl MultiRing {
                 buffered_max: 0,
             });
         }
-        Ok(MultiRing {
+        Ok(MultiRingOf {
             merger: Merger::new(cfg.merge_m, queues),
             cfg,
             me,
             incarnation: start.incarnation,
             slots,
             scratch: Outbox::new(),
+            passes: Vec::new(),
             pending: None,
             next_nonce: 1,
             next_rr: 0,
@@ -234,7 +262,7 @@ impl MultiRing {
     }
 
     /// One ring's protocol state, for status pages and tests.
-    pub fn ring(&self, group: GroupId) -> Option<&URing> {
+    pub fn ring(&self, group: GroupId) -> Option<&R> {
         self.index(group).map(|i| &self.slots[i].ring)
     }
 
@@ -270,7 +298,7 @@ impl MultiRing {
         now: Micros,
         group: GroupId,
         payload: Bytes,
-        out: &mut Outbox<Message>,
+        out: &mut Outbox<Msg<R>>,
     ) -> Result<ValueId, ProposeError> {
         self.now = self.now.max(now);
         let Some(i) = self.index(group) else {
@@ -289,7 +317,7 @@ impl MultiRing {
         &mut self,
         now: Micros,
         group: GroupId,
-        out: &mut Outbox<Message>,
+        out: &mut Outbox<Msg<R>>,
     ) -> Result<(), SubscribeError> {
         self.change(now, group, true, out)
     }
@@ -299,7 +327,7 @@ impl MultiRing {
         &mut self,
         now: Micros,
         group: GroupId,
-        out: &mut Outbox<Message>,
+        out: &mut Outbox<Msg<R>>,
     ) -> Result<(), SubscribeError> {
         self.change(now, group, false, out)
     }
@@ -309,7 +337,7 @@ impl MultiRing {
         now: Micros,
         group: GroupId,
         subscribe: bool,
-        out: &mut Outbox<Message>,
+        out: &mut Outbox<Msg<R>>,
     ) -> Result<(), SubscribeError> {
         self.now = self.now.max(now);
         let i = self
@@ -367,7 +395,7 @@ impl MultiRing {
 
     /// Sends the pending control request to the ring's coordinator (or proposes it, if
     /// this node is the coordinator).
-    fn send_control(&mut self, out: &mut Outbox<Message>) {
+    fn send_control(&mut self, out: &mut Outbox<Msg<R>>) {
         let Some(p) = self.pending.as_mut() else {
             return;
         };
@@ -375,17 +403,16 @@ impl MultiRing {
         let (i, control) = (p.ring, p.control);
         if self.slots[i].ring.is_leading() {
             let mut scratch = std::mem::take(&mut self.scratch);
-            self.slots[i].ring.propose_meta(
-                self.now,
-                Decree::Control(control.encode()),
-                &mut scratch,
-            );
+            let (weight, data) = control_decree(&control);
+            self.slots[i]
+                .ring
+                .propose_meta(self.now, weight, data, &mut scratch);
             self.absorb(i, &mut scratch, out);
             self.scratch = scratch;
         } else if let Some(c) = self.slots[i].ring.coordinator() {
             out.send(
                 c,
-                Message {
+                MessageOf {
                     group: self.slots[i].group,
                     body: Body::ControlReq(control),
                 },
@@ -394,7 +421,7 @@ impl MultiRing {
     }
 
     /// A control value decided in ring `i`, taking the slot `slot`.
-    fn on_control(&mut self, i: usize, slot: u64, raw: Bytes, out: &mut Outbox<Message>) {
+    fn on_control(&mut self, i: usize, slot: u64, raw: Bytes, out: &mut Outbox<Msg<R>>) {
         let c = match Control::decode(raw) {
             Ok(c) => c,
             Err(e) => {
@@ -448,19 +475,19 @@ impl MultiRing {
 
     /// Carries a ring's effects into the node's outbox: messages tagged with the ring's
     /// group, acknowledgements as they are, decided instances into the merge.
-    fn absorb(&mut self, i: usize, s: &mut Outbox<uring::Message>, out: &mut Outbox<Message>) {
+    fn absorb(&mut self, i: usize, s: &mut Outbox<R::Message>, out: &mut Outbox<Msg<R>>) {
         let group = self.slots[i].group;
         for (to, m) in s.sends.drain(..) {
             out.send(
                 to,
-                Message {
+                MessageOf {
                     group,
                     body: Body::Ring(m),
                 },
             );
         }
         for m in s.multicasts.drain(..) {
-            out.multicasts.push(Message {
+            out.multicasts.push(MessageOf {
                 group,
                 body: Body::Ring(m),
             });
@@ -508,7 +535,9 @@ impl MultiRing {
             }
         }
         // Deliveries and passes, each in instance order: interleave them by instance.
-        let mut passes = s.passes.drain(..).peekable();
+        let mut taken = std::mem::take(&mut self.passes);
+        self.slots[i].ring.drain_passes(&mut taken);
+        let mut passes = taken.drain(..).peekable();
         for mut d in s.deliveries.drain(..) {
             while let Some(p) = passes.next_if(|p| p.instance < d.instance) {
                 self.push_pass(i, p, out);
@@ -526,22 +555,25 @@ impl MultiRing {
         for p in passes {
             self.push_pass(i, p, out);
         }
+        self.passes = taken;
         s.clear();
     }
 
-    fn push_pass(&mut self, i: usize, p: crate::protocol::Pass, out: &mut Outbox<Message>) {
+    /// A decided instance that delivers nothing: it takes its slots in the merge (one, or
+    /// a skip's k), and a control value takes effect.
+    fn push_pass(&mut self, i: usize, p: Pass, out: &mut Outbox<Msg<R>>) {
         if self.slots[i].misaligned {
             return;
         }
         let slot = self.merger.rings[i].frontier;
-        self.merger.push(i, p.slots, None);
-        if let Some(c) = p.control {
+        self.merger.push(i, p.weight, None);
+        if let Some(c) = p.data {
             self.on_control(i, slot, c, out);
         }
     }
 
     /// After every input: run the merge, and pause or resume rings by their queue.
-    fn finish(&mut self, out: &mut Outbox<Message>) {
+    fn finish(&mut self, out: &mut Outbox<Msg<R>>) {
         self.run_merge(out);
         // Tell the rings the merge waits for, now (`skip.rs`, rule 4). A skip this node
         // proposes as their coordinator is decided later, unless the ring has one acceptor:
@@ -569,7 +601,7 @@ impl MultiRing {
         }
     }
 
-    fn run_merge(&mut self, out: &mut Outbox<Message>) {
+    fn run_merge(&mut self, out: &mut Outbox<Msg<R>>) {
         let (mut subs, mut dels) = (
             std::mem::take(&mut out.subscriptions),
             std::mem::take(&mut out.deliveries),
@@ -580,7 +612,7 @@ impl MultiRing {
     }
 
     /// The subscriptions a learner starts with, announced once.
-    fn announce(&mut self, out: &mut Outbox<Message>) {
+    fn announce(&mut self, out: &mut Outbox<Msg<R>>) {
         if self.announced {
             return;
         }
@@ -599,8 +631,8 @@ impl MultiRing {
     }
 }
 
-impl Protocol for MultiRing {
-    type Message = Message;
+impl<R: ComposableRing> Protocol for MultiRingOf<R> {
+    type Message = Msg<R>;
 
     fn node(&self) -> NodeId {
         self.me
@@ -610,7 +642,7 @@ impl Protocol for MultiRing {
         &mut self,
         now: Micros,
         payload: Bytes,
-        out: &mut Outbox<Message>,
+        out: &mut Outbox<Msg<R>>,
     ) -> Result<ValueId, ProposeError> {
         // No allocation on this per-value path: scan the rings in place.
         let n = self.slots.len();
@@ -635,7 +667,7 @@ impl Protocol for MultiRing {
         self.propose_to(now, group, payload, out)
     }
 
-    fn receive(&mut self, now: Micros, from: NodeId, msg: Message, out: &mut Outbox<Message>) {
+    fn receive(&mut self, now: Micros, from: NodeId, msg: Msg<R>, out: &mut Outbox<Msg<R>>) {
         self.now = self.now.max(now);
         self.announce(out);
         let Some(i) = self.index(msg.group) else {
@@ -663,11 +695,10 @@ impl Protocol for MultiRing {
                     .should_propose_control(self.now, &c, &self.cfg)
                 {
                     let mut scratch = std::mem::take(&mut self.scratch);
-                    self.slots[i].ring.propose_meta(
-                        self.now,
-                        Decree::Control(c.encode()),
-                        &mut scratch,
-                    );
+                    let (weight, data) = control_decree(&c);
+                    self.slots[i]
+                        .ring
+                        .propose_meta(self.now, weight, data, &mut scratch);
                     self.absorb(i, &mut scratch, out);
                     self.scratch = scratch;
                 }
@@ -676,7 +707,7 @@ impl Protocol for MultiRing {
         self.finish(out);
     }
 
-    fn tick(&mut self, now: Micros, out: &mut Outbox<Message>) {
+    fn tick(&mut self, now: Micros, out: &mut Outbox<Msg<R>>) {
         self.now = self.now.max(now);
         self.announce(out);
         let mut scratch = std::mem::take(&mut self.scratch);
@@ -720,7 +751,7 @@ impl Protocol for MultiRing {
         now: Micros,
         group: GroupId,
         on: bool,
-        out: &mut Outbox<Message>,
+        out: &mut Outbox<Msg<R>>,
     ) -> Result<(), String> {
         self.change(now, group, on, out).map_err(|e| e.to_string())
     }

@@ -51,10 +51,11 @@
 //! quiet, plus a lag-skip per burst.
 
 use super::merge::Follow;
-use super::messages::{Body, Control, Message, Report};
-use super::{MultiRing, MultiRingConfig};
+use super::messages::{Body, Control, MessageOf, Report};
+use super::{Msg, MultiRingConfigOf, MultiRingOf, skip_decree};
 use crate::protocol::Outbox;
-use crate::types::{Decree, Micros, NodeId};
+use crate::ring::ComposableRing;
+use crate::types::{Micros, NodeId};
 
 /// Largest skip proposed at once.
 const SKIP_MAX_SLOTS: u64 = 1 << 30;
@@ -101,11 +102,11 @@ impl SkipState {
 
     /// Whether to propose a learner's control request now: not again while an identical
     /// request proposed a moment ago is still on its way.
-    pub(crate) fn should_propose_control(
+    pub(crate) fn should_propose_control<C>(
         &mut self,
         now: Micros,
         c: &Control,
-        cfg: &MultiRingConfig,
+        cfg: &MultiRingConfigOf<C>,
     ) -> bool {
         if let Some((l, n, at)) = self.last_control
             && l == c.learner
@@ -132,7 +133,7 @@ impl SkipState {
     }
 }
 
-impl MultiRing {
+impl<R: ComposableRing> MultiRingOf<R> {
     /// Rings this learner follows now or later (in group order), if it follows two or more:
     /// only such a learner reports.
     fn followed_for_reports(&self) -> Vec<usize> {
@@ -182,7 +183,7 @@ impl MultiRing {
     }
 
     /// Sends `report` to ring `i`'s coordinator (or hands it to this node's coordinator).
-    fn send_report(&mut self, i: usize, report: Report, out: &mut Outbox<Message>) {
+    fn send_report(&mut self, i: usize, report: Report, out: &mut Outbox<Msg<R>>) {
         let now = self.now;
         let s = &mut self.slots[i];
         s.skip.report_sent_us = Some(now);
@@ -194,7 +195,7 @@ impl MultiRing {
         {
             out.send(
                 c,
-                Message {
+                MessageOf {
                     group: s.group,
                     body: Body::Report(report),
                 },
@@ -203,7 +204,7 @@ impl MultiRing {
     }
 
     /// Learner reports (rules 1, 3), then each coordinator's skip rule.
-    pub(super) fn skip_tick(&mut self, out: &mut Outbox<Message>) {
+    pub(super) fn skip_tick(&mut self, out: &mut Outbox<Msg<R>>) {
         let now = self.now;
         let dt = self.cfg.skip_interval_us;
         for (i, s) in self.slots.iter_mut().enumerate() {
@@ -234,7 +235,7 @@ impl MultiRing {
     }
 
     /// Rule 4, after every input: a lag report to each followed ring the merge waits for.
-    pub(super) fn lag_reports(&mut self, out: &mut Outbox<Message>) {
+    pub(super) fn lag_reports(&mut self, out: &mut Outbox<Msg<R>>) {
         let need = self.need_slot();
         if need == 0 {
             return;
@@ -270,16 +271,17 @@ impl MultiRing {
     }
 
     /// Proposes the skip ring `i`'s coordinator owes now, if any.
-    pub(super) fn coordinator_skip(&mut self, i: usize, out: &mut Outbox<Message>) {
+    pub(super) fn coordinator_skip(&mut self, i: usize, out: &mut Outbox<Msg<R>>) {
         let Some(k) = self.skip_due(i) else {
             return;
         };
         let now = self.now;
         let mut scratch = std::mem::take(&mut self.scratch);
         // Refused only when the ring's meta queue is full: the next Δt tries again.
+        let (weight, data) = skip_decree(k.skip);
         let taken = self.slots[i]
             .ring
-            .propose_meta(now, Decree::Skip(k.skip), &mut scratch);
+            .propose_meta(now, weight, data, &mut scratch);
         let assigned = self.slots[i].ring.slots_assigned();
         let st = &mut self.slots[i].skip;
         if taken {

@@ -9,9 +9,10 @@
 use super::messages::{Decided, Nack, P1Entry, Phase1a, Phase1b, Phase2a, Phase2b, Repair, Vid};
 use super::{Message, Out, RingPaxos};
 use crate::mutation::Mutation;
+use crate::ring::acceptor::skip_memory_of;
+use crate::ring::fingerprint;
 use crate::storage::Accepted;
 use crate::types::{Ballot, Decree, Instance, NodeId};
-use crate::uring::ring::fingerprint;
 use std::collections::BTreeMap;
 
 /// Bytes of accepted payload in one phase 1 reply or retrieve answer.
@@ -68,6 +69,7 @@ impl RingPaxos {
         let reply = Phase1b {
             ballot: m.ballot,
             from: m.from,
+            to: m.to,
             ok,
             promised: acc.store.promised(),
             amnesic: acc.amnesic,
@@ -90,7 +92,7 @@ impl RingPaxos {
             self.learn.offer_payload(b);
         }
         for (i, vid) in &m.decisions {
-            self.learn_decision(*i, m.ballot, *vid, out);
+            self.learn_decision(*i, m.ballot, vid.clone(), out);
         }
         self.acceptor_vote(&m, out);
     }
@@ -159,7 +161,12 @@ impl RingPaxos {
         if idx == 0 {
             // Task 4 lines 27-28: `if first(ring) then send (successor, PHASE 2B)`.
             self.pass_2b(idx, m.ballot, m.instance, vid, out);
-        } else if self.ring.stash.get(&m.instance) == Some(&(m.ballot, vid)) {
+        } else if self
+            .ring
+            .stash
+            .get(&m.instance)
+            .is_some_and(|(b, v)| *b == m.ballot && *v == vid)
+        {
             // Its `Phase2b` overtook this `Phase2a`: Task 5 holds now.
             self.ring.stash.remove(&m.instance);
             self.pass_2b(idx, m.ballot, m.instance, vid, out);
@@ -225,8 +232,7 @@ impl RingPaxos {
         let Some(acc) = self.acc.as_ref() else {
             // Not an acceptor: no decisions to serve, but a learner about to skip may ask
             // for this learner's de-duplication memory (`behind_trim_point_in`).
-            let (dedup_from, dedup_to, dedup) =
-                crate::uring::acceptor::skip_memory_of(&self.learn, None, m.from, m.to);
+            let (dedup_from, dedup_to, dedup) = skip_memory_of(&self.learn, None, m.from, m.to);
             out.send(
                 self.node_at(from_pos),
                 Message::Decided(Decided {
@@ -263,7 +269,7 @@ impl RingPaxos {
         let (dedup_from, dedup_to, dedup) = if found.contains_key(&m.from) {
             (0, 0, Vec::new())
         } else {
-            crate::uring::acceptor::skip_memory_of(&self.learn, Some(&*acc.store), m.from, m.to)
+            skip_memory_of(&self.learn, Some(&*acc.store), m.from, m.to)
         };
         out.send(
             self.node_at(from_pos),

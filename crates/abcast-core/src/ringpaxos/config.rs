@@ -6,8 +6,8 @@
 //! chosen by the coordinator at phase 1 (seed 003 §4.1, §4.3); the others are spares.
 
 use crate::config::{ConfigError, Member, Roles};
+pub use crate::ring::MAX_RING_MEMBERS;
 use crate::types::{Micros, NodeId};
-pub use crate::uring::config::MAX_RING_MEMBERS;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RingPaxosConfig {
@@ -61,37 +61,20 @@ pub struct RingPaxosConfig {
     pub store_capacity_bytes: usize,
     /// A deliberately broken variant, for the simulator's mutation tests only (the
     /// `mutations` feature; see `crate::mutation`).
-    #[cfg(feature = "mutations")]
-    pub mutation: Option<crate::mutation::Mutation>,
+    pub mutation: crate::ring::MutationSlot,
 }
 
 impl RingPaxosConfig {
     /// The broken variant this configuration runs (`crate::mutation`); always `None`
     /// without the `mutations` feature.
     pub fn mutation(&self) -> Option<crate::mutation::Mutation> {
-        #[cfg(feature = "mutations")]
-        {
-            self.mutation
-        }
-        #[cfg(not(feature = "mutations"))]
-        {
-            None
-        }
+        self.mutation.get()
     }
 
     /// Selects a deliberately broken variant (tests only); refused in a build without the
     /// `mutations` feature.
     pub fn set_mutation(&mut self, m: Option<crate::mutation::Mutation>) -> Result<(), String> {
-        #[cfg(feature = "mutations")]
-        {
-            self.mutation = m;
-            Ok(())
-        }
-        #[cfg(not(feature = "mutations"))]
-        match m {
-            Some(m) => Err(crate::mutation::unavailable(m)),
-            None => Ok(()),
-        }
+        self.mutation.set(m)
     }
 
     /// `pal` nodes with every role, then `learners` with the learner role only.
@@ -236,8 +219,7 @@ impl Default for RingPaxosConfig {
             retrieve_max_instances: 1024,
             store_capacity_instances: 15_000,
             store_capacity_bytes: 256 << 20,
-            #[cfg(feature = "mutations")]
-            mutation: None,
+            mutation: Default::default(),
         }
     }
 }

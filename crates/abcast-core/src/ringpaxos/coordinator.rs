@@ -25,8 +25,8 @@
 use super::messages::{Decision, Nack, Phase1a, Phase1b, Phase2a, Repair, Vid};
 use super::{Message, Out, RingPaxos};
 use crate::mutation::Mutation;
+use crate::ring::{bit, fingerprint};
 use crate::types::{Ballot, Batch, BatchKey, Decree, Instance, Micros};
-use crate::uring::ring::{bit, fingerprint};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
 /// `Phase2a`s re-multicast per tick at most (bounds a burst after a long stall).
@@ -122,6 +122,13 @@ pub struct CoordinatorState {
     known: HashSet<BatchKey>,
     /// Keys of the batches in the buffer: a re-sent batch gets no second instance.
     open_keys: HashSet<BatchKey>,
+    /// Meta decrees (Multi-Ring skips and controls) waiting for an instance, ahead of
+    /// `queue`; at most `ring::meta::META_QUEUE_MAX`.
+    pub(crate) meta: VecDeque<Decree>,
+    /// Merge slots put in instances by this coordinator (see `ComposableRing::slots_assigned`).
+    pub(crate) slots_assigned: u64,
+    /// Of these, the instances of values.
+    pub(crate) value_slots_assigned: u64,
     /// Decisions not yet multicast (§4.3: they ride on the next `Phase2a`).
     pending: Vec<(Instance, Vid)>,
     pending_since_us: Micros,
@@ -146,6 +153,9 @@ impl CoordinatorState {
             queue_bytes: 0,
             known: HashSet::new(),
             open_keys: HashSet::new(),
+            meta: VecDeque::new(),
+            slots_assigned: 0,
+            value_slots_assigned: 0,
             pending: Vec::new(),
             pending_since_us: 0,
             progress_us: 0,
@@ -234,6 +244,7 @@ impl RingPaxos {
         c.buffer_bytes = 0;
         c.undecided = 0;
         c.open_keys.clear();
+        c.meta.clear();
         c.pending.clear();
         c.ring.clear();
         c.repair = None;
@@ -254,6 +265,9 @@ impl RingPaxos {
         let m = Phase1a {
             ballot: self.coord.ballot,
             from,
+            // The promise covers every instance, and each acceptor bounds its reply
+            // (`REPLY_MAX_INSTANCES`, `covered_to`): no upper end to ask for.
+            to: Instance::MAX,
             epoch: self.view.epoch().to_vec(),
         };
         for &p in &self.acceptors {
@@ -416,6 +430,13 @@ impl RingPaxos {
         c.buffer_bytes += decree.wire_bytes();
         if !decided {
             c.undecided += 1;
+            if matches!(decree, Decree::Values(_)) {
+                c.value_slots_assigned += 1;
+            }
+            c.slots_assigned += match &decree {
+                Decree::Meta { weight, .. } => u64::from((*weight).max(1)),
+                _ => 1,
+            };
         }
         c.buffer.push_back(Slot {
             instance,
@@ -511,8 +532,9 @@ impl RingPaxos {
         debug_assert!(self.coord.undecided > 0);
         self.coord.undecided -= 1;
         self.coord.progress_us = self.now;
+        let key = vid.key();
         self.announce(instance, vid);
-        self.record_decision(instance, ballot, Some(decree), vid.key(), out);
+        self.record_decision(instance, ballot, Some(decree), key, out);
         self.assign(out);
         if self.cfg.decision_linger_us == 0 {
             self.flush_decisions(out);
@@ -540,14 +562,20 @@ impl RingPaxos {
         true
     }
 
-    /// Gives queued batches instances while the buffer has room.
+    /// Gives queued meta decrees, then queued batches, instances while the buffer has room.
     pub(crate) fn assign(&mut self, out: &mut Out) {
         if self.coord.phase != Phase::Leading {
             return;
         }
-        while !self.coord.queue.is_empty() {
+        while !self.coord.queue.is_empty() || !self.coord.meta.is_empty() {
             if !self.buffer_has_room() || self.acc.as_ref().is_some_and(|a| !a.store.has_room()) {
                 break;
+            }
+            if let Some(d) = self.coord.meta.pop_front() {
+                let instance = self.coord.next_instance;
+                self.coord.next_instance += 1;
+                self.open_instance(instance, d, out);
+                continue;
             }
             let Some(b) = self.coord.queue.pop_front() else {
                 break;

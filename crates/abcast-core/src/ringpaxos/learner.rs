@@ -13,8 +13,8 @@
 
 use super::messages::{Decided, Retrieve};
 use super::{Message, Out, RingPaxos};
+use crate::ring::{RingHost, bit};
 use crate::types::{Ballot, Decree};
-use crate::uring::ring::bit;
 
 impl RingPaxos {
     /// Whom to ask, in order: the coordinator, the preferred acceptor, the other live acceptors.
@@ -54,34 +54,6 @@ impl RingPaxos {
             return;
         }
         self.send_retrieve(out);
-    }
-    /// A learner behind first takes what its own acceptor holds decided: after a restart
-    /// a durable store has decisions the other acceptors may no longer serve (they keep the
-    /// decisions they did not vote for in memory only), and a learner only asked its peers
-    /// (found by the faults-remain phase: durable uring seed 8, a restarted coordinator
-    /// whose learner waited at instance 1 for a decision its own log held).
-    pub(crate) fn learn_from_own_store(&mut self, out: &mut Out) {
-        let Some(acc) = self.acc.as_ref() else { return };
-        let from = self.learn.next;
-        let to = (from + self.cfg.retrieve_max_instances).min(self.learn.decided_max.max(from) + 1);
-        let entries: Vec<_> = acc
-            .store
-            .range(from, to)
-            .into_iter()
-            .filter(|(i, a)| a.decided && !self.learn.knows(*i))
-            .collect();
-        if entries.is_empty() {
-            return;
-        }
-        for (instance, a) in entries {
-            if let Decree::Values(b) = &a.decree {
-                self.cache.insert(b);
-                self.learn.offer_payload(b);
-            }
-            let key = a.decree.key();
-            self.record_decision(instance, a.ballot, Some(a.decree), key, out);
-        }
-        self.after_input(out);
     }
 
     pub(crate) fn send_retrieve(&mut self, out: &mut Out) {

@@ -20,36 +20,39 @@ use crate::codec::{Decoder, Encoder, WireMessage};
 use crate::error::DecodeError;
 pub use crate::snapshot_transfer::{SnapshotChunk, SnapshotFetch};
 use crate::types::{Ballot, Batch, BatchKey, Decree, Instance, NodeId};
-use crate::wire::{
-    BALLOT_BYTES, get_ballot, get_batch, get_bool, get_decree, get_u64s, put_ballot, put_batch,
-    put_decree, put_u64s,
+use crate::wire::{get_ballot, get_batch, get_decree, put_ballot, put_batch, put_decree};
+
+pub use crate::ring::messages::{
+    Decided, Heartbeat, MAX_ENTRIES, MAX_EPOCH_LEN as MAX_MEMBERS, Nack, P1Entry, Phase1a, Phase1b,
+    Repair, Retrieve,
 };
 
-/// Largest number of entries in one phase 1 reply, one retrieve answer, one decision list.
-pub const MAX_ENTRIES: usize = 1 << 16;
-/// Longest epoch vector and longest ring.
-pub const MAX_MEMBERS: usize = super::config::MAX_RING_MEMBERS;
-
-/// The unique id of a proposed value (seed 003 "c-vid"/"v-vid"): the batch key, or the
-/// no-op. A batch key names one batch forever (proposers never reuse value ids), so equal
-/// ids mean equal values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// The unique id of a proposed value (seed 003 "c-vid"/"v-vid"): the batch key, the no-op,
+/// or a meta decree of a composing layer (Multi-Ring Paxos), which is small and its own id.
+/// A batch key names one batch forever (proposers never reuse value ids), so equal ids mean
+/// equal values.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Vid {
     Noop,
     Key(BatchKey),
+    Meta { weight: u32, data: bytes::Bytes },
 }
 
 impl Vid {
     pub fn of(d: &Decree) -> Vid {
-        match d.key() {
-            Some(k) => Vid::Key(k),
-            None => Vid::Noop,
+        match d {
+            Decree::Values(b) => Vid::Key(b.key()),
+            Decree::Noop => Vid::Noop,
+            Decree::Meta { weight, data } => Vid::Meta {
+                weight: *weight,
+                data: data.clone(),
+            },
         }
     }
-    pub fn key(self) -> Option<BatchKey> {
+    pub fn key(&self) -> Option<BatchKey> {
         match self {
-            Vid::Noop => None,
-            Vid::Key(k) => Some(k),
+            Vid::Key(k) => Some(*k),
+            Vid::Noop | Vid::Meta { .. } => None,
         }
     }
 }
@@ -60,46 +63,9 @@ pub struct Submit {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Phase1a {
-    pub ballot: Ballot,
-    /// Votes are asked for from this instance on; the promise covers every instance.
-    pub from: Instance,
-    pub epoch: Vec<u64>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct P1Entry {
-    pub instance: Instance,
-    pub ballot: Ballot,
-    pub decree: Decree,
-    pub decided: bool,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Phase1b {
-    pub ballot: Ballot,
-    pub from: Instance,
-    pub ok: bool,
-    pub promised: Ballot,
-    /// Lost its state in a restart and not yet repaired: its promise does not count.
-    pub amnesic: bool,
-    /// Every instance up to here is decided and this acceptor knows it (or trimmed it).
-    pub decided_upto: Instance,
-    pub max_instance: Instance,
-    /// The acceptor's log starts here: it trimmed every instance below (they are decided
-    /// and covered by a quorum of learners' snapshots), so it reports nothing there. Above
-    /// it, its report is complete (see `uring::messages::Phase1b::log_start`).
-    pub log_start: Instance,
-    /// Votes were reported for `[from, covered_to)` (the reply is bounded in size).
-    pub covered_to: Instance,
-    pub epoch: Vec<u64>,
-    pub accepted: Vec<P1Entry>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Phase2a {
     pub ballot: Ballot,
-    /// Fingerprint of the epoch the ballot's phase 1 ran in (see `uring/ring.rs`).
+    /// Fingerprint of the epoch the ballot's phase 1 ran in (see `ring/view.rs`).
     pub epoch_fp: u64,
     /// The ring of this ballot, coordinator last (Task 1 "c-ring").
     pub ring: Vec<NodeId>,
@@ -121,75 +87,6 @@ pub struct Phase2b {
 pub struct Decision {
     pub ballot: Ballot,
     pub decisions: Vec<(Instance, Vid)>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Nack {
-    pub promised: Ballot,
-    pub instance: Instance,
-    pub epoch: Vec<u64>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Retrieve {
-    pub from: Instance,
-    pub to: Instance,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Decided {
-    /// Below this the responder holds nothing any more.
-    pub log_start: Instance,
-    /// The responder looked at every instance from the retrieve's `from` up to here
-    /// (exclusive) and sent each it holds decided; 0 for an answer nobody asked for. A
-    /// learner that finds its next instance below this and not among the entries knows
-    /// the responder cannot serve it.
-    pub scanned_to: Instance,
-    /// When the responder could not serve the retrieve's first instance: every batch first
-    /// decided in `[dedup_from, dedup_to)` is in `dedup` (with its instance), from the
-    /// batch keys its store kept of instances that left it, or from what its learner
-    /// delivered. A learner that must skip those instances takes it, so that it skips a
-    /// batch decided again after them as every other learner does (bug B3). An empty range
-    /// otherwise.
-    pub dedup_from: Instance,
-    pub dedup_to: Instance,
-    pub dedup: Vec<(crate::types::BatchKey, Instance)>,
-    pub entries: Vec<(Instance, Decree)>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Heartbeat {
-    pub ballot: Ballot,
-    /// The sender's incarnation and the heartbeat's number in that life: a receiver
-    /// counts a heartbeat as a sign of life only if it is newer than the last one it had
-    /// from the sender, so one held long in the network cannot make a node that died since
-    /// look alive (found by the simulator's heavy-tailed delays).
-    pub incarnation: u64,
-    pub seq: u64,
-    pub delivered_upto: Instance,
-    pub decided_max: Instance,
-    /// The sender coordinates and its phase 1 is done: proposers whose coordinator changed
-    /// re-send their window now (`RingPaxos::resend_when_leading`).
-    pub leading: bool,
-    pub amnesic: bool,
-    pub epoch: Vec<u64>,
-    /// The sender's latest snapshot covers instances up to here (0: none).
-    pub snapshot_upto: Instance,
-    /// From the coordinator: acceptors may forget every instance below this (0: nothing).
-    pub trim_below: Instance,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Repair {
-    pub ballot: Ballot,
-    /// The epoch (incarnation vector) of the phase 1 that computed the target: the
-    /// acceptor takes the repair only if it names its own current incarnation, so a Repair
-    /// meant for an earlier life (queued for it, or late in the network) cannot mark a
-    /// later life repaired (bug B1).
-    pub epoch: Vec<u64>,
-    pub decided_floor: Instance,
-    /// The amnesic acceptor is repaired once it knows every decision up to here.
-    pub upto: Instance,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -223,9 +120,15 @@ const K_REPAIR: u8 = 11;
 const K_SNAPSHOT_FETCH: u8 = 12;
 const K_SNAPSHOT_CHUNK: u8 = 13;
 
-fn put_vid(e: &mut Encoder, v: Vid) {
+fn put_vid(e: &mut Encoder, v: &Vid) {
     match v {
         Vid::Noop => e.put_u8(0),
+        Vid::Meta { weight, data } => {
+            e.put_u8(2);
+            e.put_u32(*weight);
+            e.put_u16(data.len() as u16);
+            e.put_slice(data);
+        }
         Vid::Key(k) => {
             e.put_u8(1);
             e.put_u32(k.origin.0);
@@ -240,9 +143,23 @@ fn get_vid(d: &mut Decoder) -> Result<Vid, DecodeError> {
             origin: NodeId(d.u32("vid.origin")?),
             first_seq: d.u64("vid.first_seq")?,
         })),
+        2 => {
+            let weight = d.u32("vid.weight")?;
+            let len = d.u16("vid.len")? as usize;
+            if len > crate::types::META_MAX_BYTES {
+                return Err(DecodeError::Invalid {
+                    what: "vid.len",
+                    detail: format!("{len} bytes (at most {})", crate::types::META_MAX_BYTES),
+                });
+            }
+            Ok(Vid::Meta {
+                weight,
+                data: d.bytes(len, "vid.data")?,
+            })
+        }
         t => Err(DecodeError::Invalid {
             what: "vid.tag",
-            detail: format!("{t} (expected 0 or 1)"),
+            detail: format!("{t} (expected 0, 1 or 2)"),
         }),
     }
 }
@@ -260,7 +177,7 @@ fn put_decisions(e: &mut Encoder, v: &[(Instance, Vid)]) {
     e.put_u32(v.len() as u32);
     for (i, vid) in v {
         e.put_u64(*i);
-        put_vid(e, *vid);
+        put_vid(e, vid);
     }
 }
 fn get_decisions(d: &mut Decoder) -> Result<Vec<(Instance, Vid)>, DecodeError> {
@@ -273,7 +190,7 @@ fn get_decisions(d: &mut Decoder) -> Result<Vec<(Instance, Vid)>, DecodeError> {
     Ok(v)
 }
 
-/// For the snapshot rules shared by U-Ring Paxos and Ring Paxos (`uring::snapshot`).
+/// For the snapshot rules shared by U-Ring Paxos and Ring Paxos (`ring::snapshot`).
 impl From<SnapshotFetch> for Message {
     fn from(m: SnapshotFetch) -> Message {
         Message::SnapshotFetch(m)
@@ -308,30 +225,8 @@ impl WireMessage for Message {
     fn encode(&self, e: &mut Encoder) {
         match self {
             Message::Submit(m) => put_batch(e, &m.batch),
-            Message::Phase1a(m) => {
-                put_ballot(e, m.ballot);
-                e.put_u64(m.from);
-                put_u64s(e, &m.epoch);
-            }
-            Message::Phase1b(m) => {
-                put_ballot(e, m.ballot);
-                e.put_u64(m.from);
-                e.put_u8(m.ok as u8);
-                put_ballot(e, m.promised);
-                e.put_u8(m.amnesic as u8);
-                e.put_u64(m.decided_upto);
-                e.put_u64(m.max_instance);
-                e.put_u64(m.log_start);
-                e.put_u64(m.covered_to);
-                put_u64s(e, &m.epoch);
-                e.put_u32(m.accepted.len() as u32);
-                for a in &m.accepted {
-                    e.put_u64(a.instance);
-                    put_ballot(e, a.ballot);
-                    e.put_u8(a.decided as u8);
-                    put_decree(e, &a.decree);
-                }
-            }
+            Message::Phase1a(m) => m.encode(e),
+            Message::Phase1b(m) => m.encode(e),
             Message::Phase2a(m) => {
                 put_ballot(e, m.ballot);
                 e.put_u64(m.epoch_fp);
@@ -343,51 +238,17 @@ impl WireMessage for Message {
             Message::Phase2b(m) => {
                 put_ballot(e, m.ballot);
                 e.put_u64(m.instance);
-                put_vid(e, m.vid);
+                put_vid(e, &m.vid);
             }
             Message::Decision(m) => {
                 put_ballot(e, m.ballot);
                 put_decisions(e, &m.decisions);
             }
-            Message::Nack(m) => {
-                put_ballot(e, m.promised);
-                e.put_u64(m.instance);
-                put_u64s(e, &m.epoch);
-            }
-            Message::Retrieve(m) => {
-                e.put_u64(m.from);
-                e.put_u64(m.to);
-            }
-            Message::Decided(m) => {
-                e.put_u64(m.log_start);
-                e.put_u64(m.scanned_to);
-                e.put_u64(m.dedup_from);
-                e.put_u64(m.dedup_to);
-                crate::wire::put_dedup_entries(e, &m.dedup);
-                e.put_u32(m.entries.len() as u32);
-                for (i, d) in &m.entries {
-                    e.put_u64(*i);
-                    put_decree(e, d);
-                }
-            }
-            Message::Heartbeat(m) => {
-                put_ballot(e, m.ballot);
-                e.put_u64(m.incarnation);
-                e.put_u64(m.seq);
-                e.put_u64(m.delivered_upto);
-                e.put_u64(m.decided_max);
-                e.put_u8(m.leading as u8);
-                e.put_u8(m.amnesic as u8);
-                put_u64s(e, &m.epoch);
-                e.put_u64(m.snapshot_upto);
-                e.put_u64(m.trim_below);
-            }
-            Message::Repair(m) => {
-                put_ballot(e, m.ballot);
-                put_u64s(e, &m.epoch);
-                e.put_u64(m.decided_floor);
-                e.put_u64(m.upto);
-            }
+            Message::Nack(m) => m.encode(e),
+            Message::Retrieve(m) => m.encode(e),
+            Message::Decided(m) => m.encode(e),
+            Message::Heartbeat(m) => m.encode(e),
+            Message::Repair(m) => m.encode(e),
             Message::SnapshotFetch(m) => m.encode(e),
             Message::SnapshotChunk(m) => m.encode(e),
         }
@@ -399,57 +260,8 @@ impl WireMessage for Message {
             K_SUBMIT => Message::Submit(Submit {
                 batch: get_batch(&mut d)?,
             }),
-            K_PHASE1A => Message::Phase1a(Phase1a {
-                ballot: get_ballot(&mut d)?,
-                from: d.u64("phase1a.from")?,
-                epoch: get_u64s(&mut d, "epoch", MAX_MEMBERS)?,
-            }),
-            K_PHASE1B => {
-                let ballot = get_ballot(&mut d)?;
-                let from = d.u64("phase1b.from")?;
-                let ok = get_bool(&mut d, "phase1b.ok")?;
-                let promised = get_ballot(&mut d)?;
-                let amnesic = get_bool(&mut d, "phase1b.amnesic")?;
-                let decided_upto = d.u64("phase1b.decided_upto")?;
-                let max_instance = d.u64("phase1b.max_instance")?;
-                let log_start = d.u64("phase1b.log_start")?;
-                let covered_to = d.u64("phase1b.covered_to")?;
-                if covered_to < from {
-                    return Err(DecodeError::Invalid {
-                        what: "phase1b.covered_to",
-                        detail: format!("{covered_to} below from {from}"),
-                    });
-                }
-                let epoch = get_u64s(&mut d, "epoch", MAX_MEMBERS)?;
-                // An entry: instance, ballot, decided flag, decree tag at least.
-                let n = d.count("phase1b.accepted", MAX_ENTRIES, 8 + BALLOT_BYTES + 2)?;
-                let mut accepted = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let instance = d.u64("phase1b.entry.instance")?;
-                    let ballot = get_ballot(&mut d)?;
-                    let decided = get_bool(&mut d, "phase1b.entry.decided")?;
-                    let decree = get_decree(&mut d)?;
-                    accepted.push(P1Entry {
-                        instance,
-                        ballot,
-                        decree,
-                        decided,
-                    });
-                }
-                Message::Phase1b(Phase1b {
-                    ballot,
-                    from,
-                    ok,
-                    promised,
-                    amnesic,
-                    decided_upto,
-                    max_instance,
-                    log_start,
-                    covered_to,
-                    epoch,
-                    accepted,
-                })
-            }
+            K_PHASE1A => Message::Phase1a(Phase1a::decode(&mut d)?),
+            K_PHASE1B => Message::Phase1b(Phase1b::decode(&mut d)?),
             K_PHASE2A => Message::Phase2a(Phase2a {
                 ballot: get_ballot(&mut d)?,
                 epoch_fp: d.u64("phase2a.epoch_fp")?,
@@ -467,64 +279,13 @@ impl WireMessage for Message {
                 ballot: get_ballot(&mut d)?,
                 decisions: get_decisions(&mut d)?,
             }),
-            K_NACK => Message::Nack(Nack {
-                promised: get_ballot(&mut d)?,
-                instance: d.u64("nack.instance")?,
-                epoch: get_u64s(&mut d, "epoch", MAX_MEMBERS)?,
-            }),
-            K_RETRIEVE => {
-                let from = d.u64("retrieve.from")?;
-                let to = d.u64("retrieve.to")?;
-                if from > to {
-                    return Err(DecodeError::Invalid {
-                        what: "retrieve range",
-                        detail: format!("from {from} > to {to}"),
-                    });
-                }
-                Message::Retrieve(Retrieve { from, to })
-            }
-            K_DECIDED => {
-                let log_start = d.u64("decided.log_start")?;
-                let scanned_to = d.u64("decided.scanned_to")?;
-                let dedup_from = d.u64("decided.dedup_from")?;
-                let dedup_to = d.u64("decided.dedup_to")?;
-                let dedup =
-                    crate::wire::get_dedup_entries(&mut d, crate::uring::learner::SKIP_DEDUP_MAX)?;
-                let n = d.count("decided.entries", MAX_ENTRIES, 9)?;
-                let mut entries = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let i = d.u64("decided.instance")?;
-                    entries.push((i, get_decree(&mut d)?));
-                }
-                Message::Decided(Decided {
-                    log_start,
-                    scanned_to,
-                    dedup_from,
-                    dedup_to,
-                    dedup,
-                    entries,
-                })
-            }
-            K_HEARTBEAT => Message::Heartbeat(Heartbeat {
-                ballot: get_ballot(&mut d)?,
-                incarnation: d.u64("heartbeat.incarnation")?,
-                seq: d.u64("heartbeat.seq")?,
-                delivered_upto: d.u64("heartbeat.delivered_upto")?,
-                decided_max: d.u64("heartbeat.decided_max")?,
-                leading: get_bool(&mut d, "heartbeat.leading")?,
-                amnesic: get_bool(&mut d, "heartbeat.amnesic")?,
-                epoch: get_u64s(&mut d, "epoch", MAX_MEMBERS)?,
-                snapshot_upto: d.u64("heartbeat.snapshot_upto")?,
-                trim_below: d.u64("heartbeat.trim_below")?,
-            }),
+            K_NACK => Message::Nack(Nack::decode(&mut d)?),
+            K_RETRIEVE => Message::Retrieve(Retrieve::decode(&mut d)?),
+            K_DECIDED => Message::Decided(Decided::decode(&mut d)?),
+            K_HEARTBEAT => Message::Heartbeat(Heartbeat::decode(&mut d)?),
             K_SNAPSHOT_FETCH => Message::SnapshotFetch(SnapshotFetch::decode(&mut d)?),
             K_SNAPSHOT_CHUNK => Message::SnapshotChunk(SnapshotChunk::decode(&mut d)?),
-            K_REPAIR => Message::Repair(Repair {
-                ballot: get_ballot(&mut d)?,
-                epoch: get_u64s(&mut d, "repair.epoch", MAX_MEMBERS)?,
-                decided_floor: d.u64("repair.decided_floor")?,
-                upto: d.u64("repair.upto")?,
-            }),
+            K_REPAIR => Message::Repair(Repair::decode(&mut d)?),
             k => return Err(DecodeError::UnknownKind(k)),
         };
         d.finish()?;
@@ -554,11 +315,13 @@ mod tests {
             Message::Phase1a(Phase1a {
                 ballot: bal,
                 from: 1,
+                to: Instance::MAX,
                 epoch: vec![0, 2, 0],
             }),
             Message::Phase1b(Phase1b {
                 ballot: bal,
                 from: 1,
+                to: Instance::MAX,
                 ok: true,
                 promised: bal,
                 amnesic: false,
@@ -605,7 +368,17 @@ mod tests {
             }),
             Message::Decision(Decision {
                 ballot: bal,
-                decisions: vec![(5, Vid::Key(key)), (6, Vid::Noop)],
+                decisions: vec![
+                    (5, Vid::Key(key)),
+                    (6, Vid::Noop),
+                    (
+                        7,
+                        Vid::Meta {
+                            weight: 3,
+                            data: Bytes::from_static(b"ctl"),
+                        },
+                    ),
+                ],
             }),
             Message::Nack(Nack {
                 promised: bal,

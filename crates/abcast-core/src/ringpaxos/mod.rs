@@ -27,8 +27,8 @@
 //! a new ring made of acceptors that answered.
 //!
 //! **Acceptors must not forget (§4.2).** With in-memory stores a restarted acceptor has
-//! forgotten its promise and votes. We reuse U-Ring Paxos' incarnation epochs
-//! (`uring/ring.rs`, `uring/acceptor.rs`): a restart bumps the acceptor's incarnation, which
+//! forgotten its promise and votes. We use the ring family's incarnation epochs
+//! (`ring/view.rs`, `ring/acceptor.rs`): a restart bumps the acceptor's incarnation, which
 //! changes the epoch (the vector of incarnations every node merges from heartbeats and
 //! phase 1). Phase 1 carries the vector, `Phase2a` its fingerprint, and an acceptor votes
 //! and promises only in its own epoch, so no ballot that may have counted the forgotten promise
@@ -58,11 +58,11 @@ pub use messages::Message;
 use crate::ProposeError;
 use crate::batcher::Batcher;
 use crate::protocol::{Outbox, Protocol, Status};
+use crate::ring::acceptor::AcceptorState;
+use crate::ring::learner::{LearnerState, PayloadCache};
+use crate::ring::{RingView, bit, fingerprint};
 use crate::storage::AcceptorStore;
 use crate::types::{Ballot, BatchKey, Decree, Instance, Micros, NodeId, ValueId};
-use crate::uring::acceptor::AcceptorState;
-use crate::uring::learner::{LearnerState, PayloadCache};
-use crate::uring::ring::{RingView, bit};
 use acceptor::RingMemory;
 use bytes::Bytes;
 use coordinator::CoordinatorState;
@@ -109,7 +109,7 @@ pub struct RingPaxos {
     pub(crate) started: bool,
     pub(crate) incarnation: u64,
     /// Snapshots and trimming (`snapshot.rs`).
-    pub(crate) snap: crate::uring::snapshot::SnapshotState,
+    pub(crate) snap: crate::ring::snapshot::SnapshotState,
 }
 
 impl RingPaxos {
@@ -171,7 +171,7 @@ impl RingPaxos {
             resend_when_leading: false,
             started: false,
             incarnation,
-            snap: crate::uring::snapshot::SnapshotState::new(cfg.members.len()),
+            snap: crate::ring::snapshot::SnapshotState::new(cfg.members.len()),
             me,
             pos,
             cfg,
@@ -223,11 +223,13 @@ impl RingPaxos {
         vid: Vid,
         out: &mut Out,
     ) {
+        let key = vid.key();
         let decree = match vid {
             Vid::Noop => Some(Decree::Noop),
             Vid::Key(k) => self.cache.get(&k).map(|b| Decree::Values(b.clone())),
+            Vid::Meta { weight, data } => Some(Decree::Meta { weight, data }),
         };
-        self.record_decision(instance, ballot, decree, vid.key(), out);
+        self.record_decision(instance, ballot, decree, key, out);
     }
 
     /// Records a decision in the learner, the acceptor store and the proposer (ack).
@@ -269,7 +271,7 @@ impl RingPaxos {
             self.on_trim(from_pos, m.trim_below, out);
         }
         if m.amnesic {
-            let fp = crate::uring::ring::fingerprint(&m.epoch);
+            let fp = fingerprint(&m.epoch);
             self.coordinator_on_amnesic_heartbeat(from_pos, fp, out);
         }
         self.learn.decided_max = self
@@ -322,7 +324,6 @@ impl RingPaxos {
             self.now,
             &mut self.cache,
             &mut out.deliveries,
-            &mut out.passes,
             dup_by_key,
             |instance, decree, key| {
                 if let Some(a) = acc.as_mut() {
@@ -335,6 +336,95 @@ impl RingPaxos {
         {
             out.events.push(ev);
         }
+    }
+}
+
+impl crate::ring::RingHost for RingPaxos {
+    type Msg = Message;
+    fn acceptor_and_learner(&self) -> (Option<&AcceptorState>, &LearnerState) {
+        (self.acc.as_ref(), &self.learn)
+    }
+    fn learner_and_cache(&mut self) -> (&mut LearnerState, &mut PayloadCache) {
+        (&mut self.learn, &mut self.cache)
+    }
+    fn retrieve_max_instances(&self) -> u64 {
+        self.cfg.retrieve_max_instances
+    }
+    fn record_decision(
+        &mut self,
+        instance: Instance,
+        ballot: Ballot,
+        decree: Option<Decree>,
+        key: Option<crate::types::BatchKey>,
+        out: &mut Out,
+    ) {
+        RingPaxos::record_decision(self, instance, ballot, decree, key, out)
+    }
+    fn after_input(&mut self, out: &mut Out) {
+        RingPaxos::after_input(self, out)
+    }
+}
+
+impl crate::ring::RingConfigView for RingPaxosConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        RingPaxosConfig::validate(self)
+    }
+    fn members(&self) -> &[crate::config::Member] {
+        &self.members
+    }
+}
+
+/// Ring Paxos as a ring of Multi-Ring Paxos (`MultiRingPaxos`): its coordinator puts meta
+/// decrees in instances ahead of queued batches, and its learner reports passes.
+impl crate::ring::ComposableRing for RingPaxos {
+    type Config = RingPaxosConfig;
+    fn compose(
+        cfg: RingPaxosConfig,
+        me: NodeId,
+        start: StartInfo,
+        store: Box<dyn AcceptorStore + Send>,
+    ) -> Result<RingPaxos, ConfigError> {
+        RingPaxos::new(cfg, me, start, store)
+    }
+    fn set_report_passes(&mut self, on: bool) {
+        self.learn.report_passes = on;
+    }
+    fn drain_passes(&mut self, into: &mut Vec<crate::ring::Pass>) {
+        into.append(&mut self.learn.passes);
+    }
+    fn set_delivery_paused(&mut self, paused: bool) {
+        self.learn.paused = paused;
+    }
+    fn is_leading(&self) -> bool {
+        self.coord.is_leading()
+    }
+    fn coordinator(&self) -> Option<NodeId> {
+        self.coordinator_pos().map(|p| self.node_at(p))
+    }
+    fn slots_assigned(&self) -> u64 {
+        self.coord.slots_assigned
+    }
+    fn value_slots_assigned(&self) -> u64 {
+        self.coord.value_slots_assigned
+    }
+    fn propose_meta(&mut self, now: Micros, weight: u32, data: Bytes, out: &mut Out) -> bool {
+        self.advance(now);
+        if !self.coord.is_leading() || self.coord.meta.len() >= crate::ring::meta::META_QUEUE_MAX {
+            return false;
+        }
+        self.coord.meta.push_back(Decree::Meta { weight, data });
+        self.assign(out);
+        self.after_input(out);
+        true
+    }
+    fn meta_queued(&self) -> usize {
+        self.coord.meta.len()
+    }
+    fn is_proposer(&self) -> bool {
+        self.prop.is_some()
+    }
+    fn is_learner(&self) -> bool {
+        self.learn.deliver
     }
 }
 

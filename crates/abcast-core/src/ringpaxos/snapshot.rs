@@ -1,6 +1,6 @@
-//! Snapshots and trimming for Ring Paxos (issue 4): the rules of U-Ring Paxos
-//! (`uring/snapshot.rs`, whose module comment has the whole argument), run by the same
-//! functions there (`take_snapshot_of`, `apply_snapshot_to`, `behind_trim_point_in`,
+//! Snapshots and trimming for Ring Paxos (issue 4): the rules shared with U-Ring Paxos
+//! (`ring/snapshot.rs`, whose module comment has the whole argument), run by the same
+//! functions (`take_snapshot_of`, `apply_snapshot_to`, `behind_trim_point_in`,
 //! `on_chunk_in`, `install_in`, `fetch_tick_in`, `SnapshotState::trim_point`, `trim_acceptor`) on
 //! Ring Paxos' state and messages; this file only wires them to it.
 //!
@@ -20,12 +20,12 @@
 use super::messages::Message;
 use super::{Out, RingPaxos};
 use crate::protocol::Snapshot;
-use crate::snapshot_transfer::{SnapshotChunk, SnapshotFetch};
-use crate::types::Instance;
-use crate::uring::snapshot::{
+use crate::ring::snapshot::{
     apply_snapshot_to, behind_trim_point_in, fetch_tick_in, install_in, on_chunk_in,
     take_snapshot_of, trim_acceptor,
 };
+use crate::snapshot_transfer::{SnapshotChunk, SnapshotFetch};
+use crate::types::Instance;
 use bytes::Bytes;
 
 impl RingPaxos {

@@ -127,7 +127,10 @@ mod tests {
     fn acc(decided: bool) -> Accepted {
         Accepted {
             ballot: Ballot::new(1, NodeId(1), 0),
-            decree: Decree::Skip(1),
+            decree: Decree::Meta {
+                weight: 1,
+                data: bytes::Bytes::new(),
+            },
             decided,
         }
     }

@@ -6,8 +6,7 @@ use crate::types::{Micros, NodeId};
 
 use crate::config::{ConfigError, Member, Roles};
 
-/// Largest ring: vote and payload sets are 64-bit masks of ring positions.
-pub const MAX_RING_MEMBERS: usize = 64;
+pub use crate::ring::MAX_RING_MEMBERS;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RingConfig {
@@ -73,37 +72,20 @@ pub struct RingConfig {
     pub learner_snapshots: bool,
     /// A deliberately broken variant, for the simulator's mutation tests only (the
     /// `mutations` feature; see `crate::mutation`).
-    #[cfg(feature = "mutations")]
-    pub mutation: Option<crate::mutation::Mutation>,
+    pub mutation: crate::ring::MutationSlot,
 }
 
 impl RingConfig {
     /// The broken variant this configuration runs (`crate::mutation`); always `None`
     /// without the `mutations` feature.
     pub fn mutation(&self) -> Option<crate::mutation::Mutation> {
-        #[cfg(feature = "mutations")]
-        {
-            self.mutation
-        }
-        #[cfg(not(feature = "mutations"))]
-        {
-            None
-        }
+        self.mutation.get()
     }
 
     /// Selects a deliberately broken variant (tests only); refused in a build without the
     /// `mutations` feature.
     pub fn set_mutation(&mut self, m: Option<crate::mutation::Mutation>) -> Result<(), String> {
-        #[cfg(feature = "mutations")]
-        {
-            self.mutation = m;
-            Ok(())
-        }
-        #[cfg(not(feature = "mutations"))]
-        match m {
-            Some(m) => Err(crate::mutation::unavailable(m)),
-            None => Ok(()),
-        }
+        self.mutation.set(m)
     }
 
     /// A ring of the given members, all PAL, with default parameters.
@@ -228,8 +210,7 @@ impl Default for RingConfig {
             store_capacity_instances: 15_000,
             store_capacity_bytes: 256 << 20,
             learner_snapshots: false,
-            #[cfg(feature = "mutations")]
-            mutation: None,
+            mutation: Default::default(),
         }
     }
 }

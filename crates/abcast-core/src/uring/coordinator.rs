@@ -32,17 +32,14 @@
 //! such 1 s stalls in a row outlast its 1.5 s bound).
 
 use super::messages::{Nack, Phase1a, Phase1b, Phase2, Repair, Retrieve, WireDecree};
-use super::ring::{bit, fingerprint};
 use super::{Message, Out, URing};
 use crate::mutation::Mutation;
+use crate::ring::{bit, fingerprint};
 use crate::types::{Ballot, Batch, BatchKey, Decree, Instance, Micros};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
 /// Open instances re-circulated per tick at most (bounds a burst after a long stall).
 const RESEND_PER_TICK: usize = 64;
-
-/// Skip and control decrees waiting at the coordinator, at most (Multi-Ring).
-pub(crate) const META_QUEUE_MAX: usize = 64;
 
 #[derive(Debug)]
 pub(crate) struct Open {
@@ -572,7 +569,7 @@ impl URing {
             self.coord.value_slots_assigned += 1;
         }
         self.coord.slots_assigned += match &decree {
-            Decree::Skip(k) => u64::from((*k).max(1)),
+            Decree::Meta { weight, .. } => u64::from((*weight).max(1)),
             _ => 1,
         };
         if let Some(k) = decree.key() {

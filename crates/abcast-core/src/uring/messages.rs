@@ -13,15 +13,12 @@ use crate::codec::{Decoder, Encoder, WireMessage};
 use crate::error::DecodeError;
 pub use crate::snapshot_transfer::{SnapshotChunk, SnapshotFetch};
 use crate::types::{Ballot, Batch, BatchKey, Decree, Instance, NodeId};
-use crate::wire::{
-    BALLOT_BYTES, get_ballot, get_batch, get_bool, get_decree, get_decree_tagged, get_u64s,
-    put_ballot, put_batch, put_decree, put_u64s,
-};
+use crate::wire::{get_ballot, get_batch, get_decree_tagged, put_ballot, put_batch, put_decree};
 
-/// Largest number of entries in one phase 1 reply or one retrieve answer.
-pub const MAX_ENTRIES: usize = 1 << 16;
-/// Longest epoch vector (one incarnation per ring member).
-pub const MAX_EPOCH_LEN: usize = crate::uring::config::MAX_RING_MEMBERS;
+pub use crate::ring::messages::{
+    Decided, Heartbeat, MAX_ENTRIES, MAX_EPOCH_LEN, Nack, P1Entry, Phase1a, Phase1b, Repair,
+    Retrieve,
+};
 
 /// A decree as it travels: in full where the receiver lacks the payload, by key where it has
 /// it (seed 003 §4.1, consensus on value ids).
@@ -71,50 +68,6 @@ pub struct Forward {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Phase1a {
-    pub ballot: Ballot,
-    pub from: Instance,
-    pub to: Instance,
-    /// The coordinator's incarnation vector (see `ring.rs`, epochs).
-    pub epoch: Vec<u64>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct P1Entry {
-    pub instance: Instance,
-    pub ballot: Ballot,
-    pub decree: Decree,
-    pub decided: bool,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Phase1b {
-    pub ballot: Ballot,
-    pub from: Instance,
-    pub to: Instance,
-    /// The promise was given. If not, `promised` is the higher ballot that refused it, or the
-    /// epochs differ.
-    pub ok: bool,
-    pub promised: Ballot,
-    /// The acceptor lost its state and is not yet repaired: its promise does not count.
-    pub amnesic: bool,
-    /// Every instance up to here is decided and this acceptor knows its decree.
-    pub decided_upto: Instance,
-    /// The highest instance this acceptor accepted anything in.
-    pub max_instance: Instance,
-    /// The acceptor's log starts here: it trimmed every instance below (they are decided
-    /// and covered by a quorum of learners' snapshots), so it reports nothing there. Above
-    /// it, its report is complete, and a phase 1 whose counted replies all start at or
-    /// below an instance may re-propose the highest vote found there even if some learner
-    /// already delivered it (see `Prepare::trimmed_below`).
-    pub log_start: Instance,
-    /// Entries were reported for `[from, covered_to)`; the reply stopped there (size bound).
-    pub covered_to: Instance,
-    pub epoch: Vec<u64>,
-    pub accepted: Vec<P1Entry>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Phase2 {
     pub ballot: Ballot,
     pub instance: Instance,
@@ -137,76 +90,6 @@ pub struct Decision {
     pub seen: u64,
     pub has_payload: u64,
     pub decree: WireDecree,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Nack {
-    /// The acceptor's promised ballot.
-    pub promised: Ballot,
-    pub instance: Instance,
-    pub epoch: Vec<u64>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Retrieve {
-    pub from: Instance,
-    pub to: Instance,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Decided {
-    /// The responder's lowest retained instance: below it nothing can be retrieved from it.
-    pub log_start: Instance,
-    /// The responder looked at every instance from the retrieve's `from` up to here
-    /// (exclusive) and sent each it holds decided; 0 for an answer nobody asked for. A
-    /// learner that finds its next instance below this and not among the entries knows
-    /// the responder cannot serve it.
-    pub scanned_to: Instance,
-    /// When the responder could not serve the retrieve's first instance: every batch first
-    /// decided in `[dedup_from, dedup_to)` is in `dedup` (with its instance), from the
-    /// batch keys its store kept of instances that left it, or from what its learner
-    /// delivered. A learner that must skip those instances takes it, so that it skips a
-    /// batch decided again after them as every other learner does (bug B3). An empty range
-    /// otherwise.
-    pub dedup_from: Instance,
-    pub dedup_to: Instance,
-    pub dedup: Vec<(crate::types::BatchKey, Instance)>,
-    pub entries: Vec<(Instance, Decree)>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Heartbeat {
-    pub ballot: Ballot,
-    /// The sender's incarnation and the heartbeat's number in that life: a receiver
-    /// counts a heartbeat as a sign of life only if it is newer than the last one it had
-    /// from the sender, so one held long in the network cannot make a node that died since
-    /// look alive (found by the simulator's heavy-tailed delays).
-    pub incarnation: u64,
-    pub seq: u64,
-    pub delivered_upto: Instance,
-    pub decided_max: Instance,
-    pub leading: bool,
-    pub amnesic: bool,
-    pub epoch: Vec<u64>,
-    /// The sender's learner has a snapshot covering every instance up to here (0: none).
-    pub snapshot_upto: Instance,
-    /// From the leading coordinator: acceptors forget every instance below this (0: none).
-    /// URingPaxos' `Safe`/`Trim`, see `snapshot.rs`.
-    pub trim_below: Instance,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Repair {
-    pub ballot: Ballot,
-    /// The epoch (incarnation vector) of the phase 1 that computed the target: the
-    /// acceptor takes the repair only if it names its own current incarnation, so a Repair
-    /// meant for an earlier life (queued for it, or late in the network) cannot mark a
-    /// later life repaired (bug B1).
-    pub epoch: Vec<u64>,
-    /// Everything up to here was decided before the amnesic acceptor can have voted.
-    pub decided_floor: Instance,
-    /// The acceptor is repaired once it knows every decision up to here.
-    pub upto: Instance,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -264,17 +147,8 @@ fn get_wire_decree(d: &mut Decoder) -> Result<WireDecree, DecodeError> {
         t => Ok(WireDecree::Meta(get_decree_tagged(t, d)?)),
     }
 }
-fn check_range(from: Instance, to: Instance, what: &'static str) -> Result<(), DecodeError> {
-    if from > to {
-        return Err(DecodeError::Invalid {
-            what,
-            detail: format!("from {from} > to {to}"),
-        });
-    }
-    Ok(())
-}
 
-/// For the snapshot rules shared by U-Ring Paxos and Ring Paxos (`uring::snapshot`).
+/// For the snapshot rules shared by U-Ring Paxos and Ring Paxos (`ring::snapshot`).
 impl From<SnapshotFetch> for Message {
     fn from(m: SnapshotFetch) -> Message {
         Message::SnapshotFetch(m)
@@ -311,32 +185,8 @@ impl WireMessage for Message {
                 e.put_u64(m.path);
                 put_batch(e, &m.batch);
             }
-            Message::Phase1a(m) => {
-                put_ballot(e, m.ballot);
-                e.put_u64(m.from);
-                e.put_u64(m.to);
-                put_u64s(e, &m.epoch);
-            }
-            Message::Phase1b(m) => {
-                put_ballot(e, m.ballot);
-                e.put_u64(m.from);
-                e.put_u64(m.to);
-                e.put_u8(m.ok as u8);
-                put_ballot(e, m.promised);
-                e.put_u8(m.amnesic as u8);
-                e.put_u64(m.decided_upto);
-                e.put_u64(m.max_instance);
-                e.put_u64(m.log_start);
-                e.put_u64(m.covered_to);
-                put_u64s(e, &m.epoch);
-                e.put_u32(m.accepted.len() as u32);
-                for a in &m.accepted {
-                    e.put_u64(a.instance);
-                    put_ballot(e, a.ballot);
-                    e.put_u8(a.decided as u8);
-                    put_decree(e, &a.decree);
-                }
-            }
+            Message::Phase1a(m) => m.encode(e),
+            Message::Phase1b(m) => m.encode(e),
             Message::Phase2(m) => {
                 put_ballot(e, m.ballot);
                 e.put_u64(m.instance);
@@ -353,45 +203,11 @@ impl WireMessage for Message {
                 e.put_u64(m.has_payload);
                 put_wire_decree(e, &m.decree);
             }
-            Message::Nack(m) => {
-                put_ballot(e, m.promised);
-                e.put_u64(m.instance);
-                put_u64s(e, &m.epoch);
-            }
-            Message::Retrieve(m) => {
-                e.put_u64(m.from);
-                e.put_u64(m.to);
-            }
-            Message::Decided(m) => {
-                e.put_u64(m.log_start);
-                e.put_u64(m.scanned_to);
-                e.put_u64(m.dedup_from);
-                e.put_u64(m.dedup_to);
-                crate::wire::put_dedup_entries(e, &m.dedup);
-                e.put_u32(m.entries.len() as u32);
-                for (i, d) in &m.entries {
-                    e.put_u64(*i);
-                    put_decree(e, d);
-                }
-            }
-            Message::Heartbeat(m) => {
-                put_ballot(e, m.ballot);
-                e.put_u64(m.incarnation);
-                e.put_u64(m.seq);
-                e.put_u64(m.delivered_upto);
-                e.put_u64(m.decided_max);
-                e.put_u8(m.leading as u8);
-                e.put_u8(m.amnesic as u8);
-                put_u64s(e, &m.epoch);
-                e.put_u64(m.snapshot_upto);
-                e.put_u64(m.trim_below);
-            }
-            Message::Repair(m) => {
-                put_ballot(e, m.ballot);
-                put_u64s(e, &m.epoch);
-                e.put_u64(m.decided_floor);
-                e.put_u64(m.upto);
-            }
+            Message::Nack(m) => m.encode(e),
+            Message::Retrieve(m) => m.encode(e),
+            Message::Decided(m) => m.encode(e),
+            Message::Heartbeat(m) => m.encode(e),
+            Message::Repair(m) => m.encode(e),
             Message::SnapshotFetch(m) => m.encode(e),
             Message::SnapshotChunk(m) => m.encode(e),
         }
@@ -404,61 +220,8 @@ impl WireMessage for Message {
                 path: d.u64("forward.path")?,
                 batch: get_batch(&mut d)?,
             }),
-            K_PHASE1A => {
-                let ballot = get_ballot(&mut d)?;
-                let from = d.u64("phase1a.from")?;
-                let to = d.u64("phase1a.to")?;
-                check_range(from, to, "phase1a range")?;
-                Message::Phase1a(Phase1a {
-                    ballot,
-                    from,
-                    to,
-                    epoch: get_u64s(&mut d, "epoch", MAX_EPOCH_LEN)?,
-                })
-            }
-            K_PHASE1B => {
-                let ballot = get_ballot(&mut d)?;
-                let from = d.u64("phase1b.from")?;
-                let to = d.u64("phase1b.to")?;
-                check_range(from, to, "phase1b range")?;
-                let ok = get_bool(&mut d, "phase1b.ok")?;
-                let promised = get_ballot(&mut d)?;
-                let amnesic = get_bool(&mut d, "phase1b.amnesic")?;
-                let decided_upto = d.u64("phase1b.decided_upto")?;
-                let max_instance = d.u64("phase1b.max_instance")?;
-                let log_start = d.u64("phase1b.log_start")?;
-                let covered_to = d.u64("phase1b.covered_to")?;
-                let epoch = get_u64s(&mut d, "epoch", MAX_EPOCH_LEN)?;
-                // An entry: instance, ballot, decided flag, decree tag at least.
-                let n = d.count("phase1b.accepted", MAX_ENTRIES, 8 + BALLOT_BYTES + 2)?;
-                let mut accepted = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let instance = d.u64("phase1b.entry.instance")?;
-                    let ballot = get_ballot(&mut d)?;
-                    let decided = get_bool(&mut d, "phase1b.entry.decided")?;
-                    let decree = get_decree(&mut d)?;
-                    accepted.push(P1Entry {
-                        instance,
-                        ballot,
-                        decree,
-                        decided,
-                    });
-                }
-                Message::Phase1b(Phase1b {
-                    ballot,
-                    from,
-                    to,
-                    ok,
-                    promised,
-                    amnesic,
-                    decided_upto,
-                    max_instance,
-                    log_start,
-                    covered_to,
-                    epoch,
-                    accepted,
-                })
-            }
+            K_PHASE1A => Message::Phase1a(Phase1a::decode(&mut d)?),
+            K_PHASE1B => Message::Phase1b(Phase1b::decode(&mut d)?),
             K_PHASE2 => Message::Phase2(Phase2 {
                 ballot: get_ballot(&mut d)?,
                 instance: d.u64("phase2.instance")?,
@@ -475,57 +238,11 @@ impl WireMessage for Message {
                 has_payload: d.u64("decision.has_payload")?,
                 decree: get_wire_decree(&mut d)?,
             }),
-            K_NACK => Message::Nack(Nack {
-                promised: get_ballot(&mut d)?,
-                instance: d.u64("nack.instance")?,
-                epoch: get_u64s(&mut d, "epoch", MAX_EPOCH_LEN)?,
-            }),
-            K_RETRIEVE => {
-                let from = d.u64("retrieve.from")?;
-                let to = d.u64("retrieve.to")?;
-                check_range(from, to, "retrieve range")?;
-                Message::Retrieve(Retrieve { from, to })
-            }
-            K_DECIDED => {
-                let log_start = d.u64("decided.log_start")?;
-                let scanned_to = d.u64("decided.scanned_to")?;
-                let dedup_from = d.u64("decided.dedup_from")?;
-                let dedup_to = d.u64("decided.dedup_to")?;
-                let dedup =
-                    crate::wire::get_dedup_entries(&mut d, crate::uring::learner::SKIP_DEDUP_MAX)?;
-                let n = d.count("decided.entries", MAX_ENTRIES, 9)?;
-                let mut entries = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let i = d.u64("decided.instance")?;
-                    entries.push((i, get_decree(&mut d)?));
-                }
-                Message::Decided(Decided {
-                    log_start,
-                    scanned_to,
-                    dedup_from,
-                    dedup_to,
-                    dedup,
-                    entries,
-                })
-            }
-            K_HEARTBEAT => Message::Heartbeat(Heartbeat {
-                ballot: get_ballot(&mut d)?,
-                incarnation: d.u64("heartbeat.incarnation")?,
-                seq: d.u64("heartbeat.seq")?,
-                delivered_upto: d.u64("heartbeat.delivered_upto")?,
-                decided_max: d.u64("heartbeat.decided_max")?,
-                leading: get_bool(&mut d, "heartbeat.leading")?,
-                amnesic: get_bool(&mut d, "heartbeat.amnesic")?,
-                epoch: get_u64s(&mut d, "epoch", MAX_EPOCH_LEN)?,
-                snapshot_upto: d.u64("heartbeat.snapshot_upto")?,
-                trim_below: d.u64("heartbeat.trim_below")?,
-            }),
-            K_REPAIR => Message::Repair(Repair {
-                ballot: get_ballot(&mut d)?,
-                epoch: get_u64s(&mut d, "repair.epoch", MAX_EPOCH_LEN)?,
-                decided_floor: d.u64("repair.decided_floor")?,
-                upto: d.u64("repair.upto")?,
-            }),
+            K_NACK => Message::Nack(Nack::decode(&mut d)?),
+            K_RETRIEVE => Message::Retrieve(Retrieve::decode(&mut d)?),
+            K_DECIDED => Message::Decided(Decided::decode(&mut d)?),
+            K_HEARTBEAT => Message::Heartbeat(Heartbeat::decode(&mut d)?),
+            K_REPAIR => Message::Repair(Repair::decode(&mut d)?),
             K_SNAPSHOT_FETCH => Message::SnapshotFetch(SnapshotFetch::decode(&mut d)?),
             K_SNAPSHOT_CHUNK => Message::SnapshotChunk(SnapshotChunk::decode(&mut d)?),
             k => return Err(DecodeError::UnknownKind(k)),

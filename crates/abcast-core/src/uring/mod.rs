@@ -21,10 +21,8 @@
 pub mod acceptor;
 pub mod config;
 pub mod coordinator;
-pub mod learner;
 pub mod messages;
 pub mod proposer;
-pub mod ring;
 pub mod snapshot;
 
 use crate::config::{ConfigError, StartInfo};
@@ -34,14 +32,14 @@ pub use messages::Message;
 use crate::ProposeError;
 use crate::batcher::Batcher;
 use crate::protocol::{Outbox, Protocol, Status};
+use crate::ring::acceptor::AcceptorState;
+use crate::ring::learner::{LearnerState, PayloadCache};
+use crate::ring::{RingHost, RingView, bit, fingerprint};
 use crate::storage::AcceptorStore;
 use crate::types::{Ballot, Decree, Instance, Micros, NodeId, ValueId};
-use acceptor::AcceptorState;
 use bytes::Bytes;
 use coordinator::CoordinatorState;
-use learner::{LearnerState, PayloadCache};
 use messages::{Decision, Heartbeat, Nack, Phase2, WireDecree};
-use ring::{RingView, bit};
 
 pub type Out = Outbox<Message>;
 
@@ -80,7 +78,7 @@ pub struct URing {
     /// since been dropped from the ring may have died with it, so they go again.
     pub(crate) last_successor: Option<usize>,
     /// Snapshots and trimming (`snapshot.rs`).
-    pub(crate) snap: snapshot::SnapshotState,
+    pub(crate) snap: crate::ring::snapshot::SnapshotState,
 }
 
 impl URing {
@@ -128,7 +126,7 @@ impl URing {
             last_heartbeat_us: 0,
             heartbeats_sent: 0,
             cluster_delivered_max: 0,
-            snap: snapshot::SnapshotState::new(cfg.members.len()),
+            snap: crate::ring::snapshot::SnapshotState::new(cfg.members.len()),
             last_coordinator: None,
             resend_when_leading: false,
             last_successor: None,
@@ -146,8 +144,8 @@ impl URing {
 
     // ---- hooks for the Multi-Ring layer (`multiring/`) ------------------------------------
 
-    /// Reports decided instances that deliver nothing as `Outbox::passes`, so a merge can
-    /// count every instance's slots (seed 000 §3.1.4, `MultiRingLearner`).
+    /// Reports decided instances that deliver nothing as passes (`ring::Pass`), so a merge
+    /// can count every instance's slots (seed 000 §3.1.4, `MultiRingLearner`).
     pub fn set_report_passes(&mut self, on: bool) {
         self.learn.report_passes = on;
     }
@@ -182,19 +180,16 @@ impl URing {
         self.coord.value_slots_assigned
     }
 
-    /// Proposes a decree without a batch (a skip or a control value) in the next free
-    /// instance, ahead of queued batches. Only the leading coordinator takes it; returns
-    /// whether it did (a caller elsewhere retries at the coordinator it believes in).
-    pub fn propose_meta(&mut self, now: Micros, decree: Decree, out: &mut Out) -> bool {
+    /// Proposes a meta decree (`Decree::Meta`: a Multi-Ring skip or control value) in the
+    /// next free instance, ahead of queued batches. Only the leading coordinator takes it;
+    /// returns whether it did (a caller elsewhere retries at the coordinator it believes in).
+    pub fn propose_meta(&mut self, now: Micros, weight: u32, data: Bytes, out: &mut Out) -> bool {
         self.now = self.now.max(now);
-        debug_assert!(
-            !matches!(decree, Decree::Values(_)),
-            "batches go through propose"
-        );
-        if !self.coord.is_leading() || matches!(decree, Decree::Values(_)) {
+        if !self.coord.is_leading() {
             return false;
         }
-        if self.coord.meta.len() >= coordinator::META_QUEUE_MAX {
+        let decree = Decree::Meta { weight, data };
+        if self.coord.meta.len() >= crate::ring::meta::META_QUEUE_MAX {
             return false;
         }
         self.coord.meta.push_back(decree);
@@ -423,7 +418,7 @@ impl URing {
         self.note_ballot(m.ballot);
         self.view.merge_epoch(&m.epoch);
         if m.amnesic {
-            self.coordinator_on_amnesic_heartbeat(from_pos, ring::fingerprint(&m.epoch), out);
+            self.coordinator_on_amnesic_heartbeat(from_pos, fingerprint(&m.epoch), out);
         }
         self.cluster_delivered_max = self.cluster_delivered_max.max(m.delivered_upto);
         self.learn.decided_max = self
@@ -480,7 +475,6 @@ impl URing {
             self.now,
             &mut self.cache,
             &mut out.deliveries,
-            &mut out.passes,
             dup_by_key,
             |instance, decree, key| {
                 if let Some(a) = acc.as_mut() {
@@ -526,35 +520,6 @@ impl URing {
         self.send_retrieve(out);
     }
 
-    /// A learner behind first takes what its own acceptor holds decided: after a restart
-    /// a durable store has decisions the other acceptors may no longer serve (they keep the
-    /// decisions they did not vote for in memory only), and a learner only asked its peers
-    /// (found by the faults-remain phase: durable uring seed 8, a restarted coordinator
-    /// whose learner waited at instance 1 for a decision its own log held).
-    pub(crate) fn learn_from_own_store(&mut self, out: &mut Out) {
-        let Some(acc) = self.acc.as_ref() else { return };
-        let from = self.learn.next;
-        let to = (from + self.cfg.retrieve_max_instances).min(self.learn.decided_max.max(from) + 1);
-        let entries: Vec<_> = acc
-            .store
-            .range(from, to)
-            .into_iter()
-            .filter(|(i, a)| a.decided && !self.learn.knows(*i))
-            .collect();
-        if entries.is_empty() {
-            return;
-        }
-        for (instance, a) in entries {
-            if let Decree::Values(b) = &a.decree {
-                self.cache.insert(b);
-                self.learn.offer_payload(b);
-            }
-            let key = a.decree.key();
-            self.record_decision(instance, a.ballot, Some(a.decree), key, out);
-        }
-        self.after_input(out);
-    }
-
     /// Asks the next acceptor (coordinator first) for the instances after the last delivered.
     pub(crate) fn send_retrieve(&mut self, out: &mut Out) {
         self.learn_from_own_store(out);
@@ -574,6 +539,86 @@ impl URing {
             self.node_at(target),
             Message::Retrieve(messages::Retrieve { from, to }),
         );
+    }
+}
+
+impl crate::ring::RingHost for URing {
+    type Msg = Message;
+    fn acceptor_and_learner(&self) -> (Option<&AcceptorState>, &LearnerState) {
+        (self.acc.as_ref(), &self.learn)
+    }
+    fn learner_and_cache(&mut self) -> (&mut LearnerState, &mut PayloadCache) {
+        (&mut self.learn, &mut self.cache)
+    }
+    fn retrieve_max_instances(&self) -> u64 {
+        self.cfg.retrieve_max_instances
+    }
+    fn record_decision(
+        &mut self,
+        instance: Instance,
+        ballot: Ballot,
+        decree: Option<Decree>,
+        key: Option<crate::types::BatchKey>,
+        out: &mut Out,
+    ) {
+        URing::record_decision(self, instance, ballot, decree, key, out)
+    }
+    fn after_input(&mut self, out: &mut Out) {
+        URing::after_input(self, out)
+    }
+}
+
+impl crate::ring::RingConfigView for RingConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        RingConfig::validate(self)
+    }
+    fn members(&self) -> &[crate::config::Member] {
+        &self.members
+    }
+}
+
+impl crate::ring::ComposableRing for URing {
+    type Config = RingConfig;
+    fn compose(
+        cfg: RingConfig,
+        me: NodeId,
+        start: StartInfo,
+        store: Box<dyn AcceptorStore + Send>,
+    ) -> Result<URing, ConfigError> {
+        URing::new(cfg, me, start, store)
+    }
+    fn set_report_passes(&mut self, on: bool) {
+        URing::set_report_passes(self, on)
+    }
+    fn drain_passes(&mut self, into: &mut Vec<crate::ring::Pass>) {
+        into.append(&mut self.learn.passes);
+    }
+    fn set_delivery_paused(&mut self, paused: bool) {
+        URing::set_delivery_paused(self, paused)
+    }
+    fn is_leading(&self) -> bool {
+        URing::is_leading(self)
+    }
+    fn coordinator(&self) -> Option<NodeId> {
+        URing::coordinator(self)
+    }
+    fn slots_assigned(&self) -> u64 {
+        URing::slots_assigned(self)
+    }
+    fn value_slots_assigned(&self) -> u64 {
+        URing::value_slots_assigned(self)
+    }
+    fn propose_meta(&mut self, now: Micros, weight: u32, data: Bytes, out: &mut Out) -> bool {
+        URing::propose_meta(self, now, weight, data, out)
+    }
+    fn meta_queued(&self) -> usize {
+        URing::meta_queued(self)
+    }
+    fn is_proposer(&self) -> bool {
+        URing::is_proposer(self)
+    }
+    fn is_learner(&self) -> bool {
+        URing::is_learner(self)
     }
 }
 

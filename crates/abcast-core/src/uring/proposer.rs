@@ -5,10 +5,10 @@
 //! node keeping its payload; learners deliver each id once.
 
 use super::messages::Forward;
-use super::ring::bit;
 use super::{Message, Out, RingConfig, URing};
 use crate::ProposeError;
 use crate::batcher::BatchLimits;
+use crate::ring::bit;
 use crate::types::{Batch, ValueId};
 use bytes::Bytes;
 

@@ -4,7 +4,7 @@
 //! cargo run --release -p abcast-sim --bin sweep -- --protocol uring --mix all --seeds 200 --json
 //! ```
 //!
-//! `--protocol uring|ringpaxos|multiring`, `--mix M` (one of the fault mixes, or `all`),
+//! `--protocol uring|ringpaxos|multiring|multiring-ringpaxos`, `--mix M` (one of the fault mixes, or `all`),
 //! `--seeds N` (per mix), `--seed-start S` (default 0), `--jobs J` (default: every core),
 //! `--mutation NAME` (a deliberately broken variant; needs `--features mutations`),
 //! `--stop` (end at the first violation), `--json` (the last line is one JSON object with
@@ -32,7 +32,7 @@ struct Args {
     json: bool,
 }
 
-const USAGE: &str = "usage: sweep --protocol uring|ringpaxos|multiring --mix MIX|all --seeds N \
+const USAGE: &str = "usage: sweep --protocol uring|ringpaxos|multiring|multiring-ringpaxos --mix MIX|all --seeds N \
                      [--seed-start S] [--jobs J] [--mutation NAME] [--stop] [--json]";
 
 fn parse() -> Result<Args, String> {

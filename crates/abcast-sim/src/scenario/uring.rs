@@ -19,8 +19,10 @@ pub(super) fn decree_detail(d: &Decree) -> (Vec<bytes::Bytes>, String) {
     match d {
         Decree::Values(b) => (b.values().map(|v| v.payload).collect(), String::new()),
         Decree::Noop => (Vec::new(), "noop".into()),
-        Decree::Skip(k) => (Vec::new(), format!("skip({k})")),
-        Decree::Control(_) => (Vec::new(), "control".into()),
+        // Multi-Ring's meanings of a meta decree (`multiring::{skip_decree, control_decree}`):
+        // a skip of k slots carries no data, a control value carries its encoding.
+        Decree::Meta { weight, data } if data.is_empty() => (Vec::new(), format!("skip({weight})")),
+        Decree::Meta { .. } => (Vec::new(), "control".into()),
     }
 }
 

@@ -13,9 +13,10 @@
 //! the second one. The skip is a deterministic function of the decided sequence, so every
 //! learner skips the same instances and sequences stay equal.
 
+use super::Pass;
 use crate::codec::{Decoder, Encoder};
 use crate::error::DecodeError;
-use crate::protocol::{Delivery, Pass};
+use crate::protocol::Delivery;
 use crate::types::{Batch, BatchKey, Decree, Instance, Micros, NodeId};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -225,6 +226,8 @@ pub struct LearnerState {
     pub memory_asked_us: Micros,
     /// Report instances that deliver nothing as [`Pass`]es (the Multi-Ring merge counts them).
     pub report_passes: bool,
+    /// Passes reported and not yet taken (`ComposableRing::drain_passes`).
+    pub passes: Vec<Pass>,
     /// Hold deliveries: the Multi-Ring merge's buffer for this ring is full. Decisions wait
     /// in `pending` (bounded by `max_pending`; beyond, they are retrieved again later).
     pub paused: bool,
@@ -251,6 +254,7 @@ impl LearnerState {
             peer_delivered: Vec::new(),
             memory_asked_us: 0,
             report_passes: false,
+            passes: Vec::new(),
             paused: false,
         }
     }
@@ -352,7 +356,6 @@ impl LearnerState {
         now: Micros,
         cache: &mut PayloadCache,
         deliveries: &mut Vec<Delivery>,
-        passes: &mut Vec<Pass>,
         dup_by_key: bool,
         mut on_decided: impl FnMut(Instance, Option<&Decree>, Option<BatchKey>),
     ) -> u64 {
@@ -387,20 +390,20 @@ impl LearnerState {
                 // skips it, so its payload is not needed (see `known_duplicate`).
                 on_decided(instance, None, p.key);
                 if report {
-                    passes.push(Pass {
+                    self.passes.push(Pass {
                         instance,
-                        slots: 1,
-                        control: None,
+                        weight: 1,
+                        data: None,
                     });
                 }
                 self.next += 1;
                 continue;
             };
             on_decided(instance, Some(&decree), decree.key());
-            let pass = |slots: u64, control: Option<bytes::Bytes>| Pass {
+            let pass = |weight: u64, data: Option<bytes::Bytes>| Pass {
                 instance,
-                slots,
-                control,
+                weight,
+                data,
             };
             match decree {
                 Decree::Values(batch) => {
@@ -410,14 +413,17 @@ impl LearnerState {
                             deliveries.push(Delivery::new(instance, batch));
                         }
                     } else if report {
-                        passes.push(pass(1, None));
+                        self.passes.push(pass(1, None));
                     }
                 }
-                // A skip of k stands for k merge slots (seed 000 §3.1.4); k = 0 never leaves a
-                // coordinator, and would still take the one slot its instance is.
-                Decree::Skip(k) if report => passes.push(pass(u64::from(k.max(1)), None)),
-                Decree::Control(c) if report => passes.push(pass(1, Some(c))),
-                Decree::Noop if report => passes.push(pass(1, None)),
+                // A meta decree of weight k stands for k merge slots (a Multi-Ring skip, seed
+                // 000 §3.1.4); weight 0 never leaves a coordinator, and would still take the
+                // one slot its instance is.
+                Decree::Meta { weight, data } if report => {
+                    let data = (!data.is_empty()).then_some(data);
+                    self.passes.push(pass(u64::from(weight.max(1)), data));
+                }
+                Decree::Noop if report => self.passes.push(pass(1, None)),
                 _ => {}
             }
             self.next += 1;
@@ -638,16 +644,10 @@ mod tests {
         let mut cache = PayloadCache::new(1 << 20);
         let mut out = Vec::new();
         l.on_decided(2, Some(Decree::Values(batch(1, 10))), None);
-        assert_eq!(
-            l.drain(0, &mut cache, &mut out, &mut Vec::new(), true, |_, _, _| {}),
-            0
-        );
+        assert_eq!(l.drain(0, &mut cache, &mut out, true, |_, _, _| {}), 0);
         assert!(out.is_empty());
         l.on_decided(1, Some(Decree::Values(batch(1, 1))), None);
-        assert_eq!(
-            l.drain(0, &mut cache, &mut out, &mut Vec::new(), true, |_, _, _| {}),
-            2
-        );
+        assert_eq!(l.drain(0, &mut cache, &mut out, true, |_, _, _| {}), 2);
         assert_eq!(
             out.iter().map(|d| d.instance).collect::<Vec<_>>(),
             vec![1, 2]
@@ -662,7 +662,7 @@ mod tests {
         l.on_decided(1, Some(Decree::Values(batch(1, 1))), None);
         l.on_decided(2, Some(Decree::Noop), None);
         l.on_decided(3, Some(Decree::Values(batch(1, 1))), None);
-        l.drain(0, &mut cache, &mut out, &mut Vec::new(), true, |_, _, _| {});
+        l.drain(0, &mut cache, &mut out, true, |_, _, _| {});
         assert_eq!(out.len(), 1);
         assert_eq!(l.next, 4);
     }
@@ -677,7 +677,7 @@ mod tests {
         assert_eq!(l.next_missing_payload(), Some(b.key()));
         cache.insert(&b);
         l.offer_payload(&b);
-        l.drain(0, &mut cache, &mut out, &mut Vec::new(), true, |_, _, _| {});
+        l.drain(0, &mut cache, &mut out, true, |_, _, _| {});
         assert_eq!(out.len(), 1);
         assert_eq!(cache.bytes(), 0);
     }

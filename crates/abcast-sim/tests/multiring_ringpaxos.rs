@@ -1,0 +1,78 @@
+//! Multi-Ring Paxos over Ring Paxos rings in the simulator: the Multi-Ring deployment of
+//! `multiring.rs` (two rings over three acceptors, two learner-only nodes, subscription
+//! churn during the faults), each ring a Ring Paxos group whose phase 2 and decisions go by
+//! multicast. The same checkers hold: per-ring agreement, integrity, the pairwise merge
+//! order of every two learners, convergence after the heal. The sweep binary runs every mix
+//! with more seeds (`sweep --protocol multiring-ringpaxos --mix all --seeds 200`).
+//!
+//! Replay a failing seed with the line it prints (`... cargo test -p abcast-sim --test
+//! multiring_ringpaxos replay -- --exact --nocapture`).
+
+mod common;
+
+use abcast_sim::suites::{self, Proto, Variant};
+use abcast_sim::{FaultMix, run_with_disk};
+use common::sweep_mix;
+
+const P: Proto = Proto::MultiRingPaxos;
+
+#[test]
+fn replay() {
+    if let Some(Err(v)) = suites::replay_from_env(P) {
+        panic!("replayed violation {:?} (report above)", v.kind);
+    }
+}
+
+#[test]
+fn multiring_over_ringpaxos_runs_are_deterministic() {
+    let cfg = suites::config(P, FaultMix::Mixed, Variant::CORRECT).with_run(3, FaultMix::Mixed);
+    let f = suites::multiring_ringpaxos_factory(&cfg, Variant::CORRECT);
+    let a = run_with_disk(&cfg, &f).unwrap_or_else(|v| panic!("{v}"));
+    let b = run_with_disk(&cfg, &f).unwrap_or_else(|v| panic!("{v}"));
+    assert_eq!(a, b);
+}
+
+#[test]
+fn multiring_over_ringpaxos_merges_in_one_order_without_faults() {
+    sweep_mix(P, FaultMix::None, 0..20);
+}
+
+#[test]
+fn multiring_over_ringpaxos_survives_loss_and_subscription_churn() {
+    sweep_mix(P, FaultMix::Loss, 0..50);
+}
+
+#[test]
+fn multiring_over_ringpaxos_survives_partitions() {
+    sweep_mix(P, FaultMix::Partition, 0..50);
+}
+
+#[test]
+fn multiring_over_ringpaxos_survives_crashes_and_stale_messages() {
+    sweep_mix(P, FaultMix::Crash, 0..50);
+}
+
+#[test]
+fn multiring_over_ringpaxos_late_joiner_merges_every_ring() {
+    sweep_mix(P, FaultMix::LateJoin, 0..50);
+}
+
+#[test]
+fn multiring_over_ringpaxos_survives_the_mixed_preset() {
+    sweep_mix(P, FaultMix::Mixed, 0..50);
+}
+
+#[test]
+fn multiring_over_ringpaxos_survives_process_pauses() {
+    sweep_mix(P, FaultMix::Pause, 0..50);
+}
+
+#[test]
+fn multiring_over_ringpaxos_synced_logs_survive_power_loss() {
+    sweep_mix(P, FaultMix::PowerLoss, 0..50);
+}
+
+#[test]
+fn multiring_over_ringpaxos_learners_that_skip_a_ring_stop_following_it() {
+    sweep_mix(P, FaultMix::LearnerSkip, 0..50);
+}

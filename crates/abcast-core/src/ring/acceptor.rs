@@ -29,10 +29,58 @@ impl AcceptorState {
         }
     }
 
+    /// Stores a phase 2 vote (seed 003 Task 4: `if c-rnd >= rnd then v-rnd, v-val :=
+    /// c-rnd, c-val`), after the caller checked the ballot and the epoch and raised the
+    /// promise. The invariants of voting are asserted in release builds too, each with a
+    /// message naming what broke: a vote only under the promised ballot; one decree per
+    /// instance per ballot (a coordinator proposes each instance once per ballot); never a
+    /// vote that would replace a decided decree. `false`: the store had no room (not voting
+    /// is always safe).
+    pub fn put_vote(&mut self, instance: Instance, ballot: Ballot, decree: &Decree) -> bool {
+        let promised = self.store.promised();
+        assert!(
+            ballot >= promised,
+            "safety invariant broken: a vote in instance {instance} under ballot {ballot}, \
+             below this acceptor's promise {promised}"
+        );
+        if let Some(a) = self.store.get(instance) {
+            assert!(
+                a.ballot != ballot || a.decree.same_as(decree),
+                "safety invariant broken: two decrees for instance {instance} in ballot {ballot} \
+                 ({} voted, then {})",
+                describe(&a.decree),
+                describe(decree)
+            );
+            assert!(
+                !a.decided || a.decree.same_as(decree),
+                "safety invariant broken: a vote would replace the decided decree of instance \
+                 {instance} ({} decided, {} proposed in ballot {ballot})",
+                describe(&a.decree),
+                describe(decree)
+            );
+        }
+        self.store.put(
+            instance,
+            Accepted {
+                ballot,
+                decree: decree.clone(),
+                decided: false,
+            },
+        )
+    }
+
     /// Stores a decided decree (a fact: safe to hold as a vote at any ballot). Where this
     /// acceptor voted for it, a decided mark; otherwise a learned decision
-    /// ([`Self::put_learned`]).
+    /// ([`Self::put_learned`]). A decided decree never changes (asserted).
     pub fn record_decided(&mut self, instance: Instance, ballot: Ballot, decree: &Decree) {
+        if let Some(a) = self.store.get(instance) {
+            assert!(
+                !a.decided || a.decree.same_as(decree),
+                "safety invariant broken: instance {instance} decided {} here, now {}",
+                describe(&a.decree),
+                describe(decree)
+            );
+        }
         match self.store.get(instance) {
             Some(a) if a.decree.same_as(decree) => {
                 if !a.decided {
@@ -124,6 +172,17 @@ impl AcceptorState {
     }
 }
 
+/// A decree in an invariant's message: the batch key, never the payload.
+pub(crate) fn describe(d: &Decree) -> String {
+    match d {
+        Decree::Values(b) => format!("batch {:?}", b.key()),
+        Decree::Noop => "no-op".into(),
+        Decree::Meta { weight, data } => {
+            format!("meta decree (weight {weight}, {} bytes)", data.len())
+        }
+    }
+}
+
 /// Every batch first decided in `[from, to')` for the largest `to' <= to` this node can vouch
 /// for, as `(from, to', batches)` (an empty range when it can vouch for nothing): the batch
 /// keys its acceptor store kept of instances that left it (`AcceptorStore::evicted_keys`),
@@ -163,4 +222,66 @@ pub(crate) fn skip_memory_of(
         return (first, reach, keys);
     }
     (from, reach, keys)
+}
+
+#[cfg(test)]
+mod invariant_tests {
+    //! The voting invariants fire, in every build, with a message that names what broke.
+    use super::*;
+    use crate::storage::MemoryStore;
+    use crate::types::{Batch, NodeId, ValueId};
+    use bytes::Bytes;
+
+    fn acceptor() -> AcceptorState {
+        AcceptorState::new(Box::new(MemoryStore::new(1024, 1 << 20)), false)
+    }
+
+    fn batch(seq: u64) -> Decree {
+        Decree::Values(Batch::single(
+            ValueId {
+                node: NodeId(1),
+                seq,
+            },
+            Bytes::from_static(b"v"),
+        ))
+    }
+
+    fn ballot(round: u32) -> Ballot {
+        Ballot::new(round, NodeId(0), 0)
+    }
+
+    #[test]
+    fn a_vote_at_or_above_the_promise_is_stored() {
+        let mut a = acceptor();
+        a.store.set_promised(ballot(2));
+        assert!(a.put_vote(7, ballot(2), &batch(1)));
+        assert!(
+            a.put_vote(7, ballot(3), &batch(2)),
+            "a higher ballot may change a vote"
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "below this acceptor's promise")]
+    fn a_vote_below_the_promise_breaks_an_invariant() {
+        let mut a = acceptor();
+        a.store.set_promised(ballot(3));
+        a.put_vote(7, ballot(2), &batch(1));
+    }
+
+    #[test]
+    #[should_panic(expected = "two decrees for instance 7 in ballot")]
+    fn two_decrees_for_one_instance_in_one_ballot_break_an_invariant() {
+        let mut a = acceptor();
+        a.put_vote(7, ballot(2), &batch(1));
+        a.put_vote(7, ballot(2), &batch(2));
+    }
+
+    #[test]
+    #[should_panic(expected = "instance 7 decided")]
+    fn a_decided_decree_that_changes_breaks_an_invariant() {
+        let mut a = acceptor();
+        a.record_decided(7, ballot(2), &batch(1));
+        a.record_decided(7, ballot(3), &batch(2));
+    }
 }

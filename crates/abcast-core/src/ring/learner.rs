@@ -231,6 +231,8 @@ pub struct LearnerState {
     /// Hold deliveries: the Multi-Ring merge's buffer for this ring is full. Decisions wait
     /// in `pending` (bounded by `max_pending`; beyond, they are retrieved again later).
     pub paused: bool,
+    /// The instance of the last delivery: deliveries go strictly up (asserted).
+    last_delivered: Instance,
 }
 
 impl LearnerState {
@@ -256,6 +258,7 @@ impl LearnerState {
             report_passes: false,
             passes: Vec::new(),
             paused: false,
+            last_delivered: 0,
         }
     }
 
@@ -302,9 +305,12 @@ impl LearnerState {
         }
         match decree {
             Some(d) => {
-                debug_assert!(
+                assert!(
                     entry.key.is_none() || entry.key == d.key(),
-                    "instance {instance} decided two different decrees"
+                    "safety invariant broken: instance {instance} decided two decrees (batch \
+                     {:?} by key, then {:?})",
+                    entry.key,
+                    d.key()
                 );
                 if let Some(k) = entry.key {
                     self.waiting.remove(&k);
@@ -410,6 +416,13 @@ impl LearnerState {
                     cache.remove(&batch.key());
                     if self.dedup.first_time(batch.key(), instance) {
                         if emit {
+                            assert!(
+                                instance > self.last_delivered,
+                                "safety invariant broken: delivery of instance {instance} \
+                                 after instance {}: deliveries go strictly in order",
+                                self.last_delivered
+                            );
+                            self.last_delivered = instance;
                             deliveries.push(Delivery::new(instance, batch));
                         }
                     } else if report {

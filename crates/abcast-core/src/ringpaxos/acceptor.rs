@@ -11,7 +11,6 @@ use super::{Message, Out, RingPaxos};
 use crate::mutation::Mutation;
 use crate::ring::acceptor::skip_memory_of;
 use crate::ring::fingerprint;
-use crate::storage::Accepted;
 use crate::types::{Ballot, Decree, Instance, NodeId};
 use std::collections::BTreeMap;
 
@@ -130,14 +129,7 @@ impl RingPaxos {
                 if m.ballot > promised {
                     acc.store.set_promised(m.ballot);
                 }
-                let stored = acc.store.put(
-                    m.instance,
-                    Accepted {
-                        ballot: m.ballot,
-                        decree: m.decree.clone(),
-                        decided: false,
-                    },
-                );
+                let stored = acc.put_vote(m.instance, m.ballot, &m.decree);
                 if !stored {
                     return; // store full of undecided votes: not voting is always safe
                 }

@@ -29,7 +29,6 @@ use super::{Message, Out, URing};
 use crate::mutation::Mutation;
 use crate::ring::acceptor::{REPLY_MAX_BYTES, SkipMemory, skip_memory_of};
 use crate::ring::fingerprint;
-use crate::storage::Accepted;
 use crate::types::{Ballot, Decree, Instance};
 
 impl URing {
@@ -64,14 +63,7 @@ impl URing {
         if m.ballot > promised {
             acc.store.set_promised(m.ballot);
         }
-        let stored = acc.store.put(
-            m.instance,
-            Accepted {
-                ballot: m.ballot,
-                decree: decree.clone(),
-                decided: false,
-            },
-        );
+        let stored = acc.put_vote(m.instance, m.ballot, decree);
         if stored && sync_vote {
             out.needs_sync = true;
         }

@@ -248,9 +248,10 @@ mod tests {
 
     #[test]
     fn unsupported_version_is_rejected() {
-        // Versions 1 and 2 (before ballots carried incarnations; before heartbeats were
-        // numbered per life and Repair carried its epoch) and a future version.
-        for v in [1, 2, 4] {
+        // Versions 1 to 3 (before ballots carried incarnations; before heartbeats were
+        // numbered per life and Repair carried its epoch; before the ring protocols shared
+        // phase 1) and a future version.
+        for v in [1, 2, 3, 5] {
             let mut buf = frame_bytes(1, 0, b"x");
             buf[4] = v;
             assert_eq!(

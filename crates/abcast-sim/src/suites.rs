@@ -528,12 +528,16 @@ pub fn multiring_ringpaxos_factory(cfg: &SimConfig, variant: Variant) -> Factory
     })
 }
 
+/// Of a ring's configuration, for a node: whether it is a member, and then whether an
+/// acceptor, with its store's capacity in instances and bytes.
+type RingStore<C> = fn(&C, NodeId) -> Option<(bool, usize, usize)>;
+
 /// A Multi-Ring node of `mr` with churn; `ring_store` tells, for a ring's configuration and
 /// a node, whether the node is a member, an acceptor, and its store's capacity.
 fn churn_factory<R: ComposableRing + 'static>(
     cfg: &SimConfig,
     mr: MultiRingConfigOf<R::Config>,
-    ring_store: fn(&R::Config, NodeId) -> Option<(bool, usize, usize)>,
+    ring_store: RingStore<R::Config>,
 ) -> Factory<Churn<R>>
 where
     R::Config: 'static,

@@ -17,6 +17,7 @@
 //! simulator's checkers, the runtime's clients and subscribers).
 
 use crate::app::Application;
+use crate::event::Event;
 use crate::protocol::{
     Ack, ConfigChange, Delivery, Install, Outbox, ReadState, Skip, Subscription,
 };
@@ -76,8 +77,8 @@ pub trait Carrier<M> {
         Ok(())
     }
 
-    /// A control-plane event worth a log line.
-    fn event(&mut self, now: Micros, text: &str);
+    /// A control-plane event (typed; `Display` gives its log line).
+    fn event(&mut self, now: Micros, event: &Event);
 }
 
 /// Carries `out` out through `carrier`, in the contract's order, and leaves `out` empty
@@ -240,8 +241,8 @@ mod tests {
             self.seen.push(format!("read {} {}", r.id, r.upto));
             Ok(())
         }
-        fn event(&mut self, _: Micros, text: &str) {
-            self.seen.push(format!("event {text}"));
+        fn event(&mut self, _: Micros, event: &Event) {
+            self.seen.push(format!("event {event}"));
         }
     }
 
@@ -298,7 +299,7 @@ mod tests {
             count: 1,
         });
         out.reads.push(ReadState { id: 5, upto: 11 });
-        out.events.push("hello".into());
+        out.events.push(Event::Repaired { upto: 4 });
         out
     }
 
@@ -324,7 +325,7 @@ mod tests {
                 "skipped 12",
                 "ack 1",
                 "read 5 11",
-                "event hello",
+                "event acceptor repaired: knows every decision up to 4",
             ]
         );
         assert!(out.is_empty(), "the outbox is left empty");

@@ -14,6 +14,7 @@ pub mod carry;
 pub mod codec;
 pub mod config;
 pub mod error;
+pub mod event;
 pub mod multiring;
 pub mod mutation;
 pub mod protocol;
@@ -28,6 +29,7 @@ pub mod wire;
 pub use app::{Application, NoApplication};
 pub use carry::{Carrier, carry_out};
 pub use error::{DecodeError, ProposeError};
+pub use event::Event;
 
 /// Multi-Ring Paxos over U-Ring Paxos rings (seed 000 §2.4): the composition seed 000
 /// describes, and the one the node's config and the runtime run.

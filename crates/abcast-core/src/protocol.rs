@@ -128,8 +128,9 @@ pub struct Outbox<M> {
     pub needs_sync: bool,
     /// The learner passed over instances that no acceptor holds any more (see [`Skip`]).
     pub skips: Vec<Skip>,
-    /// Rare control-plane events worth a log line (coordinator change, view change).
-    pub events: Vec<String>,
+    /// Rare control-plane events (phase 1, leading, repair, snapshots, group changes):
+    /// typed for a program, `Display` for a log line.
+    pub events: Vec<crate::event::Event>,
     /// Groups this learner starts or stops delivering (Multi-Ring only).
     pub subscriptions: Vec<Subscription>,
     /// Snapshots this learner installed (fetched from a peer because it fell behind the

@@ -1976,8 +1976,8 @@ impl<P: Protocol, A: Hooks + ?Sized> Carrier<P::Message> for LoopCarrier<'_, '_,
         Ok(())
     }
 
-    fn event(&mut self, _now: Micros, text: &str) {
-        self.d.log(format_args!("{text}"));
+    fn event(&mut self, _now: Micros, event: &abcast_core::Event) {
+        self.d.log(format_args!("{event}"));
     }
 }
 

@@ -47,6 +47,7 @@ pub use messages::{Body, Control, MessageOf, Report};
 
 use crate::ProposeError;
 use crate::config::{ConfigError, StartInfo};
+use crate::event::Event;
 use crate::protocol::{GroupStatus, Outbox, Protocol, Status, Subscription};
 use crate::ring::{ComposableRing, Pass, RingConfigView};
 use crate::storage::AcceptorStore;
@@ -377,17 +378,12 @@ impl<R: ComposableRing> MultiRingOf<R> {
             control,
             sent_us: self.now,
         });
-        out.events.push(format!(
-            "{} asks ring {} to {} it from turn {}",
-            self.me,
-            group.0,
-            if subscribe {
-                "subscribe"
-            } else {
-                "unsubscribe"
-            },
-            control.barrier_turn
-        ));
+        out.events.push(Event::GroupChangeAsked {
+            node: self.me,
+            group,
+            join: subscribe,
+            turn: control.barrier_turn,
+        });
         self.send_control(out);
         self.finish(out);
         Ok(())
@@ -425,10 +421,10 @@ impl<R: ComposableRing> MultiRingOf<R> {
         let c = match Control::decode(raw) {
             Ok(c) => c,
             Err(e) => {
-                out.events.push(format!(
-                    "ring {}: undecodable control value: {e}",
-                    self.slots[i].group.0
-                ));
+                out.events.push(Event::BadControl {
+                    group: self.slots[i].group,
+                    detail: e.to_string(),
+                });
                 return;
             }
         };
@@ -461,16 +457,13 @@ impl<R: ComposableRing> MultiRingOf<R> {
         self.merger.set_follow(i, follow);
         self.pending = None;
         self.merger.barrier = None;
-        out.events.push(format!(
-            "{} {} ring {} from turn {at} (decided at slot {slot})",
-            self.me,
-            if c.subscribe {
-                "subscribes to"
-            } else {
-                "unsubscribes from"
-            },
-            self.slots[i].group.0
-        ));
+        out.events.push(Event::GroupChanged {
+            node: self.me,
+            group: self.slots[i].group,
+            join: c.subscribe,
+            at,
+            slot,
+        });
     }
 
     /// Carries a ring's effects into the node's outbox: messages tagged with the ring's
@@ -495,7 +488,10 @@ impl<R: ComposableRing> MultiRingOf<R> {
         out.acks.append(&mut s.acks);
         out.needs_sync |= s.needs_sync;
         for e in s.events.drain(..) {
-            out.events.push(format!("ring {}: {e}", group.0));
+            out.events.push(Event::InGroup {
+                group,
+                event: Box::new(e),
+            });
         }
         if !s.skips.is_empty() {
             // Instances trimmed at every acceptor: their slots are unknown here, so this
@@ -527,11 +523,7 @@ impl<R: ComposableRing> MultiRingOf<R> {
                     self.pending = None;
                     self.merger.barrier = None;
                 }
-                out.events.push(format!(
-                    "ring {}: instances {from}..{to} were trimmed everywhere; this learner stops \
-                     merging the ring (a snapshot would carry its slot count)",
-                    group.0
-                ));
+                out.events.push(Event::GroupUnmergeable { group, from, to });
             }
         }
         // Deliveries and passes, each in instance order: interleave them by instance.

@@ -161,12 +161,12 @@ impl AcceptorState {
     }
 
     /// Ends amnesia once every decision up to the repair target is known.
-    pub fn check_repaired(&mut self, delivered_upto: Instance) -> Option<String> {
+    pub fn check_repaired(&mut self, delivered_upto: Instance) -> Option<crate::event::Event> {
         if self.amnesic && self.repair_upto.is_some_and(|u| delivered_upto >= u) {
             self.amnesic = false;
-            return Some(format!(
-                "acceptor repaired: knows every decision up to {delivered_upto}"
-            ));
+            return Some(crate::event::Event::Repaired {
+                upto: delivered_upto,
+            });
         }
         None
     }

@@ -28,6 +28,7 @@
 
 use super::learner::LearnerState;
 use crate::codec::{Decoder, Encoder};
+use crate::event::Event;
 use crate::protocol::{Install, Snapshot};
 use crate::snapshot_transfer::{
     ChunkOutcome, SnapshotChunk, SnapshotFetch, SnapshotFetcher, SnapshotServer,
@@ -191,10 +192,7 @@ pub(crate) fn behind_trim_point_in<M: From<SnapshotFetch>>(
         if !learn.skip_memory_covers(to) {
             if snap.waiting_logged != next {
                 snap.waiting_logged = next;
-                out.events.push(format!(
-                    "learner behind the trim point at {next}: asks for the de-duplication memory \
-                     of instances {next}..{to} before it skips them"
-                ));
+                out.events.push(Event::SkipMemoryAsked { next, to });
             }
             return ahead.map(|(_, node)| (node, next, to));
         }
@@ -204,14 +202,11 @@ pub(crate) fn behind_trim_point_in<M: From<SnapshotFetch>>(
         // (jumping to the log start dropped them: if every learner did, an acknowledged
         // value was lost; found by the simulator's learner_skip mix, uring seed 18).
         let floor = learn.first_known_from(next).map_or(floor, |k| k.min(floor));
-        out.events.push(format!(
-            "learner skips instances {next}..{floor}: trimmed at every acceptor, and {}",
-            if has_state {
-                "this group's learners take no snapshots"
-            } else {
-                "this node has no application state to install"
-            }
-        ));
+        out.events.push(Event::LearnerSkips {
+            next,
+            floor,
+            snapshots_off: has_state,
+        });
         out.skips.push(crate::protocol::Skip {
             group: crate::types::GroupId(0),
             from: next,
@@ -232,16 +227,16 @@ pub(crate) fn behind_trim_point_in<M: From<SnapshotFetch>>(
     let Some((p, node)) = source else {
         if snap.waiting_logged != next {
             snap.waiting_logged = next;
-            out.events.push(format!(
-                "learner behind the trim point at {next}: waits for a live peer whose snapshot covers {need}"
-            ));
+            out.events.push(Event::SnapshotAwaited { next, need });
         }
         return None;
     };
-    out.events.push(format!(
-        "learner behind the trim point at {next} (log starts at {floor}): fetching the snapshot of node {node} (up to {})",
-        snap.reported[p]
-    ));
+    out.events.push(Event::SnapshotFetching {
+        next,
+        floor,
+        node,
+        upto: snap.reported[p],
+    });
     snap.fetch_retries = 0;
     let fetch = snap.fetcher.start(now, node, need);
     out.send(node, M::from(fetch));
@@ -264,8 +259,9 @@ pub(crate) fn on_chunk_in<M: From<SnapshotFetch>>(
             None
         }
         ChunkOutcome::Abandoned(why) => {
-            out.events
-                .push(format!("snapshot transfer given up: {why}"));
+            out.events.push(Event::SnapshotTransferGivenUp {
+                why: why.to_string(),
+            });
             None
         }
         ChunkOutcome::Complete(s) => Some(s),
@@ -284,23 +280,23 @@ pub(crate) fn install_in<M>(
 ) -> bool {
     if s.upto < learn.next {
         // The learner caught up from the log meanwhile (an acceptor still had it).
-        out.events.push(format!(
-            "snapshot up to {} not installed: the learner already delivered up to {}",
-            s.upto,
-            learn.delivered_upto()
-        ));
+        out.events.push(Event::SnapshotStale {
+            upto: s.upto,
+            delivered: learn.delivered_upto(),
+        });
         return false;
     }
     if let Err(e) = apply_snapshot_to(learn, snap, &s, now) {
-        out.events
-            .push(format!("snapshot up to {} refused: {e}", s.upto));
+        out.events.push(Event::SnapshotRefused {
+            upto: s.upto,
+            detail: e.to_string(),
+        });
         return false;
     }
-    out.events.push(format!(
-        "learner installed a peer's snapshot up to {} ({} bytes of application state)",
-        s.upto,
-        s.app.len()
-    ));
+    out.events.push(Event::SnapshotInstalled {
+        upto: s.upto,
+        app_bytes: s.app.len(),
+    });
     out.installs.push(Install {
         snapshot: s,
         position: out.deliveries.len(),
@@ -324,8 +320,9 @@ pub(crate) fn fetch_tick_in<M: From<SnapshotFetch>>(
     }
     if snap.fetch_retries >= FETCH_RETRIES_MAX {
         snap.fetcher.abandon();
-        out.events
-            .push("snapshot transfer given up: the peer stopped answering".into());
+        out.events.push(Event::SnapshotTransferGivenUp {
+            why: "the peer stopped answering".into(),
+        });
         return;
     }
     snap.fetch_retries += 1;

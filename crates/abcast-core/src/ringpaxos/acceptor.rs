@@ -8,6 +8,7 @@
 
 use super::messages::{Decided, Nack, P1Entry, Phase1a, Phase1b, Phase2a, Phase2b, Repair, Vid};
 use super::{Message, Out, RingPaxos};
+use crate::event::Event;
 use crate::mutation::Mutation;
 use crate::ring::acceptor::skip_memory_of;
 use crate::ring::fingerprint;
@@ -289,10 +290,7 @@ impl RingPaxos {
         let Some(acc) = self.acc.as_mut() else { return };
         if acc.amnesic && acc.repair_upto.is_none_or(|u| m.upto < u) {
             acc.repair_upto = Some(m.upto);
-            out.events.push(format!(
-                "acceptor repair: must learn every decision up to {}",
-                m.upto
-            ));
+            out.events.push(Event::RepairNeeded { upto: m.upto });
         }
         if ignore_target {
             acc.amnesic = false;

@@ -24,6 +24,7 @@
 
 use super::messages::{Decision, Nack, Phase1a, Phase1b, Phase2a, Repair, Vid};
 use super::{Message, Out, RingPaxos};
+use crate::event::Event;
 use crate::mutation::Mutation;
 use crate::ring::{bit, fingerprint};
 use crate::types::{Ballot, Batch, BatchKey, Decree, Instance, Micros};
@@ -254,10 +255,12 @@ impl RingPaxos {
         let from = self.learn.next;
         c.next_instance = from;
         c.prepare = Some(Prepare::new(from, self.now));
-        out.events.push(format!(
-            "{} starts phase 1 with ballot {ballot} from instance {from} ({why})",
-            self.me
-        ));
+        out.events.push(Event::PhaseOne {
+            node: self.me,
+            ballot,
+            from,
+            why: why.to_string(),
+        });
         self.send_phase1a(from, out);
     }
 
@@ -399,10 +402,13 @@ impl RingPaxos {
                 self.open_instance(i, decree, out);
             }
         }
-        out.events.push(format!(
-            "{} leads with ballot {ballot}, ring {:?}: decided up to {}, re-proposed {start}..={end}",
-            self.me, self.coord.ring, p.floor
-        ));
+        out.events.push(Event::Leading {
+            node: self.me,
+            ballot,
+            ring: self.coord.ring.clone(),
+            decided_upto: p.floor,
+            reproposed: (start, end),
+        });
         let repair = Repair {
             ballot,
             epoch: self.view.epoch().to_vec(),
@@ -643,8 +649,7 @@ impl RingPaxos {
                 return;
             }
             (false, true) => {
-                out.events
-                    .push(format!("{} steps down as coordinator", self.me));
+                out.events.push(Event::SteppedDown { node: self.me });
                 self.flush_decisions(out);
                 self.step_down();
                 return;

@@ -26,6 +26,7 @@
 
 use super::messages::{Decided, Nack, P1Entry, Phase1a, Phase1b, Phase2, Repair, Retrieve};
 use super::{Message, Out, URing};
+use crate::event::Event;
 use crate::mutation::Mutation;
 use crate::ring::acceptor::{REPLY_MAX_BYTES, SkipMemory, skip_memory_of};
 use crate::ring::fingerprint;
@@ -234,10 +235,7 @@ impl URing {
         let Some(acc) = self.acc.as_mut() else { return };
         if acc.amnesic && acc.repair_upto.is_none_or(|u| m.upto < u) {
             acc.repair_upto = Some(m.upto);
-            out.events.push(format!(
-                "acceptor repair: must learn every decision up to {}",
-                m.upto
-            ));
+            out.events.push(Event::RepairNeeded { upto: m.upto });
         }
         if ignore_target {
             acc.amnesic = false;

@@ -33,6 +33,7 @@
 
 use super::messages::{Nack, Phase1a, Phase1b, Phase2, Repair, Retrieve, WireDecree};
 use super::{Message, Out, URing};
+use crate::event::Event;
 use crate::mutation::Mutation;
 use crate::ring::{bit, fingerprint};
 use crate::types::{Ballot, Batch, BatchKey, Decree, Instance, Micros};
@@ -260,10 +261,12 @@ impl URing {
         self.coord.epoch_fp = self.view.epoch_fp();
         self.coord.ring_mask = self.live_ring_mask();
         self.coord.prepare = Some(Prepare::new(from, to, self.now));
-        out.events.push(format!(
-            "{} starts phase 1 with ballot {ballot} from instance {from} ({why})",
-            self.me
-        ));
+        out.events.push(Event::PhaseOne {
+            node: self.me,
+            ballot,
+            from,
+            why: why.to_string(),
+        });
         self.send_phase1a(from, to, out);
     }
 
@@ -420,10 +423,12 @@ impl URing {
             .next_instance
             .min(from + self.cfg.retrieve_max_instances);
         self.coord.backfill = Some(Prepare::new(from, to, self.now));
-        out.events.push(format!(
-            "{} backfills instances {from}..{to} with ballot {}",
-            self.me, self.coord.ballot
-        ));
+        out.events.push(Event::Backfill {
+            node: self.me,
+            ballot: self.coord.ballot,
+            from,
+            to,
+        });
         self.send_phase1a(from, to, out);
     }
 
@@ -533,10 +538,13 @@ impl URing {
             }
             self.coord.next_instance = self.coord.next_instance.max(end + 1).max(start);
             self.coord.phase = Phase::Leading;
-            out.events.push(format!(
-                "{} leads with ballot {ballot}: decided up to {}, re-proposed {}..={}",
-                self.me, p.floor, start, end
-            ));
+            out.events.push(Event::Leading {
+                node: self.me,
+                ballot,
+                ring: Vec::new(),
+                decided_upto: p.floor,
+                reproposed: (start, end),
+            });
             let repair = Repair {
                 ballot,
                 epoch: self.view.epoch().to_vec(),
@@ -754,8 +762,7 @@ impl URing {
                 return;
             }
             (false, true) => {
-                out.events
-                    .push(format!("{} steps down as coordinator", self.me));
+                out.events.push(Event::SteppedDown { node: self.me });
                 self.step_down();
                 return;
             }

@@ -448,7 +448,7 @@ impl<A: Adapter> Env<A> {
         }
         let acked: u64 = out.acks.iter().map(|a| u64::from(a.count)).sum();
         self.nodes[i].acked += acked;
-        let events: Vec<String> = out.events.drain(..).collect();
+        let events: Vec<String> = out.events.drain(..).map(|e| e.to_string()).collect();
         for e in events {
             self.activity += 1;
             let e = if e.starts_with(&format!("n{i} ")) {

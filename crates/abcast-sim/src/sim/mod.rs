@@ -567,12 +567,12 @@ where
             .map_err(|f| self.w.violation(f))
     }
 
-    fn event(&mut self, now: Micros, text: &str) {
+    fn event(&mut self, now: Micros, event: &abcast_core::Event) {
         self.w.trace.record(
             now,
             TraceEvent::Protocol {
                 node: self.id,
-                text: text.to_string(),
+                text: event.to_string(),
             },
         );
     }

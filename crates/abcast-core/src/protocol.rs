@@ -90,9 +90,10 @@ pub struct ReadState {
     pub upto: Instance,
 }
 
-/// A learner starts or stops delivering a group's values (Multi-Ring subscribe and
-/// unsubscribe, decided at a point every learner agrees on). Single-ring protocols never
-/// emit it. The simulator's checkers use it to know which groups a learner must follow.
+/// A learner starts or stops delivering a group's values, at a point every member agrees
+/// on (see [`Protocol::join_group`]: Multi-Ring subscribe and unsubscribe; process groups
+/// later). Single-group protocols never emit it. The simulator's checkers use it to know
+/// which groups a learner must deliver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Subscription {
     pub group: GroupId,
@@ -429,20 +430,23 @@ pub trait Protocol {
         Err("this protocol does not restore snapshots yet".into())
     }
 
-    /// Starts (`on`) or stops following `group` at this learner, at a point every learner
-    /// agrees on (Multi-Ring subscribe / unsubscribe: a control value decided in the ring).
-    /// `Ok` means the change is asked for, not yet in effect. A protocol that runs a single
-    /// group refuses.
-    fn set_following(
+    /// This learner joins (`join`) or leaves `group`: it starts or stops delivering the
+    /// group's messages at a point every member agrees on, reported as a positioned
+    /// [`Subscription`]. Group membership is a contract of more than one family: Multi-Ring
+    /// Paxos subscribes a learner to a ring (a control value decided in that ring, seed 000
+    /// §2.4), and the token ring's process groups (seed 002, Spread / Corosync CPG) join
+    /// and leave named groups. `Ok` means the change is asked for, not yet in effect. A
+    /// protocol that runs a single group refuses.
+    fn join_group(
         &mut self,
         now: Micros,
         group: GroupId,
-        on: bool,
+        join: bool,
         out: &mut Outbox<Self::Message>,
     ) -> Result<(), String> {
-        let _ = (now, on, out);
+        let _ = (now, join, out);
         Err(format!(
-            "this node runs a single group; it cannot follow group {}",
+            "this node runs a single group; it cannot join or leave group {}",
             group.0
         ))
     }

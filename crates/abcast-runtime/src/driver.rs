@@ -1339,7 +1339,7 @@ impl<P: Protocol> Driver<P> {
             ClientFrame::Follow { group, on } => {
                 let asked = self
                     .protocol
-                    .set_following(now, GroupId(group), on, &mut self.outbox);
+                    .join_group(now, GroupId(group), on, &mut self.outbox);
                 self.carry_out(now, app)?;
                 let answer = match asked {
                     Ok(()) => ClientFrame::FollowAsked,

@@ -738,7 +738,7 @@ impl<R: ComposableRing> Protocol for MultiRingOf<R> {
         }
     }
 
-    fn set_following(
+    fn join_group(
         &mut self,
         now: Micros,
         group: GroupId,

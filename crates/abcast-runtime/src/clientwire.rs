@@ -15,7 +15,7 @@
 //! | 134 | `Delivered` | node -> client | instance u64, origin u32, first_seq u64, count u32, lens, data |
 //! | 135 | `Follow` | client -> node | group u16, on u8 (1 = start, 0 = stop following a ring) |
 //! | 136 | `FollowAsked` | node -> client | empty: the change is asked for; it takes effect once decided in the ring |
-//! | 137 | `Gap` | node -> client | from u64, to u64 (exclusive), snapshot_upto u64, reason u8, len u32, UTF-8 how_to_fetch: a subscription's instances `[from, to)` whose values this stream does not carry (`history::GapReason`: 1 not held here, 2 a peer's snapshot installed, 3 skipped) |
+//! | 137 | `Gap` | node -> client | from u64, to u64 (exclusive), snapshot_upto u64, reason u8, len u32, UTF-8 how_to_fetch: a subscription's instances `[from, to)` whose values this stream does not carry (`history::GapReason`: 1 not held here, 2 a peer's snapshot installed, 3 skipped, 4 decided without values: no-ops, duplicates) |
 //!
 //! A subscription never passes an instance silently: every instance from `from_instance`
 //! on comes as a `Delivered` or inside a `Gap`. The client wire has no version of its own
@@ -222,7 +222,7 @@ impl ClientFrame {
                 let r = d.u8("gap reason")?;
                 let reason = GapReason::from_u8(r).ok_or_else(|| DecodeError::Invalid {
                     what: "gap reason",
-                    detail: format!("{r}, expected 1, 2 or 3"),
+                    detail: format!("{r}, expected 1 to 4"),
                 })?;
                 if to <= from {
                     return Err(DecodeError::Invalid {

@@ -1262,8 +1262,11 @@ impl<P: Protocol> Driver<P> {
     /// handles), to the tickets awaiting its values, to the read barriers awaiting it.
     fn on_delivered(&mut self, d: &Delivery, results: &[Bytes]) {
         match self.history.record_delivery(d) {
-            Ok(Some(gap)) => self.gap_to_live(&gap),
-            Ok(None) => {}
+            Ok(gaps) => {
+                for gap in &gaps {
+                    self.gap_to_live(gap);
+                }
+            }
             Err(e) => self.history.disable_journal(&e),
         }
         if self.history.ordered() {

@@ -46,6 +46,10 @@ pub enum GapReason {
     /// The learner passed over them: every acceptor had trimmed them and no snapshot covers
     /// them (`Application::skipped`).
     Skipped = 3,
+    /// Decided, but they deliver nothing: no-ops (a coordinator's takeover) or batches
+    /// decided a second time (de-duplicated). Nothing is missing; the stream says so
+    /// because instance numbers are all a subscriber can check.
+    Empty = 4,
 }
 
 impl GapReason {
@@ -54,6 +58,7 @@ impl GapReason {
             1 => Some(GapReason::NotHeld),
             2 => Some(GapReason::SnapshotInstalled),
             3 => Some(GapReason::Skipped),
+            4 => Some(GapReason::Empty),
             _ => None,
         }
     }
@@ -65,6 +70,7 @@ impl fmt::Display for GapReason {
             GapReason::NotHeld => "not held by this node",
             GapReason::SnapshotInstalled => "snapshot installed",
             GapReason::Skipped => "skipped (trimmed everywhere)",
+            GapReason::Empty => "no values (no-ops or duplicates)",
         })
     }
 }
@@ -136,6 +142,11 @@ pub struct History {
     /// not one sequence): positions mean nothing, every item is kept and streamed in the
     /// order delivered, with no gap detection.
     mixed: bool,
+    /// This process life recorded something already. Within a life the learner delivers
+    /// every instance, passes over ones that deliver nothing, or reports a skip or an
+    /// install; so a jump between two deliveries is instances without values. Before the
+    /// first, a jump may also be instances the node's snapshot covers.
+    life_started: bool,
     pub snapshot: SnapshotInfo,
 }
 
@@ -150,6 +161,7 @@ impl History {
             journal,
             end,
             mixed: false,
+            life_started: false,
             snapshot: SnapshotInfo::default(),
         }
     }
@@ -166,29 +178,44 @@ impl History {
 
     /// Records a delivery. Instances below `end` were recorded already (a restarted
     /// learner delivers them again) and are not kept twice; a delivery past `end` records
-    /// the instances in between as not held. Returns the gap it recorded, if any, for the
-    /// subscribers that are live.
-    pub fn record_delivery(&mut self, d: &Delivery) -> io::Result<Option<Gap>> {
+    /// the instances in between as a gap: covered by the snapshot this life started from
+    /// (`NotHeld`), or without values (`Empty`, see `life_started`). Returns the gaps it
+    /// recorded, for the subscribers that are live.
+    pub fn record_delivery(&mut self, d: &Delivery) -> io::Result<Vec<Gap>> {
         if d.group != GroupId(0) && !self.mixed {
             self.mixed = true;
             if let Some(j) = self.journal.take() {
                 j.log_disabled();
             }
         }
+        let mut gaps = Vec::new();
         if self.mixed {
             self.push(Item::Delivered(d.clone()))?;
-            return Ok(None);
+            return Ok(gaps);
         }
         if d.instance < self.end {
-            return Ok(None);
+            return Ok(gaps);
         }
-        let gap =
-            (d.instance > self.end).then(|| self.gap(self.end, d.instance, GapReason::NotHeld));
-        if let Some(g) = &gap {
+        if d.instance > self.end {
+            let covered = self.snapshot.upto.saturating_add(1).min(d.instance);
+            if !self.life_started && covered > self.end {
+                gaps.push(self.gap(self.end, covered, GapReason::NotHeld));
+            }
+            let from = if self.life_started {
+                self.end
+            } else {
+                covered.max(self.end)
+            };
+            if d.instance > from {
+                gaps.push(self.gap(from, d.instance, GapReason::Empty));
+            }
+        }
+        self.life_started = true;
+        for g in &gaps {
             self.push(Item::Gap(g.clone()))?;
         }
         self.push(Item::Delivered(d.clone()))?;
-        Ok(gap)
+        Ok(gaps)
     }
 
     /// Records instances `[from, to)` the learner will not deliver (an install, a skip);
@@ -207,6 +234,7 @@ impl History {
             return Ok(None);
         }
         let g = self.gap(from, to, reason);
+        self.life_started = true;
         self.push(Item::Gap(g.clone()))?;
         Ok(Some(g))
     }
@@ -267,6 +295,7 @@ impl History {
             GapReason::Skipped => "every acceptor had trimmed these instances and no snapshot \
                                    covers them: their values are gone"
                 .to_string(),
+            GapReason::Empty => "nothing to fetch: decided as no-ops or duplicates".to_string(),
             GapReason::NotHeld if s.upto >= to.saturating_sub(1) && s.upto > 0 => format!(
                 "this node's snapshot up to instance {} covers them ({file}); \
                  another node's history may still hold the values",

@@ -8,6 +8,7 @@
 use abcast_core::{Batch, DecodeError, Instance, ValueId};
 use abcast_runtime::clientwire::{ClientFrame, MAX_VALUES_PER_FRAME};
 use abcast_runtime::frame::{self, FrameError};
+use abcast_runtime::history::Gap;
 use bytes::{Bytes, BytesMut};
 use std::collections::{HashSet, VecDeque};
 use std::fmt;
@@ -44,8 +45,9 @@ pub struct LearnArgs {
     /// Exit after this many values.
     #[arg(long)]
     pub count: Option<u64>,
-    /// First instance wanted; the node replays what it still holds from there (0 = what it
-    /// holds, then everything new).
+    /// First instance wanted (0 and 1 both mean the start); the node replays its delivery
+    /// history from there, then streams what comes. Instances it cannot hand over (not
+    /// held, covered by a snapshot, skipped) come as one `gap` line each, never silently.
     #[arg(long, default_value_t = 0)]
     pub from: Instance,
 }
@@ -84,6 +86,16 @@ pub enum ClientError {
     Timeout(Duration),
     /// The node closed the connection.
     Closed,
+    /// The subscription does not carry instances `[gap.from, gap.to)` (from
+    /// `next_delivery`; `next_event` returns gaps as events).
+    Gap(Gap),
+}
+
+/// One event of a subscription.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LearnEvent {
+    Delivered(Instance, Batch),
+    Gap(Gap),
 }
 
 impl fmt::Display for ClientError {
@@ -101,6 +113,7 @@ impl fmt::Display for ClientError {
                 write!(f, "no answer from the node for {:.1} s", d.as_secs_f64())
             }
             ClientError::Closed => write!(f, "the node closed the connection"),
+            ClientError::Gap(g) => write!(f, "{}", format_gap(g)),
         }
     }
 }
@@ -283,14 +296,25 @@ impl Client {
         }
     }
 
-    /// The next delivered batch after `subscribe`.
+    /// The next delivered batch after `subscribe`; a gap is an error (`ClientError::Gap`).
     pub fn next_delivery(
         &mut self,
         timeout: Option<Duration>,
     ) -> Result<(Instance, Batch), ClientError> {
+        match self.next_event(timeout)? {
+            LearnEvent::Delivered(i, b) => Ok((i, b)),
+            LearnEvent::Gap(g) => Err(ClientError::Gap(g)),
+        }
+    }
+
+    /// The next event of a subscription: a delivered batch or a gap.
+    pub fn next_event(&mut self, timeout: Option<Duration>) -> Result<LearnEvent, ClientError> {
         loop {
             match self.recv(timeout)? {
-                ClientFrame::Delivered { instance, batch } => return Ok((instance, batch)),
+                ClientFrame::Delivered { instance, batch } => {
+                    return Ok(LearnEvent::Delivered(instance, batch));
+                }
+                ClientFrame::Gap { gap } => return Ok(LearnEvent::Gap(gap)),
                 ClientFrame::Decided { .. } => continue,
                 other => {
                     return Err(ClientError::Unexpected(format!(
@@ -371,7 +395,17 @@ pub fn run_follow(args: FollowArgs) -> Result<(), ClientError> {
     Ok(())
 }
 
-/// `abcast learn`: prints deliveries in order as `instance<TAB>node:seq<TAB>payload`.
+/// The line `abcast learn` prints for a gap:
+/// `gap<TAB>FROM..TO<TAB>reason<TAB>snapshot_upto=S<TAB>how to fetch` (`TO` exclusive).
+pub fn format_gap(g: &Gap) -> String {
+    format!(
+        "gap\t{}..{}\t{}\tsnapshot_upto={}\t{}",
+        g.from, g.to, g.reason, g.snapshot_upto, g.how_to_fetch
+    )
+}
+
+/// `abcast learn`: prints deliveries in order as `instance<TAB>node:seq<TAB>payload`, and
+/// each gap as [`format_gap`]'s line.
 pub fn run_learn(args: LearnArgs) -> Result<(), ClientError> {
     let mut client = Client::connect(&args.node)?;
     client.subscribe(args.from)?;
@@ -379,7 +413,16 @@ pub fn run_learn(args: LearnArgs) -> Result<(), ClientError> {
     let mut out = BufWriter::new(stdout.lock());
     let mut printed = 0u64;
     while args.count.is_none_or(|c| printed < c) {
-        let (instance, batch) = client.next_delivery(None)?;
+        let (instance, batch) = match client.next_event(None)? {
+            LearnEvent::Delivered(i, b) => (i, b),
+            LearnEvent::Gap(g) => {
+                match writeln!(out, "{}", format_gap(&g)).and_then(|()| out.flush()) {
+                    Ok(()) => continue,
+                    Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        };
         let result = (|| -> io::Result<()> {
             for v in batch.values() {
                 if args.count.is_some_and(|c| printed >= c) {

@@ -429,6 +429,12 @@ fn driver_config(
     // Without fdatasync there is nothing to overlap.
     dcfg.sync_thread =
         cfg.storage.sync_thread && matches!(cfg.storage.kind, StorageKind::Durable { sync: true });
+    // With durable storage the delivery history is a journal in the node's directory, so
+    // `abcast learn --from N` resumes across restarts (runtime `history.rs`). A Multi-Ring
+    // node delivers per-ring instance numbers, which are no single sequence: memory only.
+    if matches!(cfg.storage.kind, StorageKind::Durable { .. }) && cfg.multiring.is_none() {
+        dcfg.history_dir = Some(cfg.storage.node_dir(cfg.node_id).join("history"));
+    }
     if cfg.my_roles().learner {
         dcfg.snapshot_interval_us = cfg.storage.snapshot_interval_ms.saturating_mul(1000);
         dcfg.snapshot_path = Some(snapshot_path);

@@ -15,13 +15,21 @@
 //! | 134 | `Delivered` | node -> client | instance u64, origin u32, first_seq u64, count u32, lens, data |
 //! | 135 | `Follow` | client -> node | group u16, on u8 (1 = start, 0 = stop following a ring) |
 //! | 136 | `FollowAsked` | node -> client | empty: the change is asked for; it takes effect once decided in the ring |
+//! | 137 | `Gap` | node -> client | from u64, to u64 (exclusive), snapshot_upto u64, reason u8, len u32, UTF-8 how_to_fetch: a subscription's instances `[from, to)` whose values this stream does not carry (`history::GapReason`: 1 not held here, 2 a peer's snapshot installed, 3 skipped, 4 decided without values: no-ops, duplicates) |
 //!
+//! A subscription never passes an instance silently: every instance from `from_instance`
+//! on comes as a `Delivered` or inside a `Gap`. The client wire has no version of its own
+//! (the frame header's version is shared with the peer protocol and unchanged); a client
+//! older than kind 137 stops on it with an unknown-kind error instead of missing values
+//! silently.
 //! Ids are encoded as node u32, seq u64.
 
 use abcast_core::DecodeError;
 use abcast_core::codec::{Decoder, Encoder};
 use abcast_core::types::{Batch, Instance, NodeId, ValueId};
 use bytes::Bytes;
+
+use crate::history::{Gap, GapReason};
 
 pub const KIND_PROPOSE: u8 = 128;
 pub const KIND_PROPOSED: u8 = 129;
@@ -32,6 +40,7 @@ pub const KIND_SUBSCRIBE: u8 = 133;
 pub const KIND_DELIVERED: u8 = 134;
 pub const KIND_FOLLOW: u8 = 135;
 pub const KIND_FOLLOW_ASKED: u8 = 136;
+pub const KIND_GAP: u8 = 137;
 
 /// Most values in one `Propose` frame (and ids in one reply).
 pub const MAX_VALUES_PER_FRAME: usize = 1 << 16;
@@ -69,6 +78,10 @@ pub enum ClientFrame {
         on: bool,
     },
     FollowAsked,
+    /// Instances `[gap.from, gap.to)` this subscription does not carry, and why.
+    Gap {
+        gap: Gap,
+    },
 }
 
 impl ClientFrame {
@@ -83,6 +96,7 @@ impl ClientFrame {
             ClientFrame::Delivered { .. } => KIND_DELIVERED,
             ClientFrame::Follow { .. } => KIND_FOLLOW,
             ClientFrame::FollowAsked => KIND_FOLLOW_ASKED,
+            ClientFrame::Gap { .. } => KIND_GAP,
         }
     }
 
@@ -125,6 +139,16 @@ impl ClientFrame {
                 e.put_u8(u8::from(*on));
             }
             ClientFrame::FollowAsked => {}
+            ClientFrame::Gap { gap } => {
+                e.put_u64(gap.from);
+                e.put_u64(gap.to);
+                e.put_u64(gap.snapshot_upto);
+                e.put_u8(gap.reason as u8);
+                let t = gap.how_to_fetch.as_bytes();
+                let t = &t[..t.len().min(MAX_ERROR_BYTES)];
+                e.put_u32(t.len() as u32);
+                e.put_slice(t);
+            }
         }
         e.finish()
     }
@@ -191,6 +215,34 @@ impl ClientFrame {
                 ClientFrame::Follow { group, on }
             }
             KIND_FOLLOW_ASKED => ClientFrame::FollowAsked,
+            KIND_GAP => {
+                let from = d.u64("gap from")?;
+                let to = d.u64("gap to")?;
+                let snapshot_upto = d.u64("gap snapshot_upto")?;
+                let r = d.u8("gap reason")?;
+                let reason = GapReason::from_u8(r).ok_or_else(|| DecodeError::Invalid {
+                    what: "gap reason",
+                    detail: format!("{r}, expected 1 to 4"),
+                })?;
+                if to <= from {
+                    return Err(DecodeError::Invalid {
+                        what: "gap",
+                        detail: format!("[{from}, {to}) is empty"),
+                    });
+                }
+                let n = d.count("how_to_fetch length", MAX_ERROR_BYTES, 1)?;
+                let how_to_fetch =
+                    String::from_utf8_lossy(&d.bytes(n, "how_to_fetch")?).into_owned();
+                ClientFrame::Gap {
+                    gap: Gap {
+                        from,
+                        to,
+                        snapshot_upto,
+                        reason,
+                        how_to_fetch,
+                    },
+                }
+            }
             other => return Err(DecodeError::UnknownKind(other)),
         };
         d.finish()?;
@@ -233,6 +285,15 @@ mod tests {
             on: false,
         });
         roundtrip(ClientFrame::FollowAsked);
+        roundtrip(ClientFrame::Gap {
+            gap: Gap {
+                from: 3,
+                to: 9,
+                snapshot_upto: 8,
+                reason: GapReason::SnapshotInstalled,
+                how_to_fetch: "snapshot file".into(),
+            },
+        });
         assert!(ClientFrame::decode(KIND_FOLLOW, Bytes::from_static(&[0, 2, 7])).is_err());
         let batch = Batch::single(id, Bytes::from_static(b"payload"));
         roundtrip(ClientFrame::Delivered {

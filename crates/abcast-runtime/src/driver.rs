@@ -55,13 +55,18 @@
 use super::Hooks;
 use super::clientwire::{ClientFrame, KIND_DELIVERED};
 use super::frame::{self, Frame, KIND_CLIENT_MIN, KIND_HELLO, KIND_PROTOCOL_MAX};
+use super::handle::{
+    self, Command, Commands, HandleError, MailTx, NodeStatus, PushError as MailPushError,
+    ReadAnswer, StreamEvent, TicketEvent,
+};
+use super::history::{Gap, GapReason, History, Item, Journal};
 use super::linkfault::{LinkFaults, QueueRoom, Verdict};
 use super::loadgen::{LoadConfig, LoadGen};
 use super::multicast::{self, Multicast, MulticastStats, Received};
 use super::syncer::Syncer;
 use super::transport::{self, Backoff, OutQueue, PushError, ReadOutcome, TransportConfig};
 use abcast_core::codec::{Decoder, Encoder, WireMessage};
-use abcast_core::protocol::{Ack, Install};
+use abcast_core::protocol::{Ack, Install, ReadState};
 use abcast_core::storage::StorageError;
 use abcast_core::{
     Carrier, ConfigChange, DecodeError, Delivery, GroupId, Instance, Micros, NodeId, Outbox,
@@ -70,11 +75,13 @@ use abcast_core::{
 use bytes::{Bytes, BytesMut};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
 const PEER_LISTENER: Token = Token(0);
@@ -83,7 +90,17 @@ const CLIENT_LISTENER: Token = Token(1);
 const MULTICAST_SOCKET: Token = Token(2);
 /// The sync thread finished a job.
 const SYNC_DONE: Token = Token(3);
-const FIRST_CONN_TOKEN: usize = 4;
+/// A handle sent commands (`handle.rs`).
+const COMMANDS: Token = Token(4);
+const FIRST_CONN_TOKEN: usize = 5;
+/// Commands taken per wake-up before the loop serves its sockets again.
+const COMMANDS_PER_ITERATION: usize = 256;
+/// Most values awaited by handle tickets; more are answered `Busy`.
+const MAX_TICKETS: usize = 1 << 16;
+/// Most read barriers waiting for the protocol.
+const MAX_READS: usize = 1024;
+/// Most bytes of history one replaying subscriber takes per iteration.
+const REPLAY_BYTES_PER_ITERATION: usize = 1 << 20;
 /// Reads from one socket per readiness event before the loop serves the others; the socket
 /// is revisited in the next iteration.
 const READS_PER_EVENT: usize = 16;
@@ -121,9 +138,14 @@ pub struct DriverConfig {
     pub transport: TransportConfig,
     /// How often `Application::periodic` runs; 0 = never.
     pub periodic_us: Micros,
-    /// Recent deliveries kept for `Subscribe` requests that start in the past, in payload
-    /// bytes.
+    /// Recent deliveries kept in memory for subscriptions that start in the past, in
+    /// payload bytes (without `history_dir`).
     pub history_bytes: usize,
+    /// The delivery history on disk (`history.rs`, the journal): subscriptions resume from
+    /// it across restarts. `None`: in memory only.
+    pub history_dir: Option<PathBuf>,
+    /// The journal's bound in bytes (oldest segments deleted first).
+    pub history_file_bytes: u64,
     /// Gather the outboxes of one iteration under one storage sync (durable storage).
     pub group_commit: bool,
     /// With `group_commit`: run the fdatasync on a thread of its own while the loop goes
@@ -144,6 +166,8 @@ impl DriverConfig {
             transport: TransportConfig::default(),
             periodic_us: 0,
             history_bytes: 16 << 20,
+            history_dir: None,
+            history_file_bytes: 256 << 20,
             group_commit: false,
             sync_thread: true,
             snapshot_interval_us: 0,
@@ -377,10 +401,20 @@ enum Role {
     Client(ClientState),
 }
 
+/// Where a subscriber is in the delivery sequence.
+#[derive(Debug, Clone, Copy)]
+struct Cursor {
+    /// The next instance it needs.
+    next: Instance,
+    /// Caught up: deliveries go to it as they happen. Otherwise the loop replays the
+    /// history to it as its queue has room (`pump_subscribers`).
+    live: bool,
+}
+
 #[derive(Debug, Default)]
 struct ClientState {
-    /// Deliveries from this instance on are streamed to the client.
-    subscribed_from: Option<Instance>,
+    /// The client's subscription, if it asked for one.
+    sub: Option<Cursor>,
     /// Sequence numbers of this client's values (this node's own ids) not yet decided.
     pending: BTreeSet<u64>,
 }
@@ -418,8 +452,20 @@ pub struct Driver<P: Protocol> {
     dirty_conns: Vec<Token>,
     frames: Vec<Frame>,
     load: Option<LoadGen>,
-    history: VecDeque<Delivery>,
-    history_bytes: usize,
+    history: History,
+    /// Handle subscriptions (`handle.rs`).
+    streams: Vec<(Cursor, MailTx<StreamEvent>)>,
+    /// Values proposed through a handle, by seq, awaiting their outcome.
+    tickets: BTreeMap<u64, MailTx<TicketEvent>>,
+    /// Read barriers asked of the protocol: the instance to reach once it answered.
+    reads: HashMap<u64, (Option<Instance>, MailTx<ReadAnswer>)>,
+    next_read_id: u64,
+    commands: Option<Receiver<Command>>,
+    /// Every instance up to here was delivered or passed over (single group).
+    delivered_upto: Instance,
+    /// Some replay stopped at its per-iteration budget with room left: poll again at once.
+    replay_more: bool,
+    items: Vec<Item>,
     stats: TransportStats,
     last_tick_us: Micros,
     next_periodic_us: Micros,
@@ -534,6 +580,22 @@ impl<P: Protocol> Driver<P> {
             None
         };
         let last_tick_us = 0;
+        let journal = match &cfg.history_dir {
+            Some(dir) => Some(
+                Journal::open(dir, cfg.history_file_bytes).map_err(|source| DriverError::Io {
+                    what: "opening the delivery history journal",
+                    source,
+                })?,
+            ),
+            None => None,
+        };
+        let mut history = History::new(cfg.history_bytes, journal);
+        history.snapshot.path = cfg.snapshot_path.clone();
+        if let Some(path) = &cfg.snapshot_path
+            && let Ok(Some(snap)) = read_snapshot(path)
+        {
+            history.snapshot.upto = snap.upto;
+        }
         Ok(Driver {
             syncer,
             in_flight: VecDeque::new(),
@@ -557,8 +619,15 @@ impl<P: Protocol> Driver<P> {
             dirty_conns: Vec::new(),
             frames: Vec::new(),
             load: None,
-            history: VecDeque::new(),
-            history_bytes: 0,
+            history,
+            streams: Vec::new(),
+            tickets: BTreeMap::new(),
+            reads: HashMap::new(),
+            next_read_id: 1,
+            commands: None,
+            delivered_upto: 0,
+            replay_more: false,
+            items: Vec::new(),
             stats: TransportStats::default(),
             last_tick_us,
             unknown_logged: HashSet::new(),
@@ -566,6 +635,16 @@ impl<P: Protocol> Driver<P> {
             faults,
             mcast,
         })
+    }
+
+    /// The command channel of a handle (`handle.rs`): a bounded queue the loop drains when
+    /// its waker fires. One per driver; a second call replaces the first.
+    pub fn command_channel(&mut self) -> Result<Commands, DriverError> {
+        let waker = mio::Waker::new(self.poll.registry(), COMMANDS)
+            .map_err(io_err("creating the command waker"))?;
+        let (tx, rx) = handle::command_channel(Arc::new(waker));
+        self.commands = Some(rx);
+        Ok(tx)
     }
 
     /// Starts (or replaces) the built-in load generator.
@@ -683,12 +762,13 @@ impl<P: Protocol> Driver<P> {
             self.commit(now, app)?;
             self.maybe_snapshot(now, app)?;
             self.fire_timers(now, app);
+            self.pump_subscribers();
             self.flush_all(now);
         }
     }
 
     fn poll_timeout(&self, now: Micros) -> Duration {
-        if !self.loopback.is_empty() || !self.ready_again.is_empty() {
+        if !self.loopback.is_empty() || !self.ready_again.is_empty() || self.replay_more {
             return Duration::ZERO;
         }
         let mut deadline = self
@@ -746,10 +826,15 @@ impl<P: Protocol> Driver<P> {
                 return Ok(());
             }
         };
+        // The history first: a snapshot never covers an instance the journal lost.
+        if let Err(e) = self.history.sync() {
+            self.history.disable_journal(&e);
+        }
         write_snapshot(&path, &snap).map_err(|source| DriverError::Io {
             what: "writing a snapshot",
             source,
         })?;
+        self.history.snapshot.upto = snap.upto;
         self.stats.snapshots += 1;
         Ok(())
     }
@@ -757,6 +842,9 @@ impl<P: Protocol> Driver<P> {
     /// The protocol installed a peer's snapshot and the application took its state: the
     /// snapshot becomes this node's own (a restart goes on from it).
     fn installed(&mut self, snap: &abcast_core::Snapshot) -> Result<(), DriverError> {
+        if let Err(e) = self.history.sync() {
+            self.history.disable_journal(&e);
+        }
         if let Some(path) = self.cfg.snapshot_path.clone() {
             write_snapshot(&path, snap).map_err(|source| DriverError::Io {
                 what: "writing an installed snapshot",
@@ -764,6 +852,13 @@ impl<P: Protocol> Driver<P> {
             })?;
         }
         self.stats.snapshots_installed += 1;
+        self.history.snapshot.upto = self.history.snapshot.upto.max(snap.upto);
+        let from = self.history.end();
+        self.passed_over(
+            from,
+            snap.upto.saturating_add(1),
+            GapReason::SnapshotInstalled,
+        );
         Ok(())
     }
 
@@ -1163,24 +1258,104 @@ impl<P: Protocol> Driver<P> {
 
     // ----- client port -------------------------------------------------------------------
 
-    fn deliver_to_clients(&mut self, d: &Delivery) {
-        if self.cfg.history_bytes > 0 {
-            self.history_bytes += d.batch.wire_bytes();
-            self.history.push_back(d.clone());
-            while self.history_bytes > self.cfg.history_bytes || self.history.len() > (1 << 16) {
-                let Some(old) = self.history.pop_front() else {
-                    break;
-                };
-                self.history_bytes = self.history_bytes.saturating_sub(old.batch.wire_bytes());
+    /// A delivery was carried out: into the history, to live subscribers (client port and
+    /// handles), to the tickets awaiting its values, to the read barriers awaiting it.
+    fn on_delivered(&mut self, d: &Delivery, results: &[Bytes]) {
+        match self.history.record_delivery(d) {
+            Ok(gaps) => {
+                for gap in &gaps {
+                    self.gap_to_live(gap);
+                }
+            }
+            Err(e) => self.history.disable_journal(&e),
+        }
+        if self.history.ordered() {
+            self.delivered_upto = self.delivered_upto.max(d.instance);
+        }
+        self.deliver_to_clients(d);
+        self.deliver_to_streams(d);
+        if d.batch.origin() == self.cfg.me && !self.tickets.is_empty() {
+            for (j, id) in d.batch.ids().enumerate() {
+                if let Some(t) = self.tickets.remove(&id.seq) {
+                    // A ticket dropped unread is simply gone.
+                    let _ = t.push(TicketEvent::Applied {
+                        instance: d.instance,
+                        result: results.get(j).cloned(),
+                    });
+                }
             }
         }
+        self.answer_reads();
+    }
+
+    /// Instances `[from, to)` will not be delivered here (a peer's snapshot installed, a
+    /// skip): recorded in the history and told to live subscribers as a gap.
+    fn passed_over(&mut self, from: Instance, to: Instance, reason: GapReason) {
+        match self.history.record_gap(from, to, reason) {
+            Ok(Some(gap)) => {
+                self.delivered_upto = self.delivered_upto.max(gap.to.saturating_sub(1));
+                self.gap_to_live(&gap);
+                self.answer_reads();
+            }
+            Ok(None) => {}
+            Err(e) => self.history.disable_journal(&e),
+        }
+    }
+
+    fn gap_to_live(&mut self, gap: &Gap) {
         let mut too_slow = Vec::new();
         for (&token, conn) in self.conns.iter_mut() {
-            let Role::Client(st) = &conn.role else {
+            let Role::Client(ClientState { sub: Some(cur), .. }) = &mut conn.role else {
                 continue;
             };
-            if st.subscribed_from.is_none_or(|from| d.instance < from) {
+            if !cur.live || gap.to <= cur.next {
                 continue;
+            }
+            let mut g = gap.clone();
+            g.from = g.from.max(cur.next);
+            cur.next = gap.to;
+            let f = ClientFrame::Gap { gap: g };
+            if conn.out.push_frame(f.kind(), 0, &f.encode()).is_err() {
+                too_slow.push(token);
+            } else if !conn.dirty {
+                conn.dirty = true;
+                self.dirty_conns.push(token);
+            }
+        }
+        self.close_too_slow(too_slow);
+        self.streams.retain_mut(|(cur, tx)| {
+            if !cur.live || gap.to <= cur.next {
+                return !tx.is_gone();
+            }
+            let mut g = gap.clone();
+            g.from = g.from.max(cur.next);
+            cur.next = gap.to;
+            stream_push(tx, StreamEvent::Gap(g))
+        });
+    }
+
+    fn close_too_slow(&mut self, tokens: Vec<Token>) {
+        for token in tokens {
+            let limit = self.cfg.transport.client_queue_bytes;
+            self.close_conn(
+                token,
+                format_args!("learn client too slow ({limit} bytes queued)"),
+            );
+        }
+    }
+
+    fn deliver_to_clients(&mut self, d: &Delivery) {
+        let ordered = self.history.ordered();
+        let mut too_slow = Vec::new();
+        for (&token, conn) in self.conns.iter_mut() {
+            let Role::Client(ClientState { sub: Some(cur), .. }) = &mut conn.role else {
+                continue;
+            };
+            if !cur.live || d.instance < cur.next {
+                continue;
+            }
+            if ordered {
+                cur.next = d.instance.saturating_add(1);
             }
             let f = ClientFrame::Delivered {
                 instance: d.instance,
@@ -1193,12 +1368,304 @@ impl<P: Protocol> Driver<P> {
                 self.dirty_conns.push(token);
             }
         }
-        for token in too_slow {
-            let limit = self.cfg.transport.client_queue_bytes;
+        self.close_too_slow(too_slow);
+    }
+
+    fn deliver_to_streams(&mut self, d: &Delivery) {
+        if self.streams.is_empty() {
+            return;
+        }
+        let ordered = self.history.ordered();
+        self.streams.retain_mut(|(cur, tx)| {
+            if !cur.live || d.instance < cur.next {
+                return !tx.is_gone();
+            }
+            if ordered {
+                cur.next = d.instance.saturating_add(1);
+            }
+            stream_push(tx, StreamEvent::Delivered(d.clone()))
+        });
+    }
+
+    /// Replays the history to subscribers that are not caught up, as far as their queues
+    /// have room (at most `REPLAY_BYTES_PER_ITERATION` each per iteration); one that
+    /// reaches the end goes live.
+    fn pump_subscribers(&mut self) {
+        self.replay_more = false;
+        let tokens: Vec<Token> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| {
+                matches!(&c.role, Role::Client(ClientState { sub: Some(cur), .. }) if !cur.live)
+            })
+            .map(|(t, _)| *t)
+            .collect();
+        for token in tokens {
+            self.pump_client(token);
+        }
+        let mut streams = std::mem::take(&mut self.streams);
+        streams.retain_mut(|(cur, tx)| {
+            if cur.live {
+                return !tx.is_gone();
+            }
+            let room = tx.room();
+            if room == 0 {
+                return !tx.is_gone();
+            }
+            let mut items = std::mem::take(&mut self.items);
+            items.clear();
+            let caught_up =
+                match self
+                    .history
+                    .read(cur.next, REPLAY_BYTES_PER_ITERATION, room, &mut items)
+                {
+                    Ok(c) => c,
+                    Err(e) => {
+                        self.history.disable_journal(&e);
+                        false
+                    }
+                };
+            let n = items.len();
+            for item in items.drain(..) {
+                let end = item.end();
+                let ev = match item {
+                    Item::Delivered(d) => StreamEvent::Delivered(d),
+                    Item::Gap(g) => StreamEvent::Gap(g),
+                };
+                if tx.push(ev).is_err() {
+                    break;
+                }
+                if self.history.ordered() {
+                    cur.next = cur.next.max(end);
+                }
+            }
+            self.items = items;
+            if caught_up && tx.room() > 0 {
+                cur.live = true;
+            } else if n > 0 && tx.room() > 0 {
+                self.replay_more = true;
+            }
+            !tx.is_gone()
+        });
+        streams.append(&mut self.streams);
+        self.streams = streams;
+    }
+
+    fn pump_client(&mut self, token: Token) {
+        let limit = self.cfg.transport.client_queue_bytes;
+        let Some(conn) = self.conns.get(&token) else {
+            return;
+        };
+        let Role::Client(ClientState { sub: Some(cur), .. }) = &conn.role else {
+            return;
+        };
+        let mut cur = *cur;
+        let room = limit.saturating_sub(conn.out.queued_bytes());
+        if room == 0 {
+            return;
+        }
+        let was_empty = conn.out.is_empty();
+        let mut items = std::mem::take(&mut self.items);
+        items.clear();
+        let caught_up = match self.history.read(
+            cur.next,
+            room.min(REPLAY_BYTES_PER_ITERATION),
+            usize::MAX,
+            &mut items,
+        ) {
+            Ok(c) => c,
+            Err(e) => {
+                self.history.disable_journal(&e);
+                false
+            }
+        };
+        let ordered = self.history.ordered();
+        let Some(conn) = self.conns.get_mut(&token) else {
+            self.items = items;
+            return;
+        };
+        let mut pushed_all = true;
+        let mut pushed_any = false;
+        for item in items.drain(..) {
+            let end = item.end();
+            let f = match item {
+                Item::Delivered(d) => ClientFrame::Delivered {
+                    instance: d.instance,
+                    batch: d.batch,
+                },
+                Item::Gap(gap) => ClientFrame::Gap { gap },
+            };
+            if conn.out.push_frame(f.kind(), 0, &f.encode()).is_err() {
+                pushed_all = false;
+                break;
+            }
+            pushed_any = true;
+            if ordered {
+                cur.next = cur.next.max(end);
+            }
+        }
+        self.items = items;
+        if pushed_any && !conn.dirty {
+            conn.dirty = true;
+            self.dirty_conns.push(token);
+        }
+        if pushed_all && caught_up {
+            cur.live = true;
+        } else if pushed_any {
+            self.replay_more = true;
+        }
+        if let Role::Client(st) = &mut conn.role {
+            st.sub = Some(cur);
+        }
+        if !pushed_any && was_empty && !caught_up {
+            // One item larger than the whole client queue: it can never be sent.
             self.close_conn(
                 token,
-                format_args!("learn client too slow ({limit} bytes queued)"),
+                format_args!("a delivery larger than the client queue ({limit} bytes)"),
             );
+        }
+    }
+
+    /// Completes the read barriers whose instance this node reached.
+    fn answer_reads(&mut self) {
+        if self.reads.is_empty() {
+            return;
+        }
+        let upto = self.delivered_upto;
+        self.reads.retain(|_, (target, tx)| match target {
+            Some(t) if *t <= upto => {
+                let _ = tx.push(ReadAnswer::Ready(*t));
+                false
+            }
+            _ => !tx.is_gone(),
+        });
+    }
+
+    // ----- handle commands ---------------------------------------------------------------
+
+    fn on_commands<A: Hooks + ?Sized>(
+        &mut self,
+        now: Micros,
+        app: &mut A,
+    ) -> Result<(), DriverError> {
+        for _ in 0..COMMANDS_PER_ITERATION {
+            let Some(rx) = self.commands.as_ref() else {
+                return Ok(());
+            };
+            let c = match rx.try_recv() {
+                Ok(c) => c,
+                Err(TryRecvError::Empty) => return Ok(()),
+                Err(TryRecvError::Disconnected) => {
+                    self.commands = None;
+                    return Ok(());
+                }
+            };
+            self.on_command(now, app, c)?;
+        }
+        // More may wait: come back next iteration.
+        self.ready_again.push(COMMANDS);
+        Ok(())
+    }
+
+    fn on_command<A: Hooks + ?Sized>(
+        &mut self,
+        now: Micros,
+        app: &mut A,
+        c: Command,
+    ) -> Result<(), DriverError> {
+        match c {
+            Command::Propose { payload, ticket } => {
+                if self.tickets.len() >= MAX_TICKETS {
+                    self.tickets.retain(|_, t| !t.is_gone());
+                }
+                if self.tickets.len() >= MAX_TICKETS {
+                    let _ = ticket.push(TicketEvent::Proposed(Err(HandleError::Busy)));
+                    return Ok(());
+                }
+                match self.protocol.propose(now, payload, &mut self.outbox) {
+                    Ok(id) => {
+                        app.proposed(now, id, false);
+                        if ticket.push(TicketEvent::Proposed(Ok(id))).is_ok() {
+                            self.tickets.insert(id.seq, ticket);
+                        }
+                    }
+                    Err(ProposeError::Busy) => {
+                        app.busy(now);
+                        let _ = ticket.push(TicketEvent::Proposed(Err(HandleError::Busy)));
+                    }
+                    Err(e) => {
+                        let _ = ticket.push(TicketEvent::Proposed(Err(HandleError::Refused(e))));
+                    }
+                }
+                self.carry_out(now, app)
+            }
+            Command::Subscribe { from, stream } => {
+                self.streams.push((
+                    Cursor {
+                        next: from.max(1),
+                        live: false,
+                    },
+                    stream,
+                ));
+                Ok(())
+            }
+            Command::ReadBarrier { reply } => {
+                if self.reads.len() >= MAX_READS {
+                    let _ = reply.push(ReadAnswer::Refused(HandleError::Busy));
+                    return Ok(());
+                }
+                let id = self.next_read_id;
+                self.next_read_id = self.next_read_id.wrapping_add(1);
+                match self.protocol.read_index(now, id, &mut self.outbox) {
+                    Ok(()) => {
+                        self.reads.insert(id, (None, reply));
+                    }
+                    Err(ProposeError::Unsupported { .. }) => {
+                        let _ = reply.push(ReadAnswer::Unsupported);
+                    }
+                    Err(e) => {
+                        let _ = reply.push(ReadAnswer::Refused(HandleError::Refused(e)));
+                    }
+                }
+                self.carry_out(now, app)
+            }
+            Command::Reconfigure { config, reply } => {
+                let r = self.protocol.reconfigure(now, config, &mut self.outbox);
+                let _ = reply.push(r);
+                self.carry_out(now, app)
+            }
+            Command::Status { reply } => {
+                let _ = reply.push(NodeStatus {
+                    protocol: self.protocol.status(),
+                    transport: self.transport_stats(),
+                    delivered_upto: self.delivered_upto,
+                });
+                Ok(())
+            }
+        }
+    }
+
+    /// The protocol confirmed read barrier `r`.
+    fn on_read(&mut self, r: &ReadState) {
+        if let Some(entry) = self.reads.get_mut(&r.id) {
+            entry.0 = Some(r.upto);
+        }
+        self.answer_reads();
+    }
+
+    fn ack_tickets(&mut self, a: &Ack) {
+        if a.key.origin != self.cfg.me || self.tickets.is_empty() {
+            return;
+        }
+        let to = a.key.first_seq.saturating_add(u64::from(a.count));
+        let mut gone = Vec::new();
+        for (&seq, t) in self.tickets.range(a.key.first_seq..to) {
+            if t.push(TicketEvent::Decided) == Err(MailPushError::Gone) {
+                gone.push(seq);
+            }
+        }
+        for seq in gone {
+            self.tickets.remove(&seq);
         }
     }
 
@@ -1312,29 +1779,17 @@ impl<P: Protocol> Driver<P> {
             ClientFrame::Subscribe { from_instance } => {
                 let Some(Conn {
                     role: Role::Client(st),
-                    out,
-                    dirty,
                     ..
                 }) = self.conns.get_mut(&token)
                 else {
                     return Ok(Ok(()));
                 };
-                st.subscribed_from = Some(from_instance);
-                for d in self.history.iter().filter(|d| d.instance >= from_instance) {
-                    let f = ClientFrame::Delivered {
-                        instance: d.instance,
-                        batch: d.batch.clone(),
-                    };
-                    if out.push_frame(KIND_DELIVERED, 0, &f.encode()).is_err() {
-                        return Ok(Err(
-                            "learn client too slow to take the delivery history".into()
-                        ));
-                    }
-                }
-                if !*dirty {
-                    *dirty = true;
-                    self.dirty_conns.push(token);
-                }
+                // Replayed from the history at the end of the iteration, as the client's
+                // queue has room (`pump_subscribers`), then live.
+                st.sub = Some(Cursor {
+                    next: from_instance.max(1),
+                    live: false,
+                });
             }
             ClientFrame::Follow { group, on } => {
                 let asked = self
@@ -1473,6 +1928,7 @@ impl<P: Protocol> Driver<P> {
     ) -> Result<(), DriverError> {
         match token {
             SYNC_DONE => self.on_sync_done(now, app)?,
+            COMMANDS => self.on_commands(now, app)?,
             PEER_LISTENER => self.accept(now, false),
             CLIENT_LISTENER => self.accept(now, true),
             MULTICAST_SOCKET => {
@@ -1923,9 +2379,9 @@ impl<P: Protocol, A: Hooks + ?Sized> Carrier<P::Message> for LoopCarrier<'_, '_,
         &mut self,
         _now: Micros,
         d: &Delivery,
-        _results: &[Bytes],
+        results: &[Bytes],
     ) -> Result<(), DriverError> {
-        self.d.deliver_to_clients(d);
+        self.d.on_delivered(d, results);
         Ok(())
     }
 
@@ -1937,7 +2393,15 @@ impl<P: Protocol, A: Hooks + ?Sized> Carrier<P::Message> for LoopCarrier<'_, '_,
         DriverError::Install(why)
     }
 
-    fn skipped(&mut self, _now: Micros, _skip: &Skip) -> Result<(), DriverError> {
+    fn skipped(&mut self, _now: Micros, skip: &Skip) -> Result<(), DriverError> {
+        if skip.group == GroupId(0) {
+            self.d.passed_over(skip.from, skip.to, GapReason::Skipped);
+        }
+        Ok(())
+    }
+
+    fn read(&mut self, _now: Micros, r: &ReadState) -> Result<(), DriverError> {
+        self.d.on_read(r);
         Ok(())
     }
 
@@ -1973,11 +2437,27 @@ impl<P: Protocol, A: Hooks + ?Sized> Carrier<P::Message> for LoopCarrier<'_, '_,
         }
         self.app.ack(now, a);
         self.d.ack_to_clients(a);
+        self.d.ack_tickets(a);
         Ok(())
     }
 
     fn event(&mut self, _now: Micros, event: &abcast_core::Event) {
         self.d.log(format_args!("{event}"));
+    }
+}
+
+/// Pushes one event to a handle stream; false (drop the stream) when it is gone or full,
+/// the latter ending it with `TooSlow`.
+fn stream_push(tx: &MailTx<StreamEvent>, ev: StreamEvent) -> bool {
+    match tx.push(ev) {
+        Ok(()) => true,
+        Err(MailPushError::Gone) => false,
+        Err(MailPushError::Full) => {
+            tx.close(handle::EndReason::TooSlow {
+                capacity: tx.capacity(),
+            });
+            false
+        }
     }
 }
 

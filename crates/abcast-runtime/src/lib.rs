@@ -10,6 +10,10 @@
 //!   like frames, with a bounded send queue.
 //! - `netns`: entering a network namespace (emulated LAN, multicast tests).
 //! - `disk`: the durable log's files (`OsDir`: positioned vectored writes, `O_DIRECT`).
+//! - `history`: what the node delivered, in memory or in a journal on disk, so a
+//!   subscription resumes from a position and never passes an instance silently.
+//! - `handle`: `handle::start` runs a node's loop on its own thread and returns a
+//!   `NodeHandle` (propose, subscribe, read barrier, reconfigure, status, shutdown).
 //! - `driver`: the event loop. One thread runs everything of one node, so the protocol
 //!   needs no locks and its effects are carried out in the order the contract gives.
 
@@ -17,6 +21,8 @@ pub mod clientwire;
 pub mod disk;
 pub mod driver;
 pub mod frame;
+pub mod handle;
+pub mod history;
 pub mod linkfault;
 pub mod loadgen;
 pub mod multicast;
@@ -25,6 +31,11 @@ pub mod syncer;
 pub mod transport;
 
 pub use driver::{Driver, DriverConfig, DriverError, Listeners, TransportStats};
+pub use handle::{
+    Applied, DeliveryStream, EndReason, HandleError, NodeHandle, NodeStatus, ReadPoint, Stopped,
+    StreamEvent, Ticket,
+};
+pub use history::{Gap, GapReason};
 pub use linkfault::LinkFault;
 pub use loadgen::LoadConfig;
 pub use multicast::{MulticastConfig, MulticastStats};

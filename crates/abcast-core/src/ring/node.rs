@@ -12,9 +12,9 @@
 use super::acceptor::AcceptorState;
 use super::learner::{LearnerState, PayloadCache};
 use super::messages::Heartbeat;
-use super::snapshot::SnapshotState;
+use super::snapshot::{SnapshotState, trim_acceptor};
 use super::{RingView, bit};
-use crate::batcher::Batcher;
+use crate::batcher::{BatchLimits, Batcher};
 use crate::config::Member;
 use crate::protocol::{Outbox, Status};
 use crate::storage::{StorageError, SyncJob};
@@ -182,6 +182,68 @@ impl RingNode {
             .decided_max
             .max(m.decided_max)
             .max(m.delivered_upto);
+    }
+
+    // ---- trimming (issue 4, `snapshot.rs`) ------------------------------------------------
+
+    /// The leading coordinator's trim point (`SnapshotState::trim_point` over the learners
+    /// among `members`); 0 when not `leading`. `trim_past_quorum` is the broken variant
+    /// `Mutation::TrimPastQuorum` (tests only).
+    pub(crate) fn trim_point(
+        &self,
+        members: &[Member],
+        leading: bool,
+        trim_past_quorum: impl FnOnce() -> bool,
+    ) -> Instance {
+        if !leading {
+            return 0;
+        }
+        let learners = (0..members.len()).filter(|&p| members[p].roles.learner);
+        let t = self.snap.trim_point(self.pos, learners);
+        if t > 0 && trim_past_quorum() {
+            return t + 1;
+        }
+        t
+    }
+
+    /// An acceptor trims below what the coordinator it believes in says.
+    pub(crate) fn on_trim<M>(&mut self, from_pos: usize, below: Instance, out: &mut Outbox<M>) {
+        if self.coordinator_pos() != Some(from_pos) {
+            return;
+        }
+        trim_acceptor(self.acc.as_mut(), below, out);
+    }
+
+    // ---- roles, and the hooks of the Multi-Ring layer -------------------------------------
+
+    /// Whether the proposer has room for one more value.
+    pub(crate) fn can_propose(&self, limits: &BatchLimits) -> bool {
+        self.prop.as_ref().is_some_and(|p| p.has_room(limits))
+    }
+
+    /// Whether this node is a proposer of the ring.
+    pub(crate) fn is_proposer(&self) -> bool {
+        self.prop.is_some()
+    }
+
+    /// Whether this node is a learner of the ring (hands values to the application).
+    pub(crate) fn is_learner(&self) -> bool {
+        self.learn.deliver
+    }
+
+    /// Reports decided instances that deliver nothing as passes (`ring::Pass`).
+    pub(crate) fn set_report_passes(&mut self, on: bool) {
+        self.learn.report_passes = on;
+    }
+
+    /// Moves the passes reported so far into `into`.
+    pub(crate) fn drain_passes(&mut self, into: &mut Vec<super::Pass>) {
+        into.append(&mut self.learn.passes);
+    }
+
+    /// Holds (or resumes) deliveries; decisions keep arriving and wait in the learner.
+    pub(crate) fn set_delivery_paused(&mut self, paused: bool) {
+        self.learn.paused = paused;
     }
 
     // ---- decisions and the work after every input ----------------------------------------

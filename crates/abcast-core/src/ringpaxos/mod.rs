@@ -216,7 +216,7 @@ impl RingPaxos {
         self.node.heartbeat_merge(&m);
         self.on_snapshot_report(from_pos, m.snapshot_upto);
         if m.trim_below > 0 {
-            self.on_trim(from_pos, m.trim_below, out);
+            self.node.on_trim(from_pos, m.trim_below, out);
         }
         if m.amnesic {
             let fp = fingerprint(&m.epoch);
@@ -234,7 +234,7 @@ impl RingPaxos {
             .heartbeat(self.coord.is_leading(), self.trim_point());
         // The coordinator's own acceptor trims as its heartbeats tell the others.
         if hb.trim_below > 0 {
-            self.on_trim(self.node.pos, hb.trim_below, out);
+            self.node.on_trim(self.node.pos, hb.trim_below, out);
         }
         self.node
             .send_to_others(&self.cfg.members, &hb, Message::Heartbeat, out);
@@ -294,13 +294,13 @@ impl crate::ring::ComposableRing for RingPaxos {
         RingPaxos::new(cfg, me, start, store)
     }
     fn set_report_passes(&mut self, on: bool) {
-        self.node.learn.report_passes = on;
+        self.node.set_report_passes(on);
     }
     fn drain_passes(&mut self, into: &mut Vec<crate::ring::Pass>) {
-        into.append(&mut self.node.learn.passes);
+        self.node.drain_passes(into);
     }
     fn set_delivery_paused(&mut self, paused: bool) {
-        self.node.learn.paused = paused;
+        self.node.set_delivery_paused(paused);
     }
     fn is_leading(&self) -> bool {
         self.coord.is_leading()
@@ -328,10 +328,10 @@ impl crate::ring::ComposableRing for RingPaxos {
         self.coord.meta.len()
     }
     fn is_proposer(&self) -> bool {
-        self.node.prop.is_some()
+        self.node.is_proposer()
     }
     fn is_learner(&self) -> bool {
-        self.node.learn.deliver
+        self.node.is_learner()
     }
 }
 
@@ -402,10 +402,7 @@ impl Protocol for RingPaxos {
     }
 
     fn can_propose(&self) -> bool {
-        self.node
-            .prop
-            .as_ref()
-            .is_some_and(|p| p.has_room(&self.cfg.batch_limits()))
+        self.node.can_propose(&self.cfg.batch_limits())
     }
 
     fn sync_storage(&mut self) -> Result<(), crate::storage::StorageError> {

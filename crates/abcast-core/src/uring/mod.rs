@@ -120,13 +120,13 @@ impl URing {
     /// Reports decided instances that deliver nothing as passes (`ring::Pass`), so a merge
     /// can count every instance's slots (seed 000 §3.1.4, `MultiRingLearner`).
     pub fn set_report_passes(&mut self, on: bool) {
-        self.node.learn.report_passes = on;
+        self.node.set_report_passes(on);
     }
 
     /// Holds (or resumes) deliveries: the merge above this ring has no room. Decisions keep
     /// arriving and wait, bounded, in the learner; the ring itself does not slow down.
     pub fn set_delivery_paused(&mut self, paused: bool) {
-        self.node.learn.paused = paused;
+        self.node.set_delivery_paused(paused);
     }
 
     /// Whether this node is the ring's coordinator with phase 1 done.
@@ -178,12 +178,12 @@ impl URing {
 
     /// Whether this node is a proposer of the ring.
     pub fn is_proposer(&self) -> bool {
-        self.node.prop.is_some()
+        self.node.is_proposer()
     }
 
     /// Whether this node is a learner of the ring (hands values to the application).
     pub fn is_learner(&self) -> bool {
-        self.node.learn.deliver
+        self.node.is_learner()
     }
 
     /// Decree-less decrees waiting at this coordinator.
@@ -377,7 +377,7 @@ impl URing {
         self.node.heartbeat_decided(&m);
         self.on_snapshot_report(from_pos, m.snapshot_upto);
         if m.leading && m.trim_below > 0 {
-            self.on_trim(from_pos, m.trim_below, out);
+            self.node.on_trim(from_pos, m.trim_below, out);
         }
     }
 
@@ -390,7 +390,7 @@ impl URing {
             .heartbeat(self.coord.is_leading(), self.trim_point());
         // The coordinator's own acceptor trims with the others (no heartbeat to itself).
         if hb.trim_below > 0 {
-            self.on_trim(self.node.pos, hb.trim_below, out);
+            self.node.on_trim(self.node.pos, hb.trim_below, out);
         }
         self.node
             .send_to_others(&self.cfg.members, &hb, Message::Heartbeat, out);
@@ -506,7 +506,7 @@ impl crate::ring::ComposableRing for URing {
         URing::set_report_passes(self, on)
     }
     fn drain_passes(&mut self, into: &mut Vec<crate::ring::Pass>) {
-        into.append(&mut self.node.learn.passes);
+        self.node.drain_passes(into);
     }
     fn set_delivery_paused(&mut self, paused: bool) {
         URing::set_delivery_paused(self, paused)
@@ -598,10 +598,7 @@ impl Protocol for URing {
     }
 
     fn can_propose(&self) -> bool {
-        self.node
-            .prop
-            .as_ref()
-            .is_some_and(|p| p.has_room(&self.cfg.batch_limits()))
+        self.node.can_propose(&self.cfg.batch_limits())
     }
 
     fn sync_storage(&mut self) -> Result<(), crate::storage::StorageError> {

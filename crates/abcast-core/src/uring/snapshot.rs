@@ -7,7 +7,7 @@ use super::{Out, URing};
 use crate::protocol::Snapshot;
 use crate::ring::snapshot::{
     apply_snapshot_to, behind_trim_point_in, fetch_tick_in, install_in, on_chunk_in,
-    take_snapshot_of, trim_acceptor,
+    take_snapshot_of,
 };
 use crate::snapshot_transfer::{SnapshotChunk, SnapshotFetch};
 use crate::types::Instance;
@@ -147,22 +147,9 @@ impl URing {
     /// The leading coordinator's trim point: below the minimum over a quorum of learners
     /// (URingPaxos' `Safe`, see [`quorum_trim_point`]); 0 when not leading.
     pub(crate) fn trim_point(&self) -> Instance {
-        if !self.coord.is_leading() {
-            return 0;
-        }
-        let learners = (0..self.cfg.members.len()).filter(|&p| self.cfg.members[p].roles.learner);
-        let t = self.node.snap.trim_point(self.node.pos, learners);
-        if t > 0 && self.mutated(crate::mutation::Mutation::TrimPastQuorum) {
-            return t + 1;
-        }
-        t
-    }
-
-    /// An acceptor trims below what the coordinator it believes in says.
-    pub(crate) fn on_trim(&mut self, from_pos: usize, below: Instance, out: &mut Out) {
-        if self.node.coordinator_pos() != Some(from_pos) {
-            return;
-        }
-        trim_acceptor(self.node.acc.as_mut(), below, out);
+        self.node
+            .trim_point(&self.cfg.members, self.coord.is_leading(), || {
+                self.mutated(crate::mutation::Mutation::TrimPastQuorum)
+            })
     }
 }

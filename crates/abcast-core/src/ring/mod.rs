@@ -15,16 +15,19 @@
 //! | `learner.rs` | learner state, de-duplication memory, payload cache |
 //! | `snapshot.rs` | snapshot, transfer and trim rules |
 //! | `messages.rs` | the messages both protocols send, with their codecs |
+//! | `node.rs` | `RingNode`: the node state both protocols hold, heartbeats, sync, status |
 //! | `meta.rs` | decrees for a layer above the ring (Multi-Ring Paxos), reported as passes |
 
 pub mod acceptor;
 pub mod learner;
 pub mod messages;
 pub mod meta;
+pub(crate) mod node;
 pub mod snapshot;
 pub mod view;
 
 pub use meta::{ComposableRing, Pass, RingConfigView};
+pub(crate) use node::RingNode;
 pub use view::{RingView, bit, fingerprint};
 
 use crate::protocol::Outbox;
@@ -72,8 +75,9 @@ impl MutationSlot {
 /// The parts of a ring protocol node that the shared learner steps below need.
 pub(crate) trait RingHost {
     type Msg;
-    fn acceptor_and_learner(&self) -> (Option<&acceptor::AcceptorState>, &learner::LearnerState);
-    fn learner_and_cache(&mut self) -> (&mut learner::LearnerState, &mut learner::PayloadCache);
+    /// The node state the protocol holds (one field, no indirection).
+    fn ring_node(&self) -> &RingNode;
+    fn ring_node_mut(&mut self) -> &mut RingNode;
     fn retrieve_max_instances(&self) -> u64;
     /// Records a decision in every role of the node (learner, acceptor store, proposer's
     /// acks, and the coordinator where it tracks decisions).
@@ -95,7 +99,8 @@ pub(crate) trait RingHost {
     /// whose learner waited at instance 1 for a decision its own log held).
     fn learn_from_own_store(&mut self, out: &mut Outbox<Self::Msg>) {
         let max = self.retrieve_max_instances();
-        let (Some(acc), learn) = self.acceptor_and_learner() else {
+        let node = self.ring_node();
+        let (Some(acc), learn) = (node.acc.as_ref(), &node.learn) else {
             return;
         };
         let from = learn.next;
@@ -111,9 +116,9 @@ pub(crate) trait RingHost {
         }
         for (instance, a) in entries {
             if let Decree::Values(b) = &a.decree {
-                let (learn, cache) = self.learner_and_cache();
-                cache.insert(b);
-                learn.offer_payload(b);
+                let node = self.ring_node_mut();
+                node.cache.insert(b);
+                node.learn.offer_payload(b);
             }
             let key = a.decree.key();
             self.record_decision(instance, a.ballot, Some(a.decree), key, out);

@@ -35,11 +35,13 @@ impl RingPaxos {
     /// several rounds under one ballot) and the epochs agree; reply with the votes from
     /// `m.from` on, bounded in size (`covered_to` says where the reply stopped).
     pub(crate) fn on_phase1a(&mut self, from_pos: usize, m: Phase1a, out: &mut Out) {
-        self.note_ballot(m.ballot);
-        self.view.merge_epoch(&m.epoch);
-        let epoch_ok = fingerprint(&m.epoch) == self.view.epoch_fp();
-        let decided_upto = self.learn.delivered_upto();
-        let Some(acc) = self.acc.as_mut() else { return };
+        self.node.note_ballot(m.ballot);
+        self.node.view.merge_epoch(&m.epoch);
+        let epoch_ok = fingerprint(&m.epoch) == self.node.view.epoch_fp();
+        let decided_upto = self.node.learn.delivered_upto();
+        let Some(acc) = self.node.acc.as_mut() else {
+            return;
+        };
         let promised = acc.store.promised();
         let ok = m.ballot >= promised && epoch_ok;
         let mut accepted = Vec::new();
@@ -77,7 +79,7 @@ impl RingPaxos {
             max_instance: acc.store.max_instance(),
             log_start: acc.store.log_start(),
             covered_to,
-            epoch: self.view.epoch().to_vec(),
+            epoch: self.node.view.epoch().to_vec(),
             accepted,
         };
         out.send(self.node_at(from_pos), Message::Phase1b(reply));
@@ -86,10 +88,10 @@ impl RingPaxos {
     /// Ip-delivery of a `Phase2a` from the coordinator: keep the value for learning, learn
     /// the piggy-backed decisions (§6.1), and vote (Task 4).
     pub(crate) fn on_phase2a(&mut self, m: Phase2a, out: &mut Out) {
-        self.note_ballot(m.ballot);
+        self.node.note_ballot(m.ballot);
         if let Decree::Values(b) = &m.decree {
-            self.cache.insert(b);
-            self.learn.offer_payload(b);
+            self.node.cache.insert(b);
+            self.node.learn.offer_payload(b);
         }
         for (i, vid) in &m.decisions {
             self.learn_decision(*i, m.ballot, vid.clone(), out);
@@ -102,9 +104,11 @@ impl RingPaxos {
     /// for its own `Phase2a` as it multicasts it.
     pub(crate) fn acceptor_vote(&mut self, m: &Phase2a, out: &mut Out) {
         let epoch_ok =
-            m.epoch_fp == self.view.epoch_fp() || self.mutated(Mutation::VoteIgnoresEpoch);
+            m.epoch_fp == self.node.view.epoch_fp() || self.mutated(Mutation::VoteIgnoresEpoch);
         let sync_vote = !self.mutated(Mutation::NoSyncBeforeVote);
-        let Some(acc) = self.acc.as_mut() else { return };
+        let Some(acc) = self.node.acc.as_mut() else {
+            return;
+        };
         let promised = acc.store.promised();
         if m.ballot < promised || !epoch_ok {
             // Tell the coordinator why: a higher promise, or another epoch (§4.2).
@@ -113,7 +117,7 @@ impl RingPaxos {
                 Message::Nack(Nack {
                     promised,
                     instance: m.instance,
-                    epoch: self.view.epoch().to_vec(),
+                    epoch: self.node.view.epoch().to_vec(),
                 }),
             );
             return;
@@ -148,7 +152,7 @@ impl RingPaxos {
                 self.ring.ring = m.ring.clone();
             }
         }
-        let Some(idx) = m.ring.iter().position(|&n| n == self.me) else {
+        let Some(idx) = m.ring.iter().position(|&n| n == self.node.me) else {
             return; // a spare: votes, but is not on the ring
         };
         if idx == 0 {
@@ -169,8 +173,10 @@ impl RingPaxos {
     /// Task 5 (acceptors and coordinator): `upon receiving (PHASE 2B, c-rnd, c-vid) from
     /// predecessor: if v-vid = c-vid then` forward it, or decide if last.
     pub(crate) fn on_phase2b(&mut self, m: Phase2b, out: &mut Out) {
-        self.note_ballot(m.ballot);
-        let Some(acc) = self.acc.as_ref() else { return };
+        self.node.note_ballot(m.ballot);
+        let Some(acc) = self.node.acc.as_ref() else {
+            return;
+        };
         let voted = acc
             .store
             .get(m.instance)
@@ -185,7 +191,7 @@ impl RingPaxos {
             }
             return;
         }
-        let Some(idx) = self.ring.ring.iter().position(|&n| n == self.me) else {
+        let Some(idx) = self.ring.ring.iter().position(|&n| n == self.node.me) else {
             return;
         };
         self.pass_2b(idx, m.ballot, m.instance, m.vid, out);
@@ -194,7 +200,7 @@ impl RingPaxos {
     /// Task 5 lines 32-35: not last → send to the successor; last (the coordinator) → decide.
     fn pass_2b(&mut self, idx: usize, ballot: Ballot, instance: Instance, vid: Vid, out: &mut Out) {
         let ring = &self.ring.ring;
-        debug_assert!(idx < ring.len() && ring[idx] == self.me);
+        debug_assert!(idx < ring.len() && ring[idx] == self.node.me);
         if idx + 1 >= ring.len() {
             self.coordinator_on_2b(ballot, instance, vid, out);
         } else {
@@ -222,10 +228,11 @@ impl RingPaxos {
             m.to.min(m.from.saturating_add(self.cfg.retrieve_max_instances))
                 .min(m.from.saturating_add(super::messages::MAX_ENTRIES as u64));
         let mut found: BTreeMap<Instance, Decree> = self.coordinator_on_retrieve(m.from, to);
-        let Some(acc) = self.acc.as_ref() else {
+        let Some(acc) = self.node.acc.as_ref() else {
             // Not an acceptor: no decisions to serve, but a learner about to skip may ask
             // for this learner's de-duplication memory (`behind_trim_point_in`).
-            let (dedup_from, dedup_to, dedup) = skip_memory_of(&self.learn, None, m.from, m.to);
+            let (dedup_from, dedup_to, dedup) =
+                skip_memory_of(&self.node.learn, None, m.from, m.to);
             out.send(
                 self.node_at(from_pos),
                 Message::Decided(Decided {
@@ -262,7 +269,7 @@ impl RingPaxos {
         let (dedup_from, dedup_to, dedup) = if found.contains_key(&m.from) {
             (0, 0, Vec::new())
         } else {
-            skip_memory_of(&self.learn, Some(&*acc.store), m.from, m.to)
+            skip_memory_of(&self.node.learn, Some(&*acc.store), m.from, m.to)
         };
         out.send(
             self.node_at(from_pos),
@@ -278,16 +285,18 @@ impl RingPaxos {
     }
 
     pub(crate) fn on_repair(&mut self, m: Repair, out: &mut Out) {
-        self.note_ballot(m.ballot);
+        self.node.note_ballot(m.ballot);
         // Only a target computed in an epoch that knew this life: one meant for an earlier
         // life (flushed from a queue kept for it, or late in the network) says nothing about
         // the votes this life forgot (bug B1).
-        let mine = self.view.epoch().get(self.pos).copied();
-        if m.epoch.get(self.pos).copied() != mine {
+        let mine = self.node.view.epoch().get(self.node.pos).copied();
+        if m.epoch.get(self.node.pos).copied() != mine {
             return;
         }
         let ignore_target = self.mutated(Mutation::RepairIgnored);
-        let Some(acc) = self.acc.as_mut() else { return };
+        let Some(acc) = self.node.acc.as_mut() else {
+            return;
+        };
         if acc.amnesic && acc.repair_upto.is_none_or(|u| m.upto < u) {
             acc.repair_upto = Some(m.upto);
             out.events.push(Event::RepairNeeded { upto: m.upto });
@@ -295,6 +304,6 @@ impl RingPaxos {
         if ignore_target {
             acc.amnesic = false;
         }
-        self.learn.decided_max = self.learn.decided_max.max(m.decided_floor);
+        self.node.learn.decided_max = self.node.learn.decided_max.max(m.decided_floor);
     }
 }

@@ -188,16 +188,16 @@ impl RingPaxos {
         if !self.coord.is_active() {
             return; // not coordinating: the proposer re-sends to the right node
         }
-        self.cache.insert(&batch);
-        self.learn.offer_payload(&batch);
+        self.node.cache.insert(&batch);
+        self.node.learn.offer_payload(&batch);
         let key = batch.key();
         if self.coord.open_keys.contains(&key) || !self.coord.known.insert(key) {
             return;
         }
-        if self.learn.decided_at(key).is_some() {
+        if self.node.learn.decided_at(key).is_some() {
             // Decided already: the proposer missed the decision. Tell it, do not decide twice.
             self.coord.known.remove(&key);
-            if let Some(instance) = self.learn.decided_at(key) {
+            if let Some(instance) = self.node.learn.decided_at(key) {
                 out.send(
                     key.origin,
                     Message::Decided(super::messages::Decided {
@@ -227,9 +227,9 @@ impl RingPaxos {
         self.flush_decisions(out);
         // Above every round seen, and this life's incarnation: a ballot no other process
         // life made or will make (see `Ballot`).
-        let round = self.max_ballot_seen.round.max(self.coord.ballot.round) + 1;
-        let ballot = Ballot::new(round, self.me, self.ballot_incarnation);
-        self.note_ballot(ballot);
+        let round = self.node.max_ballot_seen.round.max(self.coord.ballot.round) + 1;
+        let ballot = Ballot::new(round, self.node.me, self.node.ballot_incarnation);
+        self.node.note_ballot(ballot);
         // Undecided values go back to the queue; phase 1 re-proposes them where it finds
         // them (and the queue skips them then).
         let c = &mut self.coord;
@@ -251,12 +251,12 @@ impl RingPaxos {
         c.repair = None;
         c.phase = Phase::Preparing;
         c.ballot = ballot;
-        c.epoch_fp = self.view.epoch_fp();
-        let from = self.learn.next;
+        c.epoch_fp = self.node.view.epoch_fp();
+        let from = self.node.learn.next;
         c.next_instance = from;
-        c.prepare = Some(Prepare::new(from, self.now));
+        c.prepare = Some(Prepare::new(from, self.node.now));
         out.events.push(Event::PhaseOne {
-            node: self.me,
+            node: self.node.me,
             ballot,
             from,
             why: why.to_string(),
@@ -271,7 +271,7 @@ impl RingPaxos {
             // The promise covers every instance, and each acceptor bounds its reply
             // (`REPLY_MAX_INSTANCES`, `covered_to`): no upper end to ask for.
             to: Instance::MAX,
-            epoch: self.view.epoch().to_vec(),
+            epoch: self.node.view.epoch().to_vec(),
         };
         for &p in &self.acceptors {
             // To itself too: one code path for every acceptor.
@@ -281,8 +281,8 @@ impl RingPaxos {
 
     /// Task 3: `upon receiving (PHASE 1B, ...) from Q_a such that rnd = c-rnd`.
     pub(crate) fn on_phase1b(&mut self, from_pos: usize, m: Phase1b, out: &mut Out) {
-        self.note_ballot(m.promised);
-        let epoch_changed = self.view.merge_epoch(&m.epoch);
+        self.node.note_ballot(m.promised);
+        let epoch_changed = self.node.view.merge_epoch(&m.epoch);
         if self.coord.phase != Phase::Preparing || m.ballot != self.coord.ballot {
             return;
         }
@@ -341,7 +341,7 @@ impl RingPaxos {
             p.order.clear();
             p.oks = 0;
             p.covered = Instance::MAX;
-            p.sent_us = self.now;
+            p.sent_us = self.node.now;
             self.send_phase1a(from, out);
             return;
         }
@@ -358,14 +358,14 @@ impl RingPaxos {
             .order
             .iter()
             .copied()
-            .filter(|&q| q != self.pos)
+            .filter(|&q| q != self.node.pos)
             .take(self.quorum - 1)
             .map(|q| self.node_at(q))
             .collect();
-        ring.push(self.me);
+        ring.push(self.node.me);
         debug_assert_eq!(ring.len(), self.quorum, "the ring is an m-quorum");
         self.coord.ring = ring;
-        self.learn.decided_max = self.learn.decided_max.max(p.floor);
+        self.node.learn.decided_max = self.node.learn.decided_max.max(p.floor);
         let drop_decided = self.mutated(Mutation::DecidedDroppedAtTakeover);
         // Decided below the floor: learners retrieve what they miss from whoever knows.
         for (&i, (b, d, decided)) in p.votes.range(..=p.floor) {
@@ -384,7 +384,7 @@ impl RingPaxos {
         let end = p.hi.max(p.floor);
         self.coord.next_instance = start;
         self.coord.phase = Phase::Leading;
-        self.coord.progress_us = self.now;
+        self.coord.progress_us = self.node.now;
         let mut votes = p.votes;
         for i in start..=end {
             let (decree, decided) = match votes.remove(&i) {
@@ -403,7 +403,7 @@ impl RingPaxos {
             }
         }
         out.events.push(Event::Leading {
-            node: self.me,
+            node: self.node.me,
             ballot,
             ring: self.coord.ring.clone(),
             decided_upto: p.floor,
@@ -411,7 +411,7 @@ impl RingPaxos {
         });
         let repair = Repair {
             ballot,
-            epoch: self.view.epoch().to_vec(),
+            epoch: self.node.view.epoch().to_vec(),
             decided_floor: p.floor,
             upto: p.hi.max(p.floor),
         };
@@ -448,8 +448,8 @@ impl RingPaxos {
             instance,
             vid: Vid::of(&decree),
             decree,
-            opened_us: self.now,
-            sent_us: self.now,
+            opened_us: self.node.now,
+            sent_us: self.node.now,
             decided,
             announced: false,
         });
@@ -463,7 +463,7 @@ impl RingPaxos {
     }
 
     fn multicast_2a(&mut self, instance: Instance, out: &mut Out) {
-        let now = self.now;
+        let now = self.node.now;
         let Some(s) = self.coord.slot_mut(instance) else {
             return;
         };
@@ -493,13 +493,13 @@ impl RingPaxos {
                 s.announced = true;
             }
         }
-        c.pending_since_us = self.now;
+        c.pending_since_us = self.node.now;
         taken
     }
 
     fn announce(&mut self, instance: Instance, vid: Vid) {
         if self.coord.pending.is_empty() {
-            self.coord.pending_since_us = self.now;
+            self.coord.pending_since_us = self.node.now;
         }
         self.coord.pending.push((instance, vid));
     }
@@ -537,7 +537,7 @@ impl RingPaxos {
         let decree = s.decree.clone();
         debug_assert!(self.coord.undecided > 0);
         self.coord.undecided -= 1;
-        self.coord.progress_us = self.now;
+        self.coord.progress_us = self.node.now;
         let key = vid.key();
         self.announce(instance, vid);
         self.record_decision(instance, ballot, Some(decree), key, out);
@@ -574,7 +574,9 @@ impl RingPaxos {
             return;
         }
         while !self.coord.queue.is_empty() || !self.coord.meta.is_empty() {
-            if !self.buffer_has_room() || self.acc.as_ref().is_some_and(|a| !a.store.has_room()) {
+            if !self.buffer_has_room()
+                || self.node.acc.as_ref().is_some_and(|a| !a.store.has_room())
+            {
                 break;
             }
             if let Some(d) = self.coord.meta.pop_front() {
@@ -590,7 +592,7 @@ impl RingPaxos {
             c.queue_bytes -= b.wire_bytes();
             let k = b.key();
             c.known.remove(&k);
-            if c.open_keys.contains(&k) || self.learn.decided_at(k).is_some() {
+            if c.open_keys.contains(&k) || self.node.learn.decided_at(k).is_some() {
                 continue; // proposed again by phase 1, or decided: never twice
             }
             let instance = self.coord.next_instance;
@@ -600,14 +602,14 @@ impl RingPaxos {
     }
 
     pub(crate) fn on_nack(&mut self, m: Nack, out: &mut Out) {
-        self.note_ballot(m.promised);
-        let epoch_changed = self.view.merge_epoch(&m.epoch);
+        self.node.note_ballot(m.promised);
+        let epoch_changed = self.node.view.merge_epoch(&m.epoch);
         if self.coord.phase == Phase::Follower {
             return;
         }
         if m.promised > self.coord.ballot {
             self.start_phase1(out, "refused by a higher promise");
-        } else if epoch_changed || self.view.epoch_fp() != self.coord.epoch_fp {
+        } else if epoch_changed || self.node.view.epoch_fp() != self.coord.epoch_fp {
             self.start_phase1(out, "epoch changed");
         }
     }
@@ -642,14 +644,14 @@ impl RingPaxos {
     }
 
     pub(crate) fn coordinator_tick(&mut self, out: &mut Out) {
-        let me_coordinator = self.coordinator_pos() == Some(self.pos);
+        let me_coordinator = self.node.coordinator_pos() == Some(self.node.pos);
         match (me_coordinator, self.coord.is_active()) {
             (true, false) => {
                 self.start_phase1(out, "first live acceptor");
                 return;
             }
             (false, true) => {
-                out.events.push(Event::SteppedDown { node: self.me });
+                out.events.push(Event::SteppedDown { node: self.node.me });
                 self.flush_decisions(out);
                 self.step_down();
                 return;
@@ -657,24 +659,24 @@ impl RingPaxos {
             (false, false) => return,
             (true, true) => {}
         }
-        if self.view.epoch_fp() != self.coord.epoch_fp {
+        if self.node.view.epoch_fp() != self.coord.epoch_fp {
             self.start_phase1(out, "epoch changed");
             return;
         }
         if let Some(p) = self.coord.prepare.as_mut() {
-            if self.now >= p.sent_us + self.cfg.p1_resend_us {
-                p.sent_us = self.now;
+            if self.node.now >= p.sent_us + self.cfg.p1_resend_us {
+                p.sent_us = self.node.now;
                 let from = p.round_from;
                 self.send_phase1a(from, out);
             }
             return;
         }
         // §4.2: a failed ring acceptor: phase 1 again with a new ring.
-        let now = self.now;
+        let now = self.node.now;
         let suspected = self.coord.ring.iter().any(|&n| {
             self.cfg
                 .position(n)
-                .is_some_and(|p| !self.view.alive(p, now))
+                .is_some_and(|p| !self.node.view.alive(p, now))
         });
         if suspected {
             self.start_phase1(out, "a ring acceptor is suspected");

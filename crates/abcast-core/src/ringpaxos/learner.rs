@@ -20,8 +20,8 @@ impl RingPaxos {
     /// Whom to ask, in order: the coordinator, the preferred acceptor, the other live acceptors.
     pub(crate) fn retrieve_targets(&self) -> Vec<usize> {
         let mut v: Vec<usize> = Vec::new();
-        let alive = |p: usize| p != self.pos && self.view.alive(p, self.now);
-        if let Some(c) = self.coordinator_pos().filter(|&c| alive(c)) {
+        let alive = |p: usize| p != self.node.pos && self.node.view.alive(p, self.node.now);
+        if let Some(c) = self.node.coordinator_pos().filter(|&c| alive(c)) {
             v.push(c);
         }
         let ring: Vec<usize> = self
@@ -45,11 +45,12 @@ impl RingPaxos {
     }
 
     pub(crate) fn learner_tick(&mut self, out: &mut Out) {
-        if !(self.learn.behind() || self.learn.has_waiting()) {
+        if !(self.node.learn.behind() || self.node.learn.has_waiting()) {
             return;
         }
         let t = self.cfg.retrieve_timeout_us;
-        if self.now < self.learn.last_progress_us + t || self.now < self.learn.last_retrieve_us + t
+        if self.node.now < self.node.learn.last_progress_us + t
+            || self.node.now < self.node.learn.last_retrieve_us + t
         {
             return;
         }
@@ -58,18 +59,19 @@ impl RingPaxos {
 
     pub(crate) fn send_retrieve(&mut self, out: &mut Out) {
         self.learn_from_own_store(out);
-        if !(self.learn.behind() || self.learn.has_waiting()) {
+        if !(self.node.learn.behind() || self.node.learn.has_waiting()) {
             return;
         }
         let targets = self.retrieve_targets();
         if targets.is_empty() {
             return;
         }
-        let target = targets[self.learn.retrieve_round % targets.len()];
-        self.learn.retrieve_round += 1;
-        self.learn.last_retrieve_us = self.now;
-        let from = self.learn.next;
-        let to = (from + self.cfg.retrieve_max_instances).min(self.learn.decided_max.max(from) + 1);
+        let target = targets[self.node.learn.retrieve_round % targets.len()];
+        self.node.learn.retrieve_round += 1;
+        self.node.learn.last_retrieve_us = self.node.now;
+        let from = self.node.learn.next;
+        let to =
+            (from + self.cfg.retrieve_max_instances).min(self.node.learn.decided_max.max(from) + 1);
         out.send(
             self.node_at(target),
             Message::Retrieve(Retrieve { from, to }),
@@ -78,11 +80,11 @@ impl RingPaxos {
 
     /// Decided instances from the coordinator's buffer or an acceptor.
     pub(crate) fn on_decided_reply(&mut self, from_pos: usize, m: Decided, out: &mut Out) {
-        let next_before = self.learn.next;
+        let next_before = self.node.learn.next;
         for (instance, decree) in m.entries {
             if let Decree::Values(b) = &decree {
-                self.cache.insert(b);
-                self.learn.offer_payload(b);
+                self.node.cache.insert(b);
+                self.node.learn.offer_payload(b);
             }
             let key = decree.key();
             self.record_decision(instance, Ballot::ZERO, Some(decree), key, out);
@@ -92,25 +94,31 @@ impl RingPaxos {
         // live acceptor answered without it, and one had trimmed it, fetch a peer's
         // snapshot, or skip (`behind_trim_point`; see `LearnerState::note_unserved`).
         if m.dedup_to > m.dedup_from {
-            self.learn
+            self.node
+                .learn
                 .offer_skip_memory(m.dedup_from, m.dedup_to, m.dedup);
         }
-        if self.is_acceptor_pos(from_pos) {
-            self.learn
+        if self.node.is_acceptor_pos(from_pos) {
+            self.node
+                .learn
                 .note_unserved(from_pos, m.log_start, m.scanned_to);
         }
         let live = self
             .acceptors
             .iter()
-            .filter(|&&p| p != self.pos && self.view.alive(p, self.now))
+            .filter(|&&p| p != self.node.pos && self.node.view.alive(p, self.node.now))
             .fold(0u64, |m, &p| m | bit(p));
-        let next = self.learn.next;
-        if let Some(floor) = self.learn.behind_floor(live, self.cfg.learner_snapshots) {
+        let next = self.node.learn.next;
+        if let Some(floor) = self
+            .node
+            .learn
+            .behind_floor(live, self.cfg.learner_snapshots)
+        {
             self.behind_trim_point(next, floor, out);
         }
         // Catching up moves at network speed: ask for the next range at once.
         self.after_input(out);
-        if self.learn.next > next_before && self.learn.behind() {
+        if self.node.learn.next > next_before && self.node.learn.behind() {
             self.send_retrieve(out);
         }
     }

@@ -60,7 +60,7 @@ use crate::batcher::Batcher;
 use crate::protocol::{Outbox, Protocol, Status};
 use crate::ring::acceptor::AcceptorState;
 use crate::ring::learner::{LearnerState, PayloadCache};
-use crate::ring::{RingView, bit, fingerprint};
+use crate::ring::{RingNode, RingView, bit, fingerprint};
 use crate::storage::AcceptorStore;
 use crate::types::{Ballot, BatchKey, Decree, Instance, Micros, NodeId, ValueId};
 use acceptor::RingMemory;
@@ -73,43 +73,20 @@ pub type Out = Outbox<Message>;
 /// One node of one Ring Paxos group.
 pub struct RingPaxos {
     pub(crate) cfg: RingPaxosConfig,
-    pub(crate) me: NodeId,
-    pub(crate) pos: usize,
+    /// The node state both ring protocols keep (`ring::RingNode`). Its `ballot_incarnation`
+    /// is not `incarnation`, which is 0 for a non-acceptor (epochs count acceptors only).
+    pub(crate) node: RingNode,
     /// f + 1: phase 1 quorum and ring size.
     pub(crate) quorum: usize,
     /// Member positions of acceptors, in configuration order.
     pub(crate) acceptors: Vec<usize>,
-    pub(crate) acceptor_mask: u64,
     /// This node's index among learners (for its preferred acceptor, §4.2).
     pub(crate) learner_index: usize,
-    pub(crate) view: RingView,
-    pub(crate) now: Micros,
-    pub(crate) prop: Option<Batcher>,
     pub(crate) coord: CoordinatorState,
-    pub(crate) acc: Option<AcceptorState>,
     pub(crate) ring: RingMemory,
-    pub(crate) learn: LearnerState,
-    /// Values of `Phase2a`s (and submits) by id, to match decisions to contents (§6.1).
-    pub(crate) cache: PayloadCache,
-    /// Highest ballot seen anywhere: a new coordinator picks a higher round.
-    pub(crate) max_ballot_seen: Ballot,
-    /// This process life's incarnation, put in every ballot it makes (see `Ballot`). Not
-    /// `incarnation`, which is 0 for a non-acceptor (epochs count acceptors only).
-    pub(crate) ballot_incarnation: u32,
-    pub(crate) last_heartbeat_us: Micros,
-    /// Heartbeats sent in this process life (see `Heartbeat::seq`).
-    pub(crate) heartbeats_sent: u64,
-    pub(crate) last_coordinator: Option<usize>,
-    /// The coordinator changed in this node's view since the proposer last re-sent its
-    /// window: it re-sends once more when that coordinator is heard leading (views change at
-    /// slightly different times, and batches re-sent to a node not leading yet are dropped;
-    /// found by the simulator's faults-remain phase, uring partition seed 0).
-    pub(crate) resend_when_leading: bool,
     /// The first input's time is known: the failure detector's grace period starts there.
     pub(crate) started: bool,
     pub(crate) incarnation: u64,
-    /// Snapshots and trimming (`snapshot.rs`).
-    pub(crate) snap: crate::ring::snapshot::SnapshotState,
 }
 
 impl RingPaxos {
@@ -148,32 +125,29 @@ impl RingPaxos {
             cfg.failure_timeout_us,
             now,
         );
-        Ok(RingPaxos {
-            quorum: cfg.quorum(),
-            acceptors,
-            acceptor_mask,
-            learner_index,
-            view,
-            now,
-            prop: roles.proposer.then(|| Batcher::new(me, start.start_seq)),
-            coord: CoordinatorState::new(),
-            acc: roles
-                .acceptor
-                .then(|| AcceptorState::new(store, start.amnesic)),
-            ring: RingMemory::default(),
-            learn: LearnerState::new(roles.learner, cfg.store_capacity_instances, now),
-            cache: PayloadCache::new(cfg.window_bytes.saturating_mul(4).max(64 << 20)),
-            max_ballot_seen: Ballot::ZERO,
-            ballot_incarnation,
-            last_heartbeat_us: 0,
-            heartbeats_sent: 0,
-            last_coordinator: None,
-            resend_when_leading: false,
-            started: false,
-            incarnation,
-            snap: crate::ring::snapshot::SnapshotState::new(cfg.members.len()),
+        let node = RingNode::new(
             me,
             pos,
+            cfg.members.len(),
+            acceptor_mask,
+            view,
+            roles.proposer.then(|| Batcher::new(me, start.start_seq)),
+            roles
+                .acceptor
+                .then(|| AcceptorState::new(store, start.amnesic)),
+            LearnerState::new(roles.learner, cfg.store_capacity_instances, now),
+            PayloadCache::new(cfg.window_bytes.saturating_mul(4).max(64 << 20)),
+            ballot_incarnation,
+        );
+        Ok(RingPaxos {
+            quorum: cfg.quorum(),
+            node,
+            acceptors,
+            learner_index,
+            coord: CoordinatorState::new(),
+            ring: RingMemory::default(),
+            started: false,
+            incarnation,
             cfg,
         })
     }
@@ -184,35 +158,20 @@ impl RingPaxos {
     fn advance(&mut self, now: Micros) {
         if !self.started {
             self.started = true;
-            self.view = RingView::new(
+            self.node.view = RingView::new(
                 self.cfg.members.len(),
-                self.pos,
+                self.node.pos,
                 self.incarnation,
                 self.cfg.failure_timeout_us,
                 now,
             );
-            self.learn.last_progress_us = now;
+            self.node.learn.last_progress_us = now;
         }
-        self.now = self.now.max(now);
+        self.node.now = self.node.now.max(now);
     }
 
     pub(crate) fn node_at(&self, p: usize) -> NodeId {
         self.cfg.members[p].id
-    }
-
-    pub(crate) fn is_acceptor_pos(&self, p: usize) -> bool {
-        self.acceptor_mask & bit(p) != 0
-    }
-
-    /// The coordinator this node believes in: the first live acceptor in configuration
-    /// order (§4.2 "a failed coordinator is replaced by the next live acceptor").
-    pub(crate) fn coordinator_pos(&self) -> Option<usize> {
-        let mask = self.acceptor_mask;
-        self.view.coordinator(self.now, |p| mask & bit(p) != 0)
-    }
-
-    pub(crate) fn note_ballot(&mut self, b: Ballot) {
-        self.max_ballot_seen = self.max_ballot_seen.max(b);
     }
 
     /// A decision `(instance, vid)` reached this node (multicast, or decided here).
@@ -226,7 +185,7 @@ impl RingPaxos {
         let key = vid.key();
         let decree = match vid {
             Vid::Noop => Some(Decree::Noop),
-            Vid::Key(k) => self.cache.get(&k).map(|b| Decree::Values(b.clone())),
+            Vid::Key(k) => self.node.cache.get(&k).map(|b| Decree::Values(b.clone())),
             Vid::Meta { weight, data } => Some(Decree::Meta { weight, data }),
         };
         self.record_decision(instance, ballot, decree, key, out);
@@ -241,111 +200,59 @@ impl RingPaxos {
         key: Option<BatchKey>,
         out: &mut Out,
     ) {
-        if let (Some(acc), Some(d)) = (self.acc.as_mut(), decree.as_ref()) {
-            acc.record_decided(instance, ballot, d);
-        }
-        if let (Some(p), Some(k)) = (self.prop.as_mut(), key)
-            && let Some(ack) = p.on_decided(k, self.now)
-        {
-            out.acks.push(ack);
-        }
-        self.learn.on_decided(instance, decree, key);
+        self.node
+            .record_in_acceptor(instance, ballot, decree.as_ref());
+        self.node
+            .record_in_proposer_and_learner(instance, decree, key, out);
     }
 
     fn on_heartbeat(&mut self, from_pos: usize, m: Heartbeat, out: &mut Out) {
-        let interval_us = self.cfg.heartbeat_interval_us;
         if self
-            .view
-            .beat(from_pos, m.incarnation, m.seq, self.now, interval_us)
+            .node
+            .heartbeat_heard(from_pos, &m, self.cfg.heartbeat_interval_us)
         {
-            self.learn.note_peer_delivered(from_pos, m.delivered_upto);
-        }
-        if m.leading && self.resend_when_leading && self.coordinator_pos() == Some(from_pos) {
-            self.resend_when_leading = false;
             self.proposer_resend(out);
         }
-        self.note_ballot(m.ballot);
-        self.view.merge_epoch(&m.epoch);
+        self.node.heartbeat_merge(&m);
         self.on_snapshot_report(from_pos, m.snapshot_upto);
         if m.trim_below > 0 {
-            self.on_trim(from_pos, m.trim_below, out);
+            self.node.on_trim(from_pos, m.trim_below, out);
         }
         if m.amnesic {
             let fp = fingerprint(&m.epoch);
             self.coordinator_on_amnesic_heartbeat(from_pos, fp, out);
         }
-        self.learn.decided_max = self
-            .learn
-            .decided_max
-            .max(m.decided_max)
-            .max(m.delivered_upto);
+        self.node.heartbeat_decided(&m);
     }
 
     fn send_heartbeats(&mut self, out: &mut Out) {
-        if self.last_heartbeat_us != 0
-            && self.now < self.last_heartbeat_us + self.cfg.heartbeat_interval_us
-        {
+        if !self.node.heartbeat_due(self.cfg.heartbeat_interval_us) {
             return;
         }
-        self.last_heartbeat_us = self.now.max(1);
-        let hb = Heartbeat {
-            // Only its round matters to the receiver (`note_ballot`); a ballot some
-            // coordinator really made, not one pieced together.
-            ballot: self.max_ballot_seen,
-            incarnation: u64::from(self.ballot_incarnation),
-            seq: {
-                self.heartbeats_sent += 1;
-                self.heartbeats_sent
-            },
-            delivered_upto: self.learn.delivered_upto(),
-            decided_max: self.learn.decided_max,
-            leading: self.coord.is_leading(),
-            amnesic: self.acc.as_ref().is_some_and(|a| a.amnesic),
-            epoch: self.view.epoch().to_vec(),
-            snapshot_upto: self.snap.own_upto,
-            trim_below: self.trim_point(),
-        };
+        let hb = self
+            .node
+            .heartbeat(self.coord.is_leading(), self.trim_point());
         // The coordinator's own acceptor trims as its heartbeats tell the others.
         if hb.trim_below > 0 {
-            self.on_trim(self.pos, hb.trim_below, out);
+            self.node.on_trim(self.node.pos, hb.trim_below, out);
         }
-        for (p, m) in self.cfg.members.iter().enumerate() {
-            if p != self.pos {
-                out.send(m.id, Message::Heartbeat(hb.clone()));
-            }
-        }
+        self.node
+            .send_to_others(&self.cfg.members, &hb, Message::Heartbeat, out);
     }
 
     /// Work common to every input: deliver what is ready, end amnesia when repaired.
     pub(crate) fn after_input(&mut self, out: &mut Out) {
-        let acc = &mut self.acc;
-        let dup_by_key = !acc.as_ref().is_some_and(|a| a.amnesic);
-        self.learn.drain(
-            self.now,
-            &mut self.cache,
-            &mut out.deliveries,
-            dup_by_key,
-            |instance, decree, key| {
-                if let Some(a) = acc.as_mut() {
-                    a.record_learned(instance, decree, key);
-                }
-            },
-        );
-        if let Some(a) = self.acc.as_mut()
-            && let Some(ev) = a.check_repaired(self.learn.delivered_upto())
-        {
-            out.events.push(ev);
-        }
+        self.node.after_input(out);
     }
 }
 
 impl crate::ring::RingHost for RingPaxos {
     type Msg = Message;
-    fn acceptor_and_learner(&self) -> (Option<&AcceptorState>, &LearnerState) {
-        (self.acc.as_ref(), &self.learn)
+    fn ring_node(&self) -> &RingNode {
+        &self.node
     }
-    fn learner_and_cache(&mut self) -> (&mut LearnerState, &mut PayloadCache) {
-        (&mut self.learn, &mut self.cache)
+    fn ring_node_mut(&mut self) -> &mut RingNode {
+        &mut self.node
     }
     fn retrieve_max_instances(&self) -> u64 {
         self.cfg.retrieve_max_instances
@@ -387,19 +294,19 @@ impl crate::ring::ComposableRing for RingPaxos {
         RingPaxos::new(cfg, me, start, store)
     }
     fn set_report_passes(&mut self, on: bool) {
-        self.learn.report_passes = on;
+        self.node.set_report_passes(on);
     }
     fn drain_passes(&mut self, into: &mut Vec<crate::ring::Pass>) {
-        into.append(&mut self.learn.passes);
+        self.node.drain_passes(into);
     }
     fn set_delivery_paused(&mut self, paused: bool) {
-        self.learn.paused = paused;
+        self.node.set_delivery_paused(paused);
     }
     fn is_leading(&self) -> bool {
         self.coord.is_leading()
     }
     fn coordinator(&self) -> Option<NodeId> {
-        self.coordinator_pos().map(|p| self.node_at(p))
+        self.node.coordinator_pos().map(|p| self.node_at(p))
     }
     fn slots_assigned(&self) -> u64 {
         self.coord.slots_assigned
@@ -421,10 +328,10 @@ impl crate::ring::ComposableRing for RingPaxos {
         self.coord.meta.len()
     }
     fn is_proposer(&self) -> bool {
-        self.prop.is_some()
+        self.node.is_proposer()
     }
     fn is_learner(&self) -> bool {
-        self.learn.deliver
+        self.node.is_learner()
     }
 }
 
@@ -432,7 +339,7 @@ impl Protocol for RingPaxos {
     type Message = Message;
 
     fn node(&self) -> NodeId {
-        self.me
+        self.node.me
     }
 
     fn propose(
@@ -450,8 +357,8 @@ impl Protocol for RingPaxos {
         let Some(from_pos) = self.cfg.position(from) else {
             return; // not a member
         };
-        self.view.contact(from_pos);
-        let own = from_pos == self.pos;
+        self.node.view.contact(from_pos);
+        let own = from_pos == self.node.pos;
         match msg {
             Message::Submit(m) => self.coordinator_on_submit(m.batch, out),
             Message::Phase1a(m) => self.on_phase1a(from_pos, m, out),
@@ -461,7 +368,7 @@ impl Protocol for RingPaxos {
             Message::Phase2a(m) => self.on_phase2a(m, out),
             Message::Phase2b(m) => self.on_phase2b(m, out),
             Message::Decision(m) => {
-                self.note_ballot(m.ballot);
+                self.node.note_ballot(m.ballot);
                 for (i, vid) in m.decisions {
                     self.learn_decision(i, m.ballot, vid, out);
                 }
@@ -495,39 +402,28 @@ impl Protocol for RingPaxos {
     }
 
     fn can_propose(&self) -> bool {
-        self.prop
-            .as_ref()
-            .is_some_and(|p| p.has_room(&self.cfg.batch_limits()))
+        self.node.can_propose(&self.cfg.batch_limits())
     }
 
     fn sync_storage(&mut self) -> Result<(), crate::storage::StorageError> {
-        match self.acc.as_mut() {
-            Some(acc) => acc.store.sync(),
-            None => Ok(()),
-        }
+        self.node.sync_storage()
     }
 
     fn begin_sync_storage(
         &mut self,
     ) -> Result<Option<crate::storage::SyncJob>, crate::storage::StorageError> {
-        match self.acc.as_mut() {
-            Some(acc) => acc.store.begin_sync(),
-            None => Ok(None),
-        }
+        self.node.begin_sync_storage()
     }
 
     fn end_sync_storage(
         &mut self,
         result: Result<(), crate::storage::StorageError>,
     ) -> Result<(), crate::storage::StorageError> {
-        if let Some(acc) = self.acc.as_mut() {
-            acc.store.end_sync(&result);
-        }
-        result
+        self.node.end_sync_storage(result)
     }
 
     fn log_bytes(&self) -> u64 {
-        self.acc.as_ref().map_or(0, |acc| acc.store.log_bytes())
+        self.node.log_bytes()
     }
 
     fn take_snapshot(&mut self, app: Bytes) -> Result<crate::protocol::Snapshot, String> {
@@ -539,24 +435,10 @@ impl Protocol for RingPaxos {
     }
 
     fn status(&self) -> Status {
-        Status {
-            node: self.me,
-            coordinator: self.coordinator_pos().map(|p| self.node_at(p)),
-            ballot: self.max_ballot_seen.max(self.coord.ballot),
-            leading: self.coord.is_leading(),
-            delivered_upto: self.learn.delivered_upto(),
-            decided_max: self.learn.decided_max,
-            values_in_flight: self.prop.as_ref().map_or(0, |p| p.values_in_flight()),
-            amnesic: self.acc.as_ref().is_some_and(|a| a.amnesic),
-            view: self
-                .view
-                .alive_positions(self.now)
-                .into_iter()
-                .map(|p| self.node_at(p))
-                .collect(),
-            groups: Vec::new(),
-            log_bytes: self.log_bytes(),
-            log_appended_bytes: self.acc.as_ref().map_or(0, |a| a.store.appended_bytes()),
-        }
+        self.node.status(
+            &self.cfg.members,
+            self.coord.ballot,
+            self.coord.is_leading(),
+        )
     }
 }

@@ -33,10 +33,10 @@ impl RingPaxos {
         out: &mut Out,
     ) -> Result<ValueId, ProposeError> {
         let limits = self.cfg.batch_limits();
-        let Some(p) = self.prop.as_mut() else {
+        let Some(p) = self.node.prop.as_mut() else {
             return Err(ProposeError::NotProposer);
         };
-        let (id, ready) = p.propose(self.now, payload, &limits)?;
+        let (id, ready) = p.propose(self.node.now, payload, &limits)?;
         for b in ready.into_iter().flatten() {
             self.submit(b, out);
         }
@@ -46,31 +46,33 @@ impl RingPaxos {
     /// Task 1 line 3: the value goes to the coordinator (straight into its queue if this
     /// node coordinates).
     fn submit(&mut self, batch: Batch, out: &mut Out) {
-        self.cache.insert(&batch);
+        self.node.cache.insert(&batch);
         if self.coord.is_active() {
             self.coordinator_on_submit(batch, out);
             return;
         }
-        if let Some(c) = self.coordinator_pos() {
+        if let Some(c) = self.node.coordinator_pos() {
             out.send(self.node_at(c), Message::Submit(Submit { batch }));
         }
     }
 
     pub(crate) fn proposer_tick(&mut self, out: &mut Out) {
-        let coordinator = self.coordinator_pos();
-        let changed = coordinator != self.last_coordinator;
+        let coordinator = self.node.coordinator_pos();
+        let changed = coordinator != self.node.last_coordinator;
         // From one coordinator to another (not the first one this node hears of: batches
         // reach a coordinator that is still preparing, and a needless re-send of the whole
         // window decides batches twice where learners are paused, as a Multi-Ring learner
         // waiting for a quiet ring is).
-        if changed && self.last_coordinator.is_some() && coordinator.is_some() {
-            self.resend_when_leading = true;
+        if changed && self.node.last_coordinator.is_some() && coordinator.is_some() {
+            self.node.resend_when_leading = true;
         }
-        self.last_coordinator = coordinator;
+        self.node.last_coordinator = coordinator;
         let limits = self.cfg.batch_limits();
-        let Some(p) = self.prop.as_mut() else { return };
+        let Some(p) = self.node.prop.as_mut() else {
+            return;
+        };
         let mut to_send = Vec::new();
-        p.tick(self.now, changed, &limits, &mut to_send);
+        p.tick(self.node.now, changed, &limits, &mut to_send);
         for b in to_send {
             self.submit(b, out);
         }
@@ -80,9 +82,11 @@ impl RingPaxos {
     /// heard leading after a change).
     pub(crate) fn proposer_resend(&mut self, out: &mut Out) {
         let limits = self.cfg.batch_limits();
-        let Some(p) = self.prop.as_mut() else { return };
+        let Some(p) = self.node.prop.as_mut() else {
+            return;
+        };
         let mut to_send = Vec::new();
-        p.tick(self.now, true, &limits, &mut to_send);
+        p.tick(self.node.now, true, &limits, &mut to_send);
         for b in to_send {
             self.submit(b, out);
         }

@@ -36,9 +36,9 @@ impl URing {
     /// Phase 2 vote (seed 003 Task 4). Returns true if this acceptor voted.
     pub(crate) fn vote(&mut self, m: &Phase2, decree: Option<&Decree>, out: &mut Out) -> bool {
         let epoch_ok =
-            m.epoch_fp == self.view.epoch_fp() || self.mutated(Mutation::VoteIgnoresEpoch);
+            m.epoch_fp == self.node.view.epoch_fp() || self.mutated(Mutation::VoteIgnoresEpoch);
         let sync_vote = !self.mutated(Mutation::NoSyncBeforeVote);
-        let Some(acc) = self.acc.as_mut() else {
+        let Some(acc) = self.node.acc.as_mut() else {
             return false;
         };
         let promised = acc.store.promised();
@@ -49,7 +49,7 @@ impl URing {
                 Message::Nack(Nack {
                     promised,
                     instance: m.instance,
-                    epoch: self.view.epoch().to_vec(),
+                    epoch: self.node.view.epoch().to_vec(),
                 }),
             );
             return false;
@@ -72,11 +72,13 @@ impl URing {
     }
 
     pub(crate) fn on_phase1a(&mut self, from_pos: usize, m: Phase1a, out: &mut Out) {
-        self.note_ballot(m.ballot);
-        self.view.merge_epoch(&m.epoch);
-        let epoch_ok = fingerprint(&m.epoch) == self.view.epoch_fp();
-        let decided_upto = self.learn.delivered_upto();
-        let Some(acc) = self.acc.as_mut() else { return };
+        self.node.note_ballot(m.ballot);
+        self.node.view.merge_epoch(&m.epoch);
+        let epoch_ok = fingerprint(&m.epoch) == self.node.view.epoch_fp();
+        let decided_upto = self.node.learn.delivered_upto();
+        let Some(acc) = self.node.acc.as_mut() else {
+            return;
+        };
         let promised = acc.store.promised();
         let ok = m.ballot >= promised && epoch_ok;
         let mut accepted = Vec::new();
@@ -114,7 +116,7 @@ impl URing {
             max_instance: acc.store.max_instance(),
             log_start: acc.store.log_start(),
             covered_to,
-            epoch: self.view.epoch().to_vec(),
+            epoch: self.node.view.epoch().to_vec(),
             accepted,
         };
         out.send(self.node_at(from_pos), Message::Phase1b(reply));
@@ -124,7 +126,7 @@ impl URing {
     /// they know decided; the coordinator also re-runs what is still open.
     pub(crate) fn on_retrieve(&mut self, from_pos: usize, m: Retrieve, out: &mut Out) {
         self.coordinator_on_retrieve(&m, out);
-        let Some(acc) = self.acc.as_ref() else {
+        let Some(acc) = self.node.acc.as_ref() else {
             // Not an acceptor: no decisions to serve, but a learner about to skip may ask
             // for this learner's de-duplication memory (`behind_trim_point_in`).
             let (dedup_from, dedup_to, dedup) = self.skip_memory_for(m.from, m.to);
@@ -180,14 +182,19 @@ impl URing {
     /// first decided in a range from `from` on, as this node knows them (see
     /// [`skip_memory_of`]).
     pub(crate) fn skip_memory_for(&self, from: Instance, to: Instance) -> SkipMemory {
-        skip_memory_of(&self.learn, self.acc.as_ref().map(|a| &*a.store), from, to)
+        skip_memory_of(
+            &self.node.learn,
+            self.node.acc.as_ref().map(|a| &*a.store),
+            from,
+            to,
+        )
     }
 
     pub(crate) fn on_decided_reply(&mut self, from_pos: usize, m: Decided, out: &mut Out) {
-        let next_before = self.learn.next;
+        let next_before = self.node.learn.next;
         for (instance, decree) in m.entries {
             if let Decree::Values(b) = &decree {
-                self.cache.insert(b);
+                self.node.cache.insert(b);
             }
             let key = decree.key();
             self.record_decision(instance, Ballot::ZERO, Some(decree), key, out);
@@ -197,19 +204,25 @@ impl URing {
         // live acceptor answered without it, and one had trimmed it, fetch a peer's
         // snapshot, or skip (`behind_trim_point`).
         if m.dedup_to > m.dedup_from {
-            self.learn
+            self.node
+                .learn
                 .offer_skip_memory(m.dedup_from, m.dedup_to, m.dedup);
         }
-        if self.is_acceptor_pos(from_pos) {
-            self.learn
+        if self.node.is_acceptor_pos(from_pos) {
+            self.node
+                .learn
                 .note_unserved(from_pos, m.log_start, m.scanned_to);
         }
         let live = self
             .retrieve_targets()
             .iter()
             .fold(0u64, |m, &p| m | crate::ring::bit(p));
-        let next = self.learn.next;
-        if let Some(floor) = self.learn.behind_floor(live, self.cfg.learner_snapshots) {
+        let next = self.node.learn.next;
+        if let Some(floor) = self
+            .node
+            .learn
+            .behind_floor(live, self.cfg.learner_snapshots)
+        {
             self.behind_trim_point(next, floor, out);
         }
         // Catching up: ask for the next range at once instead of after a timeout, so a
@@ -217,22 +230,24 @@ impl URing {
         // Only when the answer moved the learner on: otherwise the timeout rotates to
         // another acceptor.
         self.after_input(out);
-        if self.learn.next > next_before && self.learn.behind() {
+        if self.node.learn.next > next_before && self.node.learn.behind() {
             self.send_retrieve(out);
         }
     }
 
     pub(crate) fn on_repair(&mut self, _from_pos: usize, m: Repair, out: &mut Out) {
-        self.note_ballot(m.ballot);
+        self.node.note_ballot(m.ballot);
         // Only a target computed in an epoch that knew this life: one meant for an earlier
         // life (flushed from a queue kept for it, or late in the network) says nothing about
         // the votes this life forgot (bug B1).
-        let mine = self.view.epoch().get(self.pos).copied();
-        if m.epoch.get(self.pos).copied() != mine {
+        let mine = self.node.view.epoch().get(self.node.pos).copied();
+        if m.epoch.get(self.node.pos).copied() != mine {
             return;
         }
         let ignore_target = self.mutated(Mutation::RepairIgnored);
-        let Some(acc) = self.acc.as_mut() else { return };
+        let Some(acc) = self.node.acc.as_mut() else {
+            return;
+        };
         if acc.amnesic && acc.repair_upto.is_none_or(|u| m.upto < u) {
             acc.repair_upto = Some(m.upto);
             out.events.push(Event::RepairNeeded { upto: m.upto });
@@ -240,6 +255,6 @@ impl URing {
         if ignore_target {
             acc.amnesic = false;
         }
-        self.learn.decided_max = self.learn.decided_max.max(m.decided_floor);
+        self.node.learn.decided_max = self.node.learn.decided_max.max(m.decided_floor);
     }
 }

@@ -190,11 +190,16 @@ impl URing {
         if self.coord.open_keys.contains(&key) {
             return; // in an open instance already
         }
-        if let Some(instance) = self.learn.decided_at(key) {
+        if let Some(instance) = self.node.learn.decided_at(key) {
             // Decided already: the proposer missed the decision. Tell it instead of deciding
             // the batch a second time.
-            if key.origin == self.me {
-                if let Some(ack) = self.prop.as_mut().and_then(|p| p.on_decided(key, self.now)) {
+            if key.origin == self.node.me {
+                if let Some(ack) = self
+                    .node
+                    .prop
+                    .as_mut()
+                    .and_then(|p| p.on_decided(key, self.node.now))
+                {
                     out.acks.push(ack);
                 }
             } else {
@@ -231,9 +236,9 @@ impl URing {
     fn start_phase1(&mut self, out: &mut Out, why: &str) {
         // Above every round seen, and this life's incarnation: a ballot no other process
         // life made or will make (see `Ballot`).
-        let round = self.max_ballot_seen.round.max(self.coord.ballot.round) + 1;
-        let ballot = Ballot::new(round, self.me, self.ballot_incarnation);
-        self.note_ballot(ballot);
+        let round = self.node.max_ballot_seen.round.max(self.coord.ballot.round) + 1;
+        let ballot = Ballot::new(round, self.node.me, self.node.ballot_incarnation);
+        self.node.note_ballot(ballot);
         // Open proposals go back to the queue: they are re-proposed in new instances if
         // phase 1 does not find them (learners skip a batch decided twice).
         let open = std::mem::take(&mut self.coord.open);
@@ -245,7 +250,7 @@ impl URing {
             }
         }
         self.coord.preset.clear();
-        let from = self.learn.next.max(self.cluster_delivered_max + 1);
+        let from = self.node.learn.next.max(self.cluster_delivered_max + 1);
         let to = from + self.cfg.p1_preexecution_number;
         self.coord.phase = Phase::Preparing;
         self.coord.ballot = ballot;
@@ -258,11 +263,11 @@ impl URing {
         self.coord.next_instance = from;
         self.coord.backfill = None;
         self.coord.repair = None;
-        self.coord.epoch_fp = self.view.epoch_fp();
+        self.coord.epoch_fp = self.node.view.epoch_fp();
         self.coord.ring_mask = self.live_ring_mask();
-        self.coord.prepare = Some(Prepare::new(from, to, self.now));
+        self.coord.prepare = Some(Prepare::new(from, to, self.node.now));
         out.events.push(Event::PhaseOne {
-            node: self.me,
+            node: self.node.me,
             ballot,
             from,
             why: why.to_string(),
@@ -275,11 +280,11 @@ impl URing {
             ballot: self.coord.ballot,
             from,
             to,
-            epoch: self.view.epoch().to_vec(),
+            epoch: self.node.view.epoch().to_vec(),
         };
         for (p, member) in self.cfg.members.iter().enumerate() {
             // Sent to self too: the driver loops it back, one code path for every acceptor.
-            if self.is_acceptor_pos(p) {
+            if self.node.is_acceptor_pos(p) {
                 out.send(member.id, Message::Phase1a(m.clone()));
             }
         }
@@ -302,7 +307,7 @@ impl URing {
     /// coordinator win phase 1 under `1.0`, the ballot its first life had led with, and then
     /// "a decided instance changed its decree"; it passes now.
     pub(crate) fn coordinator_on_first_contact(&mut self, from_pos: usize, out: &mut Out) {
-        if !self.is_acceptor_pos(from_pos) {
+        if !self.node.is_acceptor_pos(from_pos) {
             return;
         }
         let Some(p) = self.coord.prepare.as_ref() else {
@@ -315,14 +320,14 @@ impl URing {
             ballot: self.coord.ballot,
             from: p.from,
             to: p.to,
-            epoch: self.view.epoch().to_vec(),
+            epoch: self.node.view.epoch().to_vec(),
         };
         out.send(self.node_at(from_pos), Message::Phase1a(m));
     }
 
     pub(crate) fn on_phase1b(&mut self, from_pos: usize, m: Phase1b, out: &mut Out) {
-        self.note_ballot(m.promised);
-        let epoch_changed = self.view.merge_epoch(&m.epoch);
+        self.node.note_ballot(m.promised);
+        let epoch_changed = self.node.view.merge_epoch(&m.epoch);
         if self.coord.phase == Phase::Follower || m.ballot != self.coord.ballot {
             return;
         }
@@ -414,17 +419,17 @@ impl URing {
         // previous round completed each new one at the same instant: a storm with no time
         // passing (found by the simulator, durable `uring-snapshots` 5-node mixed seed 11).
         let (last_from, last_us) = self.coord.last_backfill;
-        if from == last_from && self.now < last_us.saturating_add(self.cfg.p1_resend_us) {
+        if from == last_from && self.node.now < last_us.saturating_add(self.cfg.p1_resend_us) {
             return;
         }
-        self.coord.last_backfill = (from, self.now);
+        self.coord.last_backfill = (from, self.node.now);
         let to = self
             .coord
             .next_instance
             .min(from + self.cfg.retrieve_max_instances);
-        self.coord.backfill = Some(Prepare::new(from, to, self.now));
+        self.coord.backfill = Some(Prepare::new(from, to, self.node.now));
         out.events.push(Event::Backfill {
-            node: self.me,
+            node: self.node.me,
             ballot: self.coord.ballot,
             from,
             to,
@@ -435,7 +440,7 @@ impl URing {
     /// Whether this node's acceptor can answer a retrieve for `instance` (it holds it
     /// decided, in its cache or on disk).
     fn serves(&self, instance: Instance) -> bool {
-        self.acc.as_ref().is_some_and(|a| {
+        self.node.acc.as_ref().is_some_and(|a| {
             a.store
                 .range(instance, instance + 1)
                 .first()
@@ -449,7 +454,7 @@ impl URing {
             if self.coord.open.contains_key(&i) || self.serves(i) {
                 continue;
             }
-            let known = self.learn.knows(i);
+            let known = self.node.learn.knows(i);
             match p.votes.get(&i) {
                 Some((_, decree, true)) => {
                     let key = decree.key();
@@ -483,7 +488,7 @@ impl URing {
         let takeover = self.coord.phase == Phase::Preparing;
         if takeover {
             // Decided instances below the floor are known to some acceptor; learners fetch them.
-            self.learn.decided_max = self.learn.decided_max.max(p.floor);
+            self.node.learn.decided_max = self.node.learn.decided_max.max(p.floor);
             self.coord.next_instance = self.coord.next_instance.max(p.floor + 1).max(p.from);
         }
         let drop_decided = takeover && self.mutated(Mutation::DecidedDroppedAtTakeover);
@@ -513,7 +518,7 @@ impl URing {
             let lo = p.from.max(p.trimmed_below);
             let hi = p.floor.min(p.covered.saturating_sub(1));
             for i in lo..=hi {
-                if self.learn.knows(i) || self.coord.open.contains_key(&i) {
+                if self.node.learn.knows(i) || self.coord.open.contains_key(&i) {
                     continue;
                 }
                 let decree = match p.votes.get(&i) {
@@ -530,7 +535,7 @@ impl URing {
             let start = p.floor + 1;
             let end = p.hi.min(p.covered.saturating_sub(1));
             for i in start..=end {
-                if self.learn.knows(i) {
+                if self.node.learn.knows(i) {
                     continue;
                 }
                 let decree = self.coord.preset.remove(&i).unwrap_or(Decree::Noop);
@@ -539,7 +544,7 @@ impl URing {
             self.coord.next_instance = self.coord.next_instance.max(end + 1).max(start);
             self.coord.phase = Phase::Leading;
             out.events.push(Event::Leading {
-                node: self.me,
+                node: self.node.me,
                 ballot,
                 ring: Vec::new(),
                 decided_upto: p.floor,
@@ -547,7 +552,7 @@ impl URing {
             });
             let repair = Repair {
                 ballot,
-                epoch: self.view.epoch().to_vec(),
+                epoch: self.node.view.epoch().to_vec(),
                 decided_floor: p.floor,
                 upto: p.hi.max(p.floor),
             };
@@ -563,7 +568,7 @@ impl URing {
         if p.hi >= p.covered {
             // Votes beyond the range: run phase 1 over them too before going further.
             let to = p.hi + 1 + self.cfg.p1_preexecution_number;
-            self.coord.prepare = Some(Prepare::new(p.covered, to, self.now));
+            self.coord.prepare = Some(Prepare::new(p.covered, to, self.node.now));
             self.send_phase1a(p.covered, to, out);
         }
         self.assign(out);
@@ -587,7 +592,7 @@ impl URing {
             instance,
             Open {
                 decree,
-                path: path | bit(self.pos),
+                path: path | bit(self.node.pos),
                 due_us: 0,
                 retries: 0,
             },
@@ -599,11 +604,11 @@ impl URing {
         let Some(o) = self.coord.open.get_mut(&instance) else {
             return;
         };
-        o.due_us = self.now.saturating_add(self.cfg.p2_resend_us);
+        o.due_us = self.node.now.saturating_add(self.cfg.p2_resend_us);
         let decree = o.decree.clone();
         // A first circulation trusts the path the batch took; a resend sends the payload
         // to whoever lacks it for sure.
-        let has_payload = if resend { bit(self.pos) } else { o.path };
+        let has_payload = if resend { bit(self.node.pos) } else { o.path };
         let m = Phase2 {
             ballot: self.coord.ballot,
             instance,
@@ -628,11 +633,11 @@ impl URing {
             if c.open.len() >= self.cfg.max_open_instances || c.next_instance >= c.p1_hi {
                 break;
             }
-            if self.acc.as_ref().is_some_and(|a| !a.store.has_room()) {
+            if self.node.acc.as_ref().is_some_and(|a| !a.store.has_room()) {
                 break;
             }
             let instance = c.next_instance;
-            if self.learn.knows(instance) {
+            if self.node.learn.knows(instance) {
                 // Decided already (a later phase 1 range of a takeover reported it decided,
                 // or a learner did): a new decree there would be refused by every acceptor
                 // that knows the decision, and the value would wait for its proposer's
@@ -649,7 +654,7 @@ impl URing {
                 self.coord.queue_bytes -= b.wire_bytes();
                 let k = b.key();
                 self.coord.known.remove(&k);
-                if self.coord.open_keys.contains(&k) || self.learn.decided_at(k).is_some() {
+                if self.coord.open_keys.contains(&k) || self.node.learn.decided_at(k).is_some() {
                     // Open or decided meanwhile (phase 1 re-proposed it, or its first copy
                     // was decided): a second instance would decide it twice.
                     continue;
@@ -676,7 +681,7 @@ impl URing {
         }
         let from = c.p1_hi;
         let to = from + self.cfg.p1_preexecution_number;
-        self.coord.prepare = Some(Prepare::new(from, to, self.now));
+        self.coord.prepare = Some(Prepare::new(from, to, self.node.now));
         self.send_phase1a(from, to, out);
     }
 
@@ -703,14 +708,14 @@ impl URing {
     }
 
     pub(crate) fn on_nack(&mut self, _from_pos: usize, m: Nack, out: &mut Out) {
-        self.note_ballot(m.promised);
-        let epoch_changed = self.view.merge_epoch(&m.epoch);
+        self.node.note_ballot(m.promised);
+        let epoch_changed = self.node.view.merge_epoch(&m.epoch);
         if self.coord.phase == Phase::Follower {
             return;
         }
         if m.promised > self.coord.ballot {
             self.start_phase1(out, "phase 2 refused by a higher promise");
-        } else if epoch_changed || self.view.epoch_fp() != self.coord.epoch_fp {
+        } else if epoch_changed || self.node.view.epoch_fp() != self.coord.epoch_fp {
             self.start_phase1(out, "epoch changed");
         } else if self.coord.phase == Phase::Leading {
             // Refused or not counted in this ballot and epoch: the circulation failed.
@@ -742,7 +747,7 @@ impl URing {
     /// refuses to vote for a while).
     pub(crate) fn retry_soon(&mut self, instance: Instance) {
         let (p2_resend_us, first_us) = (self.cfg.p2_resend_us, self.cfg.retrieve_timeout_us);
-        let now = self.now;
+        let now = self.node.now;
         let Some(o) = self.coord.open.get_mut(&instance) else {
             return;
         };
@@ -755,21 +760,21 @@ impl URing {
     }
 
     pub(crate) fn coordinator_tick(&mut self, out: &mut Out) {
-        let me_coordinator = self.coordinator_pos() == Some(self.pos);
+        let me_coordinator = self.node.coordinator_pos() == Some(self.node.pos);
         match (me_coordinator, self.coord.is_active()) {
             (true, false) => {
                 self.start_phase1(out, "first live acceptor in ring order");
                 return;
             }
             (false, true) => {
-                out.events.push(Event::SteppedDown { node: self.me });
+                out.events.push(Event::SteppedDown { node: self.node.me });
                 self.step_down();
                 return;
             }
             (false, false) => return,
             (true, true) => {}
         }
-        if self.view.epoch_fp() != self.coord.epoch_fp {
+        if self.node.view.epoch_fp() != self.coord.epoch_fp {
             self.start_phase1(out, "epoch changed");
             return;
         }
@@ -784,9 +789,9 @@ impl URing {
         }
         // Phase 1 not answered in time: send it again (same ballot; a refusal raises it).
         if let Some(p) = self.coord.prepare.as_mut()
-            && self.now >= p.sent_us + self.cfg.p1_resend_us
+            && self.node.now >= p.sent_us + self.cfg.p1_resend_us
         {
-            p.sent_us = self.now;
+            p.sent_us = self.node.now;
             let (from, to) = (p.from, p.to);
             self.send_phase1a(from, to, out);
         }
@@ -794,25 +799,25 @@ impl URing {
             return;
         }
         if let Some(b) = self.coord.backfill.as_mut()
-            && self.now >= b.sent_us + self.cfg.p1_resend_us
+            && self.node.now >= b.sent_us + self.cfg.p1_resend_us
         {
-            b.sent_us = self.now;
+            b.sent_us = self.node.now;
             let (from, to) = (b.from, b.to);
             self.send_phase1a(from, to, out);
         }
         // This node's own learner is stuck on an instance nobody re-circulates: backfill it.
-        if self.learn.next < self.coord.next_instance
-            && !self.coord.open.contains_key(&self.learn.next)
-            && self.now >= self.learn.last_progress_us + 4 * self.cfg.retrieve_timeout_us
+        if self.node.learn.next < self.coord.next_instance
+            && !self.coord.open.contains_key(&self.node.learn.next)
+            && self.node.now >= self.node.learn.last_progress_us + 4 * self.cfg.retrieve_timeout_us
         {
-            let from = self.learn.next;
+            let from = self.node.learn.next;
             self.start_backfill(from, out);
         }
         let due: Vec<Instance> = self
             .coord
             .open
             .iter()
-            .filter(|(_, o)| self.now >= o.due_us)
+            .filter(|(_, o)| self.node.now >= o.due_us)
             .map(|(i, _)| *i)
             .take(RESEND_PER_TICK)
             .collect();
@@ -823,8 +828,9 @@ impl URing {
     }
 
     fn live_ring_mask(&self) -> u64 {
-        self.view
-            .alive_positions(self.now)
+        self.node
+            .view
+            .alive_positions(self.node.now)
             .into_iter()
             .fold(0, |m, p| m | bit(p))
     }

@@ -34,7 +34,7 @@ use crate::batcher::Batcher;
 use crate::protocol::{Outbox, Protocol, Status};
 use crate::ring::acceptor::AcceptorState;
 use crate::ring::learner::{LearnerState, PayloadCache};
-use crate::ring::{RingHost, RingView, bit, fingerprint};
+use crate::ring::{RingHost, RingNode, RingView, bit, fingerprint};
 use crate::storage::AcceptorStore;
 use crate::types::{Ballot, Decree, Instance, Micros, NodeId, ValueId};
 use bytes::Bytes;
@@ -46,39 +46,15 @@ pub type Out = Outbox<Message>;
 /// One node of one U-Ring Paxos ring.
 pub struct URing {
     pub(crate) cfg: RingConfig,
-    pub(crate) me: NodeId,
-    pub(crate) pos: usize,
+    /// The node state both ring protocols keep (`ring::RingNode`).
+    pub(crate) node: RingNode,
     pub(crate) quorum: usize,
-    /// Ring positions of acceptors.
-    pub(crate) acceptor_mask: u64,
-    pub(crate) view: RingView,
-    pub(crate) now: Micros,
-    pub(crate) prop: Option<Batcher>,
     pub(crate) coord: CoordinatorState,
-    pub(crate) acc: Option<AcceptorState>,
-    pub(crate) learn: LearnerState,
-    pub(crate) cache: PayloadCache,
-    /// Highest ballot seen anywhere: a new coordinator picks a higher round.
-    pub(crate) max_ballot_seen: Ballot,
-    /// This process life's incarnation, put in every ballot it makes (see `Ballot`).
-    pub(crate) ballot_incarnation: u32,
-    pub(crate) last_heartbeat_us: Micros,
-    /// Heartbeats sent in this process life (see `Heartbeat::seq`).
-    pub(crate) heartbeats_sent: u64,
     /// Highest `delivered_upto` any node reported: those instances are decided.
     pub(crate) cluster_delivered_max: Instance,
-    /// The coordinator of the last tick, to notice changes.
-    pub(crate) last_coordinator: Option<usize>,
-    /// The coordinator changed in this node's view since the proposer last re-sent its
-    /// window: it re-sends once more when that coordinator is heard leading (views change at
-    /// slightly different times, and batches re-sent to a node not leading yet are dropped;
-    /// found by the simulator's faults-remain phase, uring partition seed 0).
-    pub(crate) resend_when_leading: bool,
     /// The successor of the last proposer tick: batches forwarded to a successor that has
     /// since been dropped from the ring may have died with it, so they go again.
     pub(crate) last_successor: Option<usize>,
-    /// Snapshots and trimming (`snapshot.rs`).
-    pub(crate) snap: crate::ring::snapshot::SnapshotState,
 }
 
 impl URing {
@@ -109,29 +85,26 @@ impl URing {
             cfg.failure_timeout_us,
             now,
         );
-        Ok(URing {
-            quorum: cfg.quorum(),
-            acceptor_mask,
-            view,
-            now,
-            prop: roles.proposer.then(|| Batcher::new(me, start.start_seq)),
-            coord: CoordinatorState::new(),
-            acc: roles
-                .acceptor
-                .then(|| AcceptorState::new(store, start.amnesic)),
-            learn: LearnerState::new(roles.learner, cfg.store_capacity_instances, now),
-            cache: PayloadCache::new(cfg.window_bytes.saturating_mul(4).max(64 << 20)),
-            max_ballot_seen: Ballot::ZERO,
-            ballot_incarnation,
-            last_heartbeat_us: 0,
-            heartbeats_sent: 0,
-            cluster_delivered_max: 0,
-            snap: crate::ring::snapshot::SnapshotState::new(cfg.members.len()),
-            last_coordinator: None,
-            resend_when_leading: false,
-            last_successor: None,
+        let node = RingNode::new(
             me,
             pos,
+            cfg.members.len(),
+            acceptor_mask,
+            view,
+            roles.proposer.then(|| Batcher::new(me, start.start_seq)),
+            roles
+                .acceptor
+                .then(|| AcceptorState::new(store, start.amnesic)),
+            LearnerState::new(roles.learner, cfg.store_capacity_instances, now),
+            PayloadCache::new(cfg.window_bytes.saturating_mul(4).max(64 << 20)),
+            ballot_incarnation,
+        );
+        Ok(URing {
+            quorum: cfg.quorum(),
+            node,
+            coord: CoordinatorState::new(),
+            cluster_delivered_max: 0,
+            last_successor: None,
             cfg,
         })
     }
@@ -147,13 +120,13 @@ impl URing {
     /// Reports decided instances that deliver nothing as passes (`ring::Pass`), so a merge
     /// can count every instance's slots (seed 000 §3.1.4, `MultiRingLearner`).
     pub fn set_report_passes(&mut self, on: bool) {
-        self.learn.report_passes = on;
+        self.node.set_report_passes(on);
     }
 
     /// Holds (or resumes) deliveries: the merge above this ring has no room. Decisions keep
     /// arriving and wait, bounded, in the learner; the ring itself does not slow down.
     pub fn set_delivery_paused(&mut self, paused: bool) {
-        self.learn.paused = paused;
+        self.node.set_delivery_paused(paused);
     }
 
     /// Whether this node is the ring's coordinator with phase 1 done.
@@ -163,7 +136,7 @@ impl URing {
 
     /// The coordinator this node believes in.
     pub fn coordinator(&self) -> Option<NodeId> {
-        self.coordinator_pos().map(|p| self.node_at(p))
+        self.node.coordinator_pos().map(|p| self.node_at(p))
     }
 
     /// Merge slots this coordinator has put in instances (values, no-ops and controls 1
@@ -184,7 +157,7 @@ impl URing {
     /// next free instance, ahead of queued batches. Only the leading coordinator takes it;
     /// returns whether it did (a caller elsewhere retries at the coordinator it believes in).
     pub fn propose_meta(&mut self, now: Micros, weight: u32, data: Bytes, out: &mut Out) -> bool {
-        self.now = self.now.max(now);
+        self.node.now = self.node.now.max(now);
         if !self.coord.is_leading() {
             return false;
         }
@@ -205,12 +178,12 @@ impl URing {
 
     /// Whether this node is a proposer of the ring.
     pub fn is_proposer(&self) -> bool {
-        self.prop.is_some()
+        self.node.is_proposer()
     }
 
     /// Whether this node is a learner of the ring (hands values to the application).
     pub fn is_learner(&self) -> bool {
-        self.learn.deliver
+        self.node.is_learner()
     }
 
     /// Decree-less decrees waiting at this coordinator.
@@ -218,26 +191,12 @@ impl URing {
         self.coord.meta.len()
     }
 
-    pub(crate) fn is_acceptor_pos(&self, p: usize) -> bool {
-        self.acceptor_mask & bit(p) != 0
-    }
-
     pub(crate) fn node_at(&self, p: usize) -> NodeId {
         self.cfg.members[p].id
     }
 
-    /// The coordinator this node believes in (first live acceptor in ring order).
-    pub(crate) fn coordinator_pos(&self) -> Option<usize> {
-        let mask = self.acceptor_mask;
-        self.view.coordinator(self.now, |p| mask & bit(p) != 0)
-    }
-
     pub(crate) fn successor(&self) -> Option<usize> {
-        self.view.successor(self.now)
-    }
-
-    pub(crate) fn note_ballot(&mut self, b: Ballot) {
-        self.max_ballot_seen = self.max_ballot_seen.max(b);
+        self.node.view.successor(self.node.now)
     }
 
     /// The decree of `instance` from a wire decree: a key is looked up in the payload
@@ -250,11 +209,12 @@ impl URing {
     pub(crate) fn resolve(&self, instance: Instance, w: &WireDecree) -> Option<Decree> {
         match w {
             WireDecree::Key(k) => self
+                .node
                 .cache
                 .get(k)
                 .map(|b| Decree::Values(b.clone()))
                 .or_else(|| {
-                    let a = self.acc.as_ref()?.store.get(instance)?;
+                    let a = self.node.acc.as_ref()?.store.get(instance)?;
                     (a.decree.key() == Some(*k)).then(|| a.decree.clone())
                 }),
             other => other.decree(),
@@ -262,20 +222,20 @@ impl URing {
     }
 
     pub(crate) fn on_phase2(&mut self, mut m: Phase2, out: &mut Out) {
-        self.note_ballot(m.ballot);
+        self.node.note_ballot(m.ballot);
         if let WireDecree::Full(b) = &m.decree {
-            self.cache.insert(b);
-            self.learn.offer_payload(b);
+            self.node.cache.insert(b);
+            self.node.learn.offer_payload(b);
         }
         let decree = self.resolve(m.instance, &m.decree);
-        m.visited |= bit(self.pos);
+        m.visited |= bit(self.node.pos);
         if decree.is_some() {
-            m.has_payload |= bit(self.pos);
+            m.has_payload |= bit(self.node.pos);
         }
-        if self.acc.is_some() && self.vote(&m, decree.as_ref(), out) {
-            m.votes |= bit(self.pos);
+        if self.node.acc.is_some() && self.vote(&m, decree.as_ref(), out) {
+            m.votes |= bit(self.node.pos);
         }
-        if (m.votes & self.acceptor_mask).count_ones() as usize >= self.quorum {
+        if (m.votes & self.node.acceptor_mask).count_ones() as usize >= self.quorum {
             let wire = match &decree {
                 Some(d) => WireDecree::full(d),
                 None => m.decree.clone(),
@@ -284,7 +244,7 @@ impl URing {
                 m.instance,
                 m.ballot,
                 wire,
-                bit(self.pos),
+                bit(self.node.pos),
                 m.has_payload,
                 out,
             );
@@ -294,14 +254,18 @@ impl URing {
         if m.visited & bit(succ) != 0 {
             // Back where the circulation started without a quorum: the coordinator retries,
             // sooner when told (see `coordinator.rs`, `retry_soon`).
-            if m.ballot.node != self.me {
-                let promised = self.acc.as_ref().map_or(m.ballot, |a| a.store.promised());
+            if m.ballot.node != self.node.me {
+                let promised = self
+                    .node
+                    .acc
+                    .as_ref()
+                    .map_or(m.ballot, |a| a.store.promised());
                 out.send(
                     m.ballot.node,
                     Message::Nack(Nack {
                         promised,
                         instance: m.instance,
-                        epoch: self.view.epoch().to_vec(),
+                        epoch: self.node.view.epoch().to_vec(),
                     }),
                 );
             } else if self.coord.is_leading() && m.ballot == self.coord.ballot {
@@ -346,9 +310,9 @@ impl URing {
     ) {
         let decree = self.resolve(instance, &wire);
         self.record_decision(instance, ballot, decree.clone(), wire.key(), out);
-        let seen = seen | bit(self.pos);
+        let seen = seen | bit(self.node.pos);
         let has_payload = if decree.is_some() {
-            has_payload | bit(self.pos)
+            has_payload | bit(self.node.pos)
         } else {
             has_payload
         };
@@ -379,125 +343,74 @@ impl URing {
         key: Option<crate::types::BatchKey>,
         out: &mut Out,
     ) {
-        if let (Some(acc), Some(d)) = (self.acc.as_mut(), decree.as_ref()) {
-            acc.record_decided(instance, ballot, d);
-        }
+        self.node
+            .record_in_acceptor(instance, ballot, decree.as_ref());
         self.coordinator_on_decided(instance, key);
-        if let (Some(p), Some(k)) = (self.prop.as_mut(), key)
-            && let Some(ack) = p.on_decided(k, self.now)
-        {
-            out.acks.push(ack);
-        }
-        self.learn.on_decided(instance, decree, key);
+        self.node
+            .record_in_proposer_and_learner(instance, decree, key, out);
     }
 
     fn on_decision(&mut self, m: Decision, out: &mut Out) {
-        self.note_ballot(m.ballot);
+        self.node.note_ballot(m.ballot);
         if let WireDecree::Full(b) = &m.decree {
-            self.cache.insert(b);
-            self.learn.offer_payload(b);
+            self.node.cache.insert(b);
+            self.node.learn.offer_payload(b);
         }
-        if m.seen & bit(self.pos) != 0 {
+        if m.seen & bit(self.node.pos) != 0 {
             return;
         }
         self.decided(m.instance, m.ballot, m.decree, m.seen, m.has_payload, out);
     }
 
     fn on_heartbeat(&mut self, from_pos: usize, m: Heartbeat, out: &mut Out) {
-        let interval_us = self.cfg.heartbeat_interval_us;
         if self
-            .view
-            .beat(from_pos, m.incarnation, m.seq, self.now, interval_us)
+            .node
+            .heartbeat_heard(from_pos, &m, self.cfg.heartbeat_interval_us)
         {
-            self.learn.note_peer_delivered(from_pos, m.delivered_upto);
-        }
-        if m.leading && self.resend_when_leading && self.coordinator_pos() == Some(from_pos) {
-            self.resend_when_leading = false;
             self.proposer_resend(out);
         }
-        self.note_ballot(m.ballot);
-        self.view.merge_epoch(&m.epoch);
+        self.node.heartbeat_merge(&m);
         if m.amnesic {
             self.coordinator_on_amnesic_heartbeat(from_pos, fingerprint(&m.epoch), out);
         }
         self.cluster_delivered_max = self.cluster_delivered_max.max(m.delivered_upto);
-        self.learn.decided_max = self
-            .learn
-            .decided_max
-            .max(m.decided_max)
-            .max(m.delivered_upto);
+        self.node.heartbeat_decided(&m);
         self.on_snapshot_report(from_pos, m.snapshot_upto);
         if m.leading && m.trim_below > 0 {
-            self.on_trim(from_pos, m.trim_below, out);
+            self.node.on_trim(from_pos, m.trim_below, out);
         }
     }
 
     fn send_heartbeats(&mut self, out: &mut Out) {
-        if self.now < self.last_heartbeat_us + self.cfg.heartbeat_interval_us
-            && self.last_heartbeat_us != 0
-        {
+        if !self.node.heartbeat_due(self.cfg.heartbeat_interval_us) {
             return;
         }
-        self.last_heartbeat_us = self.now.max(1);
-        let hb = Heartbeat {
-            // Only its round matters to the receiver (`note_ballot`); a ballot some
-            // coordinator really made, not one pieced together.
-            ballot: self.max_ballot_seen,
-            incarnation: u64::from(self.ballot_incarnation),
-            seq: {
-                self.heartbeats_sent += 1;
-                self.heartbeats_sent
-            },
-            delivered_upto: self.learn.delivered_upto(),
-            decided_max: self.learn.decided_max,
-            leading: self.coord.is_leading(),
-            amnesic: self.acc.as_ref().is_some_and(|a| a.amnesic),
-            epoch: self.view.epoch().to_vec(),
-            snapshot_upto: self.snap.own_upto,
-            trim_below: self.trim_point(),
-        };
+        let hb = self
+            .node
+            .heartbeat(self.coord.is_leading(), self.trim_point());
         // The coordinator's own acceptor trims with the others (no heartbeat to itself).
         if hb.trim_below > 0 {
-            self.on_trim(self.pos, hb.trim_below, out);
+            self.node.on_trim(self.node.pos, hb.trim_below, out);
         }
-        for (p, m) in self.cfg.members.iter().enumerate() {
-            if p != self.pos {
-                out.send(m.id, Message::Heartbeat(hb.clone()));
-            }
-        }
+        self.node
+            .send_to_others(&self.cfg.members, &hb, Message::Heartbeat, out);
     }
 
     /// Work common to every input: deliver what is ready, repair progress.
     pub(crate) fn after_input(&mut self, out: &mut Out) {
-        let acc = &mut self.acc;
-        let dup_by_key = !acc.as_ref().is_some_and(|a| a.amnesic);
-        self.learn.drain(
-            self.now,
-            &mut self.cache,
-            &mut out.deliveries,
-            dup_by_key,
-            |instance, decree, key| {
-                if let Some(a) = acc.as_mut() {
-                    a.record_learned(instance, decree, key);
-                }
-            },
-        );
-        if let Some(a) = self.acc.as_mut()
-            && let Some(ev) = a.check_repaired(self.learn.delivered_upto())
-        {
-            out.events.push(ev);
-        }
+        self.node.after_input(out);
     }
 
     /// Positions of live acceptors other than this node, coordinator first.
     pub(crate) fn retrieve_targets(&self) -> Vec<usize> {
         let mut v: Vec<usize> = self
+            .node
             .view
-            .alive_positions(self.now)
+            .alive_positions(self.node.now)
             .into_iter()
-            .filter(|&p| p != self.pos && self.is_acceptor_pos(p))
+            .filter(|&p| p != self.node.pos && self.node.is_acceptor_pos(p))
             .collect();
-        if let Some(c) = self.coordinator_pos()
+        if let Some(c) = self.node.coordinator_pos()
             && let Some(i) = v.iter().position(|&p| p == c)
         {
             v.remove(i);
@@ -508,12 +421,13 @@ impl URing {
 
     fn learner_tick(&mut self, out: &mut Out) {
         self.snapshot_fetch_tick(out);
-        let stalled = self.learn.behind() || self.learn.has_waiting();
+        let stalled = self.node.learn.behind() || self.node.learn.has_waiting();
         if !stalled {
             return;
         }
         let t = self.cfg.retrieve_timeout_us;
-        if self.now < self.learn.last_progress_us + t || self.now < self.learn.last_retrieve_us + t
+        if self.node.now < self.node.learn.last_progress_us + t
+            || self.node.now < self.node.learn.last_retrieve_us + t
         {
             return;
         }
@@ -523,18 +437,19 @@ impl URing {
     /// Asks the next acceptor (coordinator first) for the instances after the last delivered.
     pub(crate) fn send_retrieve(&mut self, out: &mut Out) {
         self.learn_from_own_store(out);
-        if !(self.learn.behind() || self.learn.has_waiting()) {
+        if !(self.node.learn.behind() || self.node.learn.has_waiting()) {
             return;
         }
         let targets = self.retrieve_targets();
         if targets.is_empty() {
             return;
         }
-        let target = targets[self.learn.retrieve_round % targets.len()];
-        self.learn.retrieve_round += 1;
-        self.learn.last_retrieve_us = self.now;
-        let from = self.learn.next;
-        let to = (from + self.cfg.retrieve_max_instances).min(self.learn.decided_max.max(from) + 1);
+        let target = targets[self.node.learn.retrieve_round % targets.len()];
+        self.node.learn.retrieve_round += 1;
+        self.node.learn.last_retrieve_us = self.node.now;
+        let from = self.node.learn.next;
+        let to =
+            (from + self.cfg.retrieve_max_instances).min(self.node.learn.decided_max.max(from) + 1);
         out.send(
             self.node_at(target),
             Message::Retrieve(messages::Retrieve { from, to }),
@@ -544,11 +459,11 @@ impl URing {
 
 impl crate::ring::RingHost for URing {
     type Msg = Message;
-    fn acceptor_and_learner(&self) -> (Option<&AcceptorState>, &LearnerState) {
-        (self.acc.as_ref(), &self.learn)
+    fn ring_node(&self) -> &RingNode {
+        &self.node
     }
-    fn learner_and_cache(&mut self) -> (&mut LearnerState, &mut PayloadCache) {
-        (&mut self.learn, &mut self.cache)
+    fn ring_node_mut(&mut self) -> &mut RingNode {
+        &mut self.node
     }
     fn retrieve_max_instances(&self) -> u64 {
         self.cfg.retrieve_max_instances
@@ -591,7 +506,7 @@ impl crate::ring::ComposableRing for URing {
         URing::set_report_passes(self, on)
     }
     fn drain_passes(&mut self, into: &mut Vec<crate::ring::Pass>) {
-        into.append(&mut self.learn.passes);
+        self.node.drain_passes(into);
     }
     fn set_delivery_paused(&mut self, paused: bool) {
         URing::set_delivery_paused(self, paused)
@@ -626,7 +541,7 @@ impl Protocol for URing {
     type Message = Message;
 
     fn node(&self) -> NodeId {
-        self.me
+        self.node.me
     }
 
     fn propose(
@@ -635,18 +550,18 @@ impl Protocol for URing {
         payload: Bytes,
         out: &mut Out,
     ) -> Result<ValueId, ProposeError> {
-        self.now = self.now.max(now);
+        self.node.now = self.node.now.max(now);
         self.proposer_propose(payload, out)
     }
 
     fn receive(&mut self, now: Micros, from: NodeId, msg: Message, out: &mut Out) {
-        self.now = self.now.max(now);
+        self.node.now = self.node.now.max(now);
         let Some(from_pos) = self.cfg.position(from) else {
             // Not a member of this ring: ignore (the runtime already authenticated the link).
             return;
         };
-        let first_contact = !self.view.heard_ever(from_pos);
-        self.view.contact(from_pos);
+        let first_contact = !self.node.view.heard_ever(from_pos);
+        self.node.view.contact(from_pos);
         match msg {
             Message::Forward(m) => self.on_forward(m, out),
             Message::Phase1a(m) => self.on_phase1a(from_pos, m, out),
@@ -668,7 +583,7 @@ impl Protocol for URing {
     }
 
     fn tick(&mut self, now: Micros, out: &mut Out) {
-        self.now = self.now.max(now);
+        self.node.now = self.node.now.max(now);
         self.send_heartbeats(out);
         self.coordinator_tick(out);
         self.proposer_tick(out);
@@ -683,39 +598,28 @@ impl Protocol for URing {
     }
 
     fn can_propose(&self) -> bool {
-        self.prop
-            .as_ref()
-            .is_some_and(|p| p.has_room(&self.cfg.batch_limits()))
+        self.node.can_propose(&self.cfg.batch_limits())
     }
 
     fn sync_storage(&mut self) -> Result<(), crate::storage::StorageError> {
-        match self.acc.as_mut() {
-            Some(acc) => acc.store.sync(),
-            None => Ok(()),
-        }
+        self.node.sync_storage()
     }
 
     fn begin_sync_storage(
         &mut self,
     ) -> Result<Option<crate::storage::SyncJob>, crate::storage::StorageError> {
-        match self.acc.as_mut() {
-            Some(acc) => acc.store.begin_sync(),
-            None => Ok(None),
-        }
+        self.node.begin_sync_storage()
     }
 
     fn end_sync_storage(
         &mut self,
         result: Result<(), crate::storage::StorageError>,
     ) -> Result<(), crate::storage::StorageError> {
-        if let Some(acc) = self.acc.as_mut() {
-            acc.store.end_sync(&result);
-        }
-        result
+        self.node.end_sync_storage(result)
     }
 
     fn log_bytes(&self) -> u64 {
-        self.acc.as_ref().map_or(0, |acc| acc.store.log_bytes())
+        self.node.log_bytes()
     }
 
     fn take_snapshot(&mut self, app: Bytes) -> Result<crate::protocol::Snapshot, String> {
@@ -727,24 +631,10 @@ impl Protocol for URing {
     }
 
     fn status(&self) -> Status {
-        Status {
-            node: self.me,
-            coordinator: self.coordinator_pos().map(|p| self.node_at(p)),
-            ballot: self.max_ballot_seen.max(self.coord.ballot),
-            leading: self.coord.is_leading(),
-            delivered_upto: self.learn.delivered_upto(),
-            decided_max: self.learn.decided_max,
-            values_in_flight: self.prop.as_ref().map_or(0, |p| p.values_in_flight()),
-            amnesic: self.acc.as_ref().is_some_and(|a| a.amnesic),
-            view: self
-                .view
-                .alive_positions(self.now)
-                .into_iter()
-                .map(|p| self.node_at(p))
-                .collect(),
-            groups: Vec::new(),
-            log_bytes: self.log_bytes(),
-            log_appended_bytes: self.acc.as_ref().map_or(0, |a| a.store.appended_bytes()),
-        }
+        self.node.status(
+            &self.cfg.members,
+            self.coord.ballot,
+            self.coord.is_leading(),
+        )
     }
 }

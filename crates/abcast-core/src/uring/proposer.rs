@@ -33,10 +33,10 @@ impl URing {
         out: &mut Out,
     ) -> Result<ValueId, ProposeError> {
         let limits = self.cfg.batch_limits();
-        let Some(p) = self.prop.as_mut() else {
+        let Some(p) = self.node.prop.as_mut() else {
             return Err(ProposeError::NotProposer);
         };
-        let (id, ready) = p.propose(self.now, payload, &limits)?;
+        let (id, ready) = p.propose(self.node.now, payload, &limits)?;
         for b in ready.into_iter().flatten() {
             self.send_batch(b, out);
         }
@@ -47,25 +47,25 @@ impl URing {
     /// otherwise along the ring.
     pub(crate) fn send_batch(&mut self, batch: Batch, out: &mut Out) {
         if self.coord.is_active() {
-            self.coordinator_enqueue(batch, bit(self.pos), out);
+            self.coordinator_enqueue(batch, bit(self.node.pos), out);
             return;
         }
         let Some(succ) = self.successor() else { return };
-        self.cache.insert(&batch);
+        self.node.cache.insert(&batch);
         out.send(
             self.node_at(succ),
             Message::Forward(Forward {
                 batch,
-                path: bit(self.pos),
+                path: bit(self.node.pos),
             }),
         );
     }
 
     /// A batch travelling to the coordinator passes through this node.
     pub(crate) fn on_forward(&mut self, mut m: Forward, out: &mut Out) {
-        self.cache.insert(&m.batch);
-        self.learn.offer_payload(&m.batch);
-        m.path |= bit(self.pos);
+        self.node.cache.insert(&m.batch);
+        self.node.learn.offer_payload(&m.batch);
+        m.path |= bit(self.node.pos);
         if self.coord.is_active() {
             self.coordinator_enqueue(m.batch, m.path, out);
             return;
@@ -79,26 +79,28 @@ impl URing {
     }
 
     pub(crate) fn proposer_tick(&mut self, out: &mut Out) {
-        let coordinator = self.coordinator_pos();
+        let coordinator = self.node.coordinator_pos();
         let successor = self.successor();
         let ring_changed = successor != self.last_successor && self.last_successor.is_some();
         self.last_successor = successor;
-        let coordinator_changed = coordinator != self.last_coordinator || ring_changed;
+        let coordinator_changed = coordinator != self.node.last_coordinator || ring_changed;
         // From one coordinator to another (not the first one this node hears of: batches
         // reach a coordinator that is still preparing, and a needless re-send of the whole
         // window decides batches twice where learners are paused, as a Multi-Ring learner
         // waiting for a quiet ring is).
-        if coordinator != self.last_coordinator
-            && self.last_coordinator.is_some()
+        if coordinator != self.node.last_coordinator
+            && self.node.last_coordinator.is_some()
             && coordinator.is_some()
         {
-            self.resend_when_leading = true;
+            self.node.resend_when_leading = true;
         }
-        self.last_coordinator = coordinator;
+        self.node.last_coordinator = coordinator;
         let limits = self.cfg.batch_limits();
-        let Some(p) = self.prop.as_mut() else { return };
+        let Some(p) = self.node.prop.as_mut() else {
+            return;
+        };
         let mut to_send = Vec::new();
-        p.tick(self.now, coordinator_changed, &limits, &mut to_send);
+        p.tick(self.node.now, coordinator_changed, &limits, &mut to_send);
         for b in to_send {
             self.send_batch(b, out);
         }
@@ -108,9 +110,11 @@ impl URing {
     /// heard leading after a change).
     pub(crate) fn proposer_resend(&mut self, out: &mut Out) {
         let limits = self.cfg.batch_limits();
-        let Some(p) = self.prop.as_mut() else { return };
+        let Some(p) = self.node.prop.as_mut() else {
+            return;
+        };
         let mut to_send = Vec::new();
-        p.tick(self.now, true, &limits, &mut to_send);
+        p.tick(self.node.now, true, &limits, &mut to_send);
         for b in to_send {
             self.send_batch(b, out);
         }

@@ -7,7 +7,7 @@ use super::{Out, URing};
 use crate::protocol::Snapshot;
 use crate::ring::snapshot::{
     apply_snapshot_to, behind_trim_point_in, fetch_tick_in, install_in, on_chunk_in,
-    take_snapshot_of, trim_acceptor,
+    take_snapshot_of,
 };
 use crate::snapshot_transfer::{SnapshotChunk, SnapshotFetch};
 use crate::types::Instance;
@@ -15,17 +15,23 @@ use bytes::Bytes;
 
 impl URing {
     pub(crate) fn take_snapshot_here(&mut self, app: Bytes) -> Result<Snapshot, String> {
-        if !self.learn.deliver {
-            return Err(format!("node {} is not a learner of this ring", self.me));
+        if !self.node.learn.deliver {
+            return Err(format!(
+                "node {} is not a learner of this ring",
+                self.node.me
+            ));
         }
-        Ok(take_snapshot_of(&self.learn, &mut self.snap, app))
+        Ok(take_snapshot_of(&self.node.learn, &mut self.node.snap, app))
     }
 
     pub(crate) fn restore_snapshot_here(&mut self, snap: &Snapshot) -> Result<(), String> {
-        if !self.learn.deliver {
-            return Err(format!("node {} is not a learner of this ring", self.me));
+        if !self.node.learn.deliver {
+            return Err(format!(
+                "node {} is not a learner of this ring",
+                self.node.me
+            ));
         }
-        if self.learn.delivered_upto() > 0 {
+        if self.node.learn.delivered_upto() > 0 {
             return Err("a snapshot is restored before the learner delivers anything".into());
         }
         self.apply_snapshot(snap)?;
@@ -34,7 +40,12 @@ impl URing {
 
     /// Moves the learner to after `snap` (restored at start or installed from a peer).
     fn apply_snapshot(&mut self, snap: &Snapshot) -> Result<(), String> {
-        apply_snapshot_to(&mut self.learn, &mut self.snap, snap, self.now)?;
+        apply_snapshot_to(
+            &mut self.node.learn,
+            &mut self.node.snap,
+            snap,
+            self.node.now,
+        )?;
         self.cluster_delivered_max = self.cluster_delivered_max.max(snap.upto);
         Ok(())
     }
@@ -48,25 +59,27 @@ impl URing {
     /// its young view may hold one acceptor only (found by the simulator, durable
     /// `uring-snapshots` seed 25: a restarted learner skipped 102..427 that way).
     pub(crate) fn behind_trim_point(&mut self, next: Instance, floor: Instance, out: &mut Out) {
-        let alive = self.view.alive_positions(self.now);
+        let alive = self.node.view.alive_positions(self.node.now);
         let candidates: Vec<_> = (0..self.cfg.members.len())
-            .filter(|&p| p != self.pos && self.cfg.members[p].roles.learner && alive.contains(&p))
+            .filter(|&p| {
+                p != self.node.pos && self.cfg.members[p].roles.learner && alive.contains(&p)
+            })
             .map(|p| (p, self.node_at(p)))
             .collect();
         let ask = behind_trim_point_in(
-            &mut self.learn,
-            &mut self.snap,
+            &mut self.node.learn,
+            &mut self.node.snap,
             self.cfg.learner_snapshots,
-            self.now,
+            self.node.now,
             &candidates,
             (next, floor),
             out,
         );
         if let Some((node, from, to)) = ask
-            && (self.learn.memory_asked_us == 0
-                || self.now >= self.learn.memory_asked_us + self.cfg.retrieve_timeout_us)
+            && (self.node.learn.memory_asked_us == 0
+                || self.node.now >= self.node.learn.memory_asked_us + self.cfg.retrieve_timeout_us)
         {
-            self.learn.memory_asked_us = self.now.max(1);
+            self.node.learn.memory_asked_us = self.node.now.max(1);
             out.send(
                 node,
                 Message::Retrieve(super::messages::Retrieve { from, to }),
@@ -75,32 +88,38 @@ impl URing {
         // A skip moves this node's own acceptor window with the learner: what it skipped is
         // decided and gone from every other window, and an acceptor window keeps every
         // instance it knows nothing of (`MemoryStore`).
-        if self.learn.next > next
-            && let Some(acc) = self.acc.as_mut()
-            && acc.store.log_start() < self.learn.next
+        if self.node.learn.next > next
+            && let Some(acc) = self.node.acc.as_mut()
+            && acc.store.log_start() < self.node.learn.next
             && !acc.store.is_durable()
         {
-            acc.store.trim(self.learn.next);
+            acc.store.trim(self.node.learn.next);
         }
     }
 
     pub(crate) fn on_snapshot_fetch(&mut self, from_pos: usize, m: SnapshotFetch, out: &mut Out) {
-        if !self.learn.deliver {
+        if !self.node.learn.deliver {
             return;
         }
-        let chunk = self.snap.server.serve(self.now, &m);
+        let chunk = self.node.snap.server.serve(self.node.now, &m);
         out.send(self.node_at(from_pos), Message::SnapshotChunk(chunk));
     }
 
     pub(crate) fn on_snapshot_chunk(&mut self, from_pos: usize, m: SnapshotChunk, out: &mut Out) {
         let from = self.node_at(from_pos);
-        let Some(snap) = on_chunk_in(&mut self.snap, self.now, from, m, out) else {
+        let Some(snap) = on_chunk_in(&mut self.node.snap, self.node.now, from, m, out) else {
             return;
         };
-        if install_in(&mut self.learn, &mut self.snap, snap, self.now, out) {
-            self.cluster_delivered_max = self.cluster_delivered_max.max(self.snap.own_upto);
+        if install_in(
+            &mut self.node.learn,
+            &mut self.node.snap,
+            snap,
+            self.node.now,
+            out,
+        ) {
+            self.cluster_delivered_max = self.cluster_delivered_max.max(self.node.snap.own_upto);
             // Go on from the log at once.
-            if self.learn.behind() {
+            if self.node.learn.behind() {
                 self.send_retrieve(out);
             }
         }
@@ -108,37 +127,29 @@ impl URing {
 
     /// A transfer whose chunk did not come: ask again, and give up after a few tries.
     pub(crate) fn snapshot_fetch_tick(&mut self, out: &mut Out) {
-        fetch_tick_in(&mut self.snap, self.now, self.cfg.retrieve_timeout_us, out);
+        fetch_tick_in(
+            &mut self.node.snap,
+            self.node.now,
+            self.cfg.retrieve_timeout_us,
+            out,
+        );
     }
 
     /// The acceptor's log start (everything below is trimmed), if this node is an acceptor.
     pub fn acceptor_log_start(&self) -> Option<Instance> {
-        self.acc.as_ref().map(|a| a.store.log_start())
+        self.node.acc.as_ref().map(|a| a.store.log_start())
     }
 
     pub(crate) fn on_snapshot_report(&mut self, from_pos: usize, upto: Instance) {
-        self.snap.report(from_pos, upto);
+        self.node.snap.report(from_pos, upto);
     }
 
     /// The leading coordinator's trim point: below the minimum over a quorum of learners
     /// (URingPaxos' `Safe`, see [`quorum_trim_point`]); 0 when not leading.
     pub(crate) fn trim_point(&self) -> Instance {
-        if !self.coord.is_leading() {
-            return 0;
-        }
-        let learners = (0..self.cfg.members.len()).filter(|&p| self.cfg.members[p].roles.learner);
-        let t = self.snap.trim_point(self.pos, learners);
-        if t > 0 && self.mutated(crate::mutation::Mutation::TrimPastQuorum) {
-            return t + 1;
-        }
-        t
-    }
-
-    /// An acceptor trims below what the coordinator it believes in says.
-    pub(crate) fn on_trim(&mut self, from_pos: usize, below: Instance, out: &mut Out) {
-        if self.coordinator_pos() != Some(from_pos) {
-            return;
-        }
-        trim_acceptor(self.acc.as_mut(), below, out);
+        self.node
+            .trim_point(&self.cfg.members, self.coord.is_leading(), || {
+                self.mutated(crate::mutation::Mutation::TrimPastQuorum)
+            })
     }
 }

@@ -52,6 +52,9 @@
 //! protocols must be safe with a frame meant for an earlier life either way; the rule only
 //! spares a new life the backlog that is known to be stale.
 
+mod commit;
+
+use self::commit::{AfterInput, AtIterationEnd, CommitPipeline, Mode, PipelineError};
 use super::Hooks;
 use super::clientwire::{ClientFrame, KIND_DELIVERED};
 use super::frame::{self, Frame, KIND_CLIENT_MIN, KIND_HELLO, KIND_PROTOCOL_MAX};
@@ -120,9 +123,6 @@ const CONNECT_TIMEOUT_US: Micros = 3_000_000;
 const DROP_LOG_INTERVAL_US: Micros = 1_000_000;
 /// Kernel events fetched per poll.
 const EVENTS_CAPACITY: usize = 1024;
-/// A gathering group commit is carried out early once it holds this many messages, to
-/// bound the outbox (and the latency of the first vote in it).
-const GROUP_COMMIT_MAX_SENDS: usize = 4096;
 
 /// Everything the driver needs to know besides the protocol.
 #[derive(Clone, Debug)]
@@ -217,6 +217,11 @@ impl std::error::Error for DriverError {}
 
 fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> DriverError {
     move |source| DriverError::Io { what, source }
+}
+
+/// The group commit cannot go on: the node stops rather than send what is not durable.
+fn pipeline_failed(e: PipelineError) -> DriverError {
+    DriverError::Storage(StorageError(format!("group commit: {e}")))
 }
 
 /// Counters of the transport, for tests and logs.
@@ -476,10 +481,11 @@ pub struct Driver<P: Protocol> {
     faults: Option<LinkFaults>,
     /// The UDP multicast endpoint; `None` = multicasts go as TCP copies to every peer.
     mcast: Option<Multicast>,
-    /// The sync thread (pipelined group commit), and the outbox waiting for its job.
+    /// The sync thread (pipelined group commit).
     syncer: Option<Syncer>,
-    /// Outboxes waiting for their sync jobs, oldest first (one per job in the syncer).
-    in_flight: VecDeque<Outbox<P::Message>>,
+    /// The group commit's ordering rules, and the outboxes waiting for their sync jobs,
+    /// oldest first (one per job in the syncer).
+    pipeline: CommitPipeline<Outbox<P::Message>>,
 }
 
 impl<P: Protocol> Driver<P> {
@@ -598,7 +604,7 @@ impl<P: Protocol> Driver<P> {
         }
         Ok(Driver {
             syncer,
-            in_flight: VecDeque::new(),
+            pipeline: CommitPipeline::new(Mode::new(cfg.group_commit, cfg.sync_thread)),
             next_periodic_us: cfg.periodic_us,
             next_snapshot_us: cfg.snapshot_interval_us,
             cfg,
@@ -807,7 +813,7 @@ impl<P: Protocol> Driver<P> {
         if every == 0
             || now < self.next_snapshot_us
             || !self.outbox.is_empty()
-            || !self.in_flight.is_empty()
+            || self.pipeline.in_flight() > 0
         {
             return Ok(());
         }
@@ -921,14 +927,17 @@ impl<P: Protocol> Driver<P> {
         now: Micros,
         app: &mut A,
     ) -> Result<(), DriverError> {
-        if self.cfg.group_commit && (self.outbox.needs_sync || !self.in_flight.is_empty()) {
-            if self.outbox.sends.len() + self.outbox.multicasts.len() < GROUP_COMMIT_MAX_SENDS {
-                return Ok(());
+        let gathered = self.outbox.sends.len() + self.outbox.multicasts.len();
+        match self.pipeline.after_input(self.outbox.needs_sync, gathered) {
+            AfterInput::Gather => Ok(()),
+            AfterInput::CarryOut => self.carry_out_now(now, app),
+            AfterInput::DrainThenCarryOut => {
+                // Too much gathered: finish the syncs in flight, then sync this group in
+                // place.
+                self.wait_in_flight(now, app)?;
+                self.carry_out_now(now, app)
             }
-            // Too much gathered: finish the syncs in flight, then sync this group in place.
-            self.wait_in_flight(now, app)?;
         }
-        self.carry_out_now(now, app)
     }
 
     /// The end of an iteration: the gathered outbox is carried out, after its sync. With
@@ -936,24 +945,28 @@ impl<P: Protocol> Driver<P> {
     /// thread's fdatasync, behind the jobs already in flight (up to
     /// `SYNC_JOBS_IN_FLIGHT_MAX`); when they are that many, the next group keeps gathering.
     /// An outbox that needs no sync still goes after the ones in flight, as it came after
-    /// them.
+    /// them (`commit.rs` has the rules).
     fn commit<A: Hooks + ?Sized>(&mut self, now: Micros, app: &mut A) -> Result<(), DriverError> {
-        if self.outbox.is_empty() {
-            return Ok(());
-        }
-        let Some(syncer) = self.syncer.as_ref() else {
-            return self.carry_out_now(now, app);
-        };
-        if !self.outbox.needs_sync || !syncer.has_room() {
-            if self.in_flight.is_empty() {
-                return self.carry_out_now(now, app);
+        let step = self
+            .pipeline
+            .at_iteration_end(self.outbox.is_empty(), self.outbox.needs_sync);
+        match step {
+            AtIterationEnd::Gather => Ok(()),
+            AtIterationEnd::CarryOut => self.carry_out_now(now, app),
+            AtIterationEnd::BeginJob => {
+                if self.start_sync()? {
+                    return Ok(());
+                }
+                // Durable already: it goes once those in flight are carried out.
+                match self
+                    .pipeline
+                    .at_iteration_end(self.outbox.is_empty(), false)
+                {
+                    AtIterationEnd::CarryOut => self.carry_out_now(now, app),
+                    AtIterationEnd::Gather | AtIterationEnd::BeginJob => Ok(()),
+                }
             }
-            return Ok(());
         }
-        if self.start_sync()? || !self.in_flight.is_empty() {
-            return Ok(());
-        }
-        self.carry_out_now(now, app)
     }
 
     /// Begins the gathered outbox's sync: its job goes to the sync thread and the outbox
@@ -975,8 +988,22 @@ impl<P: Protocol> Driver<P> {
         self.stats.storage_syncs += 1;
         let mut held = std::mem::take(&mut self.outbox);
         held.needs_sync = false;
-        self.in_flight.push_back(held);
+        self.pipeline.job_started(held).map_err(pipeline_failed)?;
         Ok(true)
+    }
+
+    /// The oldest sync job ended with `result`: the protocol learns it, and the pipeline
+    /// gives back the outbox the job held (an error if the job failed).
+    fn end_job(
+        &mut self,
+        result: Result<(), StorageError>,
+        gathered_needs_sync: bool,
+    ) -> Result<commit::Ended<Outbox<P::Message>>, DriverError> {
+        let ended = self.pipeline.job_ended(result.is_ok(), gathered_needs_sync);
+        self.protocol
+            .end_sync_storage(result)
+            .map_err(DriverError::Storage)?;
+        ended.map_err(pipeline_failed)
     }
 
     /// The sync thread's waker fired: carry out the outboxes its jobs made durable, oldest
@@ -987,19 +1014,14 @@ impl<P: Protocol> Driver<P> {
         app: &mut A,
     ) -> Result<(), DriverError> {
         while let Some(result) = self.syncer.as_mut().and_then(Syncer::try_done) {
-            self.protocol
-                .end_sync_storage(result)
-                .map_err(DriverError::Storage)?;
-            let held = self.in_flight.pop_front();
+            let ended = self.end_job(result, self.outbox.needs_sync)?;
             // The next group's sync starts before the last group is carried out (its sends,
             // deliveries and acks take the loop a while at full speed, and the disk would
             // wait for them): its messages leave after the last group's anyway.
-            if self.outbox.needs_sync {
+            if ended.start_next_first {
                 self.start_sync()?;
             }
-            if let Some(held) = held {
-                self.carry_out_held(now, app, held)?;
-            }
+            self.carry_out_held(now, app, ended.held)?;
         }
         self.commit(now, app)
     }
@@ -1012,15 +1034,12 @@ impl<P: Protocol> Driver<P> {
     ) -> Result<(), DriverError> {
         while let Some(s) = self.syncer.as_mut().filter(|s| s.in_flight() > 0) {
             let result = s.wait();
-            self.protocol
-                .end_sync_storage(result)
-                .map_err(DriverError::Storage)?;
-            if let Some(held) = self.in_flight.pop_front() {
-                self.carry_out_held(now, app, held)?;
-            }
+            let ended = self.end_job(result, false)?;
+            self.carry_out_held(now, app, ended.held)?;
         }
-        debug_assert!(
-            self.in_flight.is_empty(),
+        debug_assert_eq!(
+            self.pipeline.in_flight(),
+            0,
             "an outbox in flight without its job"
         );
         Ok(())
@@ -1056,7 +1075,7 @@ impl<P: Protocol> Driver<P> {
             // In place only with no job in flight: a job still queued would write its
             // bytes after these (and a direct write rewrites the block they share).
             debug_assert!(
-                self.in_flight.is_empty(),
+                self.pipeline.may_sync_in_place(),
                 "an in-place sync behind a job in flight"
             );
             self.protocol.sync_storage().map_err(DriverError::Storage)?;

@@ -63,6 +63,9 @@ impl<P: Protocol, A: Hooks + ?Sized> Carrier<P::Message> for LoopCarrier<'_, '_,
         if !self.d.multicast_datagram(&msg) {
             self.d.stats.multicasts_by_tcp += 1;
             for idx in 0..self.d.peers.len() {
+                if !self.d.peers[idx].member {
+                    continue;
+                }
                 let to = self.d.peers[idx].id;
                 self.d.send_to(self.now, to, msg.clone());
             }

@@ -89,6 +89,8 @@ const CONNECT_TIMEOUT_US: Micros = 3_000_000;
 const DROP_LOG_INTERVAL_US: Micros = 1_000_000;
 /// Kernel events fetched per poll.
 const EVENTS_CAPACITY: usize = 1024;
+/// Most peer slots (`Driver::add_peer`); a removed peer keeps its slot for a return.
+const PEER_SLOTS_MAX: usize = 1024;
 
 /// Everything the driver needs to know besides the protocol.
 #[derive(Clone, Debug)]

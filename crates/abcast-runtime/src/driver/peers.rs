@@ -27,12 +27,12 @@
 //! spares a new life the backlog that is known to be stale.
 
 use super::conns::Role;
-use super::{Driver, DriverConfig, DriverError, MULTICAST_SOCKET, READS_PER_EVENT};
+use super::{Driver, DriverConfig, DriverError, MULTICAST_SOCKET, PEER_SLOTS_MAX, READS_PER_EVENT};
 use crate::Hooks;
 use crate::frame::{Frame, KIND_HELLO, KIND_PROTOCOL_MAX};
 use crate::linkfault::{QueueRoom, Verdict};
 use crate::multicast::{self, Received};
-use crate::transport::{self, Backoff, OutQueue, PushError, ReadOutcome};
+use crate::transport::{self, Backoff, OutQueue, PushError, ReadOutcome, TransportConfig};
 use abcast_core::codec::{Decoder, Encoder, WireMessage};
 use abcast_core::{DecodeError, GroupId, Micros, NodeId, Protocol};
 use bytes::{Bytes, BytesMut};
@@ -141,6 +141,27 @@ pub(super) struct Peer {
     pub(super) dropped_unlogged: u64,
     pub(super) last_drop_log_us: Micros,
     pub(super) dirty: bool,
+    /// In the peer set; a removed peer (`Driver::remove_peer`) keeps its slot, so indices
+    /// stay valid, but nothing is queued for it and its `Hello` is refused.
+    pub(super) member: bool,
+}
+
+impl Peer {
+    fn new(id: NodeId, addr: SocketAddr, transport: &TransportConfig) -> Peer {
+        Peer {
+            id,
+            addr,
+            link: Link::Idle,
+            queue: OutQueue::new(transport.send_queue_bytes),
+            lives: PeerLives::default(),
+            backoff: Backoff::new(transport.backoff_ms_min, transport.backoff_ms_max),
+            down_logged: false,
+            dropped_unlogged: 0,
+            last_drop_log_us: 0,
+            dirty: false,
+            member: true,
+        }
+    }
 }
 
 /// One `Peer` per configured peer other than this node, and the index by node id.
@@ -152,18 +173,7 @@ pub(super) fn peers_from_config(cfg: &DriverConfig) -> (Vec<Peer>, HashMap<NodeI
             continue;
         }
         peer_index.insert(id, peers.len());
-        peers.push(Peer {
-            id,
-            addr,
-            link: Link::Idle,
-            queue: OutQueue::new(cfg.transport.send_queue_bytes),
-            lives: PeerLives::default(),
-            backoff: Backoff::new(cfg.transport.backoff_ms_min, cfg.transport.backoff_ms_max),
-            down_logged: false,
-            dropped_unlogged: 0,
-            last_drop_log_us: 0,
-            dirty: false,
-        });
+        peers.push(Peer::new(id, addr, &cfg.transport));
     }
     (peers, peer_index)
 }
@@ -177,6 +187,99 @@ impl Peer {
 }
 
 impl<P: Protocol> Driver<P> {
+    /// Adds node `id` at `addr` to the peers this node links to, or moves a peer to a new
+    /// address (its link is closed, and the next send dials `addr`). The peer set is the
+    /// transport's address book, not the protocol's membership (`Protocol::reconfigure`):
+    /// frames for a node outside it are dropped and its `Hello` is refused. A node added
+    /// after start gets no injected link faults unless it had a slot before (a removed
+    /// peer added again keeps its own).
+    pub fn add_peer(&mut self, id: NodeId, addr: SocketAddr) -> Result<(), DriverError> {
+        let refuse = |reason: String| DriverError::Config {
+            field: "peers".into(),
+            reason,
+        };
+        if id == self.cfg.me {
+            return Err(refuse(format!("{id} is this node")));
+        }
+        if let Some(&idx) = self.peer_index.get(&id) {
+            if self.peers[idx].addr != addr {
+                self.drop_link(idx, format_args!("{id} moved to {addr}"));
+                self.peers[idx].addr = addr;
+                if !self.peers[idx].queue.is_empty() {
+                    self.connect(idx, self.now());
+                }
+            }
+            return Ok(());
+        }
+        let idx = match self.peers.iter().position(|p| p.id == id) {
+            Some(idx) => idx,
+            None if self.peers.len() >= PEER_SLOTS_MAX => {
+                return Err(refuse(format!("more than {PEER_SLOTS_MAX} peers")));
+            }
+            None => {
+                self.peers.push(Peer::new(id, addr, &self.cfg.transport));
+                self.peers.len() - 1
+            }
+        };
+        let peer = &mut self.peers[idx];
+        peer.addr = addr;
+        peer.member = true;
+        peer.down_logged = false;
+        self.peer_index.insert(id, idx);
+        self.unknown_logged.remove(&id);
+        if let Some(m) = self.mcast.as_mut() {
+            m.add_peer(id);
+        }
+        self.log(format_args!("added peer {id} at {addr}"));
+        Ok(())
+    }
+
+    /// Removes node `id` from the peer set: its outbound link and every connection it
+    /// dialed to this node are closed, frames queued for it are dropped, and from now on
+    /// frames for it are dropped and its `Hello` refused. False if it was not a peer.
+    pub fn remove_peer(&mut self, id: NodeId) -> bool {
+        let Some(idx) = self.peer_index.remove(&id) else {
+            return false;
+        };
+        self.drop_link(idx, format_args!("{id} was removed from the peers"));
+        self.peers[idx].queue.clear();
+        self.peers[idx].member = false;
+        if let Some(m) = self.mcast.as_mut() {
+            m.remove_peer(id);
+        }
+        let inbound: Vec<Token> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| matches!(c.role, Role::PeerIn { peer: Some(p) } if p == id))
+            .map(|(t, _)| *t)
+            .collect();
+        for token in inbound {
+            self.close_conn(token, format_args!("{id} was removed from the peers"));
+        }
+        true
+    }
+
+    /// Closes peer `idx`'s outbound link on purpose. A link that was up may have cut a
+    /// frame, so its queue is cleared and the protocol hears the peer is unreachable
+    /// (carried out with the iteration's other effects); otherwise nothing of the queue
+    /// was written and it waits for the next connection.
+    fn drop_link(&mut self, idx: usize, reason: fmt::Arguments<'_>) {
+        let was_up = matches!(self.peers[idx].link, Link::Up { .. });
+        self.close_link(idx);
+        let peer = &mut self.peers[idx];
+        if was_up {
+            peer.queue.clear();
+        }
+        peer.backoff.reset();
+        let id = peer.id;
+        self.log(format_args!("closing the link to {id}: {reason}"));
+        if was_up {
+            self.stats.disconnects += 1;
+            let now = self.now();
+            self.protocol.peer_unreachable(now, id, &mut self.outbox);
+        }
+    }
+
     /// Queues `msg` as one datagram to the multicast group. `false` when there is no
     /// multicast socket or the message does not fit one datagram: the caller sends it by TCP.
     pub(super) fn multicast_datagram(&mut self, msg: &P::Message) -> bool {
@@ -287,6 +390,11 @@ impl<P: Protocol> Driver<P> {
         group: u16,
         chunks: &[Bytes],
     ) {
+        if !self.peers[idx].member {
+            // Held by a link fault while the peer was removed.
+            self.stats.frames_dropped += 1;
+            return;
+        }
         let mut pushed = self.peers[idx].push_frame(kind, group, chunks);
         if matches!(pushed, Err(PushError::Full(_)))
             && matches!(self.peers[idx].link, Link::Up { .. })

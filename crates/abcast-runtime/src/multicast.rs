@@ -567,6 +567,18 @@ impl Multicast {
         !self.queue.is_empty()
     }
 
+    /// Accepts datagrams from `node` from now on (`Driver::add_peer`).
+    pub fn add_peer(&mut self, node: NodeId) {
+        if node != self.me.node {
+            self.peers.entry(node).or_insert(0);
+        }
+    }
+
+    /// Refuses datagrams from `node` from now on (`Driver::remove_peer`).
+    pub fn remove_peer(&mut self, node: NodeId) {
+        self.peers.remove(&node);
+    }
+
     /// The socket became writable: the next flush may send again.
     pub fn on_writable(&mut self) {
         self.blocked = false;

@@ -1,0 +1,774 @@
+//! The event loop of one node: one thread, one `mio::Poll`, everything else in between.
+//!
+//! Per iteration: poll with a timeout that ends at the next deadline (protocol tick,
+//! reconnect, load token, stats); handle every ready socket (each message goes to
+//! `protocol.receive` and its outbox is carried out at once); run self-addressed messages;
+//! let the load generator propose; `protocol.tick(now)`; fire due timers; flush every
+//! outbound queue that has data with vectored writes.
+//!
+//! Carrying out an outbox follows docs/CONTRACTS.md: sync the store if `needs_sync`, then
+//! queue `sends` and `multicasts`, then hand `deliveries` and `acks` to the application and
+//! to the client port. Queued frames leave at the next flush, at the latest at the end of the
+//! iteration, so one syscall carries the messages of many protocol calls.
+//!
+//! The rooms: `peers.rs` (outbound links, `Hello`, the peer frames and multicast glue),
+//! `conns.rs` (inbound connections, peers' and clients'), `clients.rs` (the client port,
+//! subscriptions, tickets, read barriers, the handle's commands), `carrier.rs` (carrying
+//! out an outbox: the group commit and `LoopCarrier`), `commit.rs` (the group commit's
+//! ordering rules, pure), `snapshots.rs` (snapshot files). This file holds the loop.
+
+mod carrier;
+mod clients;
+mod commit;
+mod conns;
+mod peers;
+mod snapshots;
+
+pub use self::peers::Hello;
+pub use self::snapshots::{read_snapshot, write_snapshot};
+
+use self::clients::Cursor;
+use self::commit::{CommitPipeline, Mode};
+use self::conns::Conn;
+use self::peers::{Link, Peer, peers_from_config};
+use super::Hooks;
+use super::frame::Frame;
+use super::handle::{self, Command, Commands, MailTx, ReadAnswer, StreamEvent, TicketEvent};
+use super::history::{History, Item, Journal};
+use super::linkfault::LinkFaults;
+use super::loadgen::{LoadConfig, LoadGen};
+use super::multicast::{self, Multicast, MulticastStats};
+use super::syncer::Syncer;
+use super::transport::TransportConfig;
+use abcast_core::storage::StorageError;
+use abcast_core::{Instance, Micros, NodeId, Outbox, ProposeError, Protocol};
+use mio::net::TcpListener;
+use mio::{Events, Interest, Poll, Token};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+const PEER_LISTENER: Token = Token(0);
+const CLIENT_LISTENER: Token = Token(1);
+/// The UDP multicast socket (`TransportConfig::multicast`).
+const MULTICAST_SOCKET: Token = Token(2);
+/// The sync thread finished a job.
+const SYNC_DONE: Token = Token(3);
+/// A handle sent commands (`handle.rs`).
+const COMMANDS: Token = Token(4);
+const FIRST_CONN_TOKEN: usize = 5;
+/// Commands taken per wake-up before the loop serves its sockets again.
+const COMMANDS_PER_ITERATION: usize = 256;
+/// Most values awaited by handle tickets; more are answered `Busy`.
+const MAX_TICKETS: usize = 1 << 16;
+/// Most read barriers waiting for the protocol.
+const MAX_READS: usize = 1024;
+/// Most bytes of history one replaying subscriber takes per iteration.
+const REPLAY_BYTES_PER_ITERATION: usize = 1 << 20;
+/// Reads from one socket per readiness event before the loop serves the others; the socket
+/// is revisited in the next iteration.
+const READS_PER_EVENT: usize = 16;
+/// Most open inbound connections (peers and clients); more are refused at accept.
+const MAX_CONNS: usize = 1024;
+/// Most proposals of the load generator per iteration, so sockets are served in between.
+const LOAD_PER_ITERATION: usize = 4096;
+/// Most of one client's values waiting to be decided; more are answered `Busy`.
+const MAX_CLIENT_PENDING_VALUES: usize = 1 << 16;
+/// Longest poll: the loop re-checks its stop condition at least this often.
+const POLL_MAX: Duration = Duration::from_millis(50);
+/// Largest body accepted as the first frame of a peer connection (a `Hello` is 20 bytes).
+const MAX_HELLO_BODY_BYTES: usize = 256;
+/// A connect attempt that has not completed after this long is abandoned and retried.
+const CONNECT_TIMEOUT_US: Micros = 3_000_000;
+/// Shortest interval between two "dropped frames" log lines about one peer.
+const DROP_LOG_INTERVAL_US: Micros = 1_000_000;
+/// Kernel events fetched per poll.
+const EVENTS_CAPACITY: usize = 1024;
+/// Most peer slots (`Driver::add_peer`); a removed peer keeps its slot for a return.
+const PEER_SLOTS_MAX: usize = 1024;
+
+/// Everything the driver needs to know besides the protocol.
+#[derive(Clone, Debug)]
+pub struct DriverConfig {
+    pub me: NodeId,
+    /// Peers with a different cluster id are refused at `Hello`.
+    pub cluster_id: u64,
+    /// Sent in `Hello`; grows on every restart.
+    pub incarnation: u64,
+    /// Peer addresses (this node's own entry, if present, is ignored: sends to self are
+    /// looped back in-process).
+    pub peers: Vec<(NodeId, SocketAddr)>,
+    pub transport: TransportConfig,
+    /// How often `Application::periodic` runs; 0 = never.
+    pub periodic_us: Micros,
+    /// Recent deliveries kept in memory for subscriptions that start in the past, in
+    /// payload bytes (without `history_dir`).
+    pub history_bytes: usize,
+    /// The delivery history on disk (`history.rs`, the journal): subscriptions resume from
+    /// it across restarts. `None`: in memory only.
+    pub history_dir: Option<PathBuf>,
+    /// The journal's bound in bytes (oldest segments deleted first).
+    pub history_file_bytes: u64,
+    /// Gather the outboxes of one iteration under one storage sync (durable storage).
+    pub group_commit: bool,
+    /// With `group_commit`: run the fdatasync on a thread of its own while the loop goes
+    /// on (pipelined group commit); off, the loop waits for each fdatasync.
+    pub sync_thread: bool,
+    /// Take a snapshot this often (0 = never) and write it to `snapshot_path`.
+    pub snapshot_interval_us: Micros,
+    pub snapshot_path: Option<PathBuf>,
+}
+
+impl DriverConfig {
+    pub fn new(me: NodeId, cluster_id: u64, peers: Vec<(NodeId, SocketAddr)>) -> DriverConfig {
+        DriverConfig {
+            me,
+            cluster_id,
+            incarnation: 0,
+            peers,
+            transport: TransportConfig::default(),
+            periodic_us: 0,
+            history_bytes: 16 << 20,
+            history_dir: None,
+            history_file_bytes: 256 << 20,
+            group_commit: false,
+            sync_thread: true,
+            snapshot_interval_us: 0,
+            snapshot_path: None,
+        }
+    }
+}
+
+/// The bound listening sockets. Binding is the caller's job so tests can use port 0 and
+/// learn the addresses before any driver starts.
+#[derive(Debug)]
+pub struct Listeners {
+    pub peer: std::net::TcpListener,
+    pub client: Option<std::net::TcpListener>,
+}
+
+/// A failure that stops the driver. Everything a peer or a client can cause is handled
+/// inside the loop and never becomes one of these.
+#[derive(Debug)]
+pub enum DriverError {
+    Io {
+        what: &'static str,
+        source: io::Error,
+    },
+    /// The store could not be synced: continuing could send messages that depend on state
+    /// that is not durable.
+    Storage(StorageError),
+    /// The configuration cannot be run; `field` names the offending setting.
+    Config { field: String, reason: String },
+    /// The learner fell behind the acceptors' trim point and installed a peer's snapshot,
+    /// which the application could not take: its state no longer matches the sequence.
+    Install(String),
+}
+
+impl fmt::Display for DriverError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DriverError::Io { what, source } => write!(f, "{what}: {source}"),
+            DriverError::Storage(e) => write!(f, "{e}"),
+            DriverError::Config { field, reason } => write!(f, "{field}: {reason}"),
+            DriverError::Install(e) => write!(f, "installing a peer's snapshot: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for DriverError {}
+
+fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> DriverError {
+    move |source| DriverError::Io { what, source }
+}
+
+/// Counters of the transport, for tests and logs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TransportStats {
+    pub frames_queued: u64,
+    /// Frames dropped because a peer's queue was full (or the peer is unknown).
+    pub frames_dropped: u64,
+    /// Frames dropped by injected link loss (`TransportConfig::link_faults`).
+    pub frames_lost: u64,
+    pub frames_received: u64,
+    /// Connections closed because of a bad frame, a message that failed to decode, or a
+    /// refused `Hello`.
+    pub bad_input_closes: u64,
+    /// Outbound connections established.
+    pub connects: u64,
+    /// Outbound connections lost after being established.
+    pub disconnects: u64,
+    /// Inbound peer connections accepted after a valid `Hello`.
+    pub hellos_accepted: u64,
+    /// Frames never written because the peer they were queued for restarted before they
+    /// left (its `Hello` announced a newer incarnation; see `peers.rs`,
+    /// "Connections"). Not counted in `frames_dropped`.
+    pub stale_frames_dropped: u64,
+    /// Protocol multicasts carried as one TCP copy per peer: all of them without
+    /// `TransportConfig::multicast`, else those too large for one datagram.
+    pub multicasts_by_tcp: u64,
+    /// Protocol multicasts that did not fit one datagram and fell back to TCP.
+    pub multicasts_too_large: u64,
+    /// The UDP multicast socket's counters (all zero without one).
+    pub multicast: MulticastStats,
+    /// Storage syncs (group commits) done before sends.
+    pub storage_syncs: u64,
+    /// Snapshots written.
+    pub snapshots: u64,
+    /// Snapshots fetched from a peer and installed.
+    pub snapshots_installed: u64,
+}
+
+/// The event loop of one node, generic over the protocol it drives.
+pub struct Driver<P: Protocol> {
+    cfg: DriverConfig,
+    protocol: P,
+    poll: Poll,
+    start: Instant,
+    peer_listener: TcpListener,
+    client_listener: Option<TcpListener>,
+    peers: Vec<Peer>,
+    peer_index: HashMap<NodeId, usize>,
+    /// Outbound connection tokens -> peer index.
+    out_tokens: HashMap<Token, usize>,
+    /// Inbound peer connections and client connections.
+    conns: HashMap<Token, Conn>,
+    next_token: usize,
+    outbox: Outbox<P::Message>,
+    loopback: VecDeque<P::Message>,
+    /// Sockets that still had data when their read budget ran out.
+    ready_again: Vec<Token>,
+    dirty_peers: Vec<usize>,
+    dirty_conns: Vec<Token>,
+    frames: Vec<Frame>,
+    load: Option<LoadGen>,
+    history: History,
+    /// Handle subscriptions (`handle.rs`).
+    streams: Vec<(Cursor, MailTx<StreamEvent>)>,
+    /// Values proposed through a handle, by seq, awaiting their outcome.
+    tickets: BTreeMap<u64, MailTx<TicketEvent>>,
+    /// Read barriers asked of the protocol: the instance to reach once it answered.
+    reads: HashMap<u64, (Option<Instance>, MailTx<ReadAnswer>)>,
+    next_read_id: u64,
+    commands: Option<Receiver<Command>>,
+    /// Every instance up to here was delivered or passed over (single group).
+    delivered_upto: Instance,
+    /// Some replay stopped at its per-iteration budget with room left: poll again at once.
+    replay_more: bool,
+    items: Vec<Item>,
+    stats: TransportStats,
+    last_tick_us: Micros,
+    next_periodic_us: Micros,
+    next_snapshot_us: Micros,
+    unknown_logged: HashSet<NodeId>,
+    conn_limit_logged: bool,
+    /// Injected delay and loss on outgoing links; `None` unless configured.
+    faults: Option<LinkFaults>,
+    /// The UDP multicast endpoint; `None` = multicasts go as TCP copies to every peer.
+    mcast: Option<Multicast>,
+    /// The sync thread (pipelined group commit).
+    syncer: Option<Syncer>,
+    /// The group commit's ordering rules, and the outboxes waiting for their sync jobs,
+    /// oldest first (one per job in the syncer).
+    pipeline: CommitPipeline<Outbox<P::Message>>,
+}
+
+impl<P: Protocol> Driver<P> {
+    /// Registers the listeners; connects to nothing until the protocol sends.
+    pub fn new(
+        cfg: DriverConfig,
+        protocol: P,
+        listeners: Listeners,
+    ) -> Result<Driver<P>, DriverError> {
+        let poll = Poll::new().map_err(io_err("creating the poller"))?;
+        let (peer_listener, client_listener) = register_listeners(&poll, listeners)?;
+        let (peers, peer_index) = peers_from_config(&cfg);
+        let peer_ids: Vec<NodeId> = peers.iter().map(|p| p.id).collect();
+        let faults = link_faults(&cfg, &peer_ids)?;
+        let mcast = open_multicast(&cfg, &poll, &peer_ids)?;
+        let syncer = start_syncer(&cfg, &poll)?;
+        let history = open_history(&cfg)?;
+        let last_tick_us = 0;
+        Ok(Driver {
+            syncer,
+            pipeline: CommitPipeline::new(Mode::new(cfg.group_commit, cfg.sync_thread)),
+            next_periodic_us: cfg.periodic_us,
+            next_snapshot_us: cfg.snapshot_interval_us,
+            cfg,
+            protocol,
+            poll,
+            start: Instant::now(),
+            peer_listener,
+            client_listener,
+            peers,
+            peer_index,
+            out_tokens: HashMap::new(),
+            conns: HashMap::new(),
+            next_token: FIRST_CONN_TOKEN,
+            outbox: Outbox::new(),
+            loopback: VecDeque::new(),
+            ready_again: Vec::new(),
+            dirty_peers: Vec::new(),
+            dirty_conns: Vec::new(),
+            frames: Vec::new(),
+            load: None,
+            history,
+            streams: Vec::new(),
+            tickets: BTreeMap::new(),
+            reads: HashMap::new(),
+            next_read_id: 1,
+            commands: None,
+            delivered_upto: 0,
+            replay_more: false,
+            items: Vec::new(),
+            stats: TransportStats::default(),
+            last_tick_us,
+            unknown_logged: HashSet::new(),
+            conn_limit_logged: false,
+            faults,
+            mcast,
+        })
+    }
+
+    /// The command channel of a handle (`handle.rs`): a bounded queue the loop drains when
+    /// its waker fires. One per driver; a second call replaces the first.
+    pub fn command_channel(&mut self) -> Result<Commands, DriverError> {
+        let waker = mio::Waker::new(self.poll.registry(), COMMANDS)
+            .map_err(io_err("creating the command waker"))?;
+        let (tx, rx) = handle::command_channel(Arc::new(waker));
+        self.commands = Some(rx);
+        Ok(tx)
+    }
+
+    /// Starts (or replaces) the built-in load generator.
+    pub fn start_load(&mut self, cfg: LoadConfig) {
+        self.load = Some(LoadGen::new(cfg, self.now()));
+    }
+
+    /// Stops the load generator; values in flight are still delivered.
+    pub fn stop_load(&mut self) {
+        self.load = None;
+    }
+
+    /// Microseconds since the driver was created (monotonic).
+    pub fn now(&self) -> Micros {
+        self.start.elapsed().as_micros() as Micros
+    }
+
+    pub fn protocol(&self) -> &P {
+        &self.protocol
+    }
+
+    pub fn protocol_mut(&mut self) -> &mut P {
+        &mut self.protocol
+    }
+
+    pub fn transport_stats(&self) -> TransportStats {
+        let mut s = self.stats;
+        if let Some(m) = &self.mcast {
+            s.multicast = m.stats;
+        }
+        s
+    }
+
+    /// The receive and send buffer sizes the kernel granted the multicast socket.
+    pub fn multicast_buffers(&self) -> Option<(usize, usize)> {
+        self.mcast
+            .as_ref()
+            .map(|m| (m.granted_recv_buffer_bytes, m.granted_send_buffer_bytes))
+    }
+
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.peer_listener.local_addr()
+    }
+
+    pub fn client_addr(&self) -> Option<SocketAddr> {
+        self.client_listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+    }
+
+    fn log(&self, msg: fmt::Arguments<'_>) {
+        let t = self.start.elapsed().as_secs_f64();
+        eprintln!("[{} {t:.3}s] {msg}", self.cfg.me);
+    }
+
+    fn new_token(&mut self) -> Token {
+        let t = Token(self.next_token);
+        self.next_token = self.next_token.wrapping_add(1).max(FIRST_CONN_TOKEN);
+        t
+    }
+
+    /// Runs the loop until `until(now)` returns true. Can be called again to continue (the
+    /// node runs, stops its load, then runs again to drain).
+    pub fn run<A: Hooks + ?Sized>(
+        &mut self,
+        app: &mut A,
+        mut until: impl FnMut(Micros) -> bool,
+    ) -> Result<(), DriverError> {
+        let mut events = Events::with_capacity(EVENTS_CAPACITY);
+        loop {
+            let now = self.now();
+            if until(now) {
+                self.wait_in_flight(now, app)?;
+                self.carry_out_now(now, app)?;
+                self.flush_all(now);
+                return Ok(());
+            }
+            let timeout = self.poll_timeout(now);
+            match self.poll.poll(&mut events, Some(timeout)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(DriverError::Io {
+                        what: "polling",
+                        source: e,
+                    });
+                }
+            }
+            let now = self.now();
+            if let Some(m) = self.mcast.as_mut() {
+                // A send that would block waits for a writable event, and at most until
+                // the next iteration.
+                m.on_writable();
+            }
+            for ev in events.iter() {
+                let token = ev.token();
+                let problem = ev.is_error() || ev.is_read_closed() || ev.is_write_closed();
+                self.on_event(
+                    now,
+                    app,
+                    token,
+                    ev.is_readable() || problem,
+                    ev.is_writable() || problem,
+                )?;
+                self.flush_all(now);
+            }
+            for token in std::mem::take(&mut self.ready_again) {
+                self.on_event(now, app, token, true, false)?;
+            }
+            self.run_loopback(now, app)?;
+            self.run_load(now, app)?;
+            self.protocol.tick(now, &mut self.outbox);
+            self.last_tick_us = now;
+            // The iteration's group commit, if one is gathering.
+            self.commit(now, app)?;
+            self.maybe_snapshot(now, app)?;
+            self.fire_timers(now, app);
+            self.pump_subscribers();
+            self.flush_all(now);
+        }
+    }
+
+    fn poll_timeout(&self, now: Micros) -> Duration {
+        if !self.loopback.is_empty() || !self.ready_again.is_empty() || self.replay_more {
+            return Duration::ZERO;
+        }
+        let mut deadline = self
+            .last_tick_us
+            .saturating_add(self.protocol.tick_interval_us().max(1));
+        if let Some(load) = &self.load {
+            if load.wants_one() && self.protocol.can_propose() {
+                return Duration::ZERO;
+            }
+            if let Some(w) = load.wait_us() {
+                deadline = deadline.min(now.saturating_add(w));
+            }
+        }
+        if self.cfg.periodic_us > 0 {
+            deadline = deadline.min(self.next_periodic_us);
+        }
+        for p in &self.peers {
+            if let Link::Backoff { until } = p.link {
+                deadline = deadline.min(until);
+            }
+        }
+        if let Some(due) = self.faults.as_ref().and_then(LinkFaults::next_due_us) {
+            deadline = deadline.min(due);
+        }
+        Duration::from_micros(deadline.saturating_sub(now)).min(POLL_MAX)
+    }
+
+    fn fire_timers<A: Hooks + ?Sized>(&mut self, now: Micros, app: &mut A) {
+        while let Some((idx, f)) = self.faults.as_mut().and_then(|lf| lf.pop_due(now)) {
+            self.queue_frame(now, idx, f.kind, f.group, &f.chunks);
+        }
+        for idx in 0..self.peers.len() {
+            match self.peers[idx].link {
+                Link::Backoff { until } if until <= now => {
+                    self.peers[idx].link = Link::Idle;
+                    if !self.peers[idx].queue.is_empty() {
+                        self.connect(idx, now);
+                    }
+                }
+                // A SYN into a black hole would otherwise wait for the kernel's timeout
+                // (minutes) while frames pile up.
+                Link::Connecting { since, .. }
+                    if now.saturating_sub(since) >= CONNECT_TIMEOUT_US =>
+                {
+                    self.link_failed(idx, now, format_args!("connect timed out"));
+                }
+                _ => {}
+            }
+        }
+        if let Some(line) = self.mcast.as_mut().and_then(|m| m.take_log(now)) {
+            self.log(format_args!("{line}"));
+        }
+        if self.cfg.periodic_us > 0 && now >= self.next_periodic_us {
+            app.periodic(now, &self.protocol.status());
+            self.next_periodic_us = self.next_periodic_us.saturating_add(self.cfg.periodic_us);
+            if self.next_periodic_us <= now {
+                self.next_periodic_us = now + self.cfg.periodic_us;
+            }
+        }
+        for p in &mut self.peers {
+            // At most one line per second per peer, and only while connected: drops while
+            // a peer is down are expected and its disconnect was already logged.
+            if p.dropped_unlogged > 0
+                && matches!(p.link, Link::Up { .. })
+                && now.saturating_sub(p.last_drop_log_us) >= DROP_LOG_INTERVAL_US
+            {
+                let (id, n) = (p.id, p.dropped_unlogged);
+                p.dropped_unlogged = 0;
+                p.last_drop_log_us = now;
+                let t = self.start.elapsed().as_secs_f64();
+                eprintln!(
+                    "[{} {t:.3}s] dropped {n} frames for {id}: its send queue was full",
+                    self.cfg.me
+                );
+            }
+        }
+    }
+
+    // ----- protocol effects -------------------------------------------------------------
+
+    fn run_loopback<A: Hooks + ?Sized>(
+        &mut self,
+        now: Micros,
+        app: &mut A,
+    ) -> Result<(), DriverError> {
+        // Only what is queued now: a protocol that answers itself cannot starve the sockets.
+        let n = self.loopback.len();
+        for _ in 0..n {
+            let Some(msg) = self.loopback.pop_front() else {
+                break;
+            };
+            let me = self.cfg.me;
+            self.protocol.receive(now, me, msg, &mut self.outbox);
+            self.carry_out(now, app)?;
+        }
+        Ok(())
+    }
+
+    fn run_load<A: Hooks + ?Sized>(&mut self, now: Micros, app: &mut A) -> Result<(), DriverError> {
+        if let Some(load) = self.load.as_mut() {
+            load.refill(now);
+        }
+        for _ in 0..LOAD_PER_ITERATION {
+            let Some(load) = self.load.as_mut() else {
+                break;
+            };
+            if !load.wants_one() || !self.protocol.can_propose() {
+                break;
+            }
+            let payload = load.next_payload();
+            match self.protocol.propose(now, payload, &mut self.outbox) {
+                Ok(id) => {
+                    load.on_proposed();
+                    app.proposed(now, id, true);
+                }
+                Err(ProposeError::Busy) => {
+                    app.busy(now);
+                    return self.carry_out(now, app);
+                }
+                Err(e) => {
+                    self.load = None;
+                    self.log(format_args!("load generator stopped: {e}"));
+                    return self.carry_out(now, app);
+                }
+            }
+            self.carry_out(now, app)?;
+        }
+        Ok(())
+    }
+
+    // ----- client port -------------------------------------------------------------------
+
+    // ----- handle commands ---------------------------------------------------------------
+
+    // ----- peer connections ---------------------------------------------------------------
+
+    fn on_event<A: Hooks + ?Sized>(
+        &mut self,
+        now: Micros,
+        app: &mut A,
+        token: Token,
+        readable: bool,
+        writable: bool,
+    ) -> Result<(), DriverError> {
+        match token {
+            SYNC_DONE => self.on_sync_done(now, app)?,
+            COMMANDS => self.on_commands(now, app)?,
+            PEER_LISTENER => self.accept(now, false),
+            CLIENT_LISTENER => self.accept(now, true),
+            MULTICAST_SOCKET => {
+                if writable && let Some(m) = self.mcast.as_mut() {
+                    m.on_writable();
+                    m.flush();
+                }
+                if readable {
+                    self.read_multicast(now, app)?;
+                }
+            }
+            t if self.out_tokens.contains_key(&t) => {
+                if let Some(&idx) = self.out_tokens.get(&t) {
+                    self.on_outbound_event(now, idx, readable, writable);
+                }
+            }
+            t => {
+                if writable {
+                    self.flush_conn(t);
+                }
+                if readable {
+                    self.read_conn(now, app, t)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // ----- outbound peer links ------------------------------------------------------------
+
+    fn flush_all(&mut self, now: Micros) {
+        for idx in std::mem::take(&mut self.dirty_peers) {
+            self.flush_peer(idx, now);
+        }
+        for token in std::mem::take(&mut self.dirty_conns) {
+            self.flush_conn(token);
+        }
+        if let Some(m) = self.mcast.as_mut()
+            && m.has_queued()
+        {
+            m.flush();
+        }
+    }
+}
+
+/// Registers the peer listener and, if there is one, the client listener with the poller.
+fn register_listeners(
+    poll: &Poll,
+    listeners: Listeners,
+) -> Result<(TcpListener, Option<TcpListener>), DriverError> {
+    listeners
+        .peer
+        .set_nonblocking(true)
+        .map_err(io_err("peer listener"))?;
+    let mut peer_listener = TcpListener::from_std(listeners.peer);
+    poll.registry()
+        .register(&mut peer_listener, PEER_LISTENER, Interest::READABLE)
+        .map_err(io_err("registering the peer listener"))?;
+    let client_listener = match listeners.client {
+        Some(l) => {
+            l.set_nonblocking(true).map_err(io_err("client listener"))?;
+            let mut l = TcpListener::from_std(l);
+            poll.registry()
+                .register(&mut l, CLIENT_LISTENER, Interest::READABLE)
+                .map_err(io_err("registering the client listener"))?;
+            Some(l)
+        }
+        None => None,
+    };
+    Ok((peer_listener, client_listener))
+}
+
+/// The injected link faults of the configuration, checked against the members.
+fn link_faults(cfg: &DriverConfig, peer_ids: &[NodeId]) -> Result<Option<LinkFaults>, DriverError> {
+    let members: Vec<NodeId> = std::iter::once(cfg.me)
+        .chain(cfg.peers.iter().map(|&(id, _)| id))
+        .collect();
+    LinkFaults::new(
+        cfg.me,
+        cfg.cluster_id,
+        &cfg.transport.link_faults,
+        &members,
+        peer_ids,
+    )
+    .map_err(|e| DriverError::Config {
+        field: format!("transport.{}", e.field),
+        reason: e.reason,
+    })
+}
+
+/// Opens and registers the multicast socket, if the configuration asks for one.
+fn open_multicast(
+    cfg: &DriverConfig,
+    poll: &Poll,
+    peer_ids: &[NodeId],
+) -> Result<Option<Multicast>, DriverError> {
+    let Some(mc) = &cfg.transport.multicast else {
+        return Ok(None);
+    };
+    mc.validate()
+        .map_err(|(field, reason)| DriverError::Config {
+            field: format!("transport.multicast.{field}"),
+            reason,
+        })?;
+    let me = multicast::Sender {
+        cluster_id: cfg.cluster_id,
+        node: cfg.me,
+        incarnation: cfg.incarnation,
+    };
+    let mut m =
+        Multicast::open(mc, me, peer_ids, &cfg.transport.link_faults).map_err(|source| {
+            DriverError::Io {
+                what: "opening the multicast socket",
+                source,
+            }
+        })?;
+    poll.registry()
+        .register(
+            m.socket_mut(),
+            MULTICAST_SOCKET,
+            Interest::READABLE | Interest::WRITABLE,
+        )
+        .map_err(io_err("registering the multicast socket"))?;
+    Ok(Some(m))
+}
+
+/// Starts the sync thread of the pipelined group commit, if the configuration asks for it.
+fn start_syncer(cfg: &DriverConfig, poll: &Poll) -> Result<Option<Syncer>, DriverError> {
+    if !(cfg.group_commit && cfg.sync_thread) {
+        return Ok(None);
+    }
+    let waker = mio::Waker::new(poll.registry(), SYNC_DONE)
+        .map_err(io_err("creating the sync thread's waker"))?;
+    Ok(Some(
+        Syncer::start(waker).map_err(io_err("starting the sync thread"))?,
+    ))
+}
+
+/// The delivery history, with its journal if configured, starting after the snapshot.
+fn open_history(cfg: &DriverConfig) -> Result<History, DriverError> {
+    let journal = match &cfg.history_dir {
+        Some(dir) => Some(
+            Journal::open(dir, cfg.history_file_bytes).map_err(|source| DriverError::Io {
+                what: "opening the delivery history journal",
+                source,
+            })?,
+        ),
+        None => None,
+    };
+    let mut history = History::new(cfg.history_bytes, journal);
+    history.snapshot.path = cfg.snapshot_path.clone();
+    if let Some(path) = &cfg.snapshot_path
+        && let Ok(Some(snap)) = read_snapshot(path)
+    {
+        history.snapshot.upto = snap.upto;
+    }
+    Ok(history)
+}

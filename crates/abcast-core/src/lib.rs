@@ -17,6 +17,7 @@ pub mod error;
 pub mod event;
 pub mod multiring;
 pub mod mutation;
+pub mod nodeset;
 pub mod protocol;
 pub mod ring;
 pub mod ringpaxos;
@@ -43,6 +44,7 @@ pub type MultiRingPaxos = multiring::MultiRingOf<ringpaxos::RingPaxos>;
 pub type MultiRingPaxosConfig = multiring::MultiRingConfigOf<ringpaxos::RingPaxosConfig>;
 pub type RingPaxosSpec = multiring::RingSpecOf<ringpaxos::RingPaxosConfig>;
 pub type MultiRingPaxosMessage = multiring::MessageOf<ringpaxos::Message>;
+pub use nodeset::NodeSet;
 pub use protocol::{
     ConfigChange, ConfigKind, Delivery, DeliveryLevel, GroupStatus, Install, Outbox, Protocol,
     ReadState, ReconfigureError, Skip, Snapshot, Status, Subscription,

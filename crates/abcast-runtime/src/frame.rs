@@ -22,9 +22,10 @@ pub const MAGIC: u32 = 0x4142_4331;
 /// process life, Repair carries its epoch, Phase 1b its log start, and Decided answers the
 /// de-duplication memory of what they cannot serve (issue 15). 4: the two ring protocols
 /// share one `Phase1a`/`Phase1b` (Ring Paxos' now carry `to`, as U-Ring Paxos' did), and a
-/// Ring Paxos value id can name a Multi-Ring decree (issue 16). An older peer is refused
-/// clearly.
-pub const VERSION: u8 = 4;
+/// Ring Paxos value id can name a Multi-Ring decree (issue 16). 5: members by node id, not
+/// ring position: vote, visited and payload sets are `NodeSet`s and epochs `(id,
+/// incarnation)` lists (issue 16 item 2). An older peer is refused clearly.
+pub const VERSION: u8 = 5;
 /// Header size in bytes.
 pub const HEADER_BYTES: usize = 16;
 /// Largest body: a 64 MiB value plus room for its batch framing and message fields.
@@ -248,10 +249,10 @@ mod tests {
 
     #[test]
     fn unsupported_version_is_rejected() {
-        // Versions 1 to 3 (before ballots carried incarnations; before heartbeats were
+        // Versions 1 to 4 (before ballots carried incarnations; before heartbeats were
         // numbered per life and Repair carried its epoch; before the ring protocols shared
-        // phase 1) and a future version.
-        for v in [1, 2, 3, 5] {
+        // phase 1; before members were named by id) and a future version.
+        for v in [1, 2, 3, 4, 6] {
             let mut buf = frame_bytes(1, 0, b"x");
             buf[4] = v;
             assert_eq!(

@@ -7,15 +7,38 @@
 
 use crate::codec::{Decoder, Encoder};
 use crate::error::DecodeError;
+use crate::types::NodeId;
 use crate::types::{Ballot, BatchKey, Decree, Instance};
-use crate::wire::{
-    BALLOT_BYTES, get_ballot, get_bool, get_decree, get_u64s, put_ballot, put_decree, put_u64s,
-};
+use crate::wire::{BALLOT_BYTES, get_ballot, get_bool, get_decree, put_ballot, put_decree};
+
+pub use super::view::Epoch;
 
 /// Largest number of entries in one phase 1 reply, one retrieve answer, one decision list.
 pub const MAX_ENTRIES: usize = 1 << 16;
 /// Longest epoch vector (one incarnation per member) and longest ring.
 pub const MAX_EPOCH_LEN: usize = super::MAX_RING_MEMBERS;
+
+/// An epoch on the wire: a `u32` count, then `(id u32, incarnation u64)` per member, ids
+/// strictly ascending.
+pub fn put_epoch(e: &mut Encoder, epoch: &Epoch) {
+    e.put_u32(epoch.len() as u32);
+    for (id, inc) in epoch.entries() {
+        e.put_u32(id.0);
+        e.put_u64(*inc);
+    }
+}
+
+pub fn get_epoch(d: &mut Decoder, what: &'static str) -> Result<Epoch, DecodeError> {
+    let n = d.count(what, MAX_EPOCH_LEN, 12)?;
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push((NodeId(d.u32(what)?), d.u64(what)?));
+    }
+    Epoch::from_entries(v).ok_or_else(|| DecodeError::Invalid {
+        what,
+        detail: "member ids not strictly ascending".into(),
+    })
+}
 
 pub(crate) fn check_range(
     from: Instance,
@@ -39,7 +62,7 @@ pub struct Phase1a {
     pub from: Instance,
     pub to: Instance,
     /// The coordinator's incarnation vector (see `view.rs`, epochs).
-    pub epoch: Vec<u64>,
+    pub epoch: Epoch,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,7 +97,7 @@ pub struct Phase1b {
     pub log_start: Instance,
     /// Entries were reported for `[from, covered_to)`; the reply stopped there (size bound).
     pub covered_to: Instance,
-    pub epoch: Vec<u64>,
+    pub epoch: Epoch,
     pub accepted: Vec<P1Entry>,
 }
 
@@ -83,7 +106,7 @@ pub struct Nack {
     /// The acceptor's promised ballot.
     pub promised: Ballot,
     pub instance: Instance,
-    pub epoch: Vec<u64>,
+    pub epoch: Epoch,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -128,7 +151,7 @@ pub struct Heartbeat {
     /// re-send their window now (`resend_when_leading`).
     pub leading: bool,
     pub amnesic: bool,
-    pub epoch: Vec<u64>,
+    pub epoch: Epoch,
     /// The sender's learner has a snapshot covering every instance up to here (0: none).
     pub snapshot_upto: Instance,
     /// From the leading coordinator: acceptors forget every instance below this (0: none).
@@ -143,7 +166,7 @@ pub struct Repair {
     /// acceptor takes the repair only if it names its own current incarnation, so a Repair
     /// meant for an earlier life (queued for it, or late in the network) cannot mark a
     /// later life repaired (bug B1).
-    pub epoch: Vec<u64>,
+    pub epoch: Epoch,
     /// Everything up to here was decided before the amnesic acceptor can have voted.
     pub decided_floor: Instance,
     /// The acceptor is repaired once it knows every decision up to here.
@@ -155,7 +178,7 @@ impl Phase1a {
         put_ballot(e, self.ballot);
         e.put_u64(self.from);
         e.put_u64(self.to);
-        put_u64s(e, &self.epoch);
+        put_epoch(e, &self.epoch);
     }
     pub fn decode(d: &mut Decoder) -> Result<Phase1a, DecodeError> {
         let ballot = get_ballot(d)?;
@@ -166,7 +189,7 @@ impl Phase1a {
             ballot,
             from,
             to,
-            epoch: get_u64s(d, "epoch", MAX_EPOCH_LEN)?,
+            epoch: get_epoch(d, "epoch")?,
         })
     }
 }
@@ -183,7 +206,7 @@ impl Phase1b {
         e.put_u64(self.max_instance);
         e.put_u64(self.log_start);
         e.put_u64(self.covered_to);
-        put_u64s(e, &self.epoch);
+        put_epoch(e, &self.epoch);
         e.put_u32(self.accepted.len() as u32);
         for a in &self.accepted {
             e.put_u64(a.instance);
@@ -210,7 +233,7 @@ impl Phase1b {
                 detail: format!("{covered_to} below from {from}"),
             });
         }
-        let epoch = get_u64s(d, "epoch", MAX_EPOCH_LEN)?;
+        let epoch = get_epoch(d, "epoch")?;
         // An entry: instance, ballot, decided flag, decree tag at least.
         let n = d.count("phase1b.accepted", MAX_ENTRIES, 8 + BALLOT_BYTES + 2)?;
         let mut accepted = Vec::with_capacity(n);
@@ -247,13 +270,13 @@ impl Nack {
     pub fn encode(&self, e: &mut Encoder) {
         put_ballot(e, self.promised);
         e.put_u64(self.instance);
-        put_u64s(e, &self.epoch);
+        put_epoch(e, &self.epoch);
     }
     pub fn decode(d: &mut Decoder) -> Result<Nack, DecodeError> {
         Ok(Nack {
             promised: get_ballot(d)?,
             instance: d.u64("nack.instance")?,
-            epoch: get_u64s(d, "epoch", MAX_EPOCH_LEN)?,
+            epoch: get_epoch(d, "epoch")?,
         })
     }
 }
@@ -316,7 +339,7 @@ impl Heartbeat {
         e.put_u64(self.decided_max);
         e.put_u8(self.leading as u8);
         e.put_u8(self.amnesic as u8);
-        put_u64s(e, &self.epoch);
+        put_epoch(e, &self.epoch);
         e.put_u64(self.snapshot_upto);
         e.put_u64(self.trim_below);
     }
@@ -329,7 +352,7 @@ impl Heartbeat {
             decided_max: d.u64("heartbeat.decided_max")?,
             leading: get_bool(d, "heartbeat.leading")?,
             amnesic: get_bool(d, "heartbeat.amnesic")?,
-            epoch: get_u64s(d, "epoch", MAX_EPOCH_LEN)?,
+            epoch: get_epoch(d, "epoch")?,
             snapshot_upto: d.u64("heartbeat.snapshot_upto")?,
             trim_below: d.u64("heartbeat.trim_below")?,
         })
@@ -339,14 +362,14 @@ impl Heartbeat {
 impl Repair {
     pub fn encode(&self, e: &mut Encoder) {
         put_ballot(e, self.ballot);
-        put_u64s(e, &self.epoch);
+        put_epoch(e, &self.epoch);
         e.put_u64(self.decided_floor);
         e.put_u64(self.upto);
     }
     pub fn decode(d: &mut Decoder) -> Result<Repair, DecodeError> {
         Ok(Repair {
             ballot: get_ballot(d)?,
-            epoch: get_u64s(d, "repair.epoch", MAX_EPOCH_LEN)?,
+            epoch: get_epoch(d, "repair.epoch")?,
             decided_floor: d.u64("repair.decided_floor")?,
             upto: d.u64("repair.upto")?,
         })

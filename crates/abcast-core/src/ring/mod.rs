@@ -28,12 +28,13 @@ pub mod view;
 
 pub use meta::{ComposableRing, Pass, RingConfigView};
 pub(crate) use node::RingNode;
-pub use view::{RingView, bit, fingerprint};
+pub use view::{Epoch, RingView, bit};
 
 use crate::protocol::Outbox;
 use crate::types::{Ballot, BatchKey, Decree, Instance};
 
-/// Largest ring: vote and payload sets are 64-bit masks of member positions.
+/// Largest ring (the largest `NodeSet` and epoch a message carries; a node's own position
+/// masks, never sent, are 64 bits).
 pub const MAX_RING_MEMBERS: usize = 64;
 
 /// A ring configuration's deliberately broken variant (the simulator's mutation tests only;

@@ -16,6 +16,7 @@ use super::snapshot::{SnapshotState, trim_acceptor};
 use super::{RingView, bit};
 use crate::batcher::{BatchLimits, Batcher};
 use crate::config::Member;
+use crate::nodeset::NodeSet;
 use crate::protocol::{Outbox, Status};
 use crate::storage::{StorageError, SyncJob};
 use crate::types::{Ballot, BatchKey, Decree, Instance, Micros, NodeId};
@@ -24,8 +25,10 @@ use crate::types::{Ballot, BatchKey, Decree, Instance, Micros, NodeId};
 pub(crate) struct RingNode {
     pub(crate) me: NodeId,
     pub(crate) pos: usize,
-    /// Member positions of acceptors.
+    /// Member positions of acceptors (a local index; positions never leave the node).
     pub(crate) acceptor_mask: u64,
+    /// The same acceptors by id: what a vote set on the wire is counted against.
+    pub(crate) acceptor_ids: NodeSet,
     pub(crate) view: RingView,
     pub(crate) now: Micros,
     pub(crate) prop: Option<Batcher>,
@@ -52,12 +55,12 @@ pub(crate) struct RingNode {
 }
 
 impl RingNode {
-    /// Asserts `pos < members.len()` and that `acceptor_mask` names members only.
+    /// Asserts that `me` is `members[pos]` and that `acceptor_mask` names members only.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         me: NodeId,
         pos: usize,
-        members_len: usize,
+        members: &[NodeId],
         acceptor_mask: u64,
         view: RingView,
         prop: Option<Batcher>,
@@ -66,12 +69,24 @@ impl RingNode {
         cache: PayloadCache,
         ballot_incarnation: u32,
     ) -> RingNode {
-        debug_assert!(pos < members_len);
-        debug_assert!(members_len >= 64 || acceptor_mask >> members_len == 0);
+        let members_len = members.len();
+        assert!(
+            members.get(pos) == Some(&me),
+            "node {} is not at ring position {pos} of {members:?}",
+            me.0
+        );
+        assert!(members_len >= 64 || acceptor_mask >> members_len == 0);
+        let acceptor_ids = members
+            .iter()
+            .enumerate()
+            .filter(|&(p, _)| acceptor_mask & bit(p) != 0)
+            .map(|(_, &id)| id)
+            .collect();
         RingNode {
             me,
             pos,
             acceptor_mask,
+            acceptor_ids,
             view,
             now: 0,
             prop,
@@ -126,7 +141,7 @@ impl RingNode {
             decided_max: self.learn.decided_max,
             leading,
             amnesic: self.acc.as_ref().is_some_and(|a| a.amnesic),
-            epoch: self.view.epoch().to_vec(),
+            epoch: self.view.epoch().clone(),
             snapshot_upto: self.snap.own_upto,
             trim_below,
         }

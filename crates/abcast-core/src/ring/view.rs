@@ -17,8 +17,103 @@
 //! coordinator that learns of a newer incarnation runs phase 1 again in the new epoch. This is
 //! our answer to seed 003 §4.2 ("it must not forget its state ... or a majority of acceptors
 //! never fail") for acceptors without stable storage; see `acceptor.rs` for the repair rule.
+//!
+//! The vector is keyed by node id ([`Epoch`]), not by ring position (issue 16 item 2), so
+//! that it keeps its meaning when the membership changes; a node merges the entries of the
+//! members it knows and ignores the others.
 
-use crate::types::Micros;
+use crate::types::{Micros, NodeId};
+
+/// An incarnation vector keyed by node id: `(id, incarnation)`, ids ascending, one entry
+/// per member of the configuration it was made in.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Epoch(Vec<(NodeId, u64)>);
+
+impl Epoch {
+    /// Every member at incarnation 0.
+    pub fn of(ids: impl IntoIterator<Item = NodeId>) -> Epoch {
+        let mut v: Vec<(NodeId, u64)> = ids.into_iter().map(|id| (id, 0)).collect();
+        v.sort_unstable();
+        v.dedup_by_key(|e| e.0);
+        Epoch(v)
+    }
+
+    /// From `(id, incarnation)` entries; `None` unless the ids are strictly ascending (as a
+    /// decoder must check).
+    pub fn from_entries(v: Vec<(NodeId, u64)>) -> Option<Epoch> {
+        v.windows(2).all(|w| w[0].0 < w[1].0).then_some(Epoch(v))
+    }
+
+    pub fn entries(&self) -> &[(NodeId, u64)] {
+        &self.0
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn incarnation(&self, id: NodeId) -> Option<u64> {
+        let i = self.0.binary_search_by_key(&id, |e| e.0).ok()?;
+        Some(self.0[i].1)
+    }
+
+    /// Sets `id`'s incarnation; `false` if `id` is not in this vector.
+    pub fn set(&mut self, id: NodeId, incarnation: u64) -> bool {
+        match self.0.binary_search_by_key(&id, |e| e.0) {
+            Ok(i) => {
+                self.0[i].1 = incarnation;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Component-wise maximum over the ids both vectors name; returns whether this one
+    /// changed. Entries of ids this vector lacks (another configuration's members) are
+    /// ignored.
+    pub fn merge(&mut self, other: &Epoch) -> bool {
+        let mut changed = false;
+        let mut j = 0;
+        for (id, inc) in &other.0 {
+            while j < self.0.len() && self.0[j].0 < *id {
+                j += 1;
+            }
+            if j < self.0.len() && self.0[j].0 == *id && *inc > self.0[j].1 {
+                self.0[j].1 = *inc;
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// Members 1, 2, ... at these incarnations (message tests).
+    #[cfg(test)]
+    pub(crate) fn numbered(incarnations: &[u64]) -> Epoch {
+        Epoch(
+            incarnations
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| (NodeId(i as u32 + 1), x))
+                .collect(),
+        )
+    }
+
+    /// FNV-1a over the `(id, incarnation)` entries: equal vectors, equal fingerprints.
+    pub fn fingerprint(&self) -> u64 {
+        let mut h: u64 = 0xcbf29ce484222325;
+        for (id, inc) in &self.0 {
+            for b in id.0.to_le_bytes().into_iter().chain(inc.to_le_bytes()) {
+                h ^= b as u64;
+                h = h.wrapping_mul(0x100000001b3);
+            }
+        }
+        h
+    }
+}
 
 #[derive(Debug)]
 pub struct RingView {
@@ -33,7 +128,7 @@ pub struct RingView {
     /// When this node started: until a full timeout has passed, unheard members count as alive
     /// (a node must not elect itself coordinator before it had a chance to hear the others).
     started_us: Micros,
-    epoch: Vec<u64>,
+    epoch: Epoch,
     epoch_fp: u64,
 }
 
@@ -44,16 +139,20 @@ pub fn bit(pos: usize) -> u64 {
 }
 
 impl RingView {
+    /// The view of the member at position `me` of `members` (ids in ring order).
     pub fn new(
-        n: usize,
+        members: &[NodeId],
         me: usize,
         incarnation: u64,
         failure_timeout_us: Micros,
         now: Micros,
     ) -> RingView {
-        let mut epoch = vec![0; n];
-        epoch[me] = incarnation;
-        let epoch_fp = fingerprint(&epoch);
+        let n = members.len();
+        assert!(me < n, "ring position {me} outside a ring of {n}");
+        let mut epoch = Epoch::of(members.iter().copied());
+        assert_eq!(epoch.len(), n, "a member id appears twice in {members:?}");
+        epoch.set(members[me], incarnation);
+        let epoch_fp = epoch.fingerprint();
         RingView {
             me,
             last_heard_us: vec![now; n],
@@ -166,52 +265,39 @@ impl RingView {
         (0..self.len()).filter(|&p| self.alive(p, now)).collect()
     }
 
-    pub fn epoch(&self) -> &[u64] {
+    pub fn epoch(&self) -> &Epoch {
         &self.epoch
     }
     pub fn epoch_fp(&self) -> u64 {
         self.epoch_fp
     }
 
-    /// Merges another node's epoch vector (component-wise maximum). Returns true if this
-    /// node's vector changed. Vectors of the wrong length are ignored (not of this ring).
-    pub fn merge_epoch(&mut self, other: &[u64]) -> bool {
-        if other.len() != self.epoch.len() {
-            return false;
-        }
-        let mut changed = false;
-        for (mine, theirs) in self.epoch.iter_mut().zip(other) {
-            if *theirs > *mine {
-                *mine = *theirs;
-                changed = true;
-            }
-        }
+    /// Merges another node's epoch vector (component-wise maximum over the members both
+    /// know). Returns true if this node's vector changed.
+    pub fn merge_epoch(&mut self, other: &Epoch) -> bool {
+        let changed = self.epoch.merge(other);
         if changed {
-            self.epoch_fp = fingerprint(&self.epoch);
+            self.epoch_fp = self.epoch.fingerprint();
         }
         changed
     }
-}
-
-/// FNV-1a over the vector: equal vectors, equal fingerprints.
-pub fn fingerprint(v: &[u64]) -> u64 {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for x in v {
-        for b in x.to_le_bytes() {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x100000001b3);
-        }
-    }
-    h
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn ids(n: u32) -> Vec<NodeId> {
+        (1..=n).map(NodeId).collect()
+    }
+
+    fn epoch(v: &[(u32, u64)]) -> Epoch {
+        Epoch::from_entries(v.iter().map(|&(i, x)| (NodeId(i), x)).collect()).unwrap()
+    }
+
     #[test]
     fn ring_closes_around_a_silent_node() {
-        let mut v = RingView::new(4, 1, 0, 100, 0);
+        let mut v = RingView::new(&ids(4), 1, 0, 100, 0);
         // Grace period: everyone alive.
         assert_eq!(v.successor(50), Some(2));
         v.heard(0, 150);
@@ -226,7 +312,7 @@ mod tests {
 
     #[test]
     fn a_stale_heartbeat_is_no_sign_of_life() {
-        let mut v = RingView::new(3, 0, 0, 100, 0);
+        let mut v = RingView::new(&ids(3), 0, 0, 100, 0);
         assert!(v.beat(1, 0, 5, 150, 10));
         // Node 1 falls silent; a heartbeat it sent before, held in the network, arrives.
         assert!(!v.alive(1, 300));
@@ -248,12 +334,15 @@ mod tests {
 
     #[test]
     fn epoch_merge_is_monotonic() {
-        let mut v = RingView::new(3, 0, 0, 100, 0);
+        let mut v = RingView::new(&ids(3), 0, 0, 100, 0);
         let fp0 = v.epoch_fp();
-        assert!(v.merge_epoch(&[0, 1, 0]));
+        assert!(v.merge_epoch(&epoch(&[(1, 0), (2, 1), (3, 0)])));
         assert_ne!(v.epoch_fp(), fp0);
-        assert!(!v.merge_epoch(&[0, 0, 0]));
-        assert!(!v.merge_epoch(&[5, 5]));
-        assert_eq!(v.epoch(), &[0, 1, 0]);
+        assert!(!v.merge_epoch(&epoch(&[(1, 0), (2, 0), (3, 0)])));
+        // Another configuration's vector: only the members this view knows are merged.
+        assert!(v.merge_epoch(&epoch(&[(3, 4), (7, 5)])));
+        assert_eq!(v.epoch(), &epoch(&[(1, 0), (2, 1), (3, 4)]));
+        assert_eq!(v.epoch().incarnation(NodeId(7)), None);
+        assert!(Epoch::from_entries(vec![(NodeId(2), 0), (NodeId(2), 1)]).is_none());
     }
 }

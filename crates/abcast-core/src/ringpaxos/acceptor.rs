@@ -11,7 +11,6 @@ use super::{Message, Out, RingPaxos};
 use crate::event::Event;
 use crate::mutation::Mutation;
 use crate::ring::acceptor::skip_memory_of;
-use crate::ring::fingerprint;
 use crate::types::{Ballot, Decree, Instance, NodeId};
 use std::collections::BTreeMap;
 
@@ -37,7 +36,7 @@ impl RingPaxos {
     pub(crate) fn on_phase1a(&mut self, from_pos: usize, m: Phase1a, out: &mut Out) {
         self.node.note_ballot(m.ballot);
         self.node.view.merge_epoch(&m.epoch);
-        let epoch_ok = fingerprint(&m.epoch) == self.node.view.epoch_fp();
+        let epoch_ok = m.epoch.fingerprint() == self.node.view.epoch_fp();
         let decided_upto = self.node.learn.delivered_upto();
         let Some(acc) = self.node.acc.as_mut() else {
             return;
@@ -79,7 +78,7 @@ impl RingPaxos {
             max_instance: acc.store.max_instance(),
             log_start: acc.store.log_start(),
             covered_to,
-            epoch: self.node.view.epoch().to_vec(),
+            epoch: self.node.view.epoch().clone(),
             accepted,
         };
         out.send(self.node_at(from_pos), Message::Phase1b(reply));
@@ -117,7 +116,7 @@ impl RingPaxos {
                 Message::Nack(Nack {
                     promised,
                     instance: m.instance,
-                    epoch: self.node.view.epoch().to_vec(),
+                    epoch: self.node.view.epoch().clone(),
                 }),
             );
             return;
@@ -289,8 +288,8 @@ impl RingPaxos {
         // Only a target computed in an epoch that knew this life: one meant for an earlier
         // life (flushed from a queue kept for it, or late in the network) says nothing about
         // the votes this life forgot (bug B1).
-        let mine = self.node.view.epoch().get(self.node.pos).copied();
-        if m.epoch.get(self.node.pos).copied() != mine {
+        let mine = self.node.view.epoch().incarnation(self.node.me);
+        if m.epoch.incarnation(self.node.me) != mine {
             return;
         }
         let ignore_target = self.mutated(Mutation::RepairIgnored);

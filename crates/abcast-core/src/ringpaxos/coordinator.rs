@@ -26,7 +26,7 @@ use super::messages::{Decision, Nack, Phase1a, Phase1b, Phase2a, Repair, Vid};
 use super::{Message, Out, RingPaxos};
 use crate::event::Event;
 use crate::mutation::Mutation;
-use crate::ring::{bit, fingerprint};
+use crate::ring::bit;
 use crate::types::{Ballot, Batch, BatchKey, Decree, Instance, Micros};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
@@ -271,7 +271,7 @@ impl RingPaxos {
             // The promise covers every instance, and each acceptor bounds its reply
             // (`REPLY_MAX_INSTANCES`, `covered_to`): no upper end to ask for.
             to: Instance::MAX,
-            epoch: self.node.view.epoch().to_vec(),
+            epoch: self.node.view.epoch().clone(),
         };
         for &p in &self.acceptors {
             // To itself too: one code path for every acceptor.
@@ -294,7 +294,7 @@ impl RingPaxos {
             }
             return;
         }
-        if fingerprint(&m.epoch) != self.coord.epoch_fp {
+        if m.epoch.fingerprint() != self.coord.epoch_fp {
             return;
         }
         let quorum = self.quorum;
@@ -411,7 +411,7 @@ impl RingPaxos {
         });
         let repair = Repair {
             ballot,
-            epoch: self.node.view.epoch().to_vec(),
+            epoch: self.node.view.epoch().clone(),
             decided_floor: p.floor,
             upto: p.hi.max(p.floor),
         };

@@ -23,8 +23,8 @@ use crate::types::{Ballot, Batch, BatchKey, Decree, Instance, NodeId};
 use crate::wire::{get_ballot, get_batch, get_decree, put_ballot, put_batch, put_decree};
 
 pub use crate::ring::messages::{
-    Decided, Heartbeat, MAX_ENTRIES, MAX_EPOCH_LEN as MAX_MEMBERS, Nack, P1Entry, Phase1a, Phase1b,
-    Repair, Retrieve,
+    Decided, Epoch, Heartbeat, MAX_ENTRIES, MAX_EPOCH_LEN as MAX_MEMBERS, Nack, P1Entry, Phase1a,
+    Phase1b, Repair, Retrieve,
 };
 
 /// The unique id of a proposed value (seed 003 "c-vid"/"v-vid"): the batch key, the no-op,
@@ -316,7 +316,7 @@ mod tests {
                 ballot: bal,
                 from: 1,
                 to: Instance::MAX,
-                epoch: vec![0, 2, 0],
+                epoch: Epoch::numbered(&[0, 2, 0]),
             }),
             Message::Phase1b(Phase1b {
                 ballot: bal,
@@ -329,7 +329,7 @@ mod tests {
                 max_instance: 9,
                 log_start: 1,
                 covered_to: 10,
-                epoch: vec![1, 2],
+                epoch: Epoch::numbered(&[1, 2]),
                 accepted: vec![
                     P1Entry {
                         instance: 4,
@@ -383,7 +383,7 @@ mod tests {
             Message::Nack(Nack {
                 promised: bal,
                 instance: 4,
-                epoch: vec![],
+                epoch: Epoch::numbered(&[]),
             }),
             Message::Retrieve(Retrieve { from: 1, to: 65 }),
             Message::Decided(Decided {
@@ -402,13 +402,13 @@ mod tests {
                 decided_max: 4,
                 leading: true,
                 amnesic: true,
-                epoch: vec![0, 0, 0],
+                epoch: Epoch::numbered(&[0, 0, 0]),
                 snapshot_upto: 2,
                 trim_below: 3,
             }),
             Message::Repair(Repair {
                 ballot: bal,
-                epoch: vec![1, 0, 2],
+                epoch: Epoch::numbered(&[1, 0, 2]),
                 decided_floor: 2,
                 upto: 9,
             }),

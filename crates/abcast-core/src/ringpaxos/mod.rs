@@ -60,7 +60,7 @@ use crate::batcher::Batcher;
 use crate::protocol::{Outbox, Protocol, Status};
 use crate::ring::acceptor::AcceptorState;
 use crate::ring::learner::{LearnerState, PayloadCache};
-use crate::ring::{RingNode, RingView, bit, fingerprint};
+use crate::ring::{RingNode, RingView, bit};
 use crate::storage::AcceptorStore;
 use crate::types::{Ballot, BatchKey, Decree, Instance, Micros, NodeId, ValueId};
 use acceptor::RingMemory;
@@ -118,17 +118,12 @@ impl RingPaxos {
         let now = 0;
         // Only an acceptor's restart changes the epoch: it is what phase 1 must account for.
         let incarnation = if roles.acceptor { start.incarnation } else { 0 };
-        let view = RingView::new(
-            cfg.members.len(),
-            pos,
-            incarnation,
-            cfg.failure_timeout_us,
-            now,
-        );
+        let member_ids: Vec<NodeId> = cfg.members.iter().map(|m| m.id).collect();
+        let view = RingView::new(&member_ids, pos, incarnation, cfg.failure_timeout_us, now);
         let node = RingNode::new(
             me,
             pos,
-            cfg.members.len(),
+            &member_ids,
             acceptor_mask,
             view,
             roles.proposer.then(|| Batcher::new(me, start.start_seq)),
@@ -158,8 +153,9 @@ impl RingPaxos {
     fn advance(&mut self, now: Micros) {
         if !self.started {
             self.started = true;
+            let member_ids: Vec<NodeId> = self.cfg.members.iter().map(|m| m.id).collect();
             self.node.view = RingView::new(
-                self.cfg.members.len(),
+                &member_ids,
                 self.node.pos,
                 self.incarnation,
                 self.cfg.failure_timeout_us,
@@ -219,7 +215,7 @@ impl RingPaxos {
             self.node.on_trim(from_pos, m.trim_below, out);
         }
         if m.amnesic {
-            let fp = fingerprint(&m.epoch);
+            let fp = m.epoch.fingerprint();
             self.coordinator_on_amnesic_heartbeat(from_pos, fp, out);
         }
         self.node.heartbeat_decided(&m);

@@ -35,7 +35,8 @@ use super::messages::{Nack, Phase1a, Phase1b, Phase2, Repair, Retrieve, WireDecr
 use super::{Message, Out, URing};
 use crate::event::Event;
 use crate::mutation::Mutation;
-use crate::ring::{bit, fingerprint};
+use crate::nodeset::NodeSet;
+use crate::ring::bit;
 use crate::types::{Ballot, Batch, BatchKey, Decree, Instance, Micros};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
@@ -45,8 +46,8 @@ const RESEND_PER_TICK: usize = 64;
 #[derive(Debug)]
 pub(crate) struct Open {
     decree: Decree,
-    /// Positions known to hold the payload (the batch's path to the coordinator).
-    path: u64,
+    /// Nodes known to hold the payload (the batch's path to the coordinator).
+    path: NodeSet,
     /// When it circulates again unless decided before.
     due_us: Micros,
     /// Early re-circulations after a failed one (backs the early retry off).
@@ -122,7 +123,7 @@ pub struct CoordinatorState {
     open: BTreeMap<Instance, Open>,
     /// Decrees phase 1 found for instances not yet reached by `next_instance`.
     preset: BTreeMap<Instance, Decree>,
-    pub(crate) queue: VecDeque<(Batch, u64)>,
+    pub(crate) queue: VecDeque<(Batch, NodeSet)>,
     queue_bytes: usize,
     /// Keys queued, so a re-sent batch is not queued twice.
     known: HashSet<BatchKey>,
@@ -185,7 +186,7 @@ impl Default for CoordinatorState {
 }
 
 impl URing {
-    pub(crate) fn coordinator_enqueue(&mut self, batch: Batch, path: u64, out: &mut Out) {
+    pub(crate) fn coordinator_enqueue(&mut self, batch: Batch, path: NodeSet, out: &mut Out) {
         let key = batch.key();
         if self.coord.open_keys.contains(&key) {
             return; // in an open instance already
@@ -280,7 +281,7 @@ impl URing {
             ballot: self.coord.ballot,
             from,
             to,
-            epoch: self.node.view.epoch().to_vec(),
+            epoch: self.node.view.epoch().clone(),
         };
         for (p, member) in self.cfg.members.iter().enumerate() {
             // Sent to self too: the driver loops it back, one code path for every acceptor.
@@ -320,7 +321,7 @@ impl URing {
             ballot: self.coord.ballot,
             from: p.from,
             to: p.to,
-            epoch: self.node.view.epoch().to_vec(),
+            epoch: self.node.view.epoch().clone(),
         };
         out.send(self.node_at(from_pos), Message::Phase1a(m));
     }
@@ -339,7 +340,7 @@ impl URing {
             }
             return;
         }
-        if fingerprint(&m.epoch) != self.coord.epoch_fp {
+        if m.epoch.fingerprint() != self.coord.epoch_fp {
             return;
         }
         let quorum = self.quorum;
@@ -474,10 +475,12 @@ impl URing {
                 // phase: durable uring crash seed 8, learners stuck while the voter that
                 // had marked it decided stayed down).
                 _ if i < p.trimmed_below => {}
-                Some((_, decree, false)) => self.open_instance(i, decree.clone(), 0, out),
+                Some((_, decree, false)) => {
+                    self.open_instance(i, decree.clone(), NodeSet::new(), out)
+                }
                 // Decided here, yet no counted acceptor has a vote: nothing to re-propose.
                 None if known => {}
-                None => self.open_instance(i, Decree::Noop, 0, out),
+                None => self.open_instance(i, Decree::Noop, NodeSet::new(), out),
             }
         }
     }
@@ -526,7 +529,7 @@ impl URing {
                     Some((_, _, true)) => continue,
                     None => Decree::Noop,
                 };
-                self.open_instance(i, decree, 0, out);
+                self.open_instance(i, decree, NodeSet::new(), out);
             }
         }
         if takeover {
@@ -539,7 +542,7 @@ impl URing {
                     continue;
                 }
                 let decree = self.coord.preset.remove(&i).unwrap_or(Decree::Noop);
-                self.open_instance(i, decree, 0, out);
+                self.open_instance(i, decree, NodeSet::new(), out);
             }
             self.coord.next_instance = self.coord.next_instance.max(end + 1).max(start);
             self.coord.phase = Phase::Leading;
@@ -552,7 +555,7 @@ impl URing {
             });
             let repair = Repair {
                 ballot,
-                epoch: self.node.view.epoch().to_vec(),
+                epoch: self.node.view.epoch().clone(),
                 decided_floor: p.floor,
                 upto: p.hi.max(p.floor),
             };
@@ -576,7 +579,13 @@ impl URing {
 
     /// Proposes `decree` in `instance` (seed 003 Task 3, last line; seed 000 §2.3): the
     /// coordinator votes first, then phase 2 starts around the ring.
-    fn open_instance(&mut self, instance: Instance, decree: Decree, path: u64, out: &mut Out) {
+    fn open_instance(
+        &mut self,
+        instance: Instance,
+        decree: Decree,
+        mut path: NodeSet,
+        out: &mut Out,
+    ) {
         debug_assert!(self.coord.phase != Phase::Follower);
         if matches!(decree, Decree::Values(_)) {
             self.coord.value_slots_assigned += 1;
@@ -588,11 +597,12 @@ impl URing {
         if let Some(k) = decree.key() {
             self.coord.open_keys.insert(k);
         }
+        path.insert(self.node.me);
         self.coord.open.insert(
             instance,
             Open {
                 decree,
-                path: path | bit(self.node.pos),
+                path,
                 due_us: 0,
                 retries: 0,
             },
@@ -608,13 +618,17 @@ impl URing {
         let decree = o.decree.clone();
         // A first circulation trusts the path the batch took; a resend sends the payload
         // to whoever lacks it for sure.
-        let has_payload = if resend { bit(self.node.pos) } else { o.path };
+        let has_payload = if resend {
+            NodeSet::one(self.node.me)
+        } else {
+            o.path.clone()
+        };
         let m = Phase2 {
             ballot: self.coord.ballot,
             instance,
             epoch_fp: self.coord.epoch_fp,
-            votes: 0,
-            visited: 0,
+            votes: NodeSet::new(),
+            visited: NodeSet::new(),
             has_payload,
             decree: WireDecree::full(&decree),
         };
@@ -647,9 +661,9 @@ impl URing {
                 continue;
             }
             let (decree, path) = if let Some(d) = self.coord.preset.remove(&instance) {
-                (d, 0)
+                (d, NodeSet::new())
             } else if let Some(d) = self.coord.meta.pop_front() {
-                (d, 0)
+                (d, NodeSet::new())
             } else if let Some((b, path)) = self.coord.queue.pop_front() {
                 self.coord.queue_bytes -= b.wire_bytes();
                 let k = b.key();

@@ -5,18 +5,21 @@
 //! additionally a separate decision message"), `Decision`, and the proposer's value travelling
 //! the ring to the coordinator (`Forward`, seed 000 §3.1.1).
 //!
-//! Departure from the seeds: instead of a vote *count*, phase 2 carries the *set* of voters as
-//! a bit mask of ring positions. A count can be incremented twice by one acceptor if views
-//! disagree and a message passes it twice; a set cannot (its size is the vote count).
+//! Departure from the seeds: instead of a vote *count*, phase 2 carries the *set* of voters,
+//! by node id (`NodeSet`). A count can be incremented twice by one acceptor if views
+//! disagree and a message passes it twice; a set cannot (its size is the vote count). Ids,
+//! not ring positions, so that a set keeps its meaning when the membership changes (issue
+//! 16 item 2; frame version 5).
 
 use crate::codec::{Decoder, Encoder, WireMessage};
 use crate::error::DecodeError;
+use crate::nodeset::NodeSet;
 pub use crate::snapshot_transfer::{SnapshotChunk, SnapshotFetch};
 use crate::types::{Ballot, Batch, BatchKey, Decree, Instance, NodeId};
 use crate::wire::{get_ballot, get_batch, get_decree_tagged, put_ballot, put_batch, put_decree};
 
 pub use crate::ring::messages::{
-    Decided, Heartbeat, MAX_ENTRIES, MAX_EPOCH_LEN, Nack, P1Entry, Phase1a, Phase1b, Repair,
+    Decided, Epoch, Heartbeat, MAX_ENTRIES, MAX_EPOCH_LEN, Nack, P1Entry, Phase1a, Phase1b, Repair,
     Retrieve,
 };
 
@@ -63,8 +66,8 @@ impl WireDecree {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Forward {
     pub batch: Batch,
-    /// Ring positions that hold the payload (the proposer and every node that forwarded it).
-    pub path: u64,
+    /// Nodes that hold the payload (the proposer and every node that forwarded it).
+    pub path: NodeSet,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,12 +76,12 @@ pub struct Phase2 {
     pub instance: Instance,
     /// Fingerprint of the epoch the ballot's phase 1 ran in; acceptors in another epoch do not vote.
     pub epoch_fp: u64,
-    /// Acceptors (ring positions) that voted for this decree in this ballot: the vote count.
-    pub votes: u64,
-    /// Positions this circulation has visited.
-    pub visited: u64,
-    /// Positions that hold the payload.
-    pub has_payload: u64,
+    /// Acceptors that voted for this decree in this ballot: the vote count.
+    pub votes: NodeSet,
+    /// Nodes this circulation has visited.
+    pub visited: NodeSet,
+    /// Nodes that hold the payload.
+    pub has_payload: NodeSet,
     pub decree: WireDecree,
 }
 
@@ -86,9 +89,9 @@ pub struct Phase2 {
 pub struct Decision {
     pub instance: Instance,
     pub ballot: Ballot,
-    /// Positions that have seen this decision in this circulation.
-    pub seen: u64,
-    pub has_payload: u64,
+    /// Nodes that have seen this decision in this circulation.
+    pub seen: NodeSet,
+    pub has_payload: NodeSet,
     pub decree: WireDecree,
 }
 
@@ -182,7 +185,7 @@ impl WireMessage for Message {
     fn encode(&self, e: &mut Encoder) {
         match self {
             Message::Forward(m) => {
-                e.put_u64(m.path);
+                m.path.encode(e);
                 put_batch(e, &m.batch);
             }
             Message::Phase1a(m) => m.encode(e),
@@ -191,16 +194,16 @@ impl WireMessage for Message {
                 put_ballot(e, m.ballot);
                 e.put_u64(m.instance);
                 e.put_u64(m.epoch_fp);
-                e.put_u64(m.votes);
-                e.put_u64(m.visited);
-                e.put_u64(m.has_payload);
+                m.votes.encode(e);
+                m.visited.encode(e);
+                m.has_payload.encode(e);
                 put_wire_decree(e, &m.decree);
             }
             Message::Decision(m) => {
                 e.put_u64(m.instance);
                 put_ballot(e, m.ballot);
-                e.put_u64(m.seen);
-                e.put_u64(m.has_payload);
+                m.seen.encode(e);
+                m.has_payload.encode(e);
                 put_wire_decree(e, &m.decree);
             }
             Message::Nack(m) => m.encode(e),
@@ -217,7 +220,7 @@ impl WireMessage for Message {
         let mut d = Decoder::new(body);
         let m = match kind {
             K_FORWARD => Message::Forward(Forward {
-                path: d.u64("forward.path")?,
+                path: NodeSet::decode(&mut d, "forward.path")?,
                 batch: get_batch(&mut d)?,
             }),
             K_PHASE1A => Message::Phase1a(Phase1a::decode(&mut d)?),
@@ -226,16 +229,16 @@ impl WireMessage for Message {
                 ballot: get_ballot(&mut d)?,
                 instance: d.u64("phase2.instance")?,
                 epoch_fp: d.u64("phase2.epoch_fp")?,
-                votes: d.u64("phase2.votes")?,
-                visited: d.u64("phase2.visited")?,
-                has_payload: d.u64("phase2.has_payload")?,
+                votes: NodeSet::decode(&mut d, "phase2.votes")?,
+                visited: NodeSet::decode(&mut d, "phase2.visited")?,
+                has_payload: NodeSet::decode(&mut d, "phase2.has_payload")?,
                 decree: get_wire_decree(&mut d)?,
             }),
             K_DECISION => Message::Decision(Decision {
                 instance: d.u64("decision.instance")?,
                 ballot: get_ballot(&mut d)?,
-                seen: d.u64("decision.seen")?,
-                has_payload: d.u64("decision.has_payload")?,
+                seen: NodeSet::decode(&mut d, "decision.seen")?,
+                has_payload: NodeSet::decode(&mut d, "decision.has_payload")?,
                 decree: get_wire_decree(&mut d)?,
             }),
             K_NACK => Message::Nack(Nack::decode(&mut d)?),
@@ -258,6 +261,14 @@ mod tests {
     use crate::types::BatchBuilder;
     use bytes::Bytes;
 
+    fn set(ids: &[u32]) -> NodeSet {
+        ids.iter().map(|&i| NodeId(i)).collect()
+    }
+
+    fn epoch(incarnations: &[u64]) -> Epoch {
+        Epoch::numbered(incarnations)
+    }
+
     fn batch() -> Batch {
         let mut b = BatchBuilder::new(NodeId(2), 7, 64);
         b.push(b"hello");
@@ -271,13 +282,13 @@ mod tests {
         vec![
             Message::Forward(Forward {
                 batch: batch(),
-                path: 5,
+                path: [1, 3].into_iter().map(NodeId).collect(),
             }),
             Message::Phase1a(Phase1a {
                 ballot: bal,
                 from: 1,
                 to: 5001,
-                epoch: vec![0, 2, 0],
+                epoch: epoch(&[0, 2, 0]),
             }),
             Message::Phase1b(Phase1b {
                 ballot: bal,
@@ -290,7 +301,7 @@ mod tests {
                 max_instance: 9,
                 log_start: 1,
                 covered_to: 10,
-                epoch: vec![1, 2],
+                epoch: epoch(&[1, 2]),
                 accepted: vec![
                     P1Entry {
                         instance: 4,
@@ -335,22 +346,22 @@ mod tests {
                 ballot: bal,
                 instance: 4,
                 epoch_fp: 99,
-                votes: 1,
-                visited: 1,
-                has_payload: 3,
+                votes: set(&[1]),
+                visited: set(&[1]),
+                has_payload: set(&[1, 2]),
                 decree: WireDecree::Full(batch()),
             }),
             Message::Decision(Decision {
                 instance: 4,
                 ballot: bal,
-                seen: 2,
-                has_payload: 7,
+                seen: set(&[2]),
+                has_payload: set(&[1, 2, 3]),
                 decree: WireDecree::Key(batch().key()),
             }),
             Message::Nack(Nack {
                 promised: bal,
                 instance: 4,
-                epoch: vec![],
+                epoch: epoch(&[]),
             }),
             Message::Retrieve(Retrieve { from: 1, to: 65 }),
             Message::Decided(Decided {
@@ -369,13 +380,13 @@ mod tests {
                 decided_max: 4,
                 leading: true,
                 amnesic: false,
-                epoch: vec![0, 0, 0],
+                epoch: epoch(&[0, 0, 0]),
                 snapshot_upto: 2,
                 trim_below: 3,
             }),
             Message::Repair(Repair {
                 ballot: bal,
-                epoch: vec![1, 0, 2],
+                epoch: epoch(&[1, 0, 2]),
                 decided_floor: 2,
                 upto: 9,
             }),
@@ -420,7 +431,7 @@ mod tests {
             max_instance: 50,
             log_start: 1,
             covered_to: 100,
-            epoch: vec![0; 3],
+            epoch: epoch(&[0; 3]),
             accepted: (1..=50)
                 .map(|i| P1Entry {
                     instance: i,
@@ -471,7 +482,7 @@ mod tests {
     fn large_payload_is_not_copied_into_the_header_chunk() {
         let m = Message::Forward(Forward {
             batch: batch(),
-            path: 1,
+            path: set(&[1]),
         });
         let mut e = Encoder::new();
         m.encode(&mut e);

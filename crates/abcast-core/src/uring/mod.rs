@@ -31,10 +31,11 @@ pub use messages::Message;
 
 use crate::ProposeError;
 use crate::batcher::Batcher;
+use crate::nodeset::NodeSet;
 use crate::protocol::{Outbox, Protocol, Status};
 use crate::ring::acceptor::AcceptorState;
 use crate::ring::learner::{LearnerState, PayloadCache};
-use crate::ring::{RingHost, RingNode, RingView, bit, fingerprint};
+use crate::ring::{RingHost, RingNode, RingView, bit};
 use crate::storage::AcceptorStore;
 use crate::types::{Ballot, Decree, Instance, Micros, NodeId, ValueId};
 use bytes::Bytes;
@@ -78,8 +79,9 @@ impl URing {
             .filter(|(_, m)| m.roles.acceptor)
             .fold(0u64, |m, (i, _)| m | bit(i));
         let now = 0;
+        let member_ids: Vec<NodeId> = cfg.members.iter().map(|m| m.id).collect();
         let view = RingView::new(
-            cfg.members.len(),
+            &member_ids,
             pos,
             start.incarnation,
             cfg.failure_timeout_us,
@@ -88,7 +90,7 @@ impl URing {
         let node = RingNode::new(
             me,
             pos,
-            cfg.members.len(),
+            &member_ids,
             acceptor_mask,
             view,
             roles.proposer.then(|| Batcher::new(me, start.start_seq)),
@@ -228,14 +230,16 @@ impl URing {
             self.node.learn.offer_payload(b);
         }
         let decree = self.resolve(m.instance, &m.decree);
-        m.visited |= bit(self.node.pos);
+        let me = self.node.me;
+        m.visited.insert(me);
         if decree.is_some() {
-            m.has_payload |= bit(self.node.pos);
+            m.has_payload.insert(me);
         }
         if self.node.acc.is_some() && self.vote(&m, decree.as_ref(), out) {
-            m.votes |= bit(self.node.pos);
+            m.votes.insert(me);
         }
-        if (m.votes & self.node.acceptor_mask).count_ones() as usize >= self.quorum {
+        // Only this configuration's acceptors count (the set names nodes by id).
+        if m.votes.count_in(&self.node.acceptor_ids) >= self.quorum {
             let wire = match &decree {
                 Some(d) => WireDecree::full(d),
                 None => m.decree.clone(),
@@ -244,14 +248,14 @@ impl URing {
                 m.instance,
                 m.ballot,
                 wire,
-                bit(self.node.pos),
+                NodeSet::new(),
                 m.has_payload,
                 out,
             );
             return;
         }
         let Some(succ) = self.successor() else { return };
-        if m.visited & bit(succ) != 0 {
+        if m.visited.contains(self.node_at(succ)) {
             // Back where the circulation started without a quorum: the coordinator retries,
             // sooner when told (see `coordinator.rs`, `retry_soon`).
             if m.ballot.node != self.node.me {
@@ -265,7 +269,7 @@ impl URing {
                     Message::Nack(Nack {
                         promised,
                         instance: m.instance,
-                        epoch: self.node.view.epoch().to_vec(),
+                        epoch: self.node.view.epoch().clone(),
                     }),
                 );
             } else if self.coord.is_leading() && m.ballot == self.coord.ballot {
@@ -273,7 +277,7 @@ impl URing {
             }
             return;
         }
-        m.decree = self.wire_for(succ, m.has_payload, decree.as_ref(), m.decree);
+        m.decree = self.wire_for(succ, &m.has_payload, decree.as_ref(), m.decree);
         out.send(self.node_at(succ), Message::Phase2(m));
     }
 
@@ -282,12 +286,12 @@ impl URing {
     pub(crate) fn wire_for(
         &self,
         succ: usize,
-        has_payload: u64,
+        has_payload: &NodeSet,
         decree: Option<&Decree>,
         fallback: WireDecree,
     ) -> WireDecree {
         match decree {
-            Some(d) if has_payload & bit(succ) == 0 => WireDecree::full(d),
+            Some(d) if !has_payload.contains(self.node_at(succ)) => WireDecree::full(d),
             Some(d) => WireDecree::key_only(d),
             None => match fallback {
                 WireDecree::Full(b) => WireDecree::Key(b.key()),
@@ -304,23 +308,21 @@ impl URing {
         instance: Instance,
         ballot: Ballot,
         wire: WireDecree,
-        seen: u64,
-        has_payload: u64,
+        mut seen: NodeSet,
+        mut has_payload: NodeSet,
         out: &mut Out,
     ) {
         let decree = self.resolve(instance, &wire);
         self.record_decision(instance, ballot, decree.clone(), wire.key(), out);
-        let seen = seen | bit(self.node.pos);
-        let has_payload = if decree.is_some() {
-            has_payload | bit(self.node.pos)
-        } else {
-            has_payload
-        };
+        seen.insert(self.node.me);
+        if decree.is_some() {
+            has_payload.insert(self.node.me);
+        }
         let Some(succ) = self.successor() else { return };
-        if seen & bit(succ) != 0 {
+        if seen.contains(self.node_at(succ)) {
             return;
         }
-        let w = self.wire_for(succ, has_payload, decree.as_ref(), wire);
+        let w = self.wire_for(succ, &has_payload, decree.as_ref(), wire);
         out.send(
             self.node_at(succ),
             Message::Decision(Decision {
@@ -356,7 +358,7 @@ impl URing {
             self.node.cache.insert(b);
             self.node.learn.offer_payload(b);
         }
-        if m.seen & bit(self.node.pos) != 0 {
+        if m.seen.contains(self.node.me) {
             return;
         }
         self.decided(m.instance, m.ballot, m.decree, m.seen, m.has_payload, out);
@@ -371,7 +373,7 @@ impl URing {
         }
         self.node.heartbeat_merge(&m);
         if m.amnesic {
-            self.coordinator_on_amnesic_heartbeat(from_pos, fingerprint(&m.epoch), out);
+            self.coordinator_on_amnesic_heartbeat(from_pos, m.epoch.fingerprint(), out);
         }
         self.cluster_delivered_max = self.cluster_delivered_max.max(m.delivered_upto);
         self.node.heartbeat_decided(&m);
@@ -636,5 +638,60 @@ impl Protocol for URing {
             self.coord.ballot,
             self.coord.is_leading(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::messages::{Phase2, WireDecree};
+    use super::*;
+    use crate::protocol::{Outbox, Protocol};
+    use crate::ring::Epoch;
+    use crate::storage::MemoryStore;
+
+    /// Node 2 of the ring 1, 2, 3 (quorum 2) receives a phase 2 whose vote set is `votes`;
+    /// returns what it sent: (to, "decision" or "phase2" with the vote set).
+    fn second_node_receives(votes: &[u32]) -> Vec<(u32, String)> {
+        let cfg = RingConfig::pal(&[1, 2, 3]);
+        let mut n = URing::new(
+            cfg,
+            NodeId(2),
+            StartInfo::FRESH,
+            Box::new(MemoryStore::new(1 << 16, 1 << 26)),
+        )
+        .expect("valid ring");
+        let m = Phase2 {
+            ballot: Ballot::new(1, NodeId(1), 0),
+            instance: 1,
+            epoch_fp: Epoch::of([1, 2, 3].map(NodeId)).fingerprint(),
+            votes: votes.iter().map(|&i| NodeId(i)).collect(),
+            visited: votes.iter().map(|&i| NodeId(i)).collect(),
+            has_payload: NodeSet::new(),
+            decree: WireDecree::Meta(Decree::Noop),
+        };
+        let mut out = Outbox::new();
+        n.receive(1_000, NodeId(1), Message::Phase2(m), &mut out);
+        out.sends
+            .into_iter()
+            .map(|(to, m)| match m {
+                Message::Decision(_) => (to.0, "decision".to_string()),
+                Message::Phase2(p) => (to.0, format!("phase2 votes={:?}", p.votes)),
+                other => (to.0, format!("{other:?}")),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_vote_counts_by_node_id_and_ids_outside_the_configuration_do_not() {
+        // Node 1's vote and node 2's own make a quorum of this ring: decided.
+        assert_eq!(second_node_receives(&[1]), vec![(3, "decision".into())]);
+        // Votes by ids this ring does not have (9, 10: members of another configuration,
+        // or forged) do not count, however many: only node 2's own vote does, and phase 2
+        // goes on to node 3 with the set by id. With position masks, the same two votes
+        // would have been bits 0 and 1, nodes 1 and 2, and decided.
+        assert_eq!(
+            second_node_receives(&[9, 10]),
+            vec![(3, "phase2 votes={2, 9, 10}".into())]
+        );
     }
 }

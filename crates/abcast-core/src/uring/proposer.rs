@@ -8,7 +8,7 @@ use super::messages::Forward;
 use super::{Message, Out, RingConfig, URing};
 use crate::ProposeError;
 use crate::batcher::BatchLimits;
-use crate::ring::bit;
+use crate::nodeset::NodeSet;
 use crate::types::{Batch, ValueId};
 use bytes::Bytes;
 
@@ -47,7 +47,7 @@ impl URing {
     /// otherwise along the ring.
     pub(crate) fn send_batch(&mut self, batch: Batch, out: &mut Out) {
         if self.coord.is_active() {
-            self.coordinator_enqueue(batch, bit(self.node.pos), out);
+            self.coordinator_enqueue(batch, NodeSet::one(self.node.me), out);
             return;
         }
         let Some(succ) = self.successor() else { return };
@@ -56,7 +56,7 @@ impl URing {
             self.node_at(succ),
             Message::Forward(Forward {
                 batch,
-                path: bit(self.node.pos),
+                path: NodeSet::one(self.node.me),
             }),
         );
     }
@@ -65,13 +65,13 @@ impl URing {
     pub(crate) fn on_forward(&mut self, mut m: Forward, out: &mut Out) {
         self.node.cache.insert(&m.batch);
         self.node.learn.offer_payload(&m.batch);
-        m.path |= bit(self.node.pos);
+        m.path.insert(self.node.me);
         if self.coord.is_active() {
             self.coordinator_enqueue(m.batch, m.path, out);
             return;
         }
         let Some(succ) = self.successor() else { return };
-        if m.path & bit(succ) != 0 {
+        if m.path.contains(self.node_at(succ)) {
             // Around the ring without meeting a coordinator: drop, the proposer re-sends.
             return;
         }

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// Largest cluster: the ring's vote sets are 64-bit masks (abcast-core `MAX_RING_MEMBERS`).
+/// Largest cluster: the largest ring (abcast-core `MAX_RING_MEMBERS`).
 pub const NODES_MAX: u32 = 64;
 /// Stats period asked of every node: four samples a second give a readable timeline and a
 /// throughput estimate without flooding the parent.

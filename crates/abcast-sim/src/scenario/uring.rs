@@ -5,6 +5,7 @@
 
 use super::adapter::{Adapter, Args, MsgInfo};
 use abcast_core::config::StartInfo;
+use abcast_core::ring::Epoch;
 use abcast_core::storage::MemoryStore;
 use abcast_core::uring::messages::WireDecree;
 use abcast_core::uring::{Message, RingConfig, URing};
@@ -34,8 +35,9 @@ fn wire_decree(w: &WireDecree) -> (Vec<bytes::Bytes>, String) {
     }
 }
 
-pub(super) fn epoch(e: &[u64]) -> String {
-    let v: Vec<String> = e.iter().map(u64::to_string).collect();
+/// An epoch as the incarnations of its members in id order: `[0,2,0]`.
+pub(super) fn epoch(e: &Epoch) -> String {
+    let v: Vec<String> = e.entries().iter().map(|(_, x)| x.to_string()).collect();
     format!("[{}]", v.join(","))
 }
 

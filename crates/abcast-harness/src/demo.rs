@@ -65,6 +65,10 @@ pub struct DemoArgs {
           value_parser = ["memory", "durable", "durable-inloop", "durable-buffered",
                           "durable-nosync", "none"])]
     pub storage: String,
+    /// How messages to one peer travel: tcp (a connection per peer pair) or udp (one
+    /// datagram each, TCP only for a message too large for a datagram).
+    #[arg(long, value_name = "TRANSPORT", default_value = "tcp", value_parser = ["tcp", "udp"])]
+    pub unicast: String,
 }
 
 /// The cluster a `demo` command line asks for.
@@ -76,7 +80,16 @@ pub fn cluster_spec(args: &DemoArgs) -> ClusterSpec {
         rate_values_per_s: args.rate_values_per_s,
         window_values: args.window_values,
         kill: args.kill,
-        config_edits: storage_edits(&args.storage),
+        config_edits: {
+            let mut edits = storage_edits(&args.storage);
+            if args.unicast != "tcp" {
+                edits.push((
+                    "transport.unicast".to_string(),
+                    toml::Value::String(args.unicast.clone()),
+                ));
+            }
+            edits
+        },
         keep_dir: args.keep_dir,
         progress: !args.json,
         label: "demo".to_string(),

@@ -11,7 +11,8 @@
 //! client_addr = "127.0.0.1:7500"    # client port (propose/learn), optional
 //! roles = ["proposer", "acceptor", "learner"]   # default: all three
 //! [ring]        # every field optional, defaults from RingConfig; times in ms except batch_linger_us
-//! [transport]   # buffer_size, tcp_nodelay, send_queue_bytes, client_queue_bytes, backoff_ms_min, backoff_ms_max
+//! [transport]   # buffer_size, tcp_nodelay, send_queue_bytes, client_queue_bytes, backoff_ms_min, backoff_ms_max,
+//!               # unicast = "tcp" | "udp" (how messages to one peer travel)
 //! [storage]     # kind = "memory", dir = "abcast-data"
 //! [[link_faults]]   # optional, repeatable: injected delay/loss on links, for experiments
 //! from = 0          # sending node; omitted = every node
@@ -62,6 +63,7 @@ use abcast_core::{GroupId, NodeId};
 use abcast_runtime::TransportConfig;
 use abcast_runtime::linkfault::{self, LinkFault};
 use abcast_runtime::multicast::{self, MulticastConfig};
+use abcast_runtime::transport::Unicast;
 use serde::Deserialize;
 use std::fmt;
 use std::fs;
@@ -385,6 +387,7 @@ struct FileTransport {
     client_queue_bytes: Option<usize>,
     backoff_ms_min: Option<u64>,
     backoff_ms_max: Option<u64>,
+    unicast: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -630,6 +633,17 @@ fn transport_config(t: &FileTransport) -> Result<TransportConfig, NodeConfigErro
     }
     if let Some(v) = t.backoff_ms_max {
         transport.backoff_ms_max = v;
+    }
+    if let Some(v) = &t.unicast {
+        transport.unicast = match Unicast::parse(v) {
+            Some(u) => u,
+            None => {
+                return invalid(
+                    "transport.unicast",
+                    format!("{v:?}, expected \"tcp\" or \"udp\""),
+                );
+            }
+        };
     }
     if transport.buffer_size > (1 << 30) {
         return invalid("transport.buffer_size", "at most 1 GiB");
@@ -1292,6 +1306,7 @@ batch_linger_us = 50
 [transport]
 buffer_size = 1048576
 tcp_nodelay = false
+unicast = "udp"
 [storage]
 kind = "memory"
 dir = "data"
@@ -1449,6 +1464,7 @@ rings = [1]
         assert_eq!(c.ring.members[0].roles, Roles::PAL);
         assert_eq!(c.transport.buffer_size, 1 << 20);
         assert!(!c.transport.tcp_nodelay);
+        assert_eq!(c.transport.unicast, Unicast::Udp);
         assert_eq!(c.transport.send_queue_bytes, 256 << 20);
         assert_eq!(c.storage.dir, PathBuf::from("/etc/abcast/data"));
         assert_eq!(
@@ -1487,6 +1503,12 @@ rings = [1]
     fn unknown_role_is_refused() {
         let text = GOOD.replace("[\"acceptor\", \"learner\"]", "[\"acceptor\", \"leader\"]");
         assert_eq!(field_of(&text, Some(0)), "members[1].roles");
+    }
+
+    #[test]
+    fn an_unknown_unicast_transport_is_refused() {
+        let text = GOOD.replace("unicast = \"udp\"", "unicast = \"sctp\"");
+        assert_eq!(field_of(&text, Some(0)), "transport.unicast");
     }
 
     #[test]

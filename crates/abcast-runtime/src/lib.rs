@@ -39,7 +39,7 @@ pub use history::{Gap, GapReason};
 pub use linkfault::LinkFault;
 pub use loadgen::LoadConfig;
 pub use multicast::{MulticastConfig, MulticastStats};
-pub use transport::TransportConfig;
+pub use transport::{TransportConfig, Unicast};
 
 use abcast_core::protocol::Ack;
 use abcast_core::{Micros, Status, ValueId};

@@ -35,6 +35,12 @@
 //! The sender's own datagram comes back to it (IP_MULTICAST_LOOP is on, so that nodes on one
 //! host hear each other) and is ignored: the driver loops its own multicasts back in-process,
 //! losslessly.
+//!
+//! **Unicast datagrams.** The same endpoint, opened with [`Multicast::open_unicast`] on the
+//! node's own peer address (UDP beside the TCP listener, same port), carries frames to one
+//! peer each ([`Multicast::push_to`]): `TransportConfig::unicast = Udp`, the transport the
+//! token of seed 002's ring travels by. One datagram format, one set of checks and one send
+//! queue serve both; only the destination differs.
 
 use super::frame::{self, Frame, FrameError, KIND_PROTOCOL_MAX};
 use super::linkfault::{self, LinkFault};
@@ -368,6 +374,7 @@ pub struct MulticastStats {
 /// One datagram waiting for the socket.
 #[derive(Debug)]
 struct Queued {
+    dest: SockAddr,
     headers: [u8; OVERHEAD_BYTES],
     chunks: Vec<Bytes>,
     bytes: usize,
@@ -406,11 +413,12 @@ pub enum Received {
     Empty,
 }
 
-/// The multicast socket of one node.
+/// The datagram socket of one node: its multicast group's, or its unicast one.
 #[derive(Debug)]
 pub struct Multicast {
     socket: UdpSocket,
-    group: SockAddr,
+    /// The group `push` sends to; `None` for a unicast endpoint (`push_to` only).
+    group: Option<SockAddr>,
     me: Sender,
     peers: HashMap<NodeId, u64>,
     queue: VecDeque<Queued>,
@@ -483,8 +491,41 @@ impl Multicast {
         sock.set_multicast_if_v4(&cfg.interface)?;
         sock.set_multicast_loop_v4(true)?;
         sock.set_multicast_ttl_v4(cfg.ttl)?;
-        let granted_recv_buffer_bytes = set_buffer(&sock, cfg.recv_buffer_bytes, true)?;
-        let granted_send_buffer_bytes = set_buffer(&sock, cfg.send_buffer_bytes, false)?;
+        let buffers = (cfg.recv_buffer_bytes, cfg.send_buffer_bytes);
+        let group = Some(SockAddr::from(SocketAddr::V4(cfg.group)));
+        Multicast::with_socket(sock, group, buffers, me, peers, faults)
+    }
+
+    /// Opens a unicast endpoint bound to `bind` (the node's own peer address: UDP and TCP
+    /// share the port number), with `buffers` = (SO_RCVBUF, SO_SNDBUF). It accepts datagrams
+    /// from `peers` only. No receive-side loss: injected link faults apply where the driver
+    /// sends, as they do to TCP frames.
+    pub fn open_unicast(
+        bind: SocketAddr,
+        buffers: (usize, usize),
+        me: Sender,
+        peers: &[NodeId],
+    ) -> io::Result<Multicast> {
+        let domain = if bind.is_ipv4() {
+            Domain::IPV4
+        } else {
+            Domain::IPV6
+        };
+        let sock = Socket::new(domain, Type::DGRAM, Some(SockProtocol::UDP))?;
+        sock.bind(&SockAddr::from(bind))?;
+        Multicast::with_socket(sock, None, buffers, me, peers, &[])
+    }
+
+    fn with_socket(
+        sock: Socket,
+        group: Option<SockAddr>,
+        (recv_buffer_bytes, send_buffer_bytes): (usize, usize),
+        me: Sender,
+        peers: &[NodeId],
+        faults: &[LinkFault],
+    ) -> io::Result<Multicast> {
+        let granted_recv_buffer_bytes = set_buffer(&sock, recv_buffer_bytes, true)?;
+        let granted_send_buffer_bytes = set_buffer(&sock, send_buffer_bytes, false)?;
         sock.set_nonblocking(true)?;
         let std_sock: std::net::UdpSocket = sock.into();
         let members: Vec<NodeId> = std::iter::once(me.node)
@@ -513,7 +554,7 @@ impl Multicast {
         };
         Ok(Multicast {
             socket: UdpSocket::from_std(std_sock),
-            group: SockAddr::from(SocketAddr::V4(cfg.group)),
+            group,
             me,
             peers: peers
                 .iter()
@@ -543,6 +584,19 @@ impl Multicast {
     /// datagram would exceed [`MAX_DATAGRAM_BYTES`] (the caller falls back to TCP). A full
     /// queue drops the datagram and counts it (the protocol retransmits), returning `true`.
     pub fn push(&mut self, kind: u8, group: u16, chunks: Vec<Bytes>) -> bool {
+        let Some(dest) = self.group.clone() else {
+            return false;
+        };
+        self.push_dest(dest, kind, group, chunks)
+    }
+
+    /// Queues one message as a datagram to `to` alone, as [`Multicast::push`] does to the
+    /// group (the same refusal when too large, the same drop when the queue is full).
+    pub fn push_to(&mut self, to: SocketAddr, kind: u8, group: u16, chunks: Vec<Bytes>) -> bool {
+        self.push_dest(SockAddr::from(to), kind, group, chunks)
+    }
+
+    fn push_dest(&mut self, dest: SockAddr, kind: u8, group: u16, chunks: Vec<Bytes>) -> bool {
         let Some(headers) = encode_headers(&self.me, kind, group, &chunks) else {
             return false;
         };
@@ -556,6 +610,7 @@ impl Multicast {
         }
         self.queued_bytes += bytes;
         self.queue.push_back(Queued {
+            dest,
             headers,
             chunks,
             bytes,
@@ -593,7 +648,7 @@ impl Multicast {
             let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(1 + q.chunks.len());
             iov.push(IoSlice::new(&q.headers));
             iov.extend(q.chunks.iter().map(|c| IoSlice::new(c)));
-            let sent = SockRef::from(&self.socket).send_to_vectored(&iov, &self.group);
+            let sent = SockRef::from(&self.socket).send_to_vectored(&iov, &q.dest);
             drop(iov);
             match sent {
                 Ok(_) => self.stats.datagrams_sent += 1,

@@ -54,6 +54,37 @@ pub struct TransportConfig {
     /// UDP IP-multicast for the protocol's `Outbox::multicasts` (`[multicast]` in the node
     /// config). `None` (the default): each multicast goes as one TCP copy per peer.
     pub multicast: Option<MulticastConfig>,
+    /// How messages to one peer travel (`unicast = "tcp" | "udp"` under `[transport]`).
+    pub unicast: Unicast,
+}
+
+/// How the protocol's `Outbox::sends` reach a peer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Unicast {
+    /// A TCP connection per peer pair: reliable and FIFO while it lasts (the default).
+    #[default]
+    Tcp,
+    /// One UDP datagram per message from a socket on the node's own peer address (same port
+    /// as TCP), with the multicast datagram's format and checks (`multicast.rs`); a message
+    /// too large for one datagram goes by TCP. Loss and reordering are the protocol's to
+    /// repair, as the token ring of seed 002 does and the ring protocols do.
+    Udp,
+}
+
+impl Unicast {
+    pub fn parse(s: &str) -> Option<Unicast> {
+        match s {
+            "tcp" => Some(Unicast::Tcp),
+            "udp" => Some(Unicast::Udp),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Unicast::Tcp => "tcp",
+            Unicast::Udp => "udp",
+        }
+    }
 }
 
 impl Default for TransportConfig {
@@ -68,6 +99,7 @@ impl Default for TransportConfig {
             read_buffer_bytes: 1 << 20,
             link_faults: Vec::new(),
             multicast: None,
+            unicast: Unicast::Tcp,
         }
     }
 }

@@ -39,7 +39,7 @@ use super::linkfault::LinkFaults;
 use super::loadgen::{LoadConfig, LoadGen};
 use super::multicast::{self, Multicast, MulticastStats};
 use super::syncer::Syncer;
-use super::transport::TransportConfig;
+use super::transport::{TransportConfig, Unicast};
 use abcast_core::storage::StorageError;
 use abcast_core::{Instance, Micros, NodeId, Outbox, ProposeError, Protocol};
 use mio::net::TcpListener;
@@ -61,7 +61,9 @@ const MULTICAST_SOCKET: Token = Token(2);
 const SYNC_DONE: Token = Token(3);
 /// A handle sent commands (`handle.rs`).
 const COMMANDS: Token = Token(4);
-const FIRST_CONN_TOKEN: usize = 5;
+/// The UDP unicast socket (`TransportConfig::unicast = Udp`).
+const UNICAST_SOCKET: Token = Token(5);
+const FIRST_CONN_TOKEN: usize = 6;
 /// Commands taken per wake-up before the loop serves its sockets again.
 const COMMANDS_PER_ITERATION: usize = 256;
 /// Most values awaited by handle tickets; more are answered `Busy`.
@@ -216,6 +218,10 @@ pub struct TransportStats {
     pub multicasts_too_large: u64,
     /// The UDP multicast socket's counters (all zero without one).
     pub multicast: MulticastStats,
+    /// The UDP unicast socket's counters (all zero without one).
+    pub unicast: MulticastStats,
+    /// Messages to one peer that went by UDP datagram (`Unicast::Udp`).
+    pub sends_by_udp: u64,
     /// Storage syncs (group commits) done before sends.
     pub storage_syncs: u64,
     /// Snapshots written.
@@ -271,6 +277,8 @@ pub struct Driver<P: Protocol> {
     faults: Option<LinkFaults>,
     /// The UDP multicast endpoint; `None` = multicasts go as TCP copies to every peer.
     mcast: Option<Multicast>,
+    /// The UDP unicast endpoint; `None` = messages to a peer go by TCP.
+    udp: Option<Multicast>,
     /// The sync thread (pipelined group commit).
     syncer: Option<Syncer>,
     /// The group commit's ordering rules, and the outboxes waiting for their sync jobs,
@@ -291,6 +299,7 @@ impl<P: Protocol> Driver<P> {
         let peer_ids: Vec<NodeId> = peers.iter().map(|p| p.id).collect();
         let faults = link_faults(&cfg, &peer_ids)?;
         let mcast = open_multicast(&cfg, &poll, &peer_ids)?;
+        let udp = open_unicast(&cfg, &poll, &peer_listener, &peer_ids)?;
         let syncer = start_syncer(&cfg, &poll)?;
         let history = open_history(&cfg)?;
         let last_tick_us = 0;
@@ -332,6 +341,7 @@ impl<P: Protocol> Driver<P> {
             conn_limit_logged: false,
             faults,
             mcast,
+            udp,
         })
     }
 
@@ -370,6 +380,9 @@ impl<P: Protocol> Driver<P> {
 
     pub fn transport_stats(&self) -> TransportStats {
         let mut s = self.stats;
+        if let Some(u) = &self.udp {
+            s.unicast = u.stats;
+        }
         if let Some(m) = &self.mcast {
             s.multicast = m.stats;
         }
@@ -432,9 +445,9 @@ impl<P: Protocol> Driver<P> {
                 }
             }
             let now = self.now();
-            if let Some(m) = self.mcast.as_mut() {
-                // A send that would block waits for a writable event, and at most until
-                // the next iteration.
+            // A send that would block waits for a writable event, and at most until the
+            // next iteration.
+            for m in self.mcast.iter_mut().chain(self.udp.iter_mut()) {
                 m.on_writable();
             }
             for ev in events.iter() {
@@ -518,6 +531,9 @@ impl<P: Protocol> Driver<P> {
         }
         if let Some(line) = self.mcast.as_mut().and_then(|m| m.take_log(now)) {
             self.log(format_args!("{line}"));
+        }
+        if let Some(line) = self.udp.as_mut().and_then(|m| m.take_log(now)) {
+            self.log(format_args!("unicast: {line}"));
         }
         if self.cfg.periodic_us > 0 && now >= self.next_periodic_us {
             app.periodic(now, &self.protocol.status());
@@ -616,13 +632,19 @@ impl<P: Protocol> Driver<P> {
             COMMANDS => self.on_commands(now, app)?,
             PEER_LISTENER => self.accept(now, false),
             CLIENT_LISTENER => self.accept(now, true),
-            MULTICAST_SOCKET => {
-                if writable && let Some(m) = self.mcast.as_mut() {
+            MULTICAST_SOCKET | UNICAST_SOCKET => {
+                let unicast = token == UNICAST_SOCKET;
+                let socket = if unicast {
+                    &mut self.udp
+                } else {
+                    &mut self.mcast
+                };
+                if writable && let Some(m) = socket.as_mut() {
                     m.on_writable();
                     m.flush();
                 }
                 if readable {
-                    self.read_multicast(now, app)?;
+                    self.read_datagrams(now, app, unicast)?;
                 }
             }
             t if self.out_tokens.contains_key(&t) => {
@@ -651,10 +673,10 @@ impl<P: Protocol> Driver<P> {
         for token in std::mem::take(&mut self.dirty_conns) {
             self.flush_conn(token);
         }
-        if let Some(m) = self.mcast.as_mut()
-            && m.has_queued()
-        {
-            m.flush();
+        for m in self.mcast.iter_mut().chain(self.udp.iter_mut()) {
+            if m.has_queued() {
+                m.flush();
+            }
         }
     }
 }
@@ -738,6 +760,46 @@ fn open_multicast(
         )
         .map_err(io_err("registering the multicast socket"))?;
     Ok(Some(m))
+}
+
+/// Opens and registers the unicast datagram socket on the peer listener's address, if the
+/// configuration asks for UDP unicast.
+fn open_unicast(
+    cfg: &DriverConfig,
+    poll: &Poll,
+    peer_listener: &TcpListener,
+    peer_ids: &[NodeId],
+) -> Result<Option<Multicast>, DriverError> {
+    if cfg.transport.unicast != Unicast::Udp {
+        return Ok(None);
+    }
+    let bind = peer_listener
+        .local_addr()
+        .map_err(io_err("reading the peer listener's address"))?;
+    let me = multicast::Sender {
+        cluster_id: cfg.cluster_id,
+        node: cfg.me,
+        incarnation: cfg.incarnation,
+    };
+    // The multicast defaults: room for a burst of datagrams between two reads.
+    let defaults = multicast::MulticastConfig::new(std::net::SocketAddrV4::new(
+        std::net::Ipv4Addr::UNSPECIFIED,
+        0,
+    ));
+    let buffers = (defaults.recv_buffer_bytes, defaults.send_buffer_bytes);
+    let mut u =
+        Multicast::open_unicast(bind, buffers, me, peer_ids).map_err(|source| DriverError::Io {
+            what: "opening the UDP unicast socket",
+            source,
+        })?;
+    poll.registry()
+        .register(
+            u.socket_mut(),
+            UNICAST_SOCKET,
+            Interest::READABLE | Interest::WRITABLE,
+        )
+        .map_err(io_err("registering the UDP unicast socket"))?;
+    Ok(Some(u))
 }
 
 /// Starts the sync thread of the pipelined group commit, if the configuration asks for it.

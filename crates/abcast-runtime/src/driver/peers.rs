@@ -27,7 +27,10 @@
 //! spares a new life the backlog that is known to be stale.
 
 use super::conns::Role;
-use super::{Driver, DriverConfig, DriverError, MULTICAST_SOCKET, PEER_SLOTS_MAX, READS_PER_EVENT};
+use super::{
+    Driver, DriverConfig, DriverError, MULTICAST_SOCKET, PEER_SLOTS_MAX, READS_PER_EVENT,
+    UNICAST_SOCKET,
+};
 use crate::Hooks;
 use crate::frame::{Frame, KIND_HELLO, KIND_PROTOCOL_MAX};
 use crate::linkfault::{QueueRoom, Verdict};
@@ -227,7 +230,7 @@ impl<P: Protocol> Driver<P> {
         peer.down_logged = false;
         self.peer_index.insert(id, idx);
         self.unknown_logged.remove(&id);
-        if let Some(m) = self.mcast.as_mut() {
+        for m in self.mcast.iter_mut().chain(self.udp.iter_mut()) {
             m.add_peer(id);
         }
         self.log(format_args!("added peer {id} at {addr}"));
@@ -244,7 +247,7 @@ impl<P: Protocol> Driver<P> {
         self.drop_link(idx, format_args!("{id} was removed from the peers"));
         self.peers[idx].queue.clear();
         self.peers[idx].member = false;
-        if let Some(m) = self.mcast.as_mut() {
+        for m in self.mcast.iter_mut().chain(self.udp.iter_mut()) {
             m.remove_peer(id);
         }
         let inbound: Vec<Token> = self
@@ -305,15 +308,21 @@ impl<P: Protocol> Driver<P> {
         true
     }
 
-    /// Reads datagrams until none is left or the budget is used, handing each valid message
-    /// to the protocol as it arrives.
-    pub(super) fn read_multicast<A: Hooks + ?Sized>(
+    /// Reads datagrams (of the unicast socket, or the multicast one) until none is left or
+    /// the budget is used, handing each valid message to the protocol as it arrives.
+    pub(super) fn read_datagrams<A: Hooks + ?Sized>(
         &mut self,
         now: Micros,
         app: &mut A,
+        unicast: bool,
     ) -> Result<(), DriverError> {
         for _ in 0..multicast::READS_PER_EVENT {
-            let Some(m) = self.mcast.as_mut() else {
+            let socket = if unicast {
+                &mut self.udp
+            } else {
+                &mut self.mcast
+            };
+            let Some(m) = socket.as_mut() else {
                 return Ok(());
             };
             match m.recv() {
@@ -330,12 +339,17 @@ impl<P: Protocol> Driver<P> {
                 Ok(Received::Empty) => return Ok(()),
                 Err(e) => {
                     // A UDP socket has no connection to lose; report and read again later.
-                    self.log(format_args!("multicast receive failed: {e}"));
+                    let what = if unicast { "unicast" } else { "multicast" };
+                    self.log(format_args!("{what} datagram receive failed: {e}"));
                     return Ok(());
                 }
             }
         }
-        self.ready_again.push(MULTICAST_SOCKET);
+        self.ready_again.push(if unicast {
+            UNICAST_SOCKET
+        } else {
+            MULTICAST_SOCKET
+        });
         Ok(())
     }
 
@@ -393,6 +407,14 @@ impl<P: Protocol> Driver<P> {
         if !self.peers[idx].member {
             // Held by a link fault while the peer was removed.
             self.stats.frames_dropped += 1;
+            return;
+        }
+        if let Some(u) = self.udp.as_mut()
+            && u.push_to(self.peers[idx].addr, kind, group, chunks.to_vec())
+        {
+            // Queued as one datagram (or dropped by a full queue, counted there); a message
+            // too large for one goes on by TCP below.
+            self.stats.sends_by_udp += 1;
             return;
         }
         let mut pushed = self.peers[idx].push_frame(kind, group, chunks);

@@ -740,26 +740,45 @@ fn open_multicast(
             field: format!("transport.multicast.{field}"),
             reason,
         })?;
-    let me = multicast::Sender {
+    let opened = Multicast::open(mc, sender(cfg), peer_ids, &cfg.transport.link_faults);
+    register_datagrams(
+        poll,
+        opened,
+        MULTICAST_SOCKET,
+        (
+            "opening the multicast socket",
+            "registering the multicast socket",
+        ),
+    )
+    .map(Some)
+}
+
+/// This node as the sender of its datagrams.
+fn sender(cfg: &DriverConfig) -> multicast::Sender {
+    multicast::Sender {
         cluster_id: cfg.cluster_id,
         node: cfg.me,
         incarnation: cfg.incarnation,
-    };
-    let mut m =
-        Multicast::open(mc, me, peer_ids, &cfg.transport.link_faults).map_err(|source| {
-            DriverError::Io {
-                what: "opening the multicast socket",
-                source,
-            }
-        })?;
+    }
+}
+
+/// Registers an opened datagram socket under `token`; `what` = (opening it, registering
+/// it), for the errors.
+fn register_datagrams(
+    poll: &Poll,
+    opened: io::Result<Multicast>,
+    token: Token,
+    what: (&'static str, &'static str),
+) -> Result<Multicast, DriverError> {
+    let mut m = opened.map_err(io_err(what.0))?;
     poll.registry()
         .register(
             m.socket_mut(),
-            MULTICAST_SOCKET,
+            token,
             Interest::READABLE | Interest::WRITABLE,
         )
-        .map_err(io_err("registering the multicast socket"))?;
-    Ok(Some(m))
+        .map_err(io_err(what.1))?;
+    Ok(m)
 }
 
 /// Opens and registers the unicast datagram socket on the peer listener's address, if the
@@ -776,30 +795,23 @@ fn open_unicast(
     let bind = peer_listener
         .local_addr()
         .map_err(io_err("reading the peer listener's address"))?;
-    let me = multicast::Sender {
-        cluster_id: cfg.cluster_id,
-        node: cfg.me,
-        incarnation: cfg.incarnation,
-    };
     // The multicast defaults: room for a burst of datagrams between two reads.
     let defaults = multicast::MulticastConfig::new(std::net::SocketAddrV4::new(
         std::net::Ipv4Addr::UNSPECIFIED,
         0,
     ));
     let buffers = (defaults.recv_buffer_bytes, defaults.send_buffer_bytes);
-    let mut u =
-        Multicast::open_unicast(bind, buffers, me, peer_ids).map_err(|source| DriverError::Io {
-            what: "opening the UDP unicast socket",
-            source,
-        })?;
-    poll.registry()
-        .register(
-            u.socket_mut(),
-            UNICAST_SOCKET,
-            Interest::READABLE | Interest::WRITABLE,
-        )
-        .map_err(io_err("registering the UDP unicast socket"))?;
-    Ok(Some(u))
+    let opened = Multicast::open_unicast(bind, buffers, sender(cfg), peer_ids);
+    register_datagrams(
+        poll,
+        opened,
+        UNICAST_SOCKET,
+        (
+            "opening the UDP unicast socket",
+            "registering the UDP unicast socket",
+        ),
+    )
+    .map(Some)
 }
 
 /// Starts the sync thread of the pipelined group commit, if the configuration asks for it.

@@ -47,6 +47,7 @@ pub mod adapter;
 pub mod datadriven;
 pub mod env;
 pub mod multiring;
+mod ring;
 pub mod ringpaxos;
 pub mod uring;
 

@@ -4,7 +4,7 @@
 //! included. The only place the scenario runner looks inside `ringpaxos::Message`.
 
 use super::adapter::{Adapter, Args, MsgInfo};
-use super::uring::{decree_detail, epoch};
+use super::ring::{self, decree_detail};
 use abcast_core::NodeId;
 use abcast_core::config::StartInfo;
 use abcast_core::ringpaxos::{Message, RingPaxos, RingPaxosConfig};
@@ -55,17 +55,8 @@ impl Adapter for RingPaxosAdapter {
             Message::Submit(s) => {
                 MsgInfo::new("submit").values(s.batch.values().map(|v| v.payload))
             }
-            Message::Phase1a(p) => MsgInfo::new("phase1a")
-                .ballot(p.ballot)
-                .instance(p.from)
-                .detail(format!("epoch={}", epoch(&p.epoch))),
-            Message::Phase1b(p) => MsgInfo::new("phase1b")
-                .ballot(p.ballot)
-                .instance(p.from)
-                .detail(format!(
-                    "ok={} amnesic={} decided_upto={} promised={}",
-                    p.ok, p.amnesic, p.decided_upto, p.promised
-                )),
+            Message::Phase1a(p) => ring::phase1a(p, false),
+            Message::Phase1b(p) => ring::phase1b(p),
             Message::Phase2a(p) => {
                 let (values, d) = decree_detail(&p.decree);
                 let ring: Vec<String> = p.ring.iter().map(|n| n.0.to_string()).collect();
@@ -90,28 +81,11 @@ impl Adapter for RingPaxosAdapter {
                 .ballot(d.ballot)
                 .instance(d.decisions.first().map_or(0, |(i, _)| *i))
                 .detail(format!("decisions={}", ids(&d.decisions))),
-            Message::Nack(n) => MsgInfo::new("nack")
-                .ballot(n.promised)
-                .instance(n.instance)
-                .detail(format!("epoch={}", epoch(&n.epoch))),
-            Message::Retrieve(r) => MsgInfo::new("retrieve")
-                .instance(r.from)
-                .detail(format!("to={}", r.to)),
-            Message::Decided(d) => {
-                let inst: Vec<String> = d.entries.iter().map(|(i, _)| i.to_string()).collect();
-                let mut values = Vec::new();
-                for (_, dec) in &d.entries {
-                    values.extend(decree_detail(dec).0);
-                }
-                MsgInfo::new("decided")
-                    .values(values)
-                    .detail(format!("entries=[{}]", inst.join(",")))
-            }
+            Message::Nack(n) => ring::nack(n),
+            Message::Retrieve(r) => ring::retrieve(r),
+            Message::Decided(d) => ring::decided(d, false),
             Message::Heartbeat(h) => MsgInfo::new("heartbeat").ballot(h.ballot).background(),
-            Message::Repair(r) => MsgInfo::new("repair")
-                .ballot(r.ballot)
-                .instance(r.upto)
-                .detail(format!("upto={} epoch={}", r.upto, epoch(&r.epoch))),
+            Message::Repair(r) => ring::repair(r),
             Message::SnapshotFetch(f) => MsgInfo::new("snapshot-fetch").instance(f.upto),
             Message::SnapshotChunk(c) => MsgInfo::new("snapshot-chunk").instance(c.upto),
         }

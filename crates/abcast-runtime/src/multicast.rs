@@ -79,6 +79,11 @@ const RECV_ROOM_BYTES: usize = 1 << 16;
 /// Shortest interval between two log lines about dropped datagrams.
 const LOG_INTERVAL_US: Micros = 1_000_000;
 
+/// SO_RCVBUF of a datagram socket unless configured: room for a burst between two reads.
+pub const RECV_BUFFER_BYTES_DEFAULT: usize = 8 << 20;
+/// SO_SNDBUF of a datagram socket unless configured.
+pub const SEND_BUFFER_BYTES_DEFAULT: usize = 4 << 20;
+
 /// `[multicast]` in the node config; `TransportConfig::multicast`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MulticastConfig {
@@ -104,8 +109,8 @@ impl MulticastConfig {
             group,
             interface: Ipv4Addr::LOCALHOST,
             ttl: 1,
-            recv_buffer_bytes: 8 << 20,
-            send_buffer_bytes: 4 << 20,
+            recv_buffer_bytes: RECV_BUFFER_BYTES_DEFAULT,
+            send_buffer_bytes: SEND_BUFFER_BYTES_DEFAULT,
         }
     }
 

@@ -79,12 +79,6 @@ impl Unicast {
             _ => None,
         }
     }
-    pub fn name(self) -> &'static str {
-        match self {
-            Unicast::Tcp => "tcp",
-            Unicast::Udp => "udp",
-        }
-    }
 }
 
 impl Default for TransportConfig {

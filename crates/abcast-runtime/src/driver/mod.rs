@@ -795,12 +795,10 @@ fn open_unicast(
     let bind = peer_listener
         .local_addr()
         .map_err(io_err("reading the peer listener's address"))?;
-    // The multicast defaults: room for a burst of datagrams between two reads.
-    let defaults = multicast::MulticastConfig::new(std::net::SocketAddrV4::new(
-        std::net::Ipv4Addr::UNSPECIFIED,
-        0,
-    ));
-    let buffers = (defaults.recv_buffer_bytes, defaults.send_buffer_bytes);
+    let buffers = (
+        multicast::RECV_BUFFER_BYTES_DEFAULT,
+        multicast::SEND_BUFFER_BYTES_DEFAULT,
+    );
     let opened = Multicast::open_unicast(bind, buffers, sender(cfg), peer_ids);
     register_datagrams(
         poll,

@@ -299,6 +299,15 @@ pub(crate) enum Command {
     Status {
         reply: MailTx<NodeStatus>,
     },
+    AddPeer {
+        id: NodeId,
+        addr: SocketAddr,
+        reply: MailTx<Result<(), String>>,
+    },
+    RemovePeer {
+        id: NodeId,
+        reply: MailTx<bool>,
+    },
 }
 
 /// The sending side of the loop's command channel (`Driver::command_channel`).
@@ -554,6 +563,28 @@ impl<A> NodeHandle<A> {
             .send(Command::Reconfigure { config, reply: tx })?;
         rx.recv(LOOP_ANSWER_TIMEOUT)?
             .map_err(HandleError::Reconfigure)
+    }
+
+    /// Adds node `id` at `addr` to the transports' peer set, or moves it there
+    /// (`Driver::add_peer`). The peer set is the address book, not the membership: a
+    /// protocol that changes its configuration (`reconfigure`) needs the new members'
+    /// addresses here first.
+    pub fn add_peer(&self, id: NodeId, addr: SocketAddr) -> Result<(), HandleError> {
+        let (tx, rx) = mailbox(1, None);
+        self.commands.send(Command::AddPeer {
+            id,
+            addr,
+            reply: tx,
+        })?;
+        rx.recv(LOOP_ANSWER_TIMEOUT)?.map_err(HandleError::Invalid)
+    }
+
+    /// Removes node `id` from the peer set (`Driver::remove_peer`): its links close and
+    /// nothing more is sent to or accepted from it. False if it was not a peer.
+    pub fn remove_peer(&self, id: NodeId) -> Result<bool, HandleError> {
+        let (tx, rx) = mailbox(1, None);
+        self.commands.send(Command::RemovePeer { id, reply: tx })?;
+        rx.recv(LOOP_ANSWER_TIMEOUT)
     }
 
     pub fn status(&self) -> Result<NodeStatus, HandleError> {

@@ -2,8 +2,10 @@
 //! and a built-in load generator, driving any sans-io [`abcast_core::Protocol`] unchanged.
 //!
 //! - `frame`: the 16-byte header of every message (docs/CONTRACTS.md).
-//! - `transport`: bounded outbound queues flushed with vectored writes, reads into a large
-//!   buffer, socket options, reconnect backoff.
+//! - `transport`: the `Transport` trait the loop sends and receives through, with its TCP
+//!   links (`transport::tcp`: `Hello`, reconnect with backoff, bounded queues flushed with
+//!   vectored writes) and its UDP datagram endpoints (`transport::datagram`: multicast
+//!   group, or unicast to each peer).
 //! - `clientwire`: the client protocol on the client port (`abcast propose`, `abcast learn`).
 //! - `linkfault`: optional injected per-link delay and loss, for experiments.
 //! - `multicast`: UDP IP-multicast datagrams for `Outbox::multicasts` (seed 003), checked

@@ -166,3 +166,61 @@ fn reconfiguration_passes_the_protocols_answer_back() {
     let stopped = nodes.into_iter().next().unwrap().shutdown().unwrap();
     assert_eq!(stopped.app.values, 0);
 }
+
+/// Polls `cond` on `node`'s status until it holds, for at most `PATIENCE`.
+fn wait_status(
+    node: &NodeHandle<Echo>,
+    cond: impl Fn(&abcast_runtime::NodeStatus) -> bool,
+) -> bool {
+    let end = std::time::Instant::now() + PATIENCE;
+    while std::time::Instant::now() < end {
+        if cond(&node.status().unwrap()) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    false
+}
+
+#[test]
+fn the_peer_set_changes_through_the_handle() {
+    let t = TransportConfig::default();
+    let bind = || Listeners {
+        peer: transport::bind_listener("127.0.0.1:0".parse().unwrap(), &t).unwrap(),
+        client: None,
+    };
+    let (la, lb) = (bind(), bind());
+    let (a_addr, b_addr) = (la.peer.local_addr().unwrap(), lb.peer.local_addr().unwrap());
+    let (a, b) = (NodeId(0), NodeId(1));
+    let start = |me: NodeId, peers: Vec<(NodeId, std::net::SocketAddr)>, l: Listeners| {
+        let store = Box::new(MemoryStore::new(1 << 16, 64 << 20));
+        let p = URing::new(RingConfig::pal(&[0, 1]), me, StartInfo::FRESH, store).unwrap();
+        handle::start(DriverConfig::new(me, 9, peers), l, p, Echo::default()).unwrap()
+    };
+    // A starts knowing no peer; B knows A.
+    let node_a = start(a, vec![(a, a_addr)], la);
+    let node_b = start(b, vec![(a, a_addr), (b, b_addr)], lb);
+    let ticket = node_b.propose(Bytes::from_static(b"hello")).unwrap();
+    assert!(
+        wait_status(&node_a, |s| s.transport.bad_input_closes >= 1),
+        "A accepted B's Hello before B was a peer"
+    );
+    assert!(matches!(
+        node_a.add_peer(a, a_addr),
+        Err(HandleError::Invalid(_))
+    ));
+    node_a.add_peer(b, b_addr).unwrap();
+    ticket.wait_decided(PATIENCE).unwrap();
+    assert!(node_a.status().unwrap().transport.hellos_accepted >= 1);
+    assert!(node_a.remove_peer(b).unwrap());
+    assert!(!node_a.remove_peer(b).unwrap(), "removed twice");
+    let closes = node_a.status().unwrap().transport.bad_input_closes;
+    // B keeps dialing A (its ring successor), and A refuses it again.
+    drop(node_b.propose(Bytes::from_static(b"again")));
+    assert!(
+        wait_status(&node_a, |s| s.transport.bad_input_closes > closes),
+        "A accepted a removed peer's Hello"
+    );
+    node_a.shutdown().unwrap();
+    node_b.shutdown().unwrap();
+}

@@ -60,16 +60,7 @@ impl<P: Protocol, A: Hooks + ?Sized> Carrier<P::Message> for LoopCarrier<'_, '_,
         // A multicast reaches every member, this node included (as IP multicast with
         // loopback enabled would): one datagram for the others, or one TCP copy each, and
         // an in-process copy for this node, which is never lost.
-        if !self.d.multicast_datagram(&msg) {
-            self.d.stats.multicasts_by_tcp += 1;
-            for idx in 0..self.d.peers.len() {
-                if !self.d.peers[idx].member {
-                    continue;
-                }
-                let to = self.d.peers[idx].id;
-                self.d.send_to(self.now, to, msg.clone());
-            }
-        }
+        self.d.multicast_to_peers(self.now, &msg);
         self.d.loopback.push_back(msg);
     }
 

@@ -2,7 +2,7 @@
 //! subscriptions that replay the history and then go live (with gap markers), handle
 //! streams, tickets, read barriers and the handle's commands.
 
-use super::conns::{Conn, Role};
+use super::conns::Conn;
 use super::{
     COMMANDS, COMMANDS_PER_ITERATION, Driver, DriverError, MAX_CLIENT_PENDING_VALUES, MAX_READS,
     MAX_TICKETS, REPLAY_BYTES_PER_ITERATION,
@@ -103,7 +103,7 @@ impl<P: Protocol> Driver<P> {
     pub(super) fn gap_to_live(&mut self, gap: &Gap) {
         let mut too_slow = Vec::new();
         for (&token, conn) in self.conns.iter_mut() {
-            let Role::Client(ClientState { sub: Some(cur), .. }) = &mut conn.role else {
+            let ClientState { sub: Some(cur), .. } = &mut conn.client else {
                 continue;
             };
             if !cur.live || gap.to <= cur.next {
@@ -146,7 +146,7 @@ impl<P: Protocol> Driver<P> {
         let ordered = self.history.ordered();
         let mut too_slow = Vec::new();
         for (&token, conn) in self.conns.iter_mut() {
-            let Role::Client(ClientState { sub: Some(cur), .. }) = &mut conn.role else {
+            let ClientState { sub: Some(cur), .. } = &mut conn.client else {
                 continue;
             };
             if !cur.live || d.instance < cur.next {
@@ -193,9 +193,7 @@ impl<P: Protocol> Driver<P> {
         let tokens: Vec<Token> = self
             .conns
             .iter()
-            .filter(|(_, c)| {
-                matches!(&c.role, Role::Client(ClientState { sub: Some(cur), .. }) if !cur.live)
-            })
+            .filter(|(_, c)| matches!(&c.client, ClientState { sub: Some(cur), .. } if !cur.live))
             .map(|(t, _)| *t)
             .collect();
         for token in tokens {
@@ -254,7 +252,7 @@ impl<P: Protocol> Driver<P> {
         let Some(conn) = self.conns.get(&token) else {
             return;
         };
-        let Role::Client(ClientState { sub: Some(cur), .. }) = &conn.role else {
+        let ClientState { sub: Some(cur), .. } = &conn.client else {
             return;
         };
         let mut cur = *cur;
@@ -312,9 +310,7 @@ impl<P: Protocol> Driver<P> {
         } else if pushed_any {
             self.replay_more = true;
         }
-        if let Role::Client(st) = &mut conn.role {
-            st.sub = Some(cur);
-        }
+        conn.client.sub = Some(cur);
         if !pushed_any && was_empty && !caught_up {
             // One item larger than the whole client queue: it can never be sent.
             self.close_conn(
@@ -438,6 +434,14 @@ impl<P: Protocol> Driver<P> {
                 });
                 Ok(())
             }
+            Command::AddPeer { id, addr, reply } => {
+                let _ = reply.push(self.add_peer(id, addr).map_err(|e| e.to_string()));
+                Ok(())
+            }
+            Command::RemovePeer { id, reply } => {
+                let _ = reply.push(self.remove_peer(id));
+                Ok(())
+            }
         }
     }
 
@@ -475,9 +479,7 @@ impl<P: Protocol> Driver<P> {
             a.key.first_seq.saturating_add(u64::from(a.count)),
         );
         for (&token, conn) in self.conns.iter_mut() {
-            let Role::Client(st) = &mut conn.role else {
-                continue;
-            };
+            let st = &mut conn.client;
             if st.pending.is_empty() {
                 continue;
             }
@@ -529,11 +531,8 @@ impl<P: Protocol> Driver<P> {
                 let mut refusal = None;
                 for p in payloads {
                     let pending = match self.conns.get(&token) {
-                        Some(Conn {
-                            role: Role::Client(st),
-                            ..
-                        }) => st.pending.len(),
-                        _ => return Ok(Ok(())),
+                        Some(conn) => conn.client.pending.len(),
+                        None => return Ok(Ok(())),
                     };
                     if pending >= MAX_CLIENT_PENDING_VALUES {
                         refusal = Some(ClientFrame::Busy);
@@ -541,12 +540,8 @@ impl<P: Protocol> Driver<P> {
                     }
                     match self.protocol.propose(now, p, &mut self.outbox) {
                         Ok(id) => {
-                            if let Some(Conn {
-                                role: Role::Client(st),
-                                ..
-                            }) = self.conns.get_mut(&token)
-                            {
-                                st.pending.insert(id.seq);
+                            if let Some(conn) = self.conns.get_mut(&token) {
+                                conn.client.pending.insert(id.seq);
                             }
                             app.proposed(now, id, false);
                             ids.push(id);
@@ -573,11 +568,7 @@ impl<P: Protocol> Driver<P> {
                 self.reply(token, &answer);
             }
             ClientFrame::Subscribe { from_instance } => {
-                let Some(Conn {
-                    role: Role::Client(st),
-                    ..
-                }) = self.conns.get_mut(&token)
-                else {
+                let Some(Conn { client: st, .. }) = self.conns.get_mut(&token) else {
                     return Ok(Ok(()));
                 };
                 // Replayed from the history at the end of the iteration, as the client's

@@ -1,12 +1,12 @@
-//! Inbound connections, peers' and clients': accept, read frames (a peer's first must be
-//! its `Hello`), close, flush.
+//! Client connections on the client port: accept, read frames, close, flush. (Peers'
+//! connections belong to the TCP transport, `crate::transport::tcp`.)
 
 use super::clients::ClientState;
-use super::{Driver, DriverError, MAX_CONNS, MAX_HELLO_BODY_BYTES, READS_PER_EVENT};
+use super::{Driver, DriverError, MAX_CONNS, READS_PER_EVENT};
 use crate::Hooks;
 use crate::frame::{self, KIND_CLIENT_MIN};
 use crate::transport::{self, OutQueue, ReadOutcome};
-use abcast_core::{Micros, NodeId, Protocol};
+use abcast_core::{Micros, Protocol};
 use bytes::BytesMut;
 use mio::net::TcpStream;
 use mio::{Interest, Token};
@@ -15,33 +15,21 @@ use std::io;
 use std::net::SocketAddr;
 
 #[derive(Debug)]
-pub(super) enum Role {
-    /// A peer's connection to us; `None` until its `Hello`.
-    PeerIn {
-        peer: Option<NodeId>,
-    },
-    Client(ClientState),
-}
-
-#[derive(Debug)]
 pub(super) struct Conn {
     pub(super) stream: TcpStream,
     pub(super) addr: SocketAddr,
     pub(super) rbuf: BytesMut,
     pub(super) out: OutQueue,
-    pub(super) role: Role,
+    pub(super) client: ClientState,
     pub(super) dirty: bool,
 }
 
 impl<P: Protocol> Driver<P> {
-    pub(super) fn accept(&mut self, _now: Micros, client: bool) {
+    pub(super) fn accept(&mut self, _now: Micros) {
         loop {
-            let listener = if client {
-                self.client_listener.as_ref()
-            } else {
-                Some(&self.peer_listener)
+            let Some(listener) = self.client_listener.as_ref() else {
+                return;
             };
-            let Some(listener) = listener else { return };
             let (mut stream, addr) = match listener.accept() {
                 Ok(s) => s,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -73,14 +61,7 @@ impl<P: Protocol> Driver<P> {
                 self.log(format_args!("cannot register connection from {addr}: {e}"));
                 continue;
             }
-            let (role, limit) = if client {
-                (
-                    Role::Client(ClientState::default()),
-                    self.cfg.transport.client_queue_bytes,
-                )
-            } else {
-                (Role::PeerIn { peer: None }, 1 << 10)
-            };
+            let limit = self.cfg.transport.client_queue_bytes;
             self.conns.insert(
                 token,
                 Conn {
@@ -88,7 +69,7 @@ impl<P: Protocol> Driver<P> {
                     addr,
                     rbuf: BytesMut::new(),
                     out: OutQueue::new(limit),
-                    role,
+                    client: ClientState::default(),
                     dirty: false,
                 },
             );
@@ -111,18 +92,6 @@ impl<P: Protocol> Driver<P> {
             let mut bad: Option<String> = None;
             match outcome {
                 Ok(ReadOutcome::Data(_)) => loop {
-                    // Before its Hello a connection is nobody: it may not make this node
-                    // buffer a large frame.
-                    if frames.is_empty()
-                        && matches!(conn.role, Role::PeerIn { peer: None })
-                        && frame::peek_body_len(&conn.rbuf)
-                            .is_some_and(|n| n > MAX_HELLO_BODY_BYTES)
-                    {
-                        bad = Some(format!(
-                            "first frame longer than {MAX_HELLO_BODY_BYTES} bytes, expected Hello"
-                        ));
-                        break;
-                    }
                     match frame::decode(&mut conn.rbuf) {
                         Ok(Some(f)) => frames.push(f),
                         Ok(None) => break,
@@ -137,13 +106,9 @@ impl<P: Protocol> Driver<P> {
                     return Ok(());
                 }
                 Ok(ReadOutcome::Eof) => {
+                    // A client that hangs up is not news.
                     self.frames = frames;
-                    let quiet = matches!(conn.role, Role::Client(_));
-                    if quiet {
-                        self.drop_conn(token);
-                    } else {
-                        self.close_conn(token, format_args!("closed by the peer"));
-                    }
+                    self.drop_conn(token);
                     return Ok(());
                 }
                 Err(e) => {
@@ -152,18 +117,13 @@ impl<P: Protocol> Driver<P> {
                     return Ok(());
                 }
             }
-            let is_client = matches!(conn.role, Role::Client(_));
             self.stats.frames_received += frames.len() as u64;
             let mut closed = false;
             for f in frames.drain(..) {
-                let verdict = if is_client {
-                    if f.kind < KIND_CLIENT_MIN {
-                        Err(format!("peer frame kind {} on the client port", f.kind))
-                    } else {
-                        self.on_client_frame(now, app, token, f)?
-                    }
+                let verdict = if f.kind < KIND_CLIENT_MIN {
+                    Err(format!("peer frame kind {} on the client port", f.kind))
                 } else {
-                    self.on_peer_frame(now, app, token, f)?
+                    self.on_client_frame(now, app, token, f)?
                 };
                 if let Err(reason) = verdict {
                     self.stats.bad_input_closes += 1;
@@ -190,12 +150,10 @@ impl<P: Protocol> Driver<P> {
 
     pub(super) fn close_conn(&mut self, token: Token, reason: fmt::Arguments<'_>) {
         if let Some(conn) = self.conns.get(&token) {
-            let who = match &conn.role {
-                Role::PeerIn { peer: Some(p) } => format!("{p} at {}", conn.addr),
-                Role::PeerIn { peer: None } => format!("unidentified peer at {}", conn.addr),
-                Role::Client(_) => format!("client at {}", conn.addr),
-            };
-            self.log(format_args!("closing connection from {who}: {reason}"));
+            let addr = conn.addr;
+            self.log(format_args!(
+                "closing connection from client at {addr}: {reason}"
+            ));
         }
         self.drop_conn(token);
     }

@@ -11,8 +11,9 @@
 //! to the client port. Queued frames leave at the next flush, at the latest at the end of the
 //! iteration, so one syscall carries the messages of many protocol calls.
 //!
-//! The rooms: `peers.rs` (outbound links, `Hello`, the peer frames and multicast glue),
-//! `conns.rs` (inbound connections, peers' and clients'), `clients.rs` (the client port,
+//! The rooms: `peers.rs` (the peer set, and routing messages onto the transports of
+//! `crate::transport`, which own the sockets), `conns.rs` (client connections),
+//! `clients.rs` (the client port,
 //! subscriptions, tickets, read barriers, the handle's commands), `carrier.rs` (carrying
 //! out an outbox: the group commit and `LoopCarrier`), `commit.rs` (the group commit's
 //! ordering rules, pure), `snapshots.rs` (snapshot files). This file holds the loop.
@@ -24,22 +25,25 @@ mod conns;
 mod peers;
 mod snapshots;
 
-pub use self::peers::Hello;
 pub use self::snapshots::{read_snapshot, write_snapshot};
+pub use crate::transport::TransportStats;
+pub use crate::transport::tcp::Hello;
 
 use self::clients::Cursor;
 use self::commit::{CommitPipeline, Mode};
 use self::conns::Conn;
-use self::peers::{Link, Peer, peers_from_config};
+use self::peers::PeerBook;
 use super::Hooks;
 use super::frame::Frame;
 use super::handle::{self, Command, Commands, MailTx, ReadAnswer, StreamEvent, TicketEvent};
 use super::history::{History, Item, Journal};
 use super::linkfault::LinkFaults;
 use super::loadgen::{LoadConfig, LoadGen};
-use super::multicast::{self, Multicast, MulticastStats};
+use super::multicast::{self, Multicast};
 use super::syncer::Syncer;
-use super::transport::{TransportConfig, Unicast};
+use super::transport::datagram::{Datagrams, Shape};
+use super::transport::tcp::TcpLinks;
+use super::transport::{InFrame, LinkNotice, Logger, Readiness, TransportConfig, Unicast};
 use abcast_core::storage::StorageError;
 use abcast_core::{Instance, Micros, NodeId, Outbox, ProposeError, Protocol};
 use mio::net::TcpListener;
@@ -53,7 +57,6 @@ use std::sync::Arc;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-const PEER_LISTENER: Token = Token(0);
 const CLIENT_LISTENER: Token = Token(1);
 /// The UDP multicast socket (`TransportConfig::multicast`).
 const MULTICAST_SOCKET: Token = Token(2);
@@ -72,10 +75,10 @@ const MAX_TICKETS: usize = 1 << 16;
 const MAX_READS: usize = 1024;
 /// Most bytes of history one replaying subscriber takes per iteration.
 const REPLAY_BYTES_PER_ITERATION: usize = 1 << 20;
-/// Reads from one socket per readiness event before the loop serves the others; the socket
-/// is revisited in the next iteration.
+/// Reads from one client connection per readiness event before the loop serves the others;
+/// the connection is revisited in the next iteration.
 const READS_PER_EVENT: usize = 16;
-/// Most open inbound connections (peers and clients); more are refused at accept.
+/// Most open client connections; more are refused at accept.
 const MAX_CONNS: usize = 1024;
 /// Most proposals of the load generator per iteration, so sockets are served in between.
 const LOAD_PER_ITERATION: usize = 4096;
@@ -83,16 +86,8 @@ const LOAD_PER_ITERATION: usize = 4096;
 const MAX_CLIENT_PENDING_VALUES: usize = 1 << 16;
 /// Longest poll: the loop re-checks its stop condition at least this often.
 const POLL_MAX: Duration = Duration::from_millis(50);
-/// Largest body accepted as the first frame of a peer connection (a `Hello` is 20 bytes).
-const MAX_HELLO_BODY_BYTES: usize = 256;
-/// A connect attempt that has not completed after this long is abandoned and retried.
-const CONNECT_TIMEOUT_US: Micros = 3_000_000;
-/// Shortest interval between two "dropped frames" log lines about one peer.
-const DROP_LOG_INTERVAL_US: Micros = 1_000_000;
 /// Kernel events fetched per poll.
 const EVENTS_CAPACITY: usize = 1024;
-/// Most peer slots (`Driver::add_peer`); a removed peer keeps its slot for a return.
-const PEER_SLOTS_MAX: usize = 1024;
 
 /// Everything the driver needs to know besides the protocol.
 #[derive(Clone, Debug)]
@@ -189,67 +184,28 @@ fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> DriverError {
     move |source| DriverError::Io { what, source }
 }
 
-/// Counters of the transport, for tests and logs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TransportStats {
-    pub frames_queued: u64,
-    /// Frames dropped because a peer's queue was full (or the peer is unknown).
-    pub frames_dropped: u64,
-    /// Frames dropped by injected link loss (`TransportConfig::link_faults`).
-    pub frames_lost: u64,
-    pub frames_received: u64,
-    /// Connections closed because of a bad frame, a message that failed to decode, or a
-    /// refused `Hello`.
-    pub bad_input_closes: u64,
-    /// Outbound connections established.
-    pub connects: u64,
-    /// Outbound connections lost after being established.
-    pub disconnects: u64,
-    /// Inbound peer connections accepted after a valid `Hello`.
-    pub hellos_accepted: u64,
-    /// Frames never written because the peer they were queued for restarted before they
-    /// left (its `Hello` announced a newer incarnation; see `peers.rs`,
-    /// "Connections"). Not counted in `frames_dropped`.
-    pub stale_frames_dropped: u64,
-    /// Protocol multicasts carried as one TCP copy per peer: all of them without
-    /// `TransportConfig::multicast`, else those too large for one datagram.
-    pub multicasts_by_tcp: u64,
-    /// Protocol multicasts that did not fit one datagram and fell back to TCP.
-    pub multicasts_too_large: u64,
-    /// The UDP multicast socket's counters (all zero without one).
-    pub multicast: MulticastStats,
-    /// The UDP unicast socket's counters (all zero without one).
-    pub unicast: MulticastStats,
-    /// Messages to one peer that went by UDP datagram (`Unicast::Udp`).
-    pub sends_by_udp: u64,
-    /// Storage syncs (group commits) done before sends.
-    pub storage_syncs: u64,
-    /// Snapshots written.
-    pub snapshots: u64,
-    /// Snapshots fetched from a peer and installed.
-    pub snapshots_installed: u64,
-}
-
 /// The event loop of one node, generic over the protocol it drives.
 pub struct Driver<P: Protocol> {
     cfg: DriverConfig,
     protocol: P,
     poll: Poll,
     start: Instant,
-    peer_listener: TcpListener,
     client_listener: Option<TcpListener>,
-    peers: Vec<Peer>,
-    peer_index: HashMap<NodeId, usize>,
-    /// Outbound connection tokens -> peer index.
-    out_tokens: HashMap<Token, usize>,
-    /// Inbound peer connections and client connections.
+    /// The peer set (`peers.rs`).
+    book: PeerBook,
+    /// The TCP links to the peers (`transport/tcp.rs`).
+    tcp: TcpLinks,
+    /// Frames a transport read, before decoding (reused).
+    inbox: Vec<InFrame>,
+    /// Link changes the transports reported (reused).
+    notices: Vec<LinkNotice>,
+    /// Client connections.
     conns: HashMap<Token, Conn>,
     next_token: usize,
     outbox: Outbox<P::Message>,
     loopback: VecDeque<P::Message>,
     /// Sockets that still had data when their read budget ran out.
     ready_again: Vec<Token>,
-    dirty_peers: Vec<usize>,
     dirty_conns: Vec<Token>,
     frames: Vec<Frame>,
     load: Option<LoadGen>,
@@ -276,9 +232,9 @@ pub struct Driver<P: Protocol> {
     /// Injected delay and loss on outgoing links; `None` unless configured.
     faults: Option<LinkFaults>,
     /// The UDP multicast endpoint; `None` = multicasts go as TCP copies to every peer.
-    mcast: Option<Multicast>,
+    mcast: Option<Datagrams>,
     /// The UDP unicast endpoint; `None` = messages to a peer go by TCP.
-    udp: Option<Multicast>,
+    udp: Option<Datagrams>,
     /// The sync thread (pipelined group commit).
     syncer: Option<Syncer>,
     /// The group commit's ordering rules, and the outboxes waiting for their sync jobs,
@@ -294,12 +250,22 @@ impl<P: Protocol> Driver<P> {
         listeners: Listeners,
     ) -> Result<Driver<P>, DriverError> {
         let poll = Poll::new().map_err(io_err("creating the poller"))?;
-        let (peer_listener, client_listener) = register_listeners(&poll, listeners)?;
-        let (peers, peer_index) = peers_from_config(&cfg);
-        let peer_ids: Vec<NodeId> = peers.iter().map(|p| p.id).collect();
+        let start = Instant::now();
+        let log = Logger { me: cfg.me, start };
+        let client_listener = register_client_listener(&poll, listeners.client)?;
+        let registry = poll
+            .registry()
+            .try_clone()
+            .map_err(io_err("cloning the poller's registry"))?;
+        let tcp = Driver::<P>::open_tcp(&cfg, log, registry, listeners.peer)?;
+        let book = PeerBook::from_config(&cfg);
+        let peer_ids: Vec<NodeId> = book.slots.iter().map(|p| p.id).collect();
         let faults = link_faults(&cfg, &peer_ids)?;
-        let mcast = open_multicast(&cfg, &poll, &peer_ids)?;
-        let udp = open_unicast(&cfg, &poll, &peer_listener, &peer_ids)?;
+        let mcast = open_multicast(&cfg, &poll, log, &peer_ids)?;
+        let peer_addr = tcp
+            .local_addr()
+            .map_err(io_err("reading the peer listener's address"))?;
+        let udp = open_unicast(&cfg, &poll, log, peer_addr, &book)?;
         let syncer = start_syncer(&cfg, &poll)?;
         let history = open_history(&cfg)?;
         let last_tick_us = 0;
@@ -311,18 +277,17 @@ impl<P: Protocol> Driver<P> {
             cfg,
             protocol,
             poll,
-            start: Instant::now(),
-            peer_listener,
+            start,
             client_listener,
-            peers,
-            peer_index,
-            out_tokens: HashMap::new(),
+            book,
+            tcp,
+            inbox: Vec::new(),
+            notices: Vec::new(),
             conns: HashMap::new(),
             next_token: FIRST_CONN_TOKEN,
             outbox: Outbox::new(),
             loopback: VecDeque::new(),
             ready_again: Vec::new(),
-            dirty_peers: Vec::new(),
             dirty_conns: Vec::new(),
             frames: Vec::new(),
             load: None,
@@ -378,26 +343,27 @@ impl<P: Protocol> Driver<P> {
         &mut self.protocol
     }
 
+    /// The loop's counters and every transport's.
     pub fn transport_stats(&self) -> TransportStats {
         let mut s = self.stats;
-        if let Some(u) = &self.udp {
-            s.unicast = u.stats;
-        }
-        if let Some(m) = &self.mcast {
-            s.multicast = m.stats;
+        use crate::transport::Transport;
+        self.tcp.add_stats(&mut s);
+        for t in self.udp.iter().chain(self.mcast.iter()) {
+            t.add_stats(&mut s);
         }
         s
     }
 
     /// The receive and send buffer sizes the kernel granted the multicast socket.
     pub fn multicast_buffers(&self) -> Option<(usize, usize)> {
-        self.mcast
-            .as_ref()
-            .map(|m| (m.granted_recv_buffer_bytes, m.granted_send_buffer_bytes))
+        self.mcast.as_ref().map(|m| {
+            let e = m.endpoint();
+            (e.granted_recv_buffer_bytes, e.granted_send_buffer_bytes)
+        })
     }
 
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        self.peer_listener.local_addr()
+        self.tcp.local_addr()
     }
 
     pub fn client_addr(&self) -> Option<SocketAddr> {
@@ -445,10 +411,8 @@ impl<P: Protocol> Driver<P> {
                 }
             }
             let now = self.now();
-            // A send that would block waits for a writable event, and at most until the
-            // next iteration.
-            for m in self.mcast.iter_mut().chain(self.udp.iter_mut()) {
-                m.on_writable();
+            for t in self.transports() {
+                t.on_iteration();
             }
             for ev in events.iter() {
                 let token = ev.token();
@@ -465,6 +429,7 @@ impl<P: Protocol> Driver<P> {
             for token in std::mem::take(&mut self.ready_again) {
                 self.on_event(now, app, token, true, false)?;
             }
+            self.take_link_notices(now);
             self.run_loopback(now, app)?;
             self.run_load(now, app)?;
             self.protocol.tick(now, &mut self.outbox);
@@ -496,9 +461,13 @@ impl<P: Protocol> Driver<P> {
         if self.cfg.periodic_us > 0 {
             deadline = deadline.min(self.next_periodic_us);
         }
-        for p in &self.peers {
-            if let Link::Backoff { until } = p.link {
-                deadline = deadline.min(until);
+        use crate::transport::Transport;
+        for t in std::iter::once(&self.tcp as &dyn Transport)
+            .chain(self.udp.iter().map(|t| t as &dyn Transport))
+            .chain(self.mcast.iter().map(|t| t as &dyn Transport))
+        {
+            if let Some(d) = t.next_deadline() {
+                deadline = deadline.min(d);
             }
         }
         if let Some(due) = self.faults.as_ref().and_then(LinkFaults::next_due_us) {
@@ -508,55 +477,17 @@ impl<P: Protocol> Driver<P> {
     }
 
     fn fire_timers<A: Hooks + ?Sized>(&mut self, now: Micros, app: &mut A) {
-        while let Some((idx, f)) = self.faults.as_mut().and_then(|lf| lf.pop_due(now)) {
-            self.queue_frame(now, idx, f.kind, f.group, &f.chunks);
+        while let Some((slot, f)) = self.faults.as_mut().and_then(|lf| lf.pop_due(now)) {
+            self.release_held(now, slot, f.kind, f.group, &f.chunks);
         }
-        for idx in 0..self.peers.len() {
-            match self.peers[idx].link {
-                Link::Backoff { until } if until <= now => {
-                    self.peers[idx].link = Link::Idle;
-                    if !self.peers[idx].queue.is_empty() {
-                        self.connect(idx, now);
-                    }
-                }
-                // A SYN into a black hole would otherwise wait for the kernel's timeout
-                // (minutes) while frames pile up.
-                Link::Connecting { since, .. }
-                    if now.saturating_sub(since) >= CONNECT_TIMEOUT_US =>
-                {
-                    self.link_failed(idx, now, format_args!("connect timed out"));
-                }
-                _ => {}
-            }
-        }
-        if let Some(line) = self.mcast.as_mut().and_then(|m| m.take_log(now)) {
-            self.log(format_args!("{line}"));
-        }
-        if let Some(line) = self.udp.as_mut().and_then(|m| m.take_log(now)) {
-            self.log(format_args!("unicast: {line}"));
+        for t in self.transports() {
+            t.on_timers(now);
         }
         if self.cfg.periodic_us > 0 && now >= self.next_periodic_us {
             app.periodic(now, &self.protocol.status());
             self.next_periodic_us = self.next_periodic_us.saturating_add(self.cfg.periodic_us);
             if self.next_periodic_us <= now {
                 self.next_periodic_us = now + self.cfg.periodic_us;
-            }
-        }
-        for p in &mut self.peers {
-            // At most one line per second per peer, and only while connected: drops while
-            // a peer is down are expected and its disconnect was already logged.
-            if p.dropped_unlogged > 0
-                && matches!(p.link, Link::Up { .. })
-                && now.saturating_sub(p.last_drop_log_us) >= DROP_LOG_INTERVAL_US
-            {
-                let (id, n) = (p.id, p.dropped_unlogged);
-                p.dropped_unlogged = 0;
-                p.last_drop_log_us = now;
-                let t = self.start.elapsed().as_secs_f64();
-                eprintln!(
-                    "[{} {t:.3}s] dropped {n} frames for {id}: its send queue was full",
-                    self.cfg.me
-                );
             }
         }
     }
@@ -613,12 +544,6 @@ impl<P: Protocol> Driver<P> {
         Ok(())
     }
 
-    // ----- client port -------------------------------------------------------------------
-
-    // ----- handle commands ---------------------------------------------------------------
-
-    // ----- peer connections ---------------------------------------------------------------
-
     fn on_event<A: Hooks + ?Sized>(
         &mut self,
         now: Micros,
@@ -630,29 +555,8 @@ impl<P: Protocol> Driver<P> {
         match token {
             SYNC_DONE => self.on_sync_done(now, app)?,
             COMMANDS => self.on_commands(now, app)?,
-            PEER_LISTENER => self.accept(now, false),
-            CLIENT_LISTENER => self.accept(now, true),
-            MULTICAST_SOCKET | UNICAST_SOCKET => {
-                let unicast = token == UNICAST_SOCKET;
-                let socket = if unicast {
-                    &mut self.udp
-                } else {
-                    &mut self.mcast
-                };
-                if writable && let Some(m) = socket.as_mut() {
-                    m.on_writable();
-                    m.flush();
-                }
-                if readable {
-                    self.read_datagrams(now, app, unicast)?;
-                }
-            }
-            t if self.out_tokens.contains_key(&t) => {
-                if let Some(&idx) = self.out_tokens.get(&t) {
-                    self.on_outbound_event(now, idx, readable, writable);
-                }
-            }
-            t => {
+            CLIENT_LISTENER => self.accept(now),
+            t if self.conns.contains_key(&t) => {
                 if writable {
                     self.flush_conn(t);
                 }
@@ -660,52 +564,37 @@ impl<P: Protocol> Driver<P> {
                     self.read_conn(now, app, t)?;
                 }
             }
+            t => {
+                let ready = Readiness { readable, writable };
+                self.on_transport_event(now, app, t, ready)?;
+                self.take_link_notices(now);
+            }
         }
         Ok(())
     }
 
-    // ----- outbound peer links ------------------------------------------------------------
-
     fn flush_all(&mut self, now: Micros) {
-        for idx in std::mem::take(&mut self.dirty_peers) {
-            self.flush_peer(idx, now);
-        }
+        self.flush_transports(now);
         for token in std::mem::take(&mut self.dirty_conns) {
             self.flush_conn(token);
-        }
-        for m in self.mcast.iter_mut().chain(self.udp.iter_mut()) {
-            if m.has_queued() {
-                m.flush();
-            }
         }
     }
 }
 
-/// Registers the peer listener and, if there is one, the client listener with the poller.
-fn register_listeners(
+/// Registers the client listener, if there is one, with the poller.
+fn register_client_listener(
     poll: &Poll,
-    listeners: Listeners,
-) -> Result<(TcpListener, Option<TcpListener>), DriverError> {
-    listeners
-        .peer
-        .set_nonblocking(true)
-        .map_err(io_err("peer listener"))?;
-    let mut peer_listener = TcpListener::from_std(listeners.peer);
-    poll.registry()
-        .register(&mut peer_listener, PEER_LISTENER, Interest::READABLE)
-        .map_err(io_err("registering the peer listener"))?;
-    let client_listener = match listeners.client {
-        Some(l) => {
-            l.set_nonblocking(true).map_err(io_err("client listener"))?;
-            let mut l = TcpListener::from_std(l);
-            poll.registry()
-                .register(&mut l, CLIENT_LISTENER, Interest::READABLE)
-                .map_err(io_err("registering the client listener"))?;
-            Some(l)
-        }
-        None => None,
+    listener: Option<std::net::TcpListener>,
+) -> Result<Option<TcpListener>, DriverError> {
+    let Some(l) = listener else {
+        return Ok(None);
     };
-    Ok((peer_listener, client_listener))
+    l.set_nonblocking(true).map_err(io_err("client listener"))?;
+    let mut l = TcpListener::from_std(l);
+    poll.registry()
+        .register(&mut l, CLIENT_LISTENER, Interest::READABLE)
+        .map_err(io_err("registering the client listener"))?;
+    Ok(Some(l))
 }
 
 /// The injected link faults of the configuration, checked against the members.
@@ -730,8 +619,9 @@ fn link_faults(cfg: &DriverConfig, peer_ids: &[NodeId]) -> Result<Option<LinkFau
 fn open_multicast(
     cfg: &DriverConfig,
     poll: &Poll,
+    log: Logger,
     peer_ids: &[NodeId],
-) -> Result<Option<Multicast>, DriverError> {
+) -> Result<Option<Datagrams>, DriverError> {
     let Some(mc) = &cfg.transport.multicast else {
         return Ok(None);
     };
@@ -750,7 +640,7 @@ fn open_multicast(
             "registering the multicast socket",
         ),
     )
-    .map(Some)
+    .map(|m| Some(Datagrams::new(m, MULTICAST_SOCKET, Shape::Group, log, &[])))
 }
 
 /// This node as the sender of its datagrams.
@@ -786,20 +676,20 @@ fn register_datagrams(
 fn open_unicast(
     cfg: &DriverConfig,
     poll: &Poll,
-    peer_listener: &TcpListener,
-    peer_ids: &[NodeId],
-) -> Result<Option<Multicast>, DriverError> {
+    log: Logger,
+    bind: SocketAddr,
+    book: &PeerBook,
+) -> Result<Option<Datagrams>, DriverError> {
     if cfg.transport.unicast != Unicast::Udp {
         return Ok(None);
     }
-    let bind = peer_listener
-        .local_addr()
-        .map_err(io_err("reading the peer listener's address"))?;
+    let peers = book.members();
+    let peer_ids: Vec<NodeId> = peers.iter().map(|&(id, _)| id).collect();
     let buffers = (
         multicast::RECV_BUFFER_BYTES_DEFAULT,
         multicast::SEND_BUFFER_BYTES_DEFAULT,
     );
-    let opened = Multicast::open_unicast(bind, buffers, sender(cfg), peer_ids);
+    let opened = Multicast::open_unicast(bind, buffers, sender(cfg), &peer_ids);
     register_datagrams(
         poll,
         opened,
@@ -809,7 +699,15 @@ fn open_unicast(
             "registering the UDP unicast socket",
         ),
     )
-    .map(Some)
+    .map(|m| {
+        Some(Datagrams::new(
+            m,
+            UNICAST_SOCKET,
+            Shape::Unicast,
+            log,
+            &peers,
+        ))
+    })
 }
 
 /// Starts the sync thread of the pipelined group commit, if the configuration asks for it.

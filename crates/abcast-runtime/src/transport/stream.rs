@@ -1,6 +1,6 @@
-//! The socket-level pieces of the runtime: a bounded outbound queue written with vectored
-//! writes, the read path into a large shared buffer, socket options, and reconnect backoff.
-//! The event loop that uses them is in `driver.rs`.
+//! The socket-level pieces of the TCP transport: a bounded outbound queue written with
+//! vectored writes, the read path into a large shared buffer, socket options, and reconnect
+//! backoff. The peer links that use them are in `tcp.rs`, the client port in the driver.
 //!
 //! Cost sketch of the data path per frame: the header (16 bytes) and small bodies are
 //! copied once into a staging buffer so that many small frames leave in one iovec; body
@@ -8,9 +8,8 @@
 //! the kernel without a copy. One `writev` carries up to [`MAX_IOV`] slices, so a burst of
 //! small messages costs one syscall, not one per message.
 
-use super::frame::{self, FrameError, HEADER_BYTES};
-use super::linkfault::LinkFault;
-use super::multicast::MulticastConfig;
+use super::TransportConfig;
+use crate::frame::{self, FrameError, HEADER_BYTES};
 use bytes::{Buf, Bytes, BytesMut};
 use mio::net::TcpStream;
 use socket2::{Domain, Protocol as SockProtocol, SockRef, Socket, Type};
@@ -27,76 +26,6 @@ pub const MAX_IOV: usize = 1024;
 pub const COPY_MAX_BYTES: usize = abcast_core::codec::ZERO_COPY_MIN_BYTES;
 /// Initial size of the staging buffer that collects headers and small bodies.
 const STAGING_BYTES: usize = 64 << 10;
-
-/// Socket settings of the transport (`[transport]` in the node config).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TransportConfig {
-    /// SO_SNDBUF and SO_RCVBUF in bytes (seed 000 table 4.1 `buffer_size`, 2 MiB); 0 keeps
-    /// the kernel's default and its autotuning.
-    pub buffer_size: usize,
-    /// TCP_NODELAY: the runtime batches itself, so Nagle only adds latency.
-    pub tcp_nodelay: bool,
-    /// Bound of one peer's outbound queue. Frames that do not fit are dropped (the protocol
-    /// retransmits), so a dead or slow peer never grows memory without limit.
-    pub send_queue_bytes: usize,
-    /// Bound of one client connection's outbound queue; a learn client that falls this far
-    /// behind is disconnected.
-    pub client_queue_bytes: usize,
-    /// First reconnect delay after a peer connection fails; doubles up to `backoff_ms_max`.
-    pub backoff_ms_min: u64,
-    pub backoff_ms_max: u64,
-    /// The read buffer of a connection grows to at least this much free space per read.
-    pub read_buffer_bytes: usize,
-    /// Injected per-link delay and loss for experiments (`[[link_faults]]` in the node
-    /// config), for the whole cluster: each driver applies the rules of its own outgoing
-    /// links. Empty (the default) = real links only, and the send path is unchanged.
-    pub link_faults: Vec<LinkFault>,
-    /// UDP IP-multicast for the protocol's `Outbox::multicasts` (`[multicast]` in the node
-    /// config). `None` (the default): each multicast goes as one TCP copy per peer.
-    pub multicast: Option<MulticastConfig>,
-    /// How messages to one peer travel (`unicast = "tcp" | "udp"` under `[transport]`).
-    pub unicast: Unicast,
-}
-
-/// How the protocol's `Outbox::sends` reach a peer.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Unicast {
-    /// A TCP connection per peer pair: reliable and FIFO while it lasts (the default).
-    #[default]
-    Tcp,
-    /// One UDP datagram per message from a socket on the node's own peer address (same port
-    /// as TCP), with the multicast datagram's format and checks (`multicast.rs`); a message
-    /// too large for one datagram goes by TCP. Loss and reordering are the protocol's to
-    /// repair, as the token ring of seed 002 does and the ring protocols do.
-    Udp,
-}
-
-impl Unicast {
-    pub fn parse(s: &str) -> Option<Unicast> {
-        match s {
-            "tcp" => Some(Unicast::Tcp),
-            "udp" => Some(Unicast::Udp),
-            _ => None,
-        }
-    }
-}
-
-impl Default for TransportConfig {
-    fn default() -> Self {
-        TransportConfig {
-            buffer_size: 2 << 20,
-            tcp_nodelay: true,
-            send_queue_bytes: 256 << 20,
-            client_queue_bytes: 16 << 20,
-            backoff_ms_min: 10,
-            backoff_ms_max: 1000,
-            read_buffer_bytes: 1 << 20,
-            link_faults: Vec::new(),
-            multicast: None,
-            unicast: Unicast::Tcp,
-        }
-    }
-}
 
 /// The frame did not fit in a bounded queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

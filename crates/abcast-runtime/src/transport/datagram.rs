@@ -1,0 +1,227 @@
+//! A [`Transport`] over one UDP datagram endpoint (`multicast.rs`: the datagram format,
+//! its checks, the bounded send queue).
+//!
+//! Two shapes of one endpoint:
+//! - **group**: the socket of an IP-multicast group; `multicast` queues one datagram every
+//!   member receives (seed 003's 2A and decisions), `send` declines;
+//! - **unicast**: a socket on the node's own peer address; `send` queues one datagram to the
+//!   peer's address (its TCP address: UDP and TCP share the port number), `multicast`
+//!   declines.
+//!
+//! Either declines what does not fit one datagram ([`multicast::MAX_DATAGRAM_BYTES`]); the
+//! driver then offers the message to the next transport (TCP).
+
+use super::{InFrame, Logger, OutFrame, Readiness, Ready, Sent, Transport, TransportStats};
+use crate::multicast::{self, Multicast, Received};
+use abcast_core::{Micros, NodeId};
+use mio::Token;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+/// Which shape the endpoint has (see the module comment).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    Group,
+    Unicast,
+}
+
+/// One datagram endpoint as a transport.
+#[derive(Debug)]
+pub struct Datagrams {
+    socket: Multicast,
+    token: Token,
+    shape: Shape,
+    log: Logger,
+    /// Unicast: where each peer's datagrams go.
+    addrs: HashMap<NodeId, SocketAddr>,
+    /// Messages to one peer queued as a datagram (unicast).
+    sends: u64,
+    /// Messages declined because they do not fit one datagram.
+    too_large: u64,
+}
+
+impl Datagrams {
+    /// `socket` must already be registered with the loop's poller under `token`; `peers`
+    /// are the unicast destinations (ignored for a group).
+    pub fn new(
+        socket: Multicast,
+        token: Token,
+        shape: Shape,
+        log: Logger,
+        peers: &[(NodeId, SocketAddr)],
+    ) -> Datagrams {
+        Datagrams {
+            socket,
+            token,
+            shape,
+            log,
+            addrs: match shape {
+                Shape::Unicast => peers.iter().copied().collect(),
+                Shape::Group => HashMap::new(),
+            },
+            sends: 0,
+            too_large: 0,
+        }
+    }
+
+    /// The endpoint, for its socket options and counters.
+    pub fn endpoint(&self) -> &Multicast {
+        &self.socket
+    }
+
+    /// A message did not fit one datagram: count it, and log at powers of two.
+    fn declined_too_large(&mut self, kind: u8) -> Sent {
+        self.too_large += 1;
+        if self.too_large.is_power_of_two() {
+            self.log.log(format_args!(
+                "a {} message of kind {kind} does not fit one datagram ({} bytes at most); \
+                 sent by TCP ({} so far)",
+                self.name(),
+                multicast::MAX_DATAGRAM_BYTES,
+                self.too_large
+            ));
+        }
+        Sent::Declined
+    }
+}
+
+impl Transport for Datagrams {
+    fn name(&self) -> &'static str {
+        match self.shape {
+            Shape::Group => "udp multicast",
+            Shape::Unicast => "udp unicast",
+        }
+    }
+
+    fn send(&mut self, _now: Micros, to: NodeId, frame: OutFrame<'_>) -> Sent {
+        if self.shape != Shape::Unicast {
+            return Sent::Declined;
+        }
+        let Some(&addr) = self.addrs.get(&to) else {
+            return Sent::Declined;
+        };
+        // Queued as one datagram, or dropped by a full queue (counted there).
+        if self
+            .socket
+            .push_to(addr, frame.kind, frame.group, frame.chunks.to_vec())
+        {
+            self.sends += 1;
+            Sent::Queued
+        } else {
+            self.declined_too_large(frame.kind)
+        }
+    }
+
+    fn multicast(&mut self, _now: Micros, frame: OutFrame<'_>) -> Sent {
+        if self.shape != Shape::Group {
+            return Sent::Declined;
+        }
+        if self
+            .socket
+            .push(frame.kind, frame.group, frame.chunks.to_vec())
+        {
+            Sent::Queued
+        } else {
+            self.declined_too_large(frame.kind)
+        }
+    }
+
+    fn owns(&self, token: Token) -> bool {
+        token == self.token
+    }
+
+    fn on_ready(
+        &mut self,
+        _now: Micros,
+        _token: Token,
+        ready: Readiness,
+        inbox: &mut Vec<InFrame>,
+    ) -> Ready {
+        if ready.writable {
+            self.socket.on_writable();
+            self.socket.flush();
+        }
+        if !ready.readable {
+            return Ready::Drained;
+        }
+        match self.socket.recv() {
+            Ok(Received::Frame(from, f)) => {
+                inbox.push(InFrame {
+                    from,
+                    via: self.token,
+                    kind: f.kind,
+                    group: f.group,
+                    body: f.body,
+                });
+                Ready::More
+            }
+            Ok(Received::Dropped) => Ready::More,
+            Ok(Received::Empty) => Ready::Drained,
+            Err(e) => {
+                // A UDP socket has no connection to lose; report and read again later.
+                let name = self.name();
+                self.log
+                    .log(format_args!("{name} datagram receive failed: {e}"));
+                Ready::Drained
+            }
+        }
+    }
+
+    fn reads_per_event(&self) -> usize {
+        multicast::READS_PER_EVENT
+    }
+
+    fn reject(&mut self, frame: &InFrame, reason: &str) -> bool {
+        self.socket.reject_message(frame.from, frame.kind, reason);
+        false
+    }
+
+    fn flush(&mut self, _now: Micros) {
+        if self.socket.has_queued() {
+            self.socket.flush();
+        }
+    }
+
+    /// A send that would block waits for a writable event, and at most until the next
+    /// iteration.
+    fn on_iteration(&mut self) {
+        self.socket.on_writable();
+    }
+
+    fn on_timers(&mut self, now: Micros) {
+        if let Some(line) = self.socket.take_log(now) {
+            let name = self.name();
+            self.log.log(format_args!("{name}: {line}"));
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Micros> {
+        None
+    }
+
+    fn add_peer(&mut self, _now: Micros, id: NodeId, addr: SocketAddr) -> Result<(), String> {
+        self.socket.add_peer(id);
+        if self.shape == Shape::Unicast {
+            self.addrs.insert(id, addr);
+        }
+        Ok(())
+    }
+
+    fn remove_peer(&mut self, _now: Micros, id: NodeId) {
+        self.socket.remove_peer(id);
+        self.addrs.remove(&id);
+    }
+
+    fn add_stats(&self, s: &mut TransportStats) {
+        match self.shape {
+            Shape::Group => {
+                s.multicast = self.socket.stats;
+                s.multicasts_too_large += self.too_large;
+            }
+            Shape::Unicast => {
+                s.unicast = self.socket.stats;
+                s.sends_by_udp += self.sends;
+            }
+        }
+    }
+}

@@ -102,6 +102,31 @@ pub fn cluster_spec(args: &DemoArgs) -> ClusterSpec {
 
 /// The human summary, for a person who has never seen the project.
 pub fn render_summary(r: &Report) -> String {
+    let mut s = render_figures(r);
+    s += &render_checks(r);
+    if r.kill {
+        s += &render_crash_test(r);
+    }
+    if !r.problems.is_empty() {
+        s += "\nProblems:\n";
+        for p in &r.problems {
+            s += &format!("  - {}\n", p.replace('\n', "\n    "));
+        }
+    }
+    if let Some(at) = r.interrupted_at_s {
+        s += &format!(
+            "\nInterrupted by Ctrl-C at {at:.1} s: the figures cover the load until then.\n"
+        );
+    }
+    if let Some(dir) = &r.kept_dir {
+        s += &format!("\nConfig, logs and storage kept in {}\n", dir.display());
+    }
+    s += &format!("\nResult: {}\n", if r.ok() { "OK" } else { "FAILED" });
+    s
+}
+
+/// What ran and what it measured: the setup, throughput, latency and the per-node table.
+fn render_figures(r: &Report) -> String {
     let mut s = String::new();
     let rate = if r.rate_values_per_s == 0 {
         "as fast as the ring accepts".to_string()
@@ -159,6 +184,12 @@ pub fn render_summary(r: &Report) -> String {
             n.exit
         );
     }
+    s
+}
+
+/// The three checks: agreement, nothing lost, nothing duplicated.
+fn render_checks(r: &Report) -> String {
+    let mut s = String::new();
     s += "\nAgreement (same values, same order at every learner):\n";
     if r.learners_agree && r.instances_compared > 0 {
         s += &format!(
@@ -203,65 +234,54 @@ pub fn render_summary(r: &Report) -> String {
             s += &format!("  - LOST: {l}\n");
         }
     }
-    if r.kill {
-        s += "\nCrash test (kill -9, restart after about 1 s):\n";
-        for k in &r.kills {
-            let back = k.restarted_at_s.map_or("never restarted".to_string(), |t| {
-                format!("back at {t:.1} s")
-            });
-            s += &format!(
-                "  {:>5.1} s  node {} ({}) killed, {back}\n",
-                k.at_s, k.node, k.role
-            );
-            if !k.note.is_empty() {
-                s += &format!("         {}\n", k.note);
-            }
-        }
-        if let Some(st) = r.longest_stall {
-            s += &format!(
-                "  longest stall: {:.2} s at node {} ({:.1} s to {:.1} s)\n",
-                st.to_s - st.from_s,
-                st.node,
-                st.from_s,
-                st.to_s
-            );
-        }
-        s += "\nTimeline, thousands of values delivered per second\n";
-        s += "('-' = no stats from that node in that second):\n";
-        s += "  second";
-        for n in &r.per_node {
-            s += &format!("  node{:<2}", n.id);
-        }
-        s += "\n";
-        for row in &r.timeline {
-            s += &format!("  {:>6}", row.second);
-            for v in &row.values_per_s {
-                match v {
-                    Some(v) => s += &format!("  {:>6.1}", v / 1000.0),
-                    None => s += &format!("  {:>6}", "-"),
-                }
-            }
-            if !row.events.is_empty() {
-                s += &format!("  <- {}", row.events.join(", "));
-            }
-            s += "\n";
-        }
-    }
-    if !r.problems.is_empty() {
-        s += "\nProblems:\n";
-        for p in &r.problems {
-            s += &format!("  - {}\n", p.replace('\n', "\n    "));
-        }
-    }
-    if let Some(at) = r.interrupted_at_s {
+    s
+}
+
+/// The kills and restarts, the longest stall and the per-second timeline of `--kill`.
+fn render_crash_test(r: &Report) -> String {
+    let mut s = String::new();
+    s += "\nCrash test (kill -9, restart after about 1 s):\n";
+    for k in &r.kills {
+        let back = k.restarted_at_s.map_or("never restarted".to_string(), |t| {
+            format!("back at {t:.1} s")
+        });
         s += &format!(
-            "\nInterrupted by Ctrl-C at {at:.1} s: the figures cover the load until then.\n"
+            "  {:>5.1} s  node {} ({}) killed, {back}\n",
+            k.at_s, k.node, k.role
+        );
+        if !k.note.is_empty() {
+            s += &format!("         {}\n", k.note);
+        }
+    }
+    if let Some(st) = r.longest_stall {
+        s += &format!(
+            "  longest stall: {:.2} s at node {} ({:.1} s to {:.1} s)\n",
+            st.to_s - st.from_s,
+            st.node,
+            st.from_s,
+            st.to_s
         );
     }
-    if let Some(dir) = &r.kept_dir {
-        s += &format!("\nConfig, logs and storage kept in {}\n", dir.display());
+    s += "\nTimeline, thousands of values delivered per second\n";
+    s += "('-' = no stats from that node in that second):\n";
+    s += "  second";
+    for n in &r.per_node {
+        s += &format!("  node{:<2}", n.id);
     }
-    s += &format!("\nResult: {}\n", if r.ok() { "OK" } else { "FAILED" });
+    s += "\n";
+    for row in &r.timeline {
+        s += &format!("  {:>6}", row.second);
+        for v in &row.values_per_s {
+            match v {
+                Some(v) => s += &format!("  {:>6.1}", v / 1000.0),
+                None => s += &format!("  {:>6}", "-"),
+            }
+        }
+        if !row.events.is_empty() {
+            s += &format!("  <- {}", row.events.join(", "));
+        }
+        s += "\n";
+    }
     s
 }
 

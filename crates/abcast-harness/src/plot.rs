@@ -5,6 +5,7 @@
 //! plotters' `ab_glyph` back-end: a fresh machine or CI image often has no system fonts, and
 //! a plot whose labels silently vanish is worse than no plot.
 
+use plotters::coord::Shift;
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
 use plotters::prelude::*;
 use plotters::style::FontStyle;
@@ -263,6 +264,7 @@ fn err(e: impl std::fmt::Display) -> String {
     format!("cannot draw the plot: {e}")
 }
 
+/// Draws a sweep: throughput above, latency below, both over the sweep's keys.
 pub fn draw(path: &Path, spec: &PlotSpec<'_>) -> Result<(), String> {
     ensure_font()?;
     let (x_lo, x_hi) = match (
@@ -272,7 +274,7 @@ pub fn draw(path: &Path, spec: &PlotSpec<'_>) -> Result<(), String> {
         (Some(lo), Some(hi)) => (lo - 0.5, hi + 0.5),
         _ => return Err("cannot draw the plot: no point".to_string()),
     };
-    let x_range = || KeyedAxis {
+    let x_axis = KeyedAxis {
         lo: x_lo,
         hi: x_hi,
         keys: spec.x_keys.clone(),
@@ -286,15 +288,27 @@ pub fn draw(path: &Path, spec: &PlotSpec<'_>) -> Result<(), String> {
         )
         .map_err(err)?;
     let (upper, lower) = root.split_vertically(HEIGHT_PX / 2 - 20);
+    draw_throughput_panel(&upper, spec, &x_axis)?;
+    draw_latency_panel(&lower, spec, &x_axis)?;
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// One panel of [`draw`], a half of the picture.
+type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
+
+/// The upper panel: Mbit/s on the left axis and values/s on the right, medians joined by a
+/// line and min/max as whiskers.
+fn draw_throughput_panel(
+    area: &Area<'_>,
+    spec: &PlotSpec<'_>,
+    x_axis: &KeyedAxis,
+) -> Result<(), String> {
     let blue = RGBColor(31, 119, 180);
     let orange = RGBColor(214, 95, 14);
-    let green = RGBColor(44, 160, 44);
-    let purple = RGBColor(148, 103, 189);
     let label_font = (FONT_FAMILY, 16);
     let desc_font = (FONT_FAMILY, 18);
-
-    // Throughput panel.
-    let mut chart = ChartBuilder::on(&upper)
+    let mut chart = ChartBuilder::on(area)
         .caption(
             "Throughput (median of runs; whiskers: min and max)",
             (FONT_FAMILY, 20),
@@ -303,11 +317,11 @@ pub fn draw(path: &Path, spec: &PlotSpec<'_>) -> Result<(), String> {
         .x_label_area_size(50)
         .y_label_area_size(80)
         .right_y_label_area_size(90)
-        .build_cartesian_2d(x_range(), 0.0..max_of(&[&spec.mbit_per_s]))
+        .build_cartesian_2d(x_axis.clone(), 0.0..max_of(&[&spec.mbit_per_s]))
         .map_err(err)?
         // More head-room on the right axis: with a fixed value size values/s is Mbit/s
         // scaled, and equal scaling would hide one line under the other.
-        .set_secondary_coord(x_range(), 0.0..max_of(&[&spec.values_per_s]) * 1.6);
+        .set_secondary_coord(x_axis.clone(), 0.0..max_of(&[&spec.values_per_s]) * 1.6);
     chart
         .configure_mesh()
         .x_desc(spec.x_desc)
@@ -365,8 +379,20 @@ pub fn draw(path: &Path, spec: &PlotSpec<'_>) -> Result<(), String> {
         .border_style(BLACK)
         .draw()
         .map_err(err)?;
+    Ok(())
+}
 
-    // Latency panel.
+/// The lower panel: p50 and p99 latency (a log axis when they span decades), and the
+/// light-load point if the sweep has one.
+fn draw_latency_panel(
+    area: &Area<'_>,
+    spec: &PlotSpec<'_>,
+    x_axis: &KeyedAxis,
+) -> Result<(), String> {
+    let green = RGBColor(44, 160, 44);
+    let purple = RGBColor(148, 103, 189);
+    let label_font = (FONT_FAMILY, 16);
+    let desc_font = (FONT_FAMILY, 18);
     let mut lat_values: Vec<f64> = spec
         .latency_ms_p50
         .iter()
@@ -382,7 +408,7 @@ pub fn draw(path: &Path, spec: &PlotSpec<'_>) -> Result<(), String> {
     } else {
         "latency (ms)"
     };
-    let mut chart = ChartBuilder::on(&lower)
+    let mut chart = ChartBuilder::on(area)
         .caption(
             "Latency, propose to delivery (median of runs; whiskers: min and max)",
             (FONT_FAMILY, 20),
@@ -391,7 +417,7 @@ pub fn draw(path: &Path, spec: &PlotSpec<'_>) -> Result<(), String> {
         .x_label_area_size(50)
         .y_label_area_size(80)
         .right_y_label_area_size(90)
-        .build_cartesian_2d(x_range(), lat_axis)
+        .build_cartesian_2d(x_axis.clone(), lat_axis)
         .map_err(err)?;
     chart
         .configure_mesh()
@@ -456,7 +482,6 @@ pub fn draw(path: &Path, spec: &PlotSpec<'_>) -> Result<(), String> {
         .border_style(BLACK)
         .draw()
         .map_err(err)?;
-    root.present().map_err(err)?;
     Ok(())
 }
 

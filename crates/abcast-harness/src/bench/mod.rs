@@ -10,6 +10,7 @@ pub mod experiments;
 pub mod lan;
 pub mod multicast;
 pub mod multiring;
+mod output;
 pub mod storage;
 pub mod trim;
 
@@ -22,6 +23,10 @@ use crate::plot;
 use abcast_node::stats::median;
 use clap::Args;
 pub use experiments::{Axis, BenchName, Experiment, Medians, Point};
+use output::{
+    command_line, create_out_dir, csv_field, failure_reason, finish, note_interrupted,
+    push_failed_runs, write_file,
+};
 use serde_json::json;
 use std::fmt::Write as _;
 use std::fs;
@@ -203,36 +208,6 @@ fn x_position(axis: Axis, param: f64) -> f64 {
     }
 }
 
-/// Writes a result file, naming it in the error.
-pub(crate) fn write_file(path: &Path, text: &str) -> Result<(), HarnessError> {
-    fs::write(path, text)
-        .map_err(|e| HarnessError::Runtime(format!("cannot write {}: {e}", path.display())))
-}
-
-/// Why a run failed, as the summaries print it: its error, or the cluster checks.
-pub(crate) fn failure_reason(error: Option<&str>) -> &str {
-    error.unwrap_or("checks failed (agreement, loss or duplicates)")
-}
-
-/// Appends the summary's "Failed runs" section: one `- line` per failed run (nothing when
-/// every run passed).
-pub(crate) fn push_failed_runs(s: &mut String, failures: &[String]) {
-    if !failures.is_empty() {
-        let _ = writeln!(s, "\n## Failed runs\n");
-        for f in failures {
-            let _ = writeln!(s, "- {f}");
-        }
-    }
-}
-
-pub(crate) fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
-
 fn write_csv(
     path: &Path,
     exp: &Experiment,
@@ -384,13 +359,10 @@ fn write_summary(
     results: &[PointResult],
     date: &str,
 ) -> Result<(), HarnessError> {
-    let command: Vec<String> = std::env::args()
-        .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
-        .collect();
     let mut s = String::new();
     let _ = writeln!(s, "# abcast bench {}\n", exp.name.as_str());
     let _ = writeln!(s, "{}.\n", exp.title);
-    let _ = writeln!(s, "- Command: `{}`", command.join(" "));
+    let _ = writeln!(s, "- Command: `{}`", command_line());
     let _ = writeln!(s, "- Date: {date}");
     let _ = writeln!(s, "- Machine: {}", machine());
     let _ = writeln!(
@@ -442,9 +414,8 @@ fn write_summary(
 
 /// `abcast bench`: returns the exit status (0 when every run passed its checks).
 pub fn run_bench(args: &BenchArgs) -> Result<u8, HarnessError> {
-    let mut stdout = std::io::stdout().lock();
     let Some(name) = args.name.filter(|_| !args.list) else {
-        let _ = stdout.write_all(list().as_bytes());
+        let _ = std::io::stdout().lock().write_all(list().as_bytes());
         return Ok(0);
     };
     if args.link_mbit.is_some() && name != BenchName::Multicast {
@@ -473,17 +444,34 @@ pub fn run_bench(args: &BenchArgs) -> Result<u8, HarnessError> {
             name.as_str()
         )));
     };
+    run_sweep(&exp, args)
+}
+
+/// One sweep of [`experiments`]: every point `--runs` times, then `results.csv`,
+/// `plot.png`, `summary.md` and the table (or the JSON line).
+fn run_sweep(exp: &Experiment, args: &BenchArgs) -> Result<u8, HarnessError> {
     let (stamp, date) = utc_now();
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("results").join(format!("{}-{stamp}", name.as_str())));
-    if let Err(e) = fs::create_dir_all(&out) {
-        return Err(HarnessError::Runtime(format!(
-            "cannot create {}: {e}",
-            out.display()
-        )));
-    }
+    let out = create_out_dir(args, exp.name.as_str(), &stamp)?;
+    let (results, interrupted) = run_points(exp, args)?;
+    note_interrupted(interrupted);
+    write_csv(&out.join("results.csv"), exp, args, &results)?;
+    write_plot(&out.join("plot.png"), exp, &results)?;
+    write_summary(&out.join("summary.md"), exp, args, &results, &date)?;
+    let all_ok = results.iter().all(|pr| pr.runs_ok() == pr.runs.len());
+    finish(
+        args,
+        || sweep_json(exp, args, &results, &out, all_ok),
+        || sweep_text(exp, &results, &out),
+        all_ok,
+    )
+}
+
+/// Runs every point of `exp` `--runs` times, interleaved (run 1 of every point, then run
+/// 2, ...), until Ctrl-C; returns the runs and whether Ctrl-C stopped them.
+fn run_points(
+    exp: &Experiment,
+    args: &BenchArgs,
+) -> Result<(Vec<PointResult>, bool), HarnessError> {
     let mut results: Vec<PointResult> = exp
         .points
         .iter()
@@ -502,58 +490,18 @@ pub fn run_bench(args: &BenchArgs) -> Result<u8, HarnessError> {
             }
             done += 1;
             let label = format!("[{done}/{total}] {} run {run}", pr.point.label);
-            let spec = spec_for(&pr.point, window_of(&exp, args), args, label.clone());
+            let spec = spec_for(&pr.point, window_of(exp, args), args, label.clone());
             let figures = match cluster::run_cluster(&spec) {
                 Ok(cluster_run) => {
                     interrupted = cluster_run.interrupted;
-                    let r = analysis::analyse(&cluster_run);
-                    let cpu: Vec<f64> = r.per_node.iter().map(|n| n.cpu_pct).collect();
-                    let failed = (!r.ok()).then(|| {
-                        let mut why: Vec<String> = r.agreement.clone();
-                        why.extend(r.lost.iter().cloned());
-                        why.extend(r.duplicates.iter().cloned());
-                        why.extend(
-                            r.problems
-                                .iter()
-                                .map(|p| p.lines().next().unwrap_or("").to_string()),
-                        );
-                        why.join("; ")
-                    });
-                    if let Some(why) = &failed {
-                        eprintln!("{label}: checks FAILED: {why}");
-                    }
-                    RunFigures {
-                        run,
-                        values_per_s: r.values_per_s,
-                        mbit_per_s: r.mbit_per_s,
-                        latency_us_p50: r.latency.p50_us,
-                        latency_us_p99: r.latency.p99_us,
-                        latency_us_p999: r.latency.p999_us,
-                        latency_exact: r.latency.exact,
-                        cpu_pct_mean: cpu.iter().sum::<f64>() / cpu.len().max(1) as f64,
-                        learners_agree: r.learners_agree,
-                        ok: r.ok(),
-                        error: None,
-                    }
+                    run_figures(run, &label, &cluster_run)
                 }
                 // A point that cannot start at all on the very first try means the harness
                 // or the node is broken: stop instead of failing every point the same way.
                 Err(e) if done == 1 => return Err(e),
                 Err(e) => {
                     eprintln!("{label}: run failed: {e}");
-                    RunFigures {
-                        run,
-                        values_per_s: f64::NAN,
-                        mbit_per_s: f64::NAN,
-                        latency_us_p50: f64::NAN,
-                        latency_us_p99: f64::NAN,
-                        latency_us_p999: f64::NAN,
-                        latency_exact: false,
-                        cpu_pct_mean: f64::NAN,
-                        learners_agree: false,
-                        ok: false,
-                        error: Some(e.to_string().lines().next().unwrap_or("").to_string()),
-                    }
+                    failed_run_figures(run, &e)
                 }
             };
             if figures.error.is_none() {
@@ -568,66 +516,115 @@ pub fn run_bench(args: &BenchArgs) -> Result<u8, HarnessError> {
             pr.runs.push(figures);
         }
     }
-    if interrupted {
-        eprintln!("interrupted by Ctrl-C: writing the results measured so far");
+    Ok((results, interrupted))
+}
+
+/// Why a run's checks failed, one clause per finding (the first line of each problem), or
+/// `None` when they passed.
+pub(crate) fn checks_failed(r: &analysis::Report) -> Option<String> {
+    (!r.ok()).then(|| {
+        let mut why: Vec<String> = r.agreement.clone();
+        why.extend(r.lost.iter().cloned());
+        why.extend(r.duplicates.iter().cloned());
+        why.extend(
+            r.problems
+                .iter()
+                .map(|p| p.lines().next().unwrap_or("").to_string()),
+        );
+        why.join("; ")
+    })
+}
+
+/// The figures of one completed run; a run whose checks failed still has them.
+fn run_figures(run: u32, label: &str, cluster_run: &cluster::ClusterRun) -> RunFigures {
+    let r = analysis::analyse(cluster_run);
+    let cpu: Vec<f64> = r.per_node.iter().map(|n| n.cpu_pct).collect();
+    if let Some(why) = checks_failed(&r) {
+        eprintln!("{label}: checks FAILED: {why}");
     }
-    write_csv(&out.join("results.csv"), &exp, args, &results)?;
-    write_plot(&out.join("plot.png"), &exp, &results)?;
-    write_summary(&out.join("summary.md"), &exp, args, &results, &date)?;
-    let all_ok = results.iter().all(|pr| pr.runs_ok() == pr.runs.len());
-    let text = if args.json {
-        let points: Vec<serde_json::Value> = results
-            .iter()
-            .map(|pr| {
-                let m = |f: &dyn Fn(&RunFigures) -> f64| pr.spread(f).map(|(_, m, _)| m);
-                json!({
-                    "point": pr.point.label,
-                    exp.param_column: pr.point.param,
-                    "nodes": pr.point.nodes,
-                    "value_size": pr.point.value_size_bytes,
-                    "rate_values_per_s": pr.point.rate_values_per_s,
-                    "buffer_size_bytes": pr.point.buffer_size_bytes,
-                    "values_per_s": m(&|r| r.values_per_s),
-                    "mbit_per_s": m(&|r| r.mbit_per_s),
-                    "latency_us_p50": m(&|r| r.latency_us_p50),
-                    "latency_us_p99": m(&|r| r.latency_us_p99),
-                    "latency_us_p999": m(&|r| r.latency_us_p999),
-                    "runs": pr.runs.len(),
-                    "runs_ok": pr.runs_ok(),
-                })
+    RunFigures {
+        run,
+        values_per_s: r.values_per_s,
+        mbit_per_s: r.mbit_per_s,
+        latency_us_p50: r.latency.p50_us,
+        latency_us_p99: r.latency.p99_us,
+        latency_us_p999: r.latency.p999_us,
+        latency_exact: r.latency.exact,
+        cpu_pct_mean: cpu.iter().sum::<f64>() / cpu.len().max(1) as f64,
+        learners_agree: r.learners_agree,
+        ok: r.ok(),
+        error: None,
+    }
+}
+
+/// A run that could not complete: no figures, the first line of its error.
+fn failed_run_figures(run: u32, e: &HarnessError) -> RunFigures {
+    RunFigures {
+        run,
+        values_per_s: f64::NAN,
+        mbit_per_s: f64::NAN,
+        latency_us_p50: f64::NAN,
+        latency_us_p99: f64::NAN,
+        latency_us_p999: f64::NAN,
+        latency_exact: false,
+        cpu_pct_mean: f64::NAN,
+        learners_agree: false,
+        ok: false,
+        error: Some(e.to_string().lines().next().unwrap_or("").to_string()),
+    }
+}
+
+/// The `--json` line of a sweep: its setup and the medians of every point.
+fn sweep_json(
+    exp: &Experiment,
+    args: &BenchArgs,
+    results: &[PointResult],
+    out: &Path,
+    all_ok: bool,
+) -> serde_json::Value {
+    let points: Vec<serde_json::Value> = results
+        .iter()
+        .map(|pr| {
+            let m = |f: &dyn Fn(&RunFigures) -> f64| pr.spread(f).map(|(_, m, _)| m);
+            json!({
+                "point": pr.point.label,
+                exp.param_column: pr.point.param,
+                "nodes": pr.point.nodes,
+                "value_size": pr.point.value_size_bytes,
+                "rate_values_per_s": pr.point.rate_values_per_s,
+                "buffer_size_bytes": pr.point.buffer_size_bytes,
+                "values_per_s": m(&|r| r.values_per_s),
+                "mbit_per_s": m(&|r| r.mbit_per_s),
+                "latency_us_p50": m(&|r| r.latency_us_p50),
+                "latency_us_p99": m(&|r| r.latency_us_p99),
+                "latency_us_p999": m(&|r| r.latency_us_p999),
+                "runs": pr.runs.len(),
+                "runs_ok": pr.runs_ok(),
             })
-            .collect();
-        json!({
-            "bench": name.as_str(),
-            "figure": exp.figure,
-            "runs": args.runs,
-            "duration_s": args.duration_s,
-            "window_values": window_of(&exp, args),
-            "out_dir": out.display().to_string(),
-            "all_runs_ok": all_ok,
-            "points": points,
         })
-        .to_string()
-            + "\n"
-    } else {
-        format!(
-            "{}\n\n{}\n{}\n\nResults in {}\n  (results.csv, plot.png, summary.md)\n",
-            exp.title,
-            medians_table(&results)
-                .replace("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n", ""),
-            shape(&exp, &results),
-            out.display()
-        )
-    };
-    if let Err(e) = stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        return Err(HarnessError::Runtime(format!(
-            "cannot write the summary: {e}"
-        )));
-    }
-    Ok(if all_ok { 0 } else { 1 })
+        .collect();
+    json!({
+        "bench": exp.name.as_str(),
+        "figure": exp.figure,
+        "runs": args.runs,
+        "duration_s": args.duration_s,
+        "window_values": window_of(exp, args),
+        "out_dir": out.display().to_string(),
+        "all_runs_ok": all_ok,
+        "points": points,
+    })
+}
+
+/// What a sweep prints without `--json`: the medians table without its markdown rule, and
+/// the shape sentences.
+fn sweep_text(exp: &Experiment, results: &[PointResult], out: &Path) -> String {
+    format!(
+        "{}\n\n{}\n{}\n\nResults in {}\n  (results.csv, plot.png, summary.md)\n",
+        exp.title,
+        medians_table(results).replace("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n", ""),
+        shape(exp, results),
+        out.display()
+    )
 }
 
 #[cfg(test)]
@@ -648,11 +645,5 @@ mod tests {
         for name in BenchName::ALL {
             assert!(text.contains(name.as_str()));
         }
-    }
-
-    #[test]
-    fn csv_fields_with_commas_are_quoted() {
-        assert_eq!(csv_field("a,b"), "\"a,b\"");
-        assert_eq!(csv_field("plain"), "plain");
     }
 }

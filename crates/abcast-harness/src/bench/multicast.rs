@@ -32,7 +32,11 @@ use super::experiments::{
     MULTICAST_WINDOW_VALUES,
 };
 use super::lan::{self, EmulatedLan};
-use super::{BenchArgs, csv_field, failure_reason, machine, push_failed_runs, sysctl, write_file};
+use super::output::{
+    command_line, create_out_dir, csv_field, failure_reason, finish, note_interrupted,
+    push_failed_runs, write_file,
+};
+use super::{BenchArgs, checks_failed, machine, sysctl};
 use crate::analysis;
 use crate::cluster;
 use crate::cluster::ClusterSpec;
@@ -46,9 +50,7 @@ use plotters::style::FontStyle;
 use serde_json::json;
 use socket2::{Domain, Protocol as SockProtocol, SockAddr, Socket, Type};
 use std::fmt::Write as _;
-use std::fs;
 use std::hash::{BuildHasher, Hasher};
-use std::io::Write as _;
 use std::mem::MaybeUninit;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
@@ -200,18 +202,7 @@ fn measure(spec: &ClusterSpec, run: u32) -> Result<(Run, bool), HarnessError> {
         v.iter().sum::<f64>() / v.len().max(1) as f64
     };
     let ok = r.ok();
-    let error = (!ok).then(|| {
-        let mut why: Vec<String> = r.agreement.clone();
-        why.extend(r.lost.iter().cloned());
-        why.extend(r.duplicates.iter().cloned());
-        why.extend(
-            r.problems
-                .iter()
-                .map(|p| p.lines().next().unwrap_or("").to_string()),
-        );
-        why.join("; ")
-    });
-    if let Some(why) = &error {
+    if let Some(why) = checks_failed(&r) {
         eprintln!("{}: checks FAILED: {why}", spec.label);
     }
     Ok((
@@ -708,9 +699,6 @@ fn write_summary(
     limits: &Limits,
     date: &str,
 ) -> Result<(), HarnessError> {
-    let command: Vec<String> = std::env::args()
-        .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
-        .collect();
     let mut s = String::new();
     let _ = writeln!(s, "# abcast bench multicast\n");
     let _ = writeln!(
@@ -720,7 +708,7 @@ fn write_summary(
          table 2).\n",
         bytes(MULTICAST_VALUE_SIZE_BYTES)
     );
-    let _ = writeln!(s, "- Command: `{}`", command.join(" "));
+    let _ = writeln!(s, "- Command: `{}`", command_line());
     let _ = writeln!(s, "- Date: {date}");
     let _ = writeln!(s, "- Machine: {}", machine());
     let _ = writeln!(
@@ -832,36 +820,61 @@ pub fn run(args: &BenchArgs) -> Result<u8, HarnessError> {
         w => Some(w),
     };
     let (stamp, date) = utc_now();
-    let out: PathBuf = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("results").join(format!("multicast-{stamp}")));
-    if let Err(e) = fs::create_dir_all(&out) {
-        return Err(HarnessError::Runtime(format!(
-            "cannot create {}: {e}",
-            out.display()
-        )));
+    let out = create_out_dir(args, "multicast", &stamp)?;
+    // Removed when dropped, at the end of this function: it must outlive every run.
+    let lan = emulated_lan(args)?;
+    let limits = measure_limits(args, lan.as_ref());
+    let (series, interrupted) = run_series(args, window, lan.as_ref())?;
+    note_interrupted(interrupted);
+    let window_n = window.unwrap_or(0);
+    write_csv(&out.join("results.csv"), args, window_n, &series)?;
+    // The loopback limits are tens of Gbit/s: drawn, they would flatten both curves into
+    // the axis, so they are in the summary and the JSON line only. A LAN's link is drawn.
+    if let Err(e) = write_plot(&out.join("plot.png"), &series, limits.link_mbit) {
+        eprintln!("{e}");
     }
-    let lan = match args.link_mbit {
-        None => None,
-        Some(mbit) => {
-            let tag = format!("m{:05x}", random_u64(11) % 0x10_0000);
-            let nodes = (MULTICAST_ACCEPTORS + MULTICAST_LEARNERS_MAX) as usize;
-            let l = EmulatedLan::create(&tag, nodes, mbit).map_err(HarnessError::Runtime)?;
-            eprintln!(
-                "emulated LAN: {nodes} nodes in network namespaces abcast-{tag}-n*, links of \
-                 {mbit} Mbit/s each way (tc tbf), {} byte frames, bridge at {}",
-                lan::LAN_MTU_BYTES,
-                l.gateway
-            );
-            Some(l)
-        }
+    write_summary(
+        &out.join("summary.md"),
+        args,
+        window_n,
+        &series,
+        &limits,
+        &date,
+    )?;
+    let all_ok = series.iter().all(|s| s.runs_ok() == s.runs.len());
+    finish(
+        args,
+        || json_line(args, window, &series, &limits, &out, all_ok),
+        || terminal_text(&series, &limits, &out),
+        all_ok,
+    )
+}
+
+/// With `--link-mbit`, the emulated LAN every node runs on; `None` on the loopback.
+fn emulated_lan(args: &BenchArgs) -> Result<Option<EmulatedLan>, HarnessError> {
+    let Some(mbit) = args.link_mbit else {
+        return Ok(None);
     };
+    let tag = format!("m{:05x}", random_u64(11) % 0x10_0000);
+    let nodes = (MULTICAST_ACCEPTORS + MULTICAST_LEARNERS_MAX) as usize;
+    let l = EmulatedLan::create(&tag, nodes, mbit).map_err(HarnessError::Runtime)?;
+    eprintln!(
+        "emulated LAN: {nodes} nodes in network namespaces abcast-{tag}-n*, links of \
+         {mbit} Mbit/s each way (tc tbf), {} byte frames, bridge at {}",
+        lan::LAN_MTU_BYTES,
+        l.gateway
+    );
+    Ok(Some(l))
+}
+
+/// The network's limits with no protocol: the UDP multicast probe with 1 and with the
+/// most receivers, and the LAN's link rate. A probe that fails is said and left out.
+fn measure_limits(args: &BenchArgs, lan: Option<&EmulatedLan>) -> Limits {
     let probe = |n: usize| match udp_multicast_limit_mbit_per_s(
         n,
         PROBE_DATAGRAM_BYTES,
         PROBE_DURATION,
-        lan.as_ref(),
+        lan,
     ) {
         Ok(v) => Some(v),
         Err(e) => {
@@ -880,6 +893,16 @@ pub fn run(args: &BenchArgs) -> Result<u8, HarnessError> {
         limits.udp_1.map(|v| v.round()),
         limits.udp_5.map(|v| v.round())
     );
+    limits
+}
+
+/// Runs every point of both protocols `--runs` times, interleaved (round r runs every
+/// point once), until Ctrl-C; returns the runs and whether Ctrl-C stopped them.
+fn run_series(
+    args: &BenchArgs,
+    window: Option<u64>,
+    lan: Option<&EmulatedLan>,
+) -> Result<(Vec<Series>, bool), HarnessError> {
     let mut series: Vec<Series> = (1..=MULTICAST_LEARNERS_MAX)
         .flat_map(|l| {
             Proto::ALL.into_iter().map(move |proto| Series {
@@ -903,36 +926,14 @@ pub fn run(args: &BenchArgs) -> Result<u8, HarnessError> {
                 sr.proto.as_str(),
                 sr.learners
             );
-            let spec = ClusterSpec {
-                nodes: MULTICAST_ACCEPTORS + sr.learners,
-                value_size_bytes: MULTICAST_VALUE_SIZE_BYTES,
-                duration_s: args.duration_s,
-                rate_values_per_s: 0,
-                window_values: window,
-                kill: false,
-                config_edits: config_edits(sr.proto, sr.learners, u64::from(done), lan.is_some()),
-                keep_dir: false,
-                progress: !args.json,
-                label: label.clone(),
-                program: None,
-                load_rates: None,
-                learners_differ: false,
-                placement: lan.as_ref().map_or_else(Vec::new, |l| {
-                    l.nodes
-                        .iter()
-                        .take((MULTICAST_ACCEPTORS + sr.learners) as usize)
-                        .map(|n| cluster::NodePlace {
-                            netns_path: n.netns_path(),
-                            addr: n.addr,
-                        })
-                        .collect()
-                }),
-            };
+            let spec = point_spec(sr, args, window, u64::from(done), label.clone(), lan);
             let figures = match measure(&spec, run) {
                 Ok((r, stop)) => {
                     interrupted = stop;
                     r
                 }
+                // The very first run failing to start means the harness or the node is
+                // broken: stop instead of failing every point the same way.
                 Err(e) if done == 1 => return Err(e),
                 Err(e) => {
                     eprintln!("{label}: run failed: {e}");
@@ -953,88 +954,106 @@ pub fn run(args: &BenchArgs) -> Result<u8, HarnessError> {
             sr.runs.push(figures);
         }
     }
-    if interrupted {
-        eprintln!("interrupted by Ctrl-C: writing the results measured so far");
-    }
-    let window_n = window.unwrap_or(0);
-    write_csv(&out.join("results.csv"), args, window_n, &series)?;
-    // The loopback limits are tens of Gbit/s: drawn, they would flatten both curves into
-    // the axis, so they are in the summary and the JSON line only. A LAN's link is drawn.
-    if let Err(e) = write_plot(&out.join("plot.png"), &series, limits.link_mbit) {
-        eprintln!("{e}");
-    }
-    write_summary(
-        &out.join("summary.md"),
-        args,
-        window_n,
-        &series,
-        &limits,
-        &date,
-    )?;
-    let all_ok = series.iter().all(|s| s.runs_ok() == s.runs.len());
-    let ratio = ratio_5_to_1(&series, Proto::RingPaxos);
-    let text = if args.json {
-        let points: Vec<serde_json::Value> = series
-            .iter()
-            .map(|sr| {
-                let m = |f: &dyn Fn(&Run) -> f64| sr.med(f);
-                json!({
-                    "protocol": sr.proto.as_str(),
-                    "learners": sr.learners,
-                    "nodes": MULTICAST_ACCEPTORS + sr.learners,
-                    "values_per_s_per_learner": m(&|r| r.values_per_s),
-                    "mbit_per_s_per_learner": m(&|r| r.mbit_per_s),
-                    "mbit_per_s_slowest_learner": m(&|r| r.mbit_per_s_min),
-                    "mte": m(&|r| r.mbit_per_s / limits.mte_base_mbit()),
-                    "latency_us_p50": m(&|r| r.latency_us_p50),
-                    "latency_us_p99": m(&|r| r.latency_us_p99),
-                    "cpu_pct_coordinator": m(&|r| r.cpu_pct_coordinator),
-                    "cpu_pct_learners": m(&|r| r.cpu_pct_learners),
-                    "runs": sr.runs.len(),
-                    "runs_ok": sr.runs_ok(),
+    Ok((series, interrupted))
+}
+
+/// The cluster of one run of `sr`: 3 acceptors and its learners, saturating their window;
+/// on a LAN each node in its namespace. `salt` makes the run's cluster id and group port.
+fn point_spec(
+    sr: &Series,
+    args: &BenchArgs,
+    window: Option<u64>,
+    salt: u64,
+    label: String,
+    lan: Option<&EmulatedLan>,
+) -> ClusterSpec {
+    ClusterSpec {
+        nodes: MULTICAST_ACCEPTORS + sr.learners,
+        value_size_bytes: MULTICAST_VALUE_SIZE_BYTES,
+        duration_s: args.duration_s,
+        rate_values_per_s: 0,
+        window_values: window,
+        kill: false,
+        config_edits: config_edits(sr.proto, sr.learners, salt, lan.is_some()),
+        keep_dir: false,
+        progress: !args.json,
+        label,
+        program: None,
+        load_rates: None,
+        learners_differ: false,
+        placement: lan.map_or_else(Vec::new, |l| {
+            l.nodes
+                .iter()
+                .take((MULTICAST_ACCEPTORS + sr.learners) as usize)
+                .map(|n| cluster::NodePlace {
+                    netns_path: n.netns_path(),
+                    addr: n.addr,
                 })
-            })
-            .collect();
-        json!({
-            "bench": "multicast",
-            "figure": "seed 003 fig 4 and table 2",
-            "runs": args.runs,
-            "duration_s": args.duration_s,
-            "value_size_bytes": MULTICAST_VALUE_SIZE_BYTES,
-            "window_values": window,
-            "network": limits.network(),
-            "link_mbit_per_s": limits.link_mbit,
-            "mte_base_mbit_per_s": limits.mte_base_mbit(),
-            "tcp_loopback_limit_mbit_per_s": TCP_LOOPBACK_MBIT_PER_S,
-            "udp_multicast_limit_mbit_per_s_1_receiver": limits.udp_1,
-            "udp_multicast_limit_mbit_per_s_5_receivers": limits.udp_5,
-            "learner_throughput_ratio_5_to_1": ratio,
-            "uring_learner_throughput_ratio_5_to_1": ratio_5_to_1(&series, Proto::URing),
-            "ratio_target": RATIO_TARGET,
-            "out_dir": out.display().to_string(),
-            "all_runs_ok": all_ok,
-            "points": points,
-        })
-        .to_string()
-            + "\n"
-    } else {
-        format!(
-            "Ring Paxos (UDP multicast) vs U-Ring Paxos, per learner\n{}\nlearner_throughput_ratio_5_to_1 = {}\n\nResults in {}\n  (results.csv, plot.png, summary.md)\n",
-            table(&series, &limits),
-            ratio.map_or("n/a".to_string(), |r| format!("{r:.3}")),
-            out.display()
-        )
-    };
-    let mut stdout = std::io::stdout().lock();
-    if let Err(e) = stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        return Err(HarnessError::Runtime(format!(
-            "cannot write the summary: {e}"
-        )));
+                .collect()
+        }),
     }
-    Ok(if all_ok { 0 } else { 1 })
+}
+
+/// The `--json` line: the setup, the limits, the headline ratio and every point's medians.
+fn json_line(
+    args: &BenchArgs,
+    window: Option<u64>,
+    series: &[Series],
+    limits: &Limits,
+    out: &Path,
+    all_ok: bool,
+) -> serde_json::Value {
+    let points: Vec<serde_json::Value> = series
+        .iter()
+        .map(|sr| {
+            let m = |f: &dyn Fn(&Run) -> f64| sr.med(f);
+            json!({
+                "protocol": sr.proto.as_str(),
+                "learners": sr.learners,
+                "nodes": MULTICAST_ACCEPTORS + sr.learners,
+                "values_per_s_per_learner": m(&|r| r.values_per_s),
+                "mbit_per_s_per_learner": m(&|r| r.mbit_per_s),
+                "mbit_per_s_slowest_learner": m(&|r| r.mbit_per_s_min),
+                "mte": m(&|r| r.mbit_per_s / limits.mte_base_mbit()),
+                "latency_us_p50": m(&|r| r.latency_us_p50),
+                "latency_us_p99": m(&|r| r.latency_us_p99),
+                "cpu_pct_coordinator": m(&|r| r.cpu_pct_coordinator),
+                "cpu_pct_learners": m(&|r| r.cpu_pct_learners),
+                "runs": sr.runs.len(),
+                "runs_ok": sr.runs_ok(),
+            })
+        })
+        .collect();
+    json!({
+        "bench": "multicast",
+        "figure": "seed 003 fig 4 and table 2",
+        "runs": args.runs,
+        "duration_s": args.duration_s,
+        "value_size_bytes": MULTICAST_VALUE_SIZE_BYTES,
+        "window_values": window,
+        "network": limits.network(),
+        "link_mbit_per_s": limits.link_mbit,
+        "mte_base_mbit_per_s": limits.mte_base_mbit(),
+        "tcp_loopback_limit_mbit_per_s": TCP_LOOPBACK_MBIT_PER_S,
+        "udp_multicast_limit_mbit_per_s_1_receiver": limits.udp_1,
+        "udp_multicast_limit_mbit_per_s_5_receivers": limits.udp_5,
+        "learner_throughput_ratio_5_to_1": ratio_5_to_1(series, Proto::RingPaxos),
+        "uring_learner_throughput_ratio_5_to_1": ratio_5_to_1(series, Proto::URing),
+        "ratio_target": RATIO_TARGET,
+        "out_dir": out.display().to_string(),
+        "all_runs_ok": all_ok,
+        "points": points,
+    })
+}
+
+/// What a run without `--json` prints: both protocols' tables and the headline ratio.
+fn terminal_text(series: &[Series], limits: &Limits, out: &Path) -> String {
+    format!(
+        "Ring Paxos (UDP multicast) vs U-Ring Paxos, per learner\n{}\nlearner_throughput_ratio_5_to_1 = {}\n\nResults in {}\n  (results.csv, plot.png, summary.md)\n",
+        table(series, limits),
+        ratio_5_to_1(series, Proto::RingPaxos).map_or("n/a".to_string(), |r| format!("{r:.3}")),
+        out.display()
+    )
 }
 
 #[cfg(test)]

@@ -17,7 +17,8 @@
 //! proposer saw acknowledged is missing at a learner of its ring, no duplicates. Runs are
 //! interleaved across scenarios so the drift of a shared two-core machine spreads over all.
 
-use super::{BenchArgs, BenchName, machine, write_file};
+use super::output::{create_out_dir, finish, write_file};
+use super::{BenchArgs, BenchName, machine};
 use crate::cluster;
 use crate::cluster::{ClusterRun, ClusterSpec};
 use crate::error::HarnessError;
@@ -30,9 +31,7 @@ use abcast_runtime::linkfault::LinkFault;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::fs;
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Seconds at the start of a run left out of rates (connections, elections, first batches).
 const WARMUP_S: f64 = 1.0;
@@ -372,17 +371,6 @@ fn fmt_opt(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_string(), |v| group(v.round() as u64))
 }
 
-fn out_dir(args: &BenchArgs, name: &str) -> Result<PathBuf, HarnessError> {
-    let (stamp, _) = utc_now();
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("results").join(format!("{name}-{stamp}")));
-    fs::create_dir_all(&out)
-        .map_err(|e| HarnessError::Runtime(format!("cannot create {}: {e}", out.display())))?;
-    Ok(out)
-}
-
 fn header(s: &mut String, title: &str, args: &BenchArgs) {
     let (_, date) = utc_now();
     let _ = writeln!(s, "# {title}\n");
@@ -395,7 +383,8 @@ fn header(s: &mut String, title: &str, args: &BenchArgs) {
     );
 }
 
-fn finish(
+/// Writes `summary.md` and ends the bench: the summary on stdout (or the JSON line).
+fn finish_with_summary(
     out: &Path,
     summary: &str,
     json_line: serde_json::Value,
@@ -403,14 +392,12 @@ fn finish(
     all_ok: bool,
 ) -> Result<u8, HarnessError> {
     write_file(&out.join("summary.md"), summary)?;
-    let mut stdout = std::io::stdout().lock();
-    let text = if args.json {
-        format!("{json_line}\n")
-    } else {
-        format!("{summary}\nWritten to {}\n", out.display())
-    };
-    let _ = stdout.write_all(text.as_bytes());
-    Ok(if all_ok { 0 } else { 1 })
+    finish(
+        args,
+        || json_line,
+        || format!("{summary}\nWritten to {}\n", out.display()),
+        all_ok,
+    )
 }
 
 /// The summary's list of failed runs, and a line if the plot could not be drawn.
@@ -469,51 +456,104 @@ fn skip_scenarios() -> Vec<Scenario> {
 
 fn run_skip(args: &BenchArgs) -> Result<u8, HarnessError> {
     let scenarios = skip_scenarios();
-    let out = out_dir(args, "skip")?;
+    let out = create_out_dir(args, "skip", &utc_now().0)?;
     let (results, interrupted) = run_all("skip", &scenarios, args)?;
-    let ring_rate = |g: u16| {
-        move |r: &RunOut| {
-            r.rate_by_node
-                .get(&LEARNER)
-                .and_then(|m| m.get(&g))
-                .copied()
-        }
-    };
-    let buf_max = |r: &RunOut| {
-        r.buffer_max
-            .get(&LEARNER)
-            .map(|m| m.values().copied().max().unwrap_or(0) as f64)
-    };
-    let alone = med(&results[1], ring_rate(1));
-    let with_quiet = med(&results[2], ring_rate(1));
-    let both = (
-        med(&results[3], ring_rate(1)),
-        med(&results[3], ring_rate(2)),
-    );
-    let buffer_max_with_quiet = results[2]
-        .iter()
-        .filter(|r| r.ok)
-        .filter_map(buf_max)
-        .fold(0.0, f64::max);
-    let buffer_max_all = results
-        .iter()
-        .flatten()
-        .filter(|r| r.ok)
-        .filter_map(buf_max)
-        .fold(0.0, f64::max);
-    let ratio = match (alone, with_quiet) {
-        (Some(a), Some(q)) if a > 0.0 => Some(q / a),
-        _ => None,
-    };
+    let figures = SkipFigures::of(&results);
+    write_skip_csv(&out, &scenarios, &results)?;
+    let plot_result = draw_skip_plot(&out, &scenarios, &results);
+    if let Err(e) = &plot_result {
+        eprintln!("{e}");
+    }
+    let all_ok = !interrupted && results.iter().flatten().all(|r| r.ok);
+    let mut s = skip_summary(args, &scenarios, &results, &figures);
+    failures_and_plot(&mut s, &scenarios, &results, &plot_result);
+    let j = json!({
+        "bench": BenchName::Skip.as_str(),
+        "busy_alone_values_per_s": figures.alone,
+        "busy_with_quiet_values_per_s": figures.with_quiet,
+        "busy_with_quiet_to_alone": figures.ratio,
+        "learner_buffer_max": figures.buffer_max_with_quiet,
+        "learner_buffer_max_all_scenarios": figures.buffer_max_all,
+        "both_busy_values_per_s": [figures.both.0, figures.both.1],
+        "ok": all_ok,
+    });
+    finish_with_summary(&out, &s, j, args, all_ok)
+}
 
-    // CSV: one row per run; buffer.csv: the time series.
+/// Ring `g`'s values/s at the learner of both rings.
+fn skip_ring_rate(g: u16) -> impl Fn(&RunOut) -> Option<f64> {
+    move |r: &RunOut| {
+        r.rate_by_node
+            .get(&LEARNER)
+            .and_then(|m| m.get(&g))
+            .copied()
+    }
+}
+
+/// The learner's merge buffer high-water mark over the rings, in instances.
+fn skip_buffer_max(r: &RunOut) -> Option<f64> {
+    r.buffer_max
+        .get(&LEARNER)
+        .map(|m| m.values().copied().max().unwrap_or(0) as f64)
+}
+
+/// The skip experiment's headline figures, medians over the ok runs; the scenarios are
+/// those of [`skip_scenarios`], in its order.
+struct SkipFigures {
+    /// Ring 1's rate alone and with a quiet ring 2.
+    alone: Option<f64>,
+    with_quiet: Option<f64>,
+    /// Both rings' rates with both busy.
+    both: (Option<f64>, Option<f64>),
+    buffer_max_with_quiet: f64,
+    buffer_max_all: f64,
+    /// `with_quiet / alone`.
+    ratio: Option<f64>,
+}
+
+impl SkipFigures {
+    fn of(results: &[Vec<RunOut>]) -> SkipFigures {
+        let alone = med(&results[1], skip_ring_rate(1));
+        let with_quiet = med(&results[2], skip_ring_rate(1));
+        SkipFigures {
+            alone,
+            with_quiet,
+            both: (
+                med(&results[3], skip_ring_rate(1)),
+                med(&results[3], skip_ring_rate(2)),
+            ),
+            buffer_max_with_quiet: results[2]
+                .iter()
+                .filter(|r| r.ok)
+                .filter_map(skip_buffer_max)
+                .fold(0.0, f64::max),
+            buffer_max_all: results
+                .iter()
+                .flatten()
+                .filter(|r| r.ok)
+                .filter_map(skip_buffer_max)
+                .fold(0.0, f64::max),
+            ratio: match (alone, with_quiet) {
+                (Some(a), Some(q)) if a > 0.0 => Some(q / a),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// `results.csv`: one row per run; `buffer.csv`: the learner's time series.
+fn write_skip_csv(
+    out: &Path,
+    scenarios: &[Scenario],
+    results: &[Vec<RunOut>],
+) -> Result<(), HarnessError> {
     let mut csv = String::from(
         "scenario,run,ok,ring1_values_per_s,ring2_values_per_s,ring1_buffer_max,ring2_buffer_max,problems\n",
     );
     let mut ts = String::from("scenario,run,t_s,ring,buffered_instances,delivered_values\n");
-    for (s, runs) in scenarios.iter().zip(&results) {
+    for (s, runs) in scenarios.iter().zip(results) {
         for (k, r) in runs.iter().enumerate() {
-            let rate = |g| ring_rate(g)(r).map_or(String::new(), |v| format!("{v:.0}"));
+            let rate = |g| skip_ring_rate(g)(r).map_or(String::new(), |v| format!("{v:.0}"));
             let bmax = |g| {
                 r.buffer_max
                     .get(&LEARNER)
@@ -541,12 +581,19 @@ fn run_skip(args: &BenchArgs) -> Result<u8, HarnessError> {
     }
     write_file(&out.join("results.csv"), &csv)?;
     write_file(&out.join("buffer.csv"), &ts)?;
+    Ok(())
+}
 
-    // Plot: buffered instances per ring over time (first ok run of each scenario with two
-    // rings), and ring 1's delivered rate over time per scenario.
+/// `plot.png`: buffered instances per ring over time (first ok run of each scenario with
+/// two rings), and ring 1's delivered rate over time per scenario.
+fn draw_skip_plot(
+    out: &Path,
+    scenarios: &[Scenario],
+    results: &[Vec<RunOut>],
+) -> Result<(), String> {
     let mut buf_lines = Vec::new();
     let mut rate_lines = Vec::new();
-    for (s, runs) in scenarios.iter().zip(&results) {
+    for (s, runs) in scenarios.iter().zip(results) {
         let Some(r) = runs.iter().find(|r| r.ok).or(runs.first()) else {
             continue;
         };
@@ -582,7 +629,7 @@ fn run_skip(args: &BenchArgs) -> Result<u8, HarnessError> {
             markers: false,
         });
     }
-    let plot_result = plot::draw_lines(
+    plot::draw_lines(
         &out.join("plot.png"),
         "Skip efficiency: a quiet ring does not stall a busy one (seed 000 fig. 4.6)",
         &[
@@ -599,12 +646,16 @@ fn run_skip(args: &BenchArgs) -> Result<u8, HarnessError> {
                 lines: rate_lines,
             },
         ],
-    );
-    if let Err(e) = &plot_result {
-        eprintln!("{e}");
-    }
+    )
+}
 
-    let all_ok = !interrupted && results.iter().flatten().all(|r| r.ok);
+/// `summary.md` up to the failed runs: the setup, one row per scenario, the ratio.
+fn skip_summary(
+    args: &BenchArgs,
+    scenarios: &[Scenario],
+    results: &[Vec<RunOut>],
+    f: &SkipFigures,
+) -> String {
     let mut s = String::new();
     header(&mut s, "Skip efficiency (seed 000 figure 4.6)", args);
     let _ = writeln!(
@@ -616,38 +667,40 @@ fn run_skip(args: &BenchArgs) -> Result<u8, HarnessError> {
         "| scenario | ring 1 values/s at the learner | ring 2 values/s | learner buffer max (instances) | runs ok |"
     );
     let _ = writeln!(s, "| --- | ---: | ---: | ---: | ---: |");
-    for (sc, runs) in scenarios.iter().zip(&results) {
+    for (sc, runs) in scenarios.iter().zip(results) {
         let bmax = runs
             .iter()
             .filter(|r| r.ok)
-            .filter_map(buf_max)
+            .filter_map(skip_buffer_max)
             .fold(0.0, f64::max);
         let _ = writeln!(
             s,
             "| {} | {} | {} | {} | {}/{} |",
             sc.series,
-            fmt_opt(med(runs, ring_rate(1))),
-            fmt_opt(med(runs, ring_rate(2))),
+            fmt_opt(med(runs, skip_ring_rate(1))),
+            fmt_opt(med(runs, skip_ring_rate(2))),
             bmax,
             runs.iter().filter(|r| r.ok).count(),
             runs.len()
         );
     }
     let _ = writeln!(s);
-    match ratio {
+    match f.ratio {
         Some(q) => {
             let _ = writeln!(
                 s,
-                "Ring 1 with a quiet partner delivers **{:.1} %** of its throughput alone (target: at least 90 %: {}). The learner's merge buffer peaked at **{buffer_max_with_quiet}** instances with a quiet partner ({buffer_max_all} over every scenario).",
+                "Ring 1 with a quiet partner delivers **{:.1} %** of its throughput alone (target: at least 90 %: {}). The learner's merge buffer peaked at **{}** instances with a quiet partner ({} over every scenario).",
                 q * 100.0,
-                if q >= 0.9 { "met" } else { "NOT met" }
+                if q >= 0.9 { "met" } else { "NOT met" },
+                f.buffer_max_with_quiet,
+                f.buffer_max_all
             );
         }
         None => {
             let _ = writeln!(s, "No ratio: a scenario had no successful run.");
         }
     }
-    if let (Some(a), Some(b)) = both {
+    if let (Some(a), Some(b)) = f.both {
         let _ = writeln!(
             s,
             "\nBoth busy: ring 1 {} and ring 2 {} values/s at the learner.",
@@ -655,18 +708,7 @@ fn run_skip(args: &BenchArgs) -> Result<u8, HarnessError> {
             group(b as u64)
         );
     }
-    failures_and_plot(&mut s, &scenarios, &results, &plot_result);
-    let j = json!({
-        "bench": BenchName::Skip.as_str(),
-        "busy_alone_values_per_s": alone,
-        "busy_with_quiet_values_per_s": with_quiet,
-        "busy_with_quiet_to_alone": ratio,
-        "learner_buffer_max": buffer_max_with_quiet,
-        "learner_buffer_max_all_scenarios": buffer_max_all,
-        "both_busy_values_per_s": [both.0, both.1],
-        "ok": all_ok,
-    });
-    finish(&out, &s, j, args, all_ok)
+    s
 }
 
 // ---- rings (figures 4.7 and 4.8) --------------------------------------------------------
@@ -720,10 +762,47 @@ fn total_mbit(r: &RunOut) -> Option<f64> {
 
 fn run_rings(args: &BenchArgs) -> Result<u8, HarnessError> {
     let scenarios = rings_scenarios();
-    let out = out_dir(args, "rings")?;
+    let out = create_out_dir(args, "rings", &utc_now().0)?;
     let (results, interrupted) = run_all("rings", &scenarios, args)?;
+    write_rings_csv(&out, &scenarios, &results)?;
+    let series_names = rings_series_names(&scenarios);
+    let plot_result = draw_rings_plot(&out, &scenarios, &results, &series_names);
+    let speedup = |name: &str| {
+        let m = rings_medians(&scenarios, &results, name);
+        match (m.first().and_then(|p| p.1), m.get(1).and_then(|p| p.1)) {
+            (Some(a), Some(b)) if a > 0.0 => Some(b / a),
+            _ => None,
+        }
+    };
+    let speed_delay = speedup(&series_names[1]);
+    let speed_mem = speedup(&series_names[0]);
+    let all_ok = !interrupted && results.iter().flatten().all(|r| r.ok);
+    let mut s = rings_summary(
+        args,
+        &scenarios,
+        &results,
+        &series_names[0],
+        speed_delay,
+        speed_mem,
+    );
+    failures_and_plot(&mut s, &scenarios, &results, &plot_result);
+    let j = json!({
+        "bench": BenchName::Rings.as_str(),
+        "speedup_two_rings": speed_delay,
+        "speedup_two_rings_no_delay": speed_mem,
+        "ok": all_ok,
+    });
+    finish_with_summary(&out, &s, j, args, all_ok)
+}
+
+/// `results.csv`: one row per run.
+fn write_rings_csv(
+    out: &Path,
+    scenarios: &[Scenario],
+    results: &[Vec<RunOut>],
+) -> Result<(), HarnessError> {
     let mut csv = String::from("series,rings,run,ok,values_per_s,mbit_per_s,problems\n");
-    for (s, runs) in scenarios.iter().zip(&results) {
+    for (s, runs) in scenarios.iter().zip(results) {
         for (k, r) in runs.iter().enumerate() {
             let _ = writeln!(
                 csv,
@@ -738,36 +817,53 @@ fn run_rings(args: &BenchArgs) -> Result<u8, HarnessError> {
             );
         }
     }
-    write_file(&out.join("results.csv"), &csv)?;
-    let series_names: Vec<String> = {
-        let mut v: Vec<String> = Vec::new();
-        for s in &scenarios {
-            if !v.contains(&s.series) {
-                v.push(s.series.clone());
-            }
+    write_file(&out.join("results.csv"), &csv)
+}
+
+/// The series of the scenarios, in their order, each once.
+fn rings_series_names(scenarios: &[Scenario]) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for s in scenarios {
+        if !v.contains(&s.series) {
+            v.push(s.series.clone());
         }
-        v
-    };
-    let medians = |name: &str| -> Vec<(f64, Option<f64>, Option<f64>)> {
-        scenarios
-            .iter()
-            .zip(&results)
-            .filter(|(s, _)| s.series == name)
-            .map(|(s, runs)| (s.x, med(runs, total_rate), med(runs, total_mbit)))
-            .collect()
-    };
+    }
+    v
+}
+
+/// Per scenario of series `name`: rings, median values/s and median Mbit/s at a learner.
+fn rings_medians(
+    scenarios: &[Scenario],
+    results: &[Vec<RunOut>],
+    name: &str,
+) -> Vec<(f64, Option<f64>, Option<f64>)> {
+    scenarios
+        .iter()
+        .zip(results)
+        .filter(|(s, _)| s.series == name)
+        .map(|(s, runs)| (s.x, med(runs, total_rate), med(runs, total_mbit)))
+        .collect()
+}
+
+/// `plot.png`: Mbit/s at a learner against the number of rings, one line per series.
+fn draw_rings_plot(
+    out: &Path,
+    scenarios: &[Scenario],
+    results: &[Vec<RunOut>],
+    series_names: &[String],
+) -> Result<(), String> {
     let lines: Vec<Line> = series_names
         .iter()
         .map(|n| Line {
             label: n.clone(),
-            points: medians(n)
+            points: rings_medians(scenarios, results, n)
                 .iter()
                 .filter_map(|&(x, _, m)| m.map(|m| (x, m)))
                 .collect(),
             markers: true,
         })
         .collect();
-    let plot_result = plot::draw_lines(
+    plot::draw_lines(
         &out.join("plot.png"),
         "Rings at one learner: aggregate throughput as rings are added (seed 000 fig. 4.7, 4.8)",
         &[LinePanel {
@@ -776,17 +872,19 @@ fn run_rings(args: &BenchArgs) -> Result<u8, HarnessError> {
             y_desc: "Mbit/s".into(),
             lines,
         }],
-    );
-    let speedup = |name: &str| {
-        let m = medians(name);
-        match (m.first().and_then(|p| p.1), m.get(1).and_then(|p| p.1)) {
-            (Some(a), Some(b)) if a > 0.0 => Some(b / a),
-            _ => None,
-        }
-    };
-    let speed_delay = speedup(&series_names[1]);
-    let speed_mem = speedup(&series_names[0]);
-    let all_ok = !interrupted && results.iter().flatten().all(|r| r.ok);
+    )
+}
+
+/// `summary.md` up to the failed runs: the setup, one row per scenario and the speed-ups
+/// of two rings over one (`in_memory` names the series without injected delay).
+fn rings_summary(
+    args: &BenchArgs,
+    scenarios: &[Scenario],
+    results: &[Vec<RunOut>],
+    in_memory: &str,
+    speed_delay: Option<f64>,
+    speed_mem: Option<f64>,
+) -> String {
     let mut s = String::new();
     header(
         &mut s,
@@ -803,7 +901,7 @@ fn run_rings(args: &BenchArgs) -> Result<u8, HarnessError> {
     );
     let _ = writeln!(s, "| --- | ---: | ---: | ---: | ---: | ---: |");
     let cpu = |r: &RunOut| Some(r.cpu_pct_total);
-    for (sc, runs) in scenarios.iter().zip(&results) {
+    for (sc, runs) in scenarios.iter().zip(results) {
         let _ = writeln!(
             s,
             "| {} | {} | {} | {} | {} | {}/{} |",
@@ -827,8 +925,8 @@ fn run_rings(args: &BenchArgs) -> Result<u8, HarnessError> {
     if let Some(x) = speed_mem {
         let one_ring_cpu = scenarios
             .iter()
-            .zip(&results)
-            .find(|(sc, _)| sc.series == series_names[0] && sc.x == 1.0)
+            .zip(results)
+            .find(|(sc, _)| sc.series == in_memory && sc.x == 1.0)
             .and_then(|(_, runs)| med(runs, cpu));
         let _ = writeln!(
             s,
@@ -836,14 +934,7 @@ fn run_rings(args: &BenchArgs) -> Result<u8, HarnessError> {
             one_ring_cpu.map_or("-".to_string(), |v| format!("{v:.0}"))
         );
     }
-    failures_and_plot(&mut s, &scenarios, &results, &plot_result);
-    let j = json!({
-        "bench": BenchName::Rings.as_str(),
-        "speedup_two_rings": speed_delay,
-        "speedup_two_rings_no_delay": speed_mem,
-        "ok": all_ok,
-    });
-    finish(&out, &s, j, args, all_ok)
+    s
 }
 
 // ---- global ring (figures 4.10 and 4.11) ------------------------------------------------
@@ -900,30 +991,78 @@ fn global_scenarios() -> Vec<Scenario> {
 
 fn run_global(args: &BenchArgs) -> Result<u8, HarnessError> {
     let scenarios = global_scenarios();
-    let out = out_dir(args, "global-ring")?;
+    let out = create_out_dir(args, "global-ring", &utc_now().0)?;
     let (results, interrupted) = run_all("global-ring", &scenarios, args)?;
-    // Local figures: ring 1 at node 2 and ring 2 at node 5 (learners that propose nothing),
-    // latency at the local proposers 1 and 4.
-    let local_rate = |r: &RunOut| {
-        let a = r.rate_by_node.get(&2).and_then(|m| m.get(&1)).copied()?;
-        let b = r.rate_by_node.get(&5).and_then(|m| m.get(&2)).copied()?;
-        Some(a + b)
+    write_global_csv(&out, &scenarios, &results)?;
+    let per_scenario: Vec<LocalMedians> = scenarios
+        .iter()
+        .zip(&results)
+        .map(|(s, runs)| {
+            (
+                s.series.clone(),
+                med(runs, global_local_rate),
+                med(runs, global_local_latency(50)),
+                med(runs, global_local_latency(99)),
+            )
+        })
+        .collect();
+    let plot_result = draw_global_plot(&out, &per_scenario);
+    let all_ok = !interrupted && results.iter().flatten().all(|r| r.ok);
+    // The local rings' throughput with a quiet global ring over that without one.
+    let ratio = match (per_scenario[0].1, per_scenario[1].1) {
+        (Some(a), Some(b)) if a > 0.0 => Some(b / a),
+        _ => None,
     };
-    let lat = |q: usize| {
-        move |r: &RunOut| {
-            let v: Vec<f64> = [1u32, 4]
-                .iter()
-                .filter_map(|n| r.latency_us.get(n))
-                .map(|l| if q == 50 { l.0 } else { l.1 })
-                .collect();
-            median(&v)
-        }
-    };
-    let global_rate = |r: &RunOut| r.rate_by_node.get(&2).and_then(|m| m.get(&GLOBAL)).copied();
+    let mut s = global_summary(args, &scenarios, &results, &per_scenario, ratio);
+    failures_and_plot(&mut s, &scenarios, &results, &plot_result);
+    let j = json!({
+        "bench": BenchName::GlobalRing.as_str(),
+        "local_values_per_s": per_scenario[0].1,
+        "local_values_per_s_with_global": per_scenario[1].1,
+        "local_with_global_to_alone": ratio,
+        "local_latency_us_p50": per_scenario[0].2,
+        "local_latency_us_p50_with_global": per_scenario[1].2,
+        "ok": all_ok,
+    });
+    finish_with_summary(&out, &s, j, args, all_ok)
+}
+
+/// Both local rings' values/s: ring 1 at node 2 and ring 2 at node 5, learners that
+/// propose nothing.
+fn global_local_rate(r: &RunOut) -> Option<f64> {
+    let a = r.rate_by_node.get(&2).and_then(|m| m.get(&1)).copied()?;
+    let b = r.rate_by_node.get(&5).and_then(|m| m.get(&2)).copied()?;
+    Some(a + b)
+}
+
+/// The latency at the local proposers, nodes 1 and 4 (median of the two), in us: p50 for
+/// `q` = 50, else p99.
+fn global_local_latency(q: usize) -> impl Fn(&RunOut) -> Option<f64> {
+    move |r: &RunOut| {
+        let v: Vec<f64> = [1u32, 4]
+            .iter()
+            .filter_map(|n| r.latency_us.get(n))
+            .map(|l| if q == 50 { l.0 } else { l.1 })
+            .collect();
+        median(&v)
+    }
+}
+
+/// The global ring's values/s at node 2.
+fn global_rate(r: &RunOut) -> Option<f64> {
+    r.rate_by_node.get(&2).and_then(|m| m.get(&GLOBAL)).copied()
+}
+
+/// `results.csv`: one row per run.
+fn write_global_csv(
+    out: &Path,
+    scenarios: &[Scenario],
+    results: &[Vec<RunOut>],
+) -> Result<(), HarnessError> {
     let mut csv = String::from(
         "scenario,run,ok,local_values_per_s,local_latency_us_p50,local_latency_us_p99,global_values_per_s,problems\n",
     );
-    for (s, runs) in scenarios.iter().zip(&results) {
+    for (s, runs) in scenarios.iter().zip(results) {
         for (k, r) in runs.iter().enumerate() {
             let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.0}"));
             let _ = writeln!(
@@ -932,29 +1071,22 @@ fn run_global(args: &BenchArgs) -> Result<u8, HarnessError> {
                 s.series,
                 k + 1,
                 r.ok,
-                f(local_rate(r)),
-                f(lat(50)(r)),
-                f(lat(99)(r)),
+                f(global_local_rate(r)),
+                f(global_local_latency(50)(r)),
+                f(global_local_latency(99)(r)),
                 f(global_rate(r)),
                 r.problems.join("; ").replace('"', "'")
             );
         }
     }
-    write_file(&out.join("results.csv"), &csv)?;
-    let per_scenario: Vec<LocalMedians> = scenarios
-        .iter()
-        .zip(&results)
-        .map(|(s, runs)| {
-            (
-                s.series.clone(),
-                med(runs, local_rate),
-                med(runs, lat(50)),
-                med(runs, lat(99)),
-            )
-        })
-        .collect();
+    write_file(&out.join("results.csv"), &csv)
+}
+
+/// `plot.png`: local throughput and latency per scenario (x: 1, 2, 3 in the order of
+/// [`global_scenarios`]).
+fn draw_global_plot(out: &Path, per_scenario: &[LocalMedians]) -> Result<(), String> {
     let x_of = |i: usize| (i + 1) as f64;
-    let plot_result = plot::draw_lines(
+    plot::draw_lines(
         &out.join("plot.png"),
         "Local rings plus a global ring (seed 000 fig. 4.10, 4.11); x: 1 = local only, 2 = quiet global, 3 = global at 200/s",
         &[
@@ -1000,8 +1132,18 @@ fn run_global(args: &BenchArgs) -> Result<u8, HarnessError> {
                 ],
             },
         ],
-    );
-    let all_ok = !interrupted && results.iter().flatten().all(|r| r.ok);
+    )
+}
+
+/// `summary.md` up to the failed runs: the setup, one row per scenario and what the
+/// global ring costs the local rings.
+fn global_summary(
+    args: &BenchArgs,
+    scenarios: &[Scenario],
+    results: &[Vec<RunOut>],
+    per_scenario: &[LocalMedians],
+    ratio: Option<f64>,
+) -> String {
     let mut s = String::new();
     header(
         &mut s,
@@ -1018,7 +1160,7 @@ fn run_global(args: &BenchArgs) -> Result<u8, HarnessError> {
         "| scenario | local values/s | local latency p50 | p99 | global values/s at a learner | runs ok |"
     );
     let _ = writeln!(s, "| --- | ---: | ---: | ---: | ---: | ---: |");
-    for ((sc, runs), p) in scenarios.iter().zip(&results).zip(&per_scenario) {
+    for ((sc, runs), p) in scenarios.iter().zip(results).zip(per_scenario) {
         let _ = writeln!(
             s,
             "| {} | {} | {} | {} | {} | {}/{} |",
@@ -1031,10 +1173,6 @@ fn run_global(args: &BenchArgs) -> Result<u8, HarnessError> {
             runs.len()
         );
     }
-    let ratio = match (per_scenario[0].1, per_scenario[1].1) {
-        (Some(a), Some(b)) if a > 0.0 => Some(b / a),
-        _ => None,
-    };
     if let Some(x) = ratio {
         let show = |v: Option<f64>| v.map_or("-".to_string(), format::ms);
         let _ = writeln!(
@@ -1049,17 +1187,7 @@ fn run_global(args: &BenchArgs) -> Result<u8, HarnessError> {
             show(per_scenario.get(2).and_then(|p| p.2)),
         );
     }
-    failures_and_plot(&mut s, &scenarios, &results, &plot_result);
-    let j = json!({
-        "bench": BenchName::GlobalRing.as_str(),
-        "local_values_per_s": per_scenario[0].1,
-        "local_values_per_s_with_global": per_scenario[1].1,
-        "local_with_global_to_alone": ratio,
-        "local_latency_us_p50": per_scenario[0].2,
-        "local_latency_us_p50_with_global": per_scenario[1].2,
-        "ok": all_ok,
-    });
-    finish(&out, &s, j, args, all_ok)
+    s
 }
 
 /// Runs one of the Multi-Ring experiments; `None` if `name` is not one.

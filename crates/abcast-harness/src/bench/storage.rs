@@ -22,7 +22,11 @@
 //! temporary directory; the summary names its device and file system, since a `tmpfs` there
 //! would make the durable points measure memory.
 
-use super::{BenchArgs, csv_field, failure_reason, machine, push_failed_runs, write_file};
+use super::output::{
+    command_line, create_out_dir, csv_field, failure_reason, finish, note_interrupted,
+    push_failed_runs, write_file,
+};
+use super::{BenchArgs, checks_failed, machine};
 use crate::analysis;
 use crate::cluster;
 use crate::cluster::{ClusterSpec, NodeRecord};
@@ -259,16 +263,8 @@ fn measure(spec: &ClusterSpec, run: u32) -> Result<(Run, bool), HarnessError> {
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     let cpu: Vec<f64> = r.per_node.iter().map(|n| n.cpu_pct).collect();
     let ok = r.ok();
-    if !ok {
-        let mut why: Vec<String> = r.agreement.clone();
-        why.extend(r.lost.iter().cloned());
-        why.extend(r.duplicates.iter().cloned());
-        why.extend(
-            r.problems
-                .iter()
-                .map(|p| p.lines().next().unwrap_or("").to_string()),
-        );
-        eprintln!("{}: checks FAILED: {}", spec.label, why.join("; "));
+    if let Some(why) = checks_failed(&r) {
+        eprintln!("{}: checks FAILED: {why}", spec.label);
     }
     Ok((
         Run {
@@ -757,9 +753,6 @@ fn write_summary(
     disk: &Disk,
     date: &str,
 ) -> Result<(), HarnessError> {
-    let command: Vec<String> = std::env::args()
-        .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
-        .collect();
     let ratio = sync_to_memory_ratio(series, RATIO_VALUE_SIZE);
     let mut s = String::new();
     let _ = writeln!(s, "# abcast bench storage\n");
@@ -770,7 +763,7 @@ fn write_summary(
         bytes(VALUE_SIZES[0]),
         bytes(VALUE_SIZES[VALUE_SIZES.len() - 1])
     );
-    let _ = writeln!(s, "- Command: `{}`", command.join(" "));
+    let _ = writeln!(s, "- Command: `{}`", command_line());
     let _ = writeln!(s, "- Date: {date}");
     let _ = writeln!(s, "- Machine: {}", machine());
     let _ = writeln!(s, "- Data directories: {}", disk.describe());
@@ -967,16 +960,7 @@ pub fn run(args: &BenchArgs) -> Result<u8, HarnessError> {
         w => Some(w),
     };
     let (stamp, date) = utc_now();
-    let out: PathBuf = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("results").join(format!("storage-{stamp}")));
-    if let Err(e) = fs::create_dir_all(&out) {
-        return Err(HarnessError::Runtime(format!(
-            "cannot create {}: {e}",
-            out.display()
-        )));
-    }
+    let out = create_out_dir(args, "storage", &stamp)?;
     let disk = disk();
     eprintln!("data directories: {}", disk.describe());
     if let Some((p50, p99)) = disk.fdatasync_us {
@@ -1060,9 +1044,7 @@ pub fn run(args: &BenchArgs) -> Result<u8, HarnessError> {
             sr.runs.push(figures);
         }
     }
-    if interrupted {
-        eprintln!("interrupted by Ctrl-C: writing the results measured so far");
-    }
+    note_interrupted(interrupted);
     let window_n = window.unwrap_or(0);
     write_file(
         &out.join("results.csv"),
@@ -1080,21 +1062,12 @@ pub fn run(args: &BenchArgs) -> Result<u8, HarnessError> {
         &date,
     )?;
     let all_ok = series.iter().all(|s| s.runs_ok() == s.runs.len());
-    let text = if args.json {
-        json_line(args, window_n, &series, &disk, &out, all_ok).to_string() + "\n"
-    } else {
-        terminal_text(&series, &out)
-    };
-    let mut stdout = std::io::stdout().lock();
-    if let Err(e) = stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        return Err(HarnessError::Runtime(format!(
-            "cannot write the summary: {e}"
-        )));
-    }
-    Ok(if all_ok { 0 } else { 1 })
+    finish(
+        args,
+        || json_line(args, window_n, &series, &disk, &out, all_ok),
+        || terminal_text(&series, &out),
+        all_ok,
+    )
 }
 
 #[cfg(test)]

@@ -10,7 +10,9 @@
 //! since the trim point (about one snapshot interval of traffic, plus the segment being
 //! written: segments are deleted whole).
 
-use super::{BenchArgs, machine, push_failed_runs, write_file};
+use super::BenchArgs;
+use super::machine;
+use super::output::{create_out_dir, finish, push_failed_runs, write_file};
 use crate::analysis;
 use crate::cluster;
 use crate::cluster::ClusterSpec;
@@ -21,9 +23,7 @@ use crate::plot::{self, Line, LinePanel};
 use abcast_node::stats::median;
 use serde_json::json;
 use std::fmt::Write as _;
-use std::fs;
-use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::Path;
 
 /// Value size: seed 000's storage figure (3.6) was measured around this size.
 pub const TRIM_VALUE_SIZE_BYTES: u64 = 8 << 10;
@@ -115,27 +115,50 @@ fn analyse(run: &cluster::ClusterRun) -> RunOut {
     out
 }
 
+/// `abcast bench trim`: returns the exit status (0 when every run passed its checks and the
+/// log stayed within [`TRIM_RATIO_MAX`] of what was appended).
 pub fn run(args: &BenchArgs) -> Result<u8, HarnessError> {
     let (stamp, date) = utc_now();
-    let out_dir: PathBuf = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("results").join(format!("trim-{stamp}")));
-    fs::create_dir_all(&out_dir)
-        .map_err(|e| HarnessError::Runtime(format!("cannot create {}: {e}", out_dir.display())))?;
+    let out_dir = create_out_dir(args, "trim", &stamp)?;
+    let runs = run_all(args)?;
+    write_file(&out_dir.join("results.csv"), &csv_text(&runs))?;
+    let plot_note = write_plot(&out_dir, &runs);
+    let figures = TrimFigures::of(&runs);
+    let mut s = summary_text(args, &date, &runs, &figures);
+    s += &plot_note;
+    let failures: Vec<String> = runs
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !r.ok)
+        .map(|(i, r)| format!("run {}: {}", i + 1, r.problems.join("; ")))
+        .collect();
+    push_failed_runs(&mut s, &failures);
+    write_file(&out_dir.join("summary.md"), &s)?;
+    finish(
+        args,
+        || figures.json(args, &out_dir),
+        || format!("{s}\nWritten to {}\n", out_dir.display()),
+        runs.iter().all(|r| r.ok) && figures.met,
+    )
+}
+
+/// Runs the cluster `--runs` times, until Ctrl-C.
+fn run_all(args: &BenchArgs) -> Result<Vec<RunOut>, HarnessError> {
     let mut runs: Vec<RunOut> = Vec::new();
-    let mut interrupted = false;
     for r in 1..=args.runs {
         let label = format!("[{r}/{}] trim", args.runs);
         match cluster::run_cluster(&spec(args, label.clone())) {
             Ok(cr) => {
-                interrupted = cr.interrupted;
                 let o = analyse(&cr);
                 if !o.ok {
                     eprintln!("{label}: checks FAILED: {}", o.problems.join("; "));
                 }
                 runs.push(o);
+                if cr.interrupted {
+                    break;
+                }
             }
+            // The very first run failing to start means the harness or the node is broken.
             Err(e) if r == 1 => return Err(e),
             Err(e) => {
                 eprintln!("{label}: run failed: {e}");
@@ -145,86 +168,133 @@ pub fn run(args: &BenchArgs) -> Result<u8, HarnessError> {
                 });
             }
         }
-        if interrupted {
-            break;
-        }
     }
+    Ok(runs)
+}
 
-    // CSV: every sample of every run.
+/// `results.csv`: every sample of every run.
+fn csv_text(runs: &[RunOut]) -> String {
     let mut csv = String::from("run,node,t_s,log_bytes,log_appended_bytes\n");
     for (i, r) in runs.iter().enumerate() {
         for (node, t, lb, ab) in &r.samples {
             let _ = writeln!(csv, "{},{node},{t:.3},{lb},{ab}", i + 1);
         }
     }
-    write_file(&out_dir.join("results.csv"), &csv)?;
+    csv
+}
 
-    // Plot: the first good run, one line per acceptor, and the bytes appended.
+/// `log_size.png`: the first good run (else the first), one line per acceptor, and the
+/// bytes appended. Returns the summary's note when the plot could not be drawn: the
+/// figures stand without it.
+fn write_plot(out_dir: &Path, runs: &[RunOut]) -> String {
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-    let shown = runs.iter().find(|r| r.ok).or(runs.first());
-    let mut plot_note = String::new();
-    if let Some(r) = shown {
-        let mut lines = Vec::new();
-        let mut appended = Vec::new();
-        for node in 0..3u32 {
-            let pts: Vec<(f64, f64)> = r
+    let Some(r) = runs.iter().find(|r| r.ok).or(runs.first()) else {
+        return String::new();
+    };
+    let mut lines = Vec::new();
+    let mut appended = Vec::new();
+    for node in 0..3u32 {
+        let pts: Vec<(f64, f64)> = r
+            .samples
+            .iter()
+            .filter(|s| s.0 == node)
+            .map(|s| (s.1, mib(s.2)))
+            .collect();
+        lines.push(Line {
+            label: format!("node {node}: log on disk"),
+            points: pts,
+            markers: false,
+        });
+        if node == 0 {
+            appended = r
                 .samples
                 .iter()
                 .filter(|s| s.0 == node)
-                .map(|s| (s.1, mib(s.2)))
+                .map(|s| (s.1, mib(s.3)))
                 .collect();
-            lines.push(Line {
-                label: format!("node {node}: log on disk"),
-                points: pts,
-                markers: false,
-            });
-            if node == 0 {
-                appended = r
-                    .samples
-                    .iter()
-                    .filter(|s| s.0 == node)
-                    .map(|s| (s.1, mib(s.3)))
-                    .collect();
-            }
         }
-        let panels = vec![
-            LinePanel {
-                caption: "acceptor log on disk (trimmed below a quorum of learners' snapshots)"
-                    .into(),
-                x_desc: "time (s)".into(),
-                y_desc: "MiB".into(),
-                lines,
-            },
-            LinePanel {
-                caption: "bytes appended to node 0's log since start".into(),
-                x_desc: "time (s)".into(),
-                y_desc: "MiB".into(),
-                lines: vec![Line {
-                    label: "appended".into(),
-                    points: appended,
-                    markers: false,
-                }],
-            },
-        ];
-        let title = format!(
-            "Log size under constant load with trimming: {} values/s of {}, sync = true",
-            group(TRIM_RATE_VALUES_PER_S),
-            bytes(TRIM_VALUE_SIZE_BYTES)
-        );
-        if let Err(e) = plot::draw_lines(&out_dir.join("log_size.png"), &title, &panels) {
-            plot_note = format!("\nThe plot could not be drawn: {e}\n");
+    }
+    let panels = vec![
+        LinePanel {
+            caption: "acceptor log on disk (trimmed below a quorum of learners' snapshots)".into(),
+            x_desc: "time (s)".into(),
+            y_desc: "MiB".into(),
+            lines,
+        },
+        LinePanel {
+            caption: "bytes appended to node 0's log since start".into(),
+            x_desc: "time (s)".into(),
+            y_desc: "MiB".into(),
+            lines: vec![Line {
+                label: "appended".into(),
+                points: appended,
+                markers: false,
+            }],
+        },
+    ];
+    let title = format!(
+        "Log size under constant load with trimming: {} values/s of {}, sync = true",
+        group(TRIM_RATE_VALUES_PER_S),
+        bytes(TRIM_VALUE_SIZE_BYTES)
+    );
+    match plot::draw_lines(&out_dir.join("log_size.png"), &title, &panels) {
+        Ok(()) => String::new(),
+        Err(e) => format!("\nThe plot could not be drawn: {e}\n"),
+    }
+}
+
+/// The medians over the good runs, and the verdict against [`TRIM_RATIO_MAX`].
+struct TrimFigures {
+    good_runs: usize,
+    log_bytes_max: Option<f64>,
+    log_bytes_end: Option<f64>,
+    bytes_appended: Option<f64>,
+    ratio: Option<f64>,
+    /// The largest ratio of any good run (NaN without one).
+    worst_ratio: f64,
+    met: bool,
+}
+
+impl TrimFigures {
+    fn of(runs: &[RunOut]) -> TrimFigures {
+        let good: Vec<&RunOut> = runs.iter().filter(|r| r.ok).collect();
+        let med =
+            |f: &dyn Fn(&RunOut) -> f64| median(&good.iter().map(|r| f(r)).collect::<Vec<f64>>());
+        let worst_ratio = good.iter().map(|r| r.ratio()).fold(f64::NAN, f64::max);
+        TrimFigures {
+            good_runs: good.len(),
+            log_bytes_max: med(&|r| r.log_bytes_max as f64),
+            log_bytes_end: med(&|r| r.log_bytes_end as f64),
+            bytes_appended: med(&|r| r.bytes_appended as f64),
+            ratio: med(&|r| r.ratio()),
+            worst_ratio,
+            met: !good.is_empty() && worst_ratio <= TRIM_RATIO_MAX,
         }
     }
 
-    let good: Vec<&RunOut> = runs.iter().filter(|r| r.ok).collect();
-    let med = |f: &dyn Fn(&RunOut) -> f64| median(&good.iter().map(|r| f(r)).collect::<Vec<f64>>());
-    let log_max = med(&|r| r.log_bytes_max as f64);
-    let log_end = med(&|r| r.log_bytes_end as f64);
-    let appended = med(&|r| r.bytes_appended as f64);
-    let ratio = med(&|r| r.ratio());
-    let worst_ratio = good.iter().map(|r| r.ratio()).fold(f64::NAN, f64::max);
-    let met = !good.is_empty() && worst_ratio <= TRIM_RATIO_MAX;
+    /// The `--json` line.
+    fn json(&self, args: &BenchArgs, out_dir: &Path) -> serde_json::Value {
+        json!({
+            "bench": "trim",
+            "runs": args.runs,
+            "duration_s": args.duration_s,
+            "value_size_bytes": TRIM_VALUE_SIZE_BYTES,
+            "rate_values_per_s": TRIM_RATE_VALUES_PER_S,
+            "log_bytes_max": self.log_bytes_max,
+            "log_bytes_end": self.log_bytes_end,
+            "bytes_appended": self.bytes_appended,
+            "log_max_to_appended": self.ratio,
+            "log_max_to_appended_worst": self.worst_ratio,
+            "target_max": TRIM_RATIO_MAX,
+            "met": self.met,
+            "out": out_dir.display().to_string(),
+        })
+    }
+}
 
+/// `summary.md` up to the plot note and the failed runs: the setup, one row per run and
+/// the medians against the target.
+fn summary_text(args: &BenchArgs, date: &str, runs: &[RunOut], f: &TrimFigures) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# Log size under constant load with trimming\n");
     let _ = writeln!(
@@ -274,14 +344,14 @@ pub fn run(args: &BenchArgs) -> Result<u8, HarnessError> {
         "\nMedians over {} good run(s): log_bytes_max {}, log_bytes_end {}, bytes_appended {}; \
          the largest log was {} of the bytes appended (worst run {:.3}). Target: at most {} \
          ({}).",
-        good.len(),
-        fmt_b(log_max),
-        fmt_b(log_end),
-        fmt_b(appended),
-        ratio.map_or("n/a".to_string(), |r| format!("{r:.3}")),
-        worst_ratio,
+        f.good_runs,
+        fmt_b(f.log_bytes_max),
+        fmt_b(f.log_bytes_end),
+        fmt_b(f.bytes_appended),
+        f.ratio.map_or("n/a".to_string(), |r| format!("{r:.3}")),
+        f.worst_ratio,
         TRIM_RATIO_MAX,
-        if met { "met" } else { "NOT met" }
+        if f.met { "met" } else { "NOT met" }
     );
     let _ = writeln!(
         s,
@@ -293,40 +363,5 @@ pub fn run(args: &BenchArgs) -> Result<u8, HarnessError> {
          every sample (every {} ms, per node); `log_size.png` shows the first good run.",
         cluster::STATS_MS
     );
-    s += &plot_note;
-    let failures: Vec<String> = runs
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| !r.ok)
-        .map(|(i, r)| format!("run {}: {}", i + 1, r.problems.join("; ")))
-        .collect();
-    push_failed_runs(&mut s, &failures);
-    write_file(&out_dir.join("summary.md"), &s)?;
-
-    let mut stdout = std::io::stdout().lock();
-    if args.json {
-        let j = json!({
-            "bench": "trim",
-            "runs": args.runs,
-            "duration_s": args.duration_s,
-            "value_size_bytes": TRIM_VALUE_SIZE_BYTES,
-            "rate_values_per_s": TRIM_RATE_VALUES_PER_S,
-            "log_bytes_max": log_max,
-            "log_bytes_end": log_end,
-            "bytes_appended": appended,
-            "log_max_to_appended": ratio,
-            "log_max_to_appended_worst": worst_ratio,
-            "target_max": TRIM_RATIO_MAX,
-            "met": met,
-            "out": out_dir.display().to_string(),
-        });
-        let _ = writeln!(stdout, "{j}");
-    } else {
-        let _ = writeln!(stdout, "{s}\nWritten to {}", out_dir.display());
-    }
-    Ok(if runs.iter().all(|r| r.ok) && met {
-        0
-    } else {
-        1
-    })
+    s
 }

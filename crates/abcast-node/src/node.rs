@@ -9,6 +9,7 @@
 use crate::nodeconfig::{
     self, MarkerError, MemberAddr, NodeConfig, NodeConfigError, ProtocolKind, StorageKind,
 };
+use abcast_core::MultiRingPaxos;
 use abcast_core::config::{ConfigError, StartInfo};
 use abcast_core::multiring::MultiRing;
 use abcast_core::protocol::Ack;
@@ -147,6 +148,28 @@ pub fn run_node(args: NodeArgs) -> Result<(), NodeError> {
     let mut out = stdout.lock();
     // Read once: it picks the protocol, and every protocol shares one start-up path.
     let cfg = nodeconfig::load(&args.config, args.id).map_err(NodeError::Config)?;
+    if let Some(mr) = cfg.ringpaxos_rings() {
+        eprintln!(
+            "[{}] Multi-Ring Paxos over {} Ring Paxos rings; multicasts go as TCP copies",
+            cfg.node_id,
+            mr.rings.len()
+        );
+        run_node_on(&cfg, &args, &stop, &mut out, |cfg, start| {
+            let capacities: Vec<_> = mr
+                .rings
+                .iter()
+                .map(|r| {
+                    let c = &r.ring;
+                    (r.group, c.store_capacity_instances, c.store_capacity_bytes)
+                })
+                .collect();
+            let mut stores = ring_stores(cfg, &capacities)?;
+            MultiRingPaxos::new(mr, cfg.node_id, start, |group| {
+                stores.remove(&group).unwrap_or_else(|| fallback_store(cfg))
+            })
+        })?;
+        return Ok(());
+    }
     if cfg.protocol == ProtocolKind::RingPaxos {
         run_node_on(&cfg, &args, &stop, &mut out, ringpaxos_protocol)?;
         return Ok(());
@@ -161,21 +184,9 @@ pub fn run_node(args: NodeArgs) -> Result<(), NodeError> {
                     (r.group, c.store_capacity_instances, c.store_capacity_bytes)
                 })
                 .collect();
-            // Every ring's store is opened (and recovered) before the protocol is built.
-            let mut stores = HashMap::new();
-            for &(group, instances, bytes) in &capacities {
-                let store = open_store(cfg, Some(group), instances, bytes)?;
-                stores.insert(group, store);
-            }
+            let mut stores = ring_stores(cfg, &capacities)?;
             MultiRing::new(mr, cfg.node_id, start, |group| {
-                stores.remove(&group).unwrap_or_else(|| {
-                    // Not a ring of the config (MultiRing asks only for those): the safe
-                    // default, an in-memory store.
-                    Box::new(MemoryStore::new(
-                        cfg.ring.store_capacity_instances,
-                        cfg.ring.store_capacity_bytes,
-                    ))
-                })
+                stores.remove(&group).unwrap_or_else(|| fallback_store(cfg))
             })
         })?;
         return Ok(());
@@ -190,6 +201,28 @@ pub fn run_node(args: NodeArgs) -> Result<(), NodeError> {
         URing::new(cfg.ring.clone(), cfg.node_id, start, store)
     })?;
     Ok(())
+}
+
+/// Every ring's store, opened (and recovered) before the protocol is built: `capacities`
+/// holds (ring, instances, bytes) per ring.
+fn ring_stores(
+    cfg: &NodeConfig,
+    capacities: &[(GroupId, usize, usize)],
+) -> Result<HashMap<GroupId, Box<dyn AcceptorStore + Send>>, ConfigError> {
+    let mut stores = HashMap::new();
+    for &(group, instances, bytes) in capacities {
+        stores.insert(group, open_store(cfg, Some(group), instances, bytes)?);
+    }
+    Ok(stores)
+}
+
+/// The store of a ring the config does not name (a Multi-Ring protocol asks only for
+/// those): the safe default, an in-memory store.
+fn fallback_store(cfg: &NodeConfig) -> Box<dyn AcceptorStore + Send> {
+    Box::new(MemoryStore::new(
+        cfg.ring.store_capacity_instances,
+        cfg.ring.store_capacity_bytes,
+    ))
 }
 
 /// IP-multicast Ring Paxos (seed 003) as the config describes it, over an in-memory store.

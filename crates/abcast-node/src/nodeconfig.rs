@@ -55,7 +55,7 @@
 //! links (`runtime::linkfault`); each directed link may be named by one rule only.
 
 use abcast_core::config::{Member, Roles, StartInfo};
-use abcast_core::multiring::{MultiRingConfig, ProposeTo, RingSpec};
+use abcast_core::multiring::{MultiRingConfig, MultiRingConfigOf, ProposeTo, RingSpec, RingSpecOf};
 use abcast_core::ringpaxos::RingPaxosConfig;
 use abcast_core::storage::DurableOptions;
 use abcast_core::uring::RingConfig;
@@ -84,7 +84,8 @@ pub struct NodeConfig {
     pub transport: TransportConfig,
     pub storage: StorageConfig,
     /// `[[rings]]` given: the node runs Multi-Ring Paxos over these rings (each a copy of
-    /// `ring`'s parameters with its own members and roles) instead of the single ring.
+    /// `ring`'s parameters with its own members and roles) instead of the single ring; with
+    /// `protocol = "ringpaxos"` each ring is a Ring Paxos ring (`ringpaxos_rings`).
     pub multiring: Option<MultiRingConfig>,
     /// The protocol `abcast node` runs (`protocol = ...`).
     pub protocol: ProtocolKind,
@@ -116,6 +117,35 @@ impl NodeConfig {
             Some(rp) => rp.window_values,
             None => self.ring.window_values,
         }
+    }
+
+    /// Multi-Ring Paxos over Ring Paxos rings: the `[[rings]]` layout and `[multiring]`
+    /// settings, each ring with `[ringpaxos]`'s parameters and its own members. `None`
+    /// unless both `[[rings]]` and `protocol = "ringpaxos"` are given.
+    pub fn ringpaxos_rings(&self) -> Option<MultiRingConfigOf<RingPaxosConfig>> {
+        let (mr, rp) = (self.multiring.as_ref()?, self.ringpaxos.as_ref()?);
+        Some(MultiRingConfigOf {
+            rings: mr
+                .rings
+                .iter()
+                .map(|s| RingSpecOf {
+                    group: s.group,
+                    ring: RingPaxosConfig {
+                        members: s.ring.members.clone(),
+                        ..rp.clone()
+                    },
+                })
+                .collect(),
+            merge_m: mr.merge_m,
+            skip_interval_us: mr.skip_interval_us,
+            lambda_factor_pct: mr.lambda_factor_pct,
+            lambda_min_slots: mr.lambda_min_slots,
+            control_retry_us: mr.control_retry_us,
+            merge_queue_instances: mr.merge_queue_instances,
+            merge_queue_bytes: mr.merge_queue_bytes,
+            subscriptions: mr.subscriptions.clone(),
+            propose_to: mr.propose_to,
+        })
     }
 
     /// This node's addresses.
@@ -476,13 +506,16 @@ pub fn parse(
         }
     }
     let multiring = multiring(&file, &ring)?;
-    if multiring.is_some() && protocol == ProtocolKind::RingPaxos {
+    if multiring.is_some() && protocol == ProtocolKind::RingPaxos && transport.multicast.is_some() {
+        // One multicast group per ring needs routing by group in the datagram transport;
+        // until then every ring's phase 2A and decisions go as TCP copies.
         return invalid(
-            "protocol",
-            "[[rings]] are U-Ring Paxos rings (Multi-Ring Paxos); protocol = \"ringpaxos\" runs one ring",
+            "multicast",
+            "Multi-Ring Paxos over Ring Paxos rings sends each ring's multicasts as TCP copies \
+             for now (a multicast group per ring is not supported yet); remove [multicast]",
         );
     }
-    Ok(NodeConfig {
+    let cfg = NodeConfig {
         cluster_id: file.cluster_id,
         node_id: NodeId(me),
         ring,
@@ -492,7 +525,16 @@ pub fn parse(
         multiring,
         protocol,
         ringpaxos,
-    })
+    };
+    if let Some(mr) = cfg.ringpaxos_rings() {
+        for (i, spec) in mr.rings.iter().enumerate() {
+            spec.ring.validate().map_err(|e| NodeConfigError::Invalid {
+                field: format!("rings[{i}].{}", e.field),
+                reason: e.reason,
+            })?;
+        }
+    }
+    Ok(cfg)
 }
 
 /// `[[members]]`: the ring's members with their roles, and their addresses (each used once).
@@ -1432,9 +1474,35 @@ rings = [1]
     }
 
     #[test]
-    fn rings_and_ring_paxos_do_not_mix() {
-        let text = format!("protocol = \"ringpaxos\"\n{GOOD}[[rings]]\ngroup = 1\n");
-        assert_eq!(field_of(&text, Some(0)), "protocol");
+    fn rings_with_ring_paxos_make_multi_ring_paxos_over_ring_paxos_rings() {
+        let text = format!("protocol = \"ringpaxos\"\n{GOOD}{RINGS}");
+        let c = parse(&text, Some(0), Path::new("/")).unwrap();
+        assert_eq!(c.protocol, ProtocolKind::RingPaxos);
+        let mr = c.ringpaxos_rings().unwrap();
+        let rp = c.ringpaxos.as_ref().unwrap();
+        assert_eq!(
+            mr.rings.iter().map(|r| r.group.0).collect::<Vec<_>>(),
+            [1, 2]
+        );
+        // Each ring: its own members and roles, Ring Paxos' parameters.
+        let layout = c.multiring.as_ref().unwrap();
+        for (spec, uring) in mr.rings.iter().zip(&layout.rings) {
+            assert_eq!(spec.ring.members, uring.ring.members);
+            assert_eq!(spec.ring.p2_resend_us, rp.p2_resend_us);
+        }
+        assert_eq!((mr.merge_m, mr.propose_to), (4, ProposeTo::RoundRobin));
+        assert_eq!(mr.subscriptions, [(NodeId(0), vec![GroupId(1)])]);
+        // U-Ring Paxos rings have no Ring Paxos form.
+        let u = parse(&format!("{GOOD}{RINGS}"), Some(0), Path::new("/")).unwrap();
+        assert!(u.ringpaxos_rings().is_none());
+    }
+
+    #[test]
+    fn rings_of_ring_paxos_refuse_one_shared_multicast_group() {
+        let text = format!(
+            "protocol = \"ringpaxos\"\n{GOOD}{RINGS}[multicast]\ngroup = \"239.255.77.1:30000\"\n"
+        );
+        assert_eq!(field_of(&text, Some(0)), "multicast");
     }
 
     #[test]

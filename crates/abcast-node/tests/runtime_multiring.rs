@@ -1,16 +1,19 @@
 //! Multi-Ring Paxos over real sockets: two rings multiplexed on one connection per node
 //! pair (the ring is the frame's group), learners that follow different ring sets, and the
-//! atomic-multicast property checked on what the drivers delivered.
+//! atomic-multicast property checked on what the drivers delivered; over U-Ring Paxos rings
+//! and over Ring Paxos rings (their multicasts as TCP copies), with one check.
 
 // The runtime tests' support module, shared rather than copied.
 #[path = "../../abcast-runtime/tests/runtime_support/mod.rs"]
 mod runtime_support;
 
+use abcast_core::MultiRingPaxos;
 use abcast_core::config::{Member, Roles, StartInfo};
-use abcast_core::multiring::{MultiRing, MultiRingConfig, RingSpec};
+use abcast_core::multiring::{MultiRing, MultiRingConfig, MultiRingConfigOf, RingSpec, RingSpecOf};
+use abcast_core::ringpaxos::RingPaxosConfig;
 use abcast_core::storage::MemoryStore;
 use abcast_core::uring::RingConfig;
-use abcast_core::{GroupId, NodeId, ValueId};
+use abcast_core::{GroupId, NodeId, Protocol, ValueId};
 use abcast_runtime::TransportConfig;
 use runtime_support::*;
 use std::collections::HashSet;
@@ -18,8 +21,9 @@ use std::time::Duration;
 
 const VALUES_PER_RING: u64 = 3_000;
 
-fn ring(group: u16, proposer: u32) -> RingSpec {
-    let members = (0..4)
+/// Four nodes: `proposer` proposes, 0 to 2 accept, 2 and 3 learn.
+fn members(proposer: u32) -> Vec<Member> {
+    (0..4)
         .map(|i| Member {
             id: NodeId(i),
             roles: Roles {
@@ -28,7 +32,11 @@ fn ring(group: u16, proposer: u32) -> RingSpec {
                 learner: i >= 2,
             },
         })
-        .collect();
+        .collect()
+}
+
+fn ring(group: u16, proposer: u32) -> RingSpec {
+    let members = members(proposer);
     RingSpec {
         group: GroupId(group),
         ring: RingConfig {
@@ -64,6 +72,45 @@ fn two_rings_share_connections_and_learners_merge_them_in_one_order() {
             .unwrap()
         },
     );
+    learners_merge_two_rings_in_one_order(nodes);
+}
+
+#[test]
+fn two_ring_paxos_rings_merge_in_one_order_at_every_learner() {
+    let ring = |group: u16, proposer: u32| RingSpecOf {
+        group: GroupId(group),
+        ring: RingPaxosConfig {
+            members: members(proposer),
+            ..RingPaxosConfig::default()
+        },
+    };
+    let cfg = MultiRingConfigOf {
+        rings: vec![ring(1, 0), ring(2, 1)],
+        subscriptions: vec![(NodeId(3), vec![GroupId(2)])],
+        ..MultiRingConfigOf::default()
+    };
+    let nodes = cluster(
+        4,
+        load_of(VALUES_PER_RING, 256, 200),
+        TransportConfig::default(),
+        false,
+        |_, _, a| a,
+        |me| {
+            MultiRingPaxos::new(cfg.clone(), me, StartInfo::FRESH, |_| {
+                Box::new(MemoryStore::new(1 << 16, 1 << 28))
+            })
+            .unwrap()
+        },
+    );
+    learners_merge_two_rings_in_one_order(nodes);
+}
+
+/// Node 2 follows rings 1 and 2, node 3 ring 2 only; each ring's proposer offers
+/// `VALUES_PER_RING` values.
+fn learners_merge_two_rings_in_one_order<P: Protocol + Send + 'static>(nodes: Vec<RunningNode<P>>)
+where
+    P::Message: Send,
+{
     let both = &nodes[2];
     let only2 = &nodes[3];
     let done = wait_until(Duration::from_secs(60), || {

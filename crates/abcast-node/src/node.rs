@@ -155,18 +155,14 @@ pub fn run_node(args: NodeArgs) -> Result<(), NodeError> {
             mr.rings.len()
         );
         run_node_on(&cfg, &args, &stop, &mut out, |cfg, start| {
-            let capacities: Vec<_> = mr
-                .rings
-                .iter()
+            let capacities: Vec<_> = (mr.rings.iter())
                 .map(|r| {
                     let c = &r.ring;
                     (r.group, c.store_capacity_instances, c.store_capacity_bytes)
                 })
                 .collect();
-            let mut stores = ring_stores(cfg, &capacities)?;
-            MultiRingPaxos::new(mr, cfg.node_id, start, |group| {
-                stores.remove(&group).unwrap_or_else(|| fallback_store(cfg))
-            })
+            let stores = ring_stores(cfg, &capacities)?;
+            MultiRingPaxos::new(mr, cfg.node_id, start, stores)
         })?;
         return Ok(());
     }
@@ -176,18 +172,14 @@ pub fn run_node(args: NodeArgs) -> Result<(), NodeError> {
     }
     if let Some(mr) = cfg.multiring.clone() {
         run_node_on(&cfg, &args, &stop, &mut out, |cfg, start| {
-            let capacities: Vec<_> = mr
-                .rings
-                .iter()
+            let capacities: Vec<_> = (mr.rings.iter())
                 .map(|r| {
                     let c = &r.ring;
                     (r.group, c.store_capacity_instances, c.store_capacity_bytes)
                 })
                 .collect();
-            let mut stores = ring_stores(cfg, &capacities)?;
-            MultiRing::new(mr, cfg.node_id, start, |group| {
-                stores.remove(&group).unwrap_or_else(|| fallback_store(cfg))
-            })
+            let stores = ring_stores(cfg, &capacities)?;
+            MultiRing::new(mr, cfg.node_id, start, stores)
         })?;
         return Ok(());
     }
@@ -203,26 +195,27 @@ pub fn run_node(args: NodeArgs) -> Result<(), NodeError> {
     Ok(())
 }
 
-/// Every ring's store, opened (and recovered) before the protocol is built: `capacities`
-/// holds (ring, instances, bytes) per ring.
+/// Every ring's store, opened (and recovered) before the protocol is built, from
+/// (ring, instances, bytes) per ring; returned as the Multi-Ring constructors' store
+/// callback. A ring the config does not name (a Multi-Ring protocol asks only for those)
+/// gets the safe default, an in-memory store.
 fn ring_stores(
     cfg: &NodeConfig,
     capacities: &[(GroupId, usize, usize)],
-) -> Result<HashMap<GroupId, Box<dyn AcceptorStore + Send>>, ConfigError> {
+) -> Result<impl FnMut(GroupId) -> Box<dyn AcceptorStore + Send> + use<>, ConfigError> {
     let mut stores = HashMap::new();
     for &(group, instances, bytes) in capacities {
         stores.insert(group, open_store(cfg, Some(group), instances, bytes)?);
     }
-    Ok(stores)
-}
-
-/// The store of a ring the config does not name (a Multi-Ring protocol asks only for
-/// those): the safe default, an in-memory store.
-fn fallback_store(cfg: &NodeConfig) -> Box<dyn AcceptorStore + Send> {
-    Box::new(MemoryStore::new(
+    let (instances, bytes) = (
         cfg.ring.store_capacity_instances,
         cfg.ring.store_capacity_bytes,
-    ))
+    );
+    Ok(move |group| {
+        stores
+            .remove(&group)
+            .unwrap_or_else(|| Box::new(MemoryStore::new(instances, bytes)))
+    })
 }
 
 /// IP-multicast Ring Paxos (seed 003) as the config describes it, over an in-memory store.

@@ -11,7 +11,7 @@ use abcast_core::MultiRingPaxos;
 use abcast_core::config::{Member, Roles, StartInfo};
 use abcast_core::multiring::{MultiRing, MultiRingConfig, MultiRingConfigOf, RingSpec, RingSpecOf};
 use abcast_core::ringpaxos::RingPaxosConfig;
-use abcast_core::storage::MemoryStore;
+use abcast_core::storage::{AcceptorStore, MemoryStore};
 use abcast_core::uring::RingConfig;
 use abcast_core::{GroupId, NodeId, Protocol, ValueId};
 use abcast_runtime::TransportConfig;
@@ -51,66 +51,56 @@ fn ring_of(id: ValueId) -> u64 {
     id.seq >> 56
 }
 
+/// Rings 1 (proposer 0) and 2 (proposer 1); node 3 follows ring 2 only, node 2 both.
+fn two_rings<C>(ring: impl Fn(u16, u32) -> RingSpecOf<C>) -> MultiRingConfigOf<C> {
+    MultiRingConfigOf {
+        rings: vec![ring(1, 0), ring(2, 1)],
+        subscriptions: vec![(NodeId(3), vec![GroupId(2)])],
+        ..MultiRingConfigOf::default()
+    }
+}
+
+fn memory_store(_: GroupId) -> Box<dyn AcceptorStore + Send> {
+    Box::new(MemoryStore::new(1 << 16, 1 << 28))
+}
+
 #[test]
 fn two_rings_share_connections_and_learners_merge_them_in_one_order() {
-    let cfg = MultiRingConfig {
-        rings: vec![ring(1, 0), ring(2, 1)],
-        // Node 3 follows ring 2 only; node 2 follows both.
-        subscriptions: vec![(NodeId(3), vec![GroupId(2)])],
-        ..MultiRingConfig::default()
-    };
-    let nodes = cluster(
-        4,
-        load_of(VALUES_PER_RING, 256, 200),
-        TransportConfig::default(),
-        false,
-        |_, _, a| a,
-        |me| {
-            MultiRing::new(cfg.clone(), me, StartInfo::FRESH, |_| {
-                Box::new(MemoryStore::new(1 << 16, 1 << 28))
-            })
-            .unwrap()
-        },
-    );
-    learners_merge_two_rings_in_one_order(nodes);
+    let cfg: MultiRingConfig = two_rings(ring);
+    learners_merge_two_rings_in_one_order(|me| {
+        MultiRing::new(cfg.clone(), me, StartInfo::FRESH, memory_store).unwrap()
+    });
 }
 
 #[test]
 fn two_ring_paxos_rings_merge_in_one_order_at_every_learner() {
-    let ring = |group: u16, proposer: u32| RingSpecOf {
+    let cfg = two_rings(|group, proposer| RingSpecOf {
         group: GroupId(group),
         ring: RingPaxosConfig {
             members: members(proposer),
             ..RingPaxosConfig::default()
         },
-    };
-    let cfg = MultiRingConfigOf {
-        rings: vec![ring(1, 0), ring(2, 1)],
-        subscriptions: vec![(NodeId(3), vec![GroupId(2)])],
-        ..MultiRingConfigOf::default()
-    };
+    });
+    learners_merge_two_rings_in_one_order(|me| {
+        MultiRingPaxos::new(cfg.clone(), me, StartInfo::FRESH, memory_store).unwrap()
+    });
+}
+
+/// Starts four nodes of `make` under load (each ring's proposer offers `VALUES_PER_RING`
+/// values) and checks what the learners delivered: node 2 follows rings 1 and 2, node 3
+/// ring 2 only.
+fn learners_merge_two_rings_in_one_order<P: Protocol + Send + 'static>(make: impl Fn(NodeId) -> P)
+where
+    P::Message: Send,
+{
     let nodes = cluster(
         4,
         load_of(VALUES_PER_RING, 256, 200),
         TransportConfig::default(),
         false,
         |_, _, a| a,
-        |me| {
-            MultiRingPaxos::new(cfg.clone(), me, StartInfo::FRESH, |_| {
-                Box::new(MemoryStore::new(1 << 16, 1 << 28))
-            })
-            .unwrap()
-        },
+        make,
     );
-    learners_merge_two_rings_in_one_order(nodes);
-}
-
-/// Node 2 follows rings 1 and 2, node 3 ring 2 only; each ring's proposer offers
-/// `VALUES_PER_RING` values.
-fn learners_merge_two_rings_in_one_order<P: Protocol + Send + 'static>(nodes: Vec<RunningNode<P>>)
-where
-    P::Message: Send,
-{
     let both = &nodes[2];
     let only2 = &nodes[3];
     let done = wait_until(Duration::from_secs(60), || {

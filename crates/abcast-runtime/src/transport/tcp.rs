@@ -154,9 +154,6 @@ struct Peer {
     dropped_unlogged: u64,
     last_drop_log_us: Micros,
     dirty: bool,
-    /// In the peer set; a removed peer (`remove_peer`) keeps its slot, so indices stay
-    /// valid, but nothing is queued for it and its `Hello` is refused.
-    member: bool,
 }
 
 impl Peer {
@@ -172,7 +169,6 @@ impl Peer {
             dropped_unlogged: 0,
             last_drop_log_us: 0,
             dirty: false,
-            member: true,
         }
     }
 
@@ -715,14 +711,11 @@ impl Transport for TcpLinks {
     }
 
     fn send(&mut self, now: Micros, to: NodeId, frame: OutFrame<'_>) -> Sent {
+        // A removed peer keeps its slot (for a return) but leaves the index.
         let Some(&idx) = self.index.get(&to) else {
             self.stats.frames_dropped += 1;
             return Sent::Dropped;
         };
-        if !self.peers[idx].member {
-            self.stats.frames_dropped += 1;
-            return Sent::Dropped;
-        }
         let mut pushed = self.peers[idx].push_frame(frame);
         if matches!(pushed, Err(PushError::Full(_)))
             && matches!(self.peers[idx].link, Link::Up { .. })
@@ -876,7 +869,6 @@ impl Transport for TcpLinks {
         };
         let peer = &mut self.peers[idx];
         peer.addr = addr;
-        peer.member = true;
         peer.down_logged = false;
         self.index.insert(id, idx);
         Ok(())
@@ -888,7 +880,6 @@ impl Transport for TcpLinks {
         };
         self.drop_link(idx, format_args!("{id} was removed from the peers"));
         self.peers[idx].queue.clear();
-        self.peers[idx].member = false;
         let inbound: Vec<Token> = self
             .inbound
             .iter()

@@ -97,6 +97,15 @@ pub enum Event {
     BadControl { group: GroupId, detail: String },
     /// An event of one group's protocol instance inside a composition (Multi-Ring).
     InGroup { group: GroupId, event: Box<Event> },
+    /// Ballot leader election at `node` elected `leader` with `ballot` (seed 001 appendix A).
+    LeaderElected {
+        node: NodeId,
+        leader: NodeId,
+        ballot: Ballot,
+    },
+    /// A decided log entry at `index` does not decode (`detail`): every learner passes over
+    /// it alike.
+    BadEntry { index: Instance, detail: String },
 }
 
 impl fmt::Display for Event {
@@ -223,6 +232,14 @@ impl fmt::Display for Event {
             ),
             Event::BadControl { group, detail } => {
                 write!(f, "ring {}: undecodable control value: {detail}", group.0)
+            }
+            Event::LeaderElected {
+                node,
+                leader,
+                ballot,
+            } => write!(f, "{node} elects {leader} with ballot {ballot}"),
+            Event::BadEntry { index, detail } => {
+                write!(f, "decided entry {index} does not decode: {detail}")
             }
             Event::InGroup { group, event } => write!(f, "ring {}: {event}", group.0),
         }

@@ -23,6 +23,7 @@ pub mod protocol;
 pub mod replog;
 pub mod ring;
 pub mod ringpaxos;
+pub mod seqpaxos;
 pub mod snapshot_transfer;
 pub mod storage;
 pub mod types;

@@ -31,16 +31,33 @@ pub enum Mutation {
     /// An acceptor's vote leaves before the vote is durable (no group commit asked for):
     /// a machine crash forgets a vote that counted.
     NoSyncBeforeVote,
+    // Sequence Paxos (seed 001 appendix B).
+    /// An acceptor promises a ballot below the one it promised (Acceptor line 2 removed).
+    SeqPaxosPromiseBelow,
+    /// A new leader keeps its own log instead of adopting the promised suffix with the
+    /// highest accepted round (Leader (1) lines 12-14 removed).
+    SeqPaxosAdoptOwnLog,
+    /// An amnesic follower's promise and acceptances count toward majorities.
+    SeqPaxosAmnesicCounts,
+    /// `Promise` and `Accepted` leave before what they report is durable.
+    SeqPaxosNoSyncBeforeReply,
+    /// A follower decides on a `Decide` while its log is not yet the leader's (prepare phase).
+    SeqPaxosDecideInPrepare,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 6] = [
+    pub const ALL: [Mutation; 11] = [
         Mutation::VoteIgnoresEpoch,
         Mutation::AmnesicPromisesCount,
         Mutation::RepairIgnored,
         Mutation::DecidedDroppedAtTakeover,
         Mutation::TrimPastQuorum,
         Mutation::NoSyncBeforeVote,
+        Mutation::SeqPaxosPromiseBelow,
+        Mutation::SeqPaxosAdoptOwnLog,
+        Mutation::SeqPaxosAmnesicCounts,
+        Mutation::SeqPaxosNoSyncBeforeReply,
+        Mutation::SeqPaxosDecideInPrepare,
     ];
 
     pub fn name(self) -> &'static str {
@@ -51,6 +68,11 @@ impl Mutation {
             Mutation::DecidedDroppedAtTakeover => "decided_dropped_at_takeover",
             Mutation::TrimPastQuorum => "trim_past_quorum",
             Mutation::NoSyncBeforeVote => "no_sync_before_vote",
+            Mutation::SeqPaxosPromiseBelow => "seqpaxos_promise_below",
+            Mutation::SeqPaxosAdoptOwnLog => "seqpaxos_adopt_own_log",
+            Mutation::SeqPaxosAmnesicCounts => "seqpaxos_amnesic_counts",
+            Mutation::SeqPaxosNoSyncBeforeReply => "seqpaxos_no_sync_before_reply",
+            Mutation::SeqPaxosDecideInPrepare => "seqpaxos_decide_in_prepare",
         }
     }
 }
@@ -94,6 +116,42 @@ pub(crate) fn unavailable(m: Mutation) -> String {
 #[inline(always)]
 pub(crate) fn on(active: Option<Mutation>, m: Mutation) -> bool {
     cfg!(feature = "mutations") && active == Some(m)
+}
+
+/// A protocol configuration's deliberately broken variant (the simulator's mutation tests
+/// only). Empty, and always `None`, without the `mutations` feature.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Slot {
+    #[cfg(feature = "mutations")]
+    mutation: Option<Mutation>,
+}
+
+impl Slot {
+    /// The broken variant selected; always `None` without the `mutations` feature.
+    pub fn get(&self) -> Option<Mutation> {
+        #[cfg(feature = "mutations")]
+        {
+            self.mutation
+        }
+        #[cfg(not(feature = "mutations"))]
+        {
+            None
+        }
+    }
+
+    /// Selects a broken variant; refused in a build without the `mutations` feature.
+    pub fn set(&mut self, m: Option<Mutation>) -> Result<(), String> {
+        #[cfg(feature = "mutations")]
+        {
+            self.mutation = m;
+            Ok(())
+        }
+        #[cfg(not(feature = "mutations"))]
+        match m {
+            Some(m) => Err(unavailable(m)),
+            None => Ok(()),
+        }
+    }
 }
 
 #[cfg(test)]

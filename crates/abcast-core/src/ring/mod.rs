@@ -37,41 +37,7 @@ use crate::types::{Ballot, BatchKey, Decree, Instance};
 /// masks, never sent, are 64 bits).
 pub const MAX_RING_MEMBERS: usize = 64;
 
-/// A ring configuration's deliberately broken variant (the simulator's mutation tests only;
-/// see `crate::mutation`). Empty, and always `None`, without the `mutations` feature.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct MutationSlot {
-    #[cfg(feature = "mutations")]
-    mutation: Option<crate::mutation::Mutation>,
-}
-
-impl MutationSlot {
-    /// The broken variant selected; always `None` without the `mutations` feature.
-    pub fn get(&self) -> Option<crate::mutation::Mutation> {
-        #[cfg(feature = "mutations")]
-        {
-            self.mutation
-        }
-        #[cfg(not(feature = "mutations"))]
-        {
-            None
-        }
-    }
-
-    /// Selects a broken variant; refused in a build without the `mutations` feature.
-    pub fn set(&mut self, m: Option<crate::mutation::Mutation>) -> Result<(), String> {
-        #[cfg(feature = "mutations")]
-        {
-            self.mutation = m;
-            Ok(())
-        }
-        #[cfg(not(feature = "mutations"))]
-        match m {
-            Some(m) => Err(crate::mutation::unavailable(m)),
-            None => Ok(()),
-        }
-    }
-}
+pub use crate::mutation::Slot as MutationSlot;
 
 /// The parts of a ring protocol node that the shared learner steps below need.
 pub(crate) trait RingHost {

@@ -1,0 +1,370 @@
+//! Ballot Leader Election: seed 001 appendix A (Algorithm 3, "Gossip Leader Election"), with
+//! the quorum-connectivity rule of OmniPaxos (EuroSys'23, "Omni-Paxos: Breaking the Barriers
+//! of Partial Connectivity") and leader priorities. Its own component, with its own messages
+//! (`HeartbeatRequest`, `HeartbeatReply`); its one output is `⟨LEADER | p, n⟩`, which
+//! Sequence Paxos takes in `SeqPaxos::on_leader`.
+//!
+//! Every Δ (`heartbeat_interval_us`, line 16) a node ends its heartbeat round and starts the
+//! next (lines 18-21): it asks every peer for its ballot; a peer answers with its ballot and
+//! whether it is *quorum-connected*, i.e. whether it heard a majority in its own last round
+//! (line 24, plus the flag). At the end of a round that heard a majority (line 16), the node
+//! checks the leader (lines 9-15) among the candidates it heard: itself and the repliers
+//! that are quorum-connected. The top candidate's ballot becomes the leader when it is new;
+//! when the top is *below* the current leader's ballot — the leader was not among the
+//! quorum-connected repliers — the node raises its own ballot above the leader's (line 11)
+//! and forgets the leader, so the next round elects the highest quorum-connected ballot.
+//!
+//! Departures, each named where it is made:
+//! - `n_max` (lines 6, 10, 22-23) is not gossiped: a node raises its ballot above the leader
+//!   it lost, not above the largest ballot anyone saw. With `n_max`, the chained scenario
+//!   (A–B–C, link A–C down) livelocks: C raises above A, A learns C's ballot through B and
+//!   raises above C, and so on. OmniPaxos dropped it for the same reason.
+//! - Only quorum-connected nodes are candidates (OmniPaxos EuroSys'23): in the quorum-loss
+//!   scenario, a leader that can reach only one fully connected node is no candidate, and
+//!   that node takes over; a node that hears no majority elects nobody.
+//! - The ballot's round carries the priority in its low 8 bits (`(n << 8) | priority`), so
+//!   among equal `n` the higher priority wins, then the higher node id, as OmniPaxos'
+//!   `(n, priority, pid)`; the incarnation orders two lives of one node.
+//! - The delay grows by Δ on a late reply (line 27) but only up to
+//!   `heartbeat_delay_max_rounds` Δ, and shrinks by Δ after a round without one: a single
+//!   slow reply must not slow every later election.
+
+use super::config::SeqPaxosConfig;
+use super::messages::{HeartbeatReply, HeartbeatRequest, Message};
+use crate::types::{Ballot, Micros, NodeId};
+
+/// The ballot number `n` of a BLE ballot (the round above the priority byte).
+pub fn ballot_n(b: Ballot) -> u32 {
+    b.round >> 8
+}
+
+/// The BLE ballot `(n, priority, node, incarnation)`.
+pub fn ble_ballot(n: u32, priority: u8, node: NodeId, incarnation: u32) -> Ballot {
+    // n above 2^24 - 1 would overflow the round: 16.7 million elections; saturate there
+    // (ballots stay ordered, a node at the ceiling can no longer outbid, and says so in
+    // its status through its ballot).
+    let n = n.min((1 << 24) - 1);
+    Ballot::new((n << 8) | u32::from(priority), node, incarnation)
+}
+
+#[derive(Debug)]
+pub struct Ble {
+    me: NodeId,
+    config: u64,
+    peers: Vec<NodeId>,
+    majority: usize,
+    priority: u8,
+    incarnation: u32,
+    delta_us: Micros,
+    delay_max_us: Micros,
+    /// Line 7: the current delay `d`.
+    delay_us: Micros,
+    /// Line 2.
+    round: u64,
+    /// Line 3: `(node, ballot, quorum_connected)` of this round's replies.
+    ballots: Vec<(NodeId, Ballot, bool)>,
+    late_reply: bool,
+    /// Line 4: this node's ballot `n`.
+    ballot: Ballot,
+    /// Whether this node heard a majority in its last finished round.
+    quorum_connected: bool,
+    /// Line 5: `L`.
+    leader: Option<Ballot>,
+    round_ends_us: Micros,
+    /// Whether this node may be elected (an amnesic node may not: it must never lead).
+    candidate: bool,
+}
+
+impl Ble {
+    /// A new component at `now`; its first round ends after one delay. `start_n`: the
+    /// ballot number to start from (a restarted node starts above what it promised, so its
+    /// own ballot can win again; the previous configuration's leader gets a head start of 1,
+    /// §4.4.3).
+    pub fn new(cfg: &SeqPaxosConfig, me: NodeId, incarnation: u32, start_n: u32) -> Ble {
+        let priority = cfg.priority(me);
+        Ble {
+            me,
+            config: cfg.config_id,
+            peers: cfg
+                .members
+                .iter()
+                .map(|m| m.id)
+                .filter(|&id| id != me)
+                .collect(),
+            majority: cfg.majority(),
+            priority,
+            incarnation,
+            delta_us: cfg.heartbeat_interval_us,
+            delay_max_us: cfg
+                .heartbeat_interval_us
+                .saturating_mul(u64::from(cfg.heartbeat_delay_max_rounds)),
+            delay_us: cfg.heartbeat_interval_us,
+            round: 0,
+            ballots: Vec::new(),
+            late_reply: false,
+            ballot: ble_ballot(start_n, priority, me, incarnation),
+            // OmniPaxos starts quorum-connected, so the first round can elect.
+            quorum_connected: true,
+            leader: None,
+            round_ends_us: 0,
+            candidate: true,
+        }
+    }
+
+    /// A node that must never lead says it is not quorum-connected, so nobody elects it,
+    /// and leaves itself out of its own candidates.
+    pub fn set_candidate(&mut self, candidate: bool) {
+        self.candidate = candidate;
+    }
+
+    pub fn ballot(&self) -> Ballot {
+        self.ballot
+    }
+
+    pub fn leader(&self) -> Option<Ballot> {
+        self.leader
+    }
+
+    pub fn quorum_connected(&self) -> bool {
+        self.quorum_connected
+    }
+
+    /// When the current round ends.
+    pub fn deadline_us(&self) -> Micros {
+        self.round_ends_us
+    }
+
+    /// This node's ballot must be above `b` (Sequence Paxos promised `b`, so a leader event
+    /// for a ballot not above it would start nothing): raise `n` past it.
+    pub fn raise_above(&mut self, b: Ballot) {
+        if self.ballot <= b {
+            self.ballot = ble_ballot(
+                ballot_n(b).saturating_add(1),
+                self.priority,
+                self.me,
+                self.incarnation,
+            );
+        }
+    }
+
+    /// Sequence Paxos promised `b`'s leader: BLE takes it for the leader if it is above the
+    /// one it elected. A follower promises any higher ballot, also one its own BLE did not
+    /// elect (its node was not quorum-connected here when it won elsewhere); without this,
+    /// that leader's failure would go unnoticed here, since BLE replaces only the leader it
+    /// knows (lines 10-11).
+    pub fn observe_leader(&mut self, b: Ballot) {
+        if self.leader.is_none_or(|l| l < b) {
+            self.leader = Some(b);
+        }
+    }
+
+    /// Starts the first round (call once, at `now`).
+    pub fn start(&mut self, now: Micros, out: &mut Vec<(NodeId, Message)>) {
+        self.new_round(now, out);
+    }
+
+    /// Lines 18-21: a new round of heartbeat requests.
+    fn new_round(&mut self, now: Micros, out: &mut Vec<(NodeId, Message)>) {
+        self.ballots.clear();
+        self.round += 1;
+        for &p in &self.peers {
+            out.push((
+                p,
+                Message::HeartbeatRequest(HeartbeatRequest {
+                    config: self.config,
+                    round: self.round,
+                }),
+            ));
+        }
+        self.round_ends_us = now + self.delay_us;
+    }
+
+    /// Line 16: the round's timeout. Returns the leader elected, if a new one.
+    pub fn tick(&mut self, now: Micros, out: &mut Vec<(NodeId, Message)>) -> Option<Ballot> {
+        if now < self.round_ends_us {
+            return None;
+        }
+        let heard = self.ballots.len() + 1;
+        let elected = if heard >= self.majority {
+            self.quorum_connected = true;
+            self.check_leader()
+        } else {
+            // OmniPaxos: a node that heard no majority is no candidate.
+            self.quorum_connected = false;
+            None
+        };
+        // Line 27, bounded both ways (see the module comment).
+        self.delay_us = if self.late_reply {
+            (self.delay_us + self.delta_us).min(self.delay_max_us)
+        } else {
+            self.delay_us
+                .saturating_sub(self.delta_us)
+                .max(self.delta_us)
+        };
+        self.late_reply = false;
+        self.new_round(now, out);
+        elected
+    }
+
+    /// Lines 9-15, among quorum-connected candidates.
+    fn check_leader(&mut self) -> Option<Ballot> {
+        let top = self
+            .ballots
+            .iter()
+            .filter(|(_, _, qc)| *qc)
+            .map(|(_, b, _)| *b)
+            .chain(self.candidate.then_some(self.ballot))
+            .max();
+        let Some(top) = top else {
+            // Nobody to elect among what this round heard (this node is no candidate).
+            return None;
+        };
+        match self.leader {
+            Some(l) if top < l => {
+                // Lines 10-11: the leader is not among the quorum-connected nodes heard.
+                self.raise_above(l);
+                self.leader = None;
+                None
+            }
+            Some(l) if top == l => None,
+            _ => {
+                // Lines 13-15.
+                self.leader = Some(top);
+                Some(top)
+            }
+        }
+    }
+
+    /// Lines 22-24.
+    pub fn on_request(&self, from: NodeId, m: &HeartbeatRequest, out: &mut Vec<(NodeId, Message)>) {
+        if m.config != self.config {
+            return;
+        }
+        out.push((
+            from,
+            Message::HeartbeatReply(HeartbeatReply {
+                config: self.config,
+                round: m.round,
+                ballot: self.ballot,
+                quorum_connected: self.quorum_connected && self.candidate,
+            }),
+        ));
+    }
+
+    /// Lines 25-27. A reply names its sender's ballot, which must be the sender's own.
+    pub fn on_reply(&mut self, from: NodeId, m: &HeartbeatReply) {
+        if m.config != self.config || m.ballot.node != from || !self.peers.contains(&from) {
+            return;
+        }
+        if m.round == self.round {
+            if !self.ballots.iter().any(|(n, _, _)| *n == from) {
+                self.ballots.push((from, m.ballot, m.quorum_connected));
+            }
+        } else if m.round < self.round {
+            self.late_reply = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> SeqPaxosConfig {
+        SeqPaxosConfig::replicas(&[1, 2, 3])
+    }
+
+    #[test]
+    fn ballots_order_by_number_then_priority_then_node() {
+        let a = ble_ballot(1, 0, NodeId(3), 0);
+        let b = ble_ballot(1, 5, NodeId(1), 0);
+        let c = ble_ballot(2, 0, NodeId(1), 0);
+        assert!(a < b && b < c);
+        assert_eq!(ballot_n(c), 2);
+        assert_eq!(
+            ballot_n(ble_ballot(u32::MAX, 0, NodeId(1), 0)),
+            (1 << 24) - 1
+        );
+    }
+
+    /// Appendix A: with every node heard, the highest ballot is elected; once it is no
+    /// longer heard, the others raise their ballots and the next highest takes over.
+    #[test]
+    fn the_highest_heard_ballot_leads_and_a_silent_leader_is_replaced() {
+        let mut ble = Ble::new(&cfg(), NodeId(2), 0, 0);
+        let mut out = Vec::new();
+        ble.start(0, &mut out);
+        assert_eq!(out.len(), 2, "a request to each peer");
+        let b3 = ble_ballot(0, 0, NodeId(3), 0);
+        let reply = |round, ballot, qc| HeartbeatReply {
+            config: 0,
+            round,
+            ballot,
+            quorum_connected: qc,
+        };
+        ble.on_reply(NodeId(3), &reply(1, b3, true));
+        let elected = ble.tick(50_000, &mut out);
+        assert_eq!(elected, Some(b3));
+        // Round 2: only node 1 answers (node 3 is silent): node 3 is gone.
+        ble.on_reply(NodeId(1), &reply(2, ble_ballot(0, 0, NodeId(1), 0), true));
+        assert_eq!(ble.tick(100_000, &mut out), None);
+        assert!(ble.ballot() > b3, "raised above the lost leader");
+        ble.on_reply(NodeId(1), &reply(3, ble_ballot(0, 0, NodeId(1), 0), true));
+        assert_eq!(
+            ble.tick(150_000, &mut out),
+            Some(ble.ballot()),
+            "itself next"
+        );
+    }
+
+    /// The quorum-connectivity rule: a higher ballot whose node heard no majority is no
+    /// candidate.
+    #[test]
+    fn a_node_that_is_not_quorum_connected_is_not_elected() {
+        let mut ble = Ble::new(&cfg(), NodeId(2), 0, 0);
+        let mut out = Vec::new();
+        ble.start(0, &mut out);
+        ble.on_reply(
+            NodeId(3),
+            &HeartbeatReply {
+                config: 0,
+                round: 1,
+                ballot: ble_ballot(9, 0, NodeId(3), 0),
+                quorum_connected: false,
+            },
+        );
+        assert_eq!(ble.tick(50_000, &mut out), Some(ble.ballot()));
+    }
+
+    #[test]
+    fn a_round_without_a_majority_elects_nobody_and_late_replies_slow_the_next() {
+        let mut ble = Ble::new(&cfg(), NodeId(2), 0, 0);
+        let mut out = Vec::new();
+        ble.start(0, &mut out);
+        assert_eq!(ble.tick(50_000, &mut out), None);
+        assert!(!ble.quorum_connected());
+        let first = ble.deadline_us();
+        ble.on_reply(
+            NodeId(1),
+            &HeartbeatReply {
+                config: 0,
+                round: 1,
+                ballot: ble_ballot(0, 0, NodeId(1), 0),
+                quorum_connected: true,
+            },
+        );
+        ble.tick(first, &mut out);
+        assert_eq!(ble.deadline_us() - first, 100_000, "one more Δ");
+        // Forged: a reply whose ballot is not its sender's is ignored.
+        ble.on_reply(
+            NodeId(1),
+            &HeartbeatReply {
+                config: 0,
+                round: 3,
+                ballot: ble_ballot(50, 0, NodeId(3), 0),
+                quorum_connected: true,
+            },
+        );
+        assert!(ble.ballots.is_empty());
+    }
+}

@@ -1,0 +1,626 @@
+//! The leader's side of Sequence Paxos: appendix B, "State & General" lines 18-27 (taking
+//! leadership) and "Leader (1)", "Leader (2)"; the §4.4.3 optimisations (one batched
+//! `Accept` per follower per flush, the latest `Decide` only, the max `AcceptSync`); and the
+//! read-index barrier.
+
+use super::messages::{Accept, AcceptSync, Accepted, Decide, Message, Nack, Prepare, Promise};
+use super::{Out, Phase, Role, SeqPaxos};
+use crate::ProposeError;
+use crate::event::Event;
+use crate::mutation::Mutation;
+use crate::protocol::ReadState;
+use crate::replog::EntryBody;
+use crate::storage::Entry;
+use crate::types::{Ballot, Batch, Micros, NodeId};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// What a promise reported (General line 21, Leader (1) line 9).
+#[derive(Clone, Debug)]
+pub struct PromiseInfo {
+    pub n_a: Ballot,
+    pub ld: u64,
+    pub log_len: u64,
+    pub suffix: Vec<Entry>,
+    pub amnesic: bool,
+}
+
+/// A read waiting for its barrier (see [`SeqPaxos::leader_read_index`]).
+#[derive(Clone, Copy, Debug)]
+pub struct PendingRead {
+    pub id: u64,
+    pub upto: u64,
+    /// The confirmation round that must complete; 0 until one is started for it.
+    pub round: u64,
+}
+
+/// One follower's replication state at the leader.
+#[derive(Clone, Debug, Default)]
+pub struct Progress {
+    /// The next entry to send it.
+    pub next: u64,
+    /// Accepts in flight: `(last entry, payload bytes)`, oldest first.
+    pub inflight: VecDeque<(u64, usize)>,
+    pub inflight_bytes: usize,
+    /// When its `las` last moved, or entries were first outstanding.
+    pub progress_us: Micros,
+    pub decided_sent: u64,
+}
+
+/// The proposer state of Algorithm 4 (lines 8-13), and the leader's bookkeeping.
+#[derive(Debug, Default)]
+pub struct LeaderState {
+    /// `n_L`.
+    pub n_l: Ballot,
+    pub promises: BTreeMap<NodeId, PromiseInfo>,
+    /// `las`: the longest accepted length per acceptor, in round `n_L`.
+    pub las: BTreeMap<NodeId, u64>,
+    /// `lds`: `⊥` is absent; a follower with an entry promised and is synchronised.
+    pub lds: BTreeMap<NodeId, u64>,
+    pub prop_cmds: Vec<Batch>,
+    /// `l_c`.
+    pub l_c: u64,
+    /// The leader's `l_d` when it sent `Prepare` (suffixes in promises start after it).
+    pub prepare_ld: u64,
+    /// The highest promised `(n_a, log_len)` adopted (§4.4.3 max AcceptSync), and the log
+    /// length right after adoption: every entry chosen before this leader is at or below it.
+    pub max_n_a: Ballot,
+    pub max_log_len: u64,
+    pub sync_len: u64,
+    pub progress: BTreeMap<NodeId, Progress>,
+    pub prepare_sent_us: BTreeMap<NodeId, Micros>,
+    pub reads: Vec<PendingRead>,
+    /// The current read-confirmation round and who confirmed it.
+    pub read_round: u64,
+    pub read_acks: BTreeSet<NodeId>,
+    pub read_round_done: u64,
+}
+
+/// Accepts in flight to one follower, in bytes, at most this many messages' worth.
+const INFLIGHT_MESSAGES_MAX: usize = 4;
+
+impl SeqPaxos {
+    /// General lines 18-27: `⟨LEADER | L, b⟩` from BLE.
+    pub(crate) fn on_leader(&mut self, top: Ballot, out: &mut Out) {
+        out.events.push(Event::LeaderElected {
+            node: self.me,
+            leader: top.node,
+            ballot: top,
+        });
+        if top.node != self.me {
+            // Line 27: follow; the new leader's `Prepare` will say the rest.
+            if self.role == Role::Leader {
+                self.step_down(top, out);
+            }
+            self.set_leader_hint(top);
+            return;
+        }
+        if self.amnesic {
+            return;
+        }
+        let n_prom = self.store.promised();
+        // Line 19.
+        if !(top > self.ld.n_l && top > n_prom) {
+            // BLE elected this node with a ballot not above what it promised: nothing could
+            // start with it. Raise the BLE ballot; the next round elects it again, higher.
+            self.ble.raise_above(n_prom.max(self.ld.n_l));
+            return;
+        }
+        // Line 20.
+        if let Err(e) = self.store.set_promised(top) {
+            self.store_failed("promising its own ballot", e);
+        }
+        out.needs_sync = true;
+        let ld = self.store.decided_idx();
+        self.ld = super::leader::LeaderState {
+            n_l: top,
+            prepare_ld: ld,
+            l_c: ld,
+            ..Default::default()
+        };
+        // Lines 21-24 (own promise: the suffix is the log itself).
+        self.ld.promises.insert(
+            self.me,
+            PromiseInfo {
+                n_a: self.store.accepted_round(),
+                ld,
+                log_len: self.log_len(),
+                suffix: Vec::new(),
+                amnesic: false,
+            },
+        );
+        self.ld.lds.insert(self.me, ld);
+        // Line 25.
+        self.role = Role::Leader;
+        self.phase = Phase::Prepare;
+        self.phase_since_us = self.now;
+        self.set_leader_hint(top);
+        out.events.push(Event::PhaseOne {
+            node: self.me,
+            ballot: top,
+            from: ld + 1,
+            why: "elected by ballot leader election".into(),
+        });
+        // Line 26.
+        let others: Vec<NodeId> = self.others().collect();
+        for r in others {
+            self.prepare_one(r, out);
+        }
+        self.try_adopt(out);
+    }
+
+    /// Sends `r` a `Prepare` of the current ballot (line 26; again for a follower that must
+    /// be re-synchronised).
+    pub(crate) fn prepare_one(&mut self, r: NodeId, out: &mut Out) {
+        if self.role != Role::Leader {
+            return;
+        }
+        self.ld.lds.remove(&r);
+        self.ld.progress.remove(&r);
+        self.ld.prepare_sent_us.insert(r, self.now);
+        out.send(
+            r,
+            Message::Prepare(Prepare {
+                config: self.config_id(),
+                n: self.ld.n_l,
+                ld: self.ld.prepare_ld,
+                n_a: self.store.accepted_round(),
+            }),
+        );
+    }
+
+    pub(crate) fn step_down(&mut self, to: Ballot, out: &mut Out) {
+        if self.role != Role::Leader {
+            return;
+        }
+        self.role = Role::Follower;
+        self.ld.prop_cmds.clear();
+        self.ld.reads.clear();
+        self.set_leader_hint(to);
+        out.events.push(Event::SteppedDown { node: self.me });
+    }
+
+    /// Leader (1) lines 1-7: a batch to order.
+    pub(crate) fn leader_propose(&mut self, batch: Batch, out: &mut Out) {
+        match self.phase {
+            Phase::Prepare => {
+                // Line 2 (bounded: beyond it the proposer re-sends later).
+                if self.ld.prop_cmds.len() < self.cfg.pending_batches_max {
+                    self.ld.prop_cmds.push(batch);
+                }
+            }
+            Phase::Accept => {
+                // Lines 3-5; the send (lines 6-7) is the next flush's `Accept`.
+                if self.stopped() {
+                    return;
+                }
+                let e = EntryBody::Values(batch).entry(self.log_len() + 1, self.ld.n_l);
+                if let Err(err) = self.store.append(&[e]) {
+                    self.store_failed("appending a proposal", err);
+                }
+                out.needs_sync = true;
+                self.ld.las.insert(self.me, self.log_len());
+            }
+            Phase::None => {}
+        }
+    }
+
+    /// `STOPPED()`: the log ends with this configuration's stop-sign.
+    pub(crate) fn stopped(&self) -> bool {
+        false
+    }
+
+    /// Leader (1) lines 8-27 and Leader (2) lines 1-5.
+    pub(crate) fn on_promise(&mut self, from: NodeId, m: Promise, out: &mut Out) {
+        if self.role != Role::Leader || m.n != self.ld.n_l {
+            return;
+        }
+        if let Some(first) = m.suffix.first()
+            && first.index != self.ld.prepare_ld + 1
+        {
+            // Acceptor line 5 cuts the suffix at the leader's `ld`; anything else is not a
+            // promise to this prepare.
+            return;
+        }
+        let info = PromiseInfo {
+            n_a: m.n_a,
+            ld: m.ld,
+            log_len: m.log_len,
+            suffix: m.suffix,
+            amnesic: m.amnesic,
+        };
+        match self.phase {
+            Phase::Prepare => {
+                // Leader (1) lines 9-10.
+                self.ld.lds.insert(from, info.ld);
+                self.ld.promises.insert(from, info);
+                self.try_adopt(out);
+            }
+            Phase::Accept => {
+                // Leader (2) lines 2-5.
+                self.ld.lds.insert(from, info.ld);
+                self.ld.promises.insert(from, info);
+                self.send_accept_sync(from, out);
+            }
+            Phase::None => {}
+        }
+    }
+
+    /// Leader (1) lines 11-27, once a majority promised.
+    fn try_adopt(&mut self, out: &mut Out) {
+        if self.phase != Phase::Prepare {
+            return;
+        }
+        let counts = |p: &PromiseInfo| !p.amnesic || self.mutation(Mutation::SeqPaxosAmnesicCounts);
+        let counted = self.ld.promises.values().filter(|p| counts(p)).count();
+        if counted < self.cfg.majority() {
+            return;
+        }
+        // Line 12: the suffix with the highest `n_a`, the longest if equal (the longest log:
+        // all suffixes start at `prepare_ld + 1`).
+        let Some((&max_node, max)) = self
+            .ld
+            .promises
+            .iter()
+            .filter(|(_, p)| counts(p))
+            .max_by_key(|(_, p)| (p.n_a, p.log_len))
+        else {
+            return;
+        };
+        let (max_n_a, max_log_len) = (max.n_a, max.log_len);
+        let n_l = self.ld.n_l;
+        // The leader accepts its own sequence in its round, and says so *before* it writes
+        // a single entry of it: a crash may keep a prefix of the records written, and a log
+        // must never hold an entry of round `n_L` under an older `n_a` (a later max
+        // AcceptSync would take it for the older round's sequence and keep it).
+        if let Err(e) = self.store.set_accepted_round(n_l) {
+            self.store_failed("accepting its round", e);
+        }
+        // Line 14: `v_a ← PREFIX(v_a, ld) ++ suffix`.
+        if max_node != self.me && !self.mutation(Mutation::SeqPaxosAdoptOwnLog) {
+            let suffix = max.suffix.clone();
+            if let Err(e) = self.store.append_on_prefix(self.ld.prepare_ld + 1, &suffix) {
+                self.store_failed("adopting the promised suffix", e);
+            }
+        }
+        // Lines 15-23 (no stop-sign is ever proposed yet: `reconfigure` refuses).
+        let mut next = self.log_len() + 1;
+        let entries: Vec<Entry> = std::mem::take(&mut self.ld.prop_cmds)
+            .into_iter()
+            .map(|b| {
+                let e = EntryBody::Values(b).entry(next, n_l);
+                next += 1;
+                e
+            })
+            .collect();
+        if let Err(e) = self.store.append(&entries) {
+            self.store_failed("appending held proposals", e);
+        }
+        out.needs_sync = true;
+        // Lines 24-25.
+        self.ld.las.insert(self.me, self.log_len());
+        self.ld.max_n_a = max_n_a;
+        self.ld.max_log_len = max_log_len;
+        self.ld.sync_len = self.log_len().min(self.ld.prepare_ld.max(max_log_len));
+        self.phase = Phase::Accept;
+        self.phase_since_us = self.now;
+        out.events.push(Event::Leading {
+            node: self.me,
+            ballot: n_l,
+            ring: Vec::new(),
+            decided_upto: self.store.decided_idx(),
+            reproposed: (self.ld.prepare_ld + 1, self.ld.sync_len),
+        });
+        // Lines 26-27.
+        let synced: Vec<NodeId> = self
+            .ld
+            .lds
+            .keys()
+            .copied()
+            .filter(|&r| r != self.me)
+            .collect();
+        for r in synced {
+            self.send_accept_sync(r, out);
+        }
+        self.advance_chosen(out);
+    }
+
+    /// `⟨ACCEPTSYNC | n_L, SUFFIX(v_a, lds[r]), lds[r]⟩` to `r`, or less (§4.4.3 max
+    /// AcceptSync): a follower whose log is known to be a prefix of the leader's gets only
+    /// what follows it. Known: it promised with the round the leader adopted (its log is a
+    /// prefix of that round's sequence, which the leader's log holds up to the adopted
+    /// length) or with the leader's own round. The thesis compares suffix lengths and must
+    /// treat an empty maximal suffix apart (its "concern 1"); comparing whole log lengths
+    /// (`Promise::log_len`) has no such corner, and the clamp to the adopted length keeps a
+    /// follower whose promise came after adoption, with more entries of the adopted round
+    /// than the majority reported, from keeping them.
+    fn send_accept_sync(&mut self, r: NodeId, out: &mut Out) {
+        let Some(p) = self.ld.promises.get(&r) else {
+            return;
+        };
+        let len = self.log_len();
+        let from = if p.n_a == self.ld.n_l {
+            p.log_len + 1
+        } else if p.n_a == self.ld.max_n_a && !p.amnesic {
+            p.log_len.min(self.ld.max_log_len) + 1
+        } else {
+            p.ld + 1
+        };
+        let from = from.min(len + 1).max(self.store.first_index()).max(1);
+        let entries = self.read_entries(from, len + 1);
+        let sent = entries.len() as u64;
+        let bytes = entries.iter().map(|e| e.payload.len()).sum();
+        out.send(
+            r,
+            Message::AcceptSync(AcceptSync {
+                config: self.config_id(),
+                n: self.ld.n_l,
+                from,
+                entries,
+                decided: self.ld.l_c,
+            }),
+        );
+        let mut prog = Progress {
+            next: from + sent,
+            progress_us: self.now,
+            decided_sent: self.ld.l_c,
+            ..Progress::default()
+        };
+        if sent > 0 {
+            prog.inflight.push_back((from + sent - 1, bytes));
+            prog.inflight_bytes = bytes;
+        }
+        self.ld.progress.insert(r, prog);
+    }
+
+    fn read_entries(&self, from: u64, to: u64) -> Vec<Entry> {
+        if from >= to {
+            return Vec::new();
+        }
+        match self.store.entries(from, to, self.cfg.max_message_bytes) {
+            Ok(e) => e,
+            Err(e) => self.store_failed("reading entries to send", e),
+        }
+    }
+
+    /// Leader (2) lines 6-11.
+    pub(crate) fn on_accepted(&mut self, from: NodeId, m: Accepted, out: &mut Out) {
+        if self.role != Role::Leader || self.phase != Phase::Accept || m.n != self.ld.n_l {
+            return;
+        }
+        // An amnesic follower's `Accepted` counts: it comes after the `AcceptSync` that
+        // repaired it (only its promise could not count).
+        if !self.ld.promises.contains_key(&from) {
+            return;
+        }
+        if m.la > self.log_len() {
+            return;
+        }
+        let las = self.ld.las.entry(from).or_insert(0);
+        if m.la > *las {
+            *las = m.la;
+            if let Some(p) = self.ld.progress.get_mut(&from) {
+                p.progress_us = self.now;
+                while p.inflight.front().is_some_and(|&(end, _)| end <= m.la) {
+                    if let Some((_, b)) = p.inflight.pop_front() {
+                        p.inflight_bytes -= b;
+                    }
+                }
+            }
+        }
+        self.advance_chosen(out);
+    }
+
+    /// Lines 8-10: the longest length a majority accepted is chosen. (The pseudo code tests
+    /// the support of the `l_a` just reported; taking the majority-th largest `las` is the
+    /// same rule applied to every length at once.)
+    fn advance_chosen(&mut self, out: &mut Out) {
+        let mut v: Vec<u64> = self.ld.las.values().copied().collect();
+        let majority = self.cfg.majority();
+        if v.len() < majority {
+            return;
+        }
+        v.sort_unstable_by(|a, b| b.cmp(a));
+        let chosen = v[majority - 1];
+        if chosen > self.ld.l_c {
+            assert!(
+                chosen <= self.log_len(),
+                "{}: chosen length {chosen} past the leader's log {}",
+                self.me,
+                self.log_len()
+            );
+            self.ld.l_c = chosen;
+            self.decide(chosen, out);
+            self.answer_reads(out);
+        }
+    }
+
+    /// One flush of the leader: per follower one `Accept` with everything not yet sent (or
+    /// the latest `Decide`), re-sends after `resend_us`, prepares for members that have not
+    /// promised, and the read barrier's round.
+    pub(crate) fn leader_flush(&mut self, out: &mut Out) {
+        if self.phase == Phase::Accept {
+            // A cluster of one: nothing comes back, the leader's own length is chosen.
+            self.advance_chosen(out);
+        }
+        let others: Vec<NodeId> = self.others().collect();
+        for r in others {
+            if self.phase == Phase::Accept && self.ld.lds.contains_key(&r) {
+                self.flush_follower(r, out);
+            } else if self
+                .ld
+                .prepare_sent_us
+                .get(&r)
+                .is_none_or(|&t| self.now >= t + self.cfg.resend_us)
+            {
+                self.prepare_one(r, out);
+            }
+        }
+        self.start_read_round(out);
+    }
+
+    fn flush_follower(&mut self, r: NodeId, out: &mut Out) {
+        let len = self.log_len();
+        let las = self.ld.las.get(&r).copied().unwrap_or(0);
+        let (n_l, l_c, now, resend_us) = (self.ld.n_l, self.ld.l_c, self.now, self.cfg.resend_us);
+        let window = self.cfg.max_message_bytes * INFLIGHT_MESSAGES_MAX;
+        let Some(p) = self.ld.progress.get_mut(&r) else {
+            return;
+        };
+        // Go back: entries sent and not accepted for `resend_us` (a lost `Accept`; the
+        // follower also asks when it sees the gap).
+        if p.next > las + 1 && now >= p.progress_us + resend_us {
+            p.next = las + 1;
+            p.inflight.clear();
+            p.inflight_bytes = 0;
+            p.progress_us = now;
+        }
+        let (next, room) = (p.next, p.inflight_bytes < window);
+        if next <= len && room {
+            let entries = self.read_entries(next.max(self.store.first_index()), len + 1);
+            let Some(p) = self.ld.progress.get_mut(&r) else {
+                return;
+            };
+            let from = next.max(self.store.first_index());
+            let sent = entries.len() as u64;
+            let bytes: usize = entries.iter().map(|e| e.payload.len()).sum();
+            if p.inflight.is_empty() {
+                p.progress_us = now;
+            }
+            p.next = from + sent;
+            p.inflight.push_back((from + sent - 1, bytes));
+            p.inflight_bytes += bytes;
+            p.decided_sent = l_c;
+            out.send(
+                r,
+                Message::Accept(Accept {
+                    config: self.cfg.config_id,
+                    n: n_l,
+                    from,
+                    entries,
+                    decided: l_c,
+                }),
+            );
+        } else if p.decided_sent < l_c {
+            // §4.4.3: only the latest Decide.
+            p.decided_sent = l_c;
+            out.send(
+                r,
+                Message::Decide(Decide {
+                    config: self.cfg.config_id,
+                    n: n_l,
+                    ld: l_c,
+                }),
+            );
+        }
+    }
+
+    pub(crate) fn on_prepare_req(&mut self, from: NodeId, out: &mut Out) {
+        if self.role == Role::Leader {
+            self.prepare_one(from, out);
+        }
+    }
+
+    /// A follower promised a higher ballot than this leader's: step down.
+    pub(crate) fn on_nack(&mut self, _from: NodeId, m: Nack, out: &mut Out) {
+        self.set_leader_hint(m.promised);
+        if self.role == Role::Leader && m.promised > self.ld.n_l {
+            self.ble.raise_above(m.promised);
+            self.step_down(m.promised, out);
+        }
+    }
+
+    /// A proposer's batch, forwarded (§4.4.1). A node that does not lead passes it on once,
+    /// to the leader it knows; the proposer re-sends what is lost.
+    pub(crate) fn on_forward(&mut self, from: NodeId, batch: Batch, out: &mut Out) {
+        if self.role == Role::Leader {
+            self.leader_propose(batch, out);
+        } else if let Some(l) = self.leader()
+            && l != self.me
+            && l != from
+            && from == batch.origin()
+        {
+            out.send(l, Message::Forward(batch));
+        }
+    }
+
+    /// A read barrier (etcd-io/raft's ReadIndex): the read may see every value acknowledged
+    /// before it began once this node delivered up to `upto`; `upto` is the chosen length
+    /// now, but at least the length the leader adopted (everything chosen by earlier leaders
+    /// lies below it, chosen again or not). It is answered once a round of probes started
+    /// after the request is confirmed by a majority under this ballot: no other leader can
+    /// have chosen anything then.
+    pub(crate) fn leader_read_index(&mut self, id: u64, out: &mut Out) -> Result<(), ProposeError> {
+        if self.role != Role::Leader || self.amnesic {
+            return Err(ProposeError::NotLeader {
+                hint: self.leader().filter(|&l| l != self.me),
+            });
+        }
+        let upto = self.ld.l_c.max(self.ld.sync_len);
+        self.ld.reads.push(PendingRead { id, upto, round: 0 });
+        if self.cfg.majority() == 1 && self.phase == Phase::Accept {
+            self.ld.read_round += 1;
+            self.ld.read_round_done = self.ld.read_round;
+            for r in &mut self.ld.reads {
+                r.round = self.ld.read_round;
+            }
+            self.answer_reads(out);
+        }
+        Ok(())
+    }
+
+    fn start_read_round(&mut self, out: &mut Out) {
+        if self.phase != Phase::Accept || !self.ld.reads.iter().any(|r| r.round == 0) {
+            return;
+        }
+        if self.ld.read_round > self.ld.read_round_done {
+            return; // one round at a time; the waiting reads take the next
+        }
+        self.ld.read_round += 1;
+        self.ld.read_acks.clear();
+        self.ld.read_acks.insert(self.me);
+        let round = self.ld.read_round;
+        for r in &mut self.ld.reads {
+            if r.round == 0 {
+                r.round = round;
+            }
+        }
+        let others: Vec<NodeId> = self.others().collect();
+        for o in others {
+            out.send(
+                o,
+                Message::ReadProbe {
+                    config: self.config_id(),
+                    n: self.ld.n_l,
+                    round,
+                },
+            );
+        }
+    }
+
+    pub(crate) fn on_read_ack(&mut self, from: NodeId, n: Ballot, round: u64, out: &mut Out) {
+        if self.role != Role::Leader || n != self.ld.n_l || round != self.ld.read_round {
+            return;
+        }
+        self.ld.read_acks.insert(from);
+        if self.ld.read_acks.len() >= self.cfg.majority() && self.ld.read_round_done < round {
+            self.ld.read_round_done = round;
+            self.answer_reads(out);
+        }
+    }
+
+    /// Reads whose round is confirmed and whose `upto` is chosen.
+    fn answer_reads(&mut self, out: &mut Out) {
+        let (done, l_c) = (self.ld.read_round_done, self.ld.l_c);
+        self.ld.reads.retain(|r| {
+            if r.round != 0 && r.round <= done && r.upto <= l_c {
+                out.reads.push(ReadState {
+                    id: r.id,
+                    upto: r.upto,
+                });
+                false
+            } else {
+                true
+            }
+        });
+    }
+}

@@ -1,0 +1,482 @@
+//! Leader-based Sequence Paxos with Ballot Leader Election: seed 001 §2.4, appendix A
+//! (`ble.rs`) and appendix B (`leader.rs`, `follower.rs`), with the §4.4.3 optimisations,
+//! as a pure state machine over a [`LogStore`].
+//!
+//! One node is one replica of one configuration (§2.4.3). Its state, named as in
+//! Algorithm 4 ("State & General"):
+//!
+//! | pseudo code | here |
+//! | --- | --- |
+//! | `state = (role, phase)` | `role`, `phase` |
+//! | `n_L`, `promises`, `las`, `lds`, `propCmds`, `l_c` | `leader.rs::LeaderState` |
+//! | `n_prom`, `(n_a, v_a)` | the store: `promised()`, `accepted_round()`, the entries |
+//! | `l_d` | the store's `decided_idx()` |
+//! | `σ_{i-1}` | entries before the configuration's first (0 for the first configuration) |
+//!
+//! The path of one value: `propose` puts it into the proposer's batch (`batcher.rs`, shared
+//! by every protocol); a ready batch goes to the leader (`Forward`, §4.4.1) or, at the
+//! leader, becomes one log entry (Leader (1) line 4). Each flush (every `tick`, which the
+//! drivers call after every batch of inputs) the leader sends each follower *one* `Accept`
+//! with every entry it has not sent it yet and the chosen length (§4.4.3 "batching elements
+//! in Accept messages", "send only latest decide"); each follower appends, and answers with
+//! *one* `Accepted` per flush (§7.1's "follower only sends the latest Accepted"). When a
+//! majority accepted up to `l`, `l` is chosen (Leader (2) line 9); every node delivers the
+//! decided entries in order, skipping a batch already delivered (a re-sent proposal,
+//! `dedup.rs`), and the proposer acknowledges its own.
+//!
+//! Beyond the thesis, which assumes FIFO perfect links (§2.1) and crash-stop processes:
+//! - **Lost or reordered messages.** Every `Accept` says where its entries start; a follower
+//!   that sees a gap, a `Decide` past its log, or waits too long for an `AcceptSync` asks the
+//!   leader to prepare it again (`PrepareReq`, as OmniPaxos does after a dropped session);
+//!   the runtime's `peer_reconnected` does the same. The leader re-sends a `Prepare` to a
+//!   member that has not promised, and entries not accepted, after `resend_us`.
+//! - **A stale leader learns it.** A follower that refuses a message of a lower ballot answers
+//!   `Nack` with its promise; the old leader steps down and forwards its proposals.
+//! - **Crash and restart.** `n_prom`, `n_a`, the log and the decided index live in the
+//!   [`LogStore`]; a `Promise` or `Accepted` leaves only after what it reports is durable
+//!   (`Outbox::needs_sync`). A node whose store is not durable and that restarted forgot
+//!   what it promised and accepted: it is *amnesic* until repaired (`follower.rs`,
+//!   `recover_promise`): it first takes the highest promise of a majority of the *other*
+//!   members as its own (so it never helps a ballot below one its lost vote may have
+//!   counted in), and is repaired by the first `AcceptSync` it accepts, which gives it the
+//!   whole sequence of a leader whose prepare did not count it. Until then its promises do
+//!   not count and it is no candidate for leadership.
+//! - **Deliveries restart at the log's start.** The application of a restarted node is new,
+//!   so its learner delivers the decided entries again from the first one it holds.
+
+pub mod ble;
+pub mod config;
+pub mod follower;
+pub mod leader;
+pub mod messages;
+
+pub use config::SeqPaxosConfig;
+pub use messages::Message;
+
+use crate::ProposeError;
+use crate::batcher::Batcher;
+use crate::config::{ConfigError, StartInfo};
+use crate::dedup::Dedup;
+use crate::event::Event;
+use crate::protocol::{Delivery, Outbox, Protocol, Status};
+use crate::replog::EntryBody;
+use crate::storage::{LogStore, StorageError};
+use crate::types::{Ballot, Batch, Micros, NodeId, ValueId};
+use ble::{Ble, ballot_n};
+use bytes::Bytes;
+use leader::LeaderState;
+
+pub type Out = Outbox<Message>;
+
+/// Bytes of decided entries read from the store per read while delivering.
+const DELIVER_READ_BYTES: usize = 8 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Leader,
+    Follower,
+}
+
+/// The phase of `state` (`⊥` is `None`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    None,
+    Prepare,
+    Accept,
+}
+
+/// One replica of one Sequence Paxos configuration.
+pub struct SeqPaxos {
+    pub(crate) cfg: SeqPaxosConfig,
+    pub(crate) me: NodeId,
+    pub(crate) now: Micros,
+    pub(crate) store: Box<dyn LogStore + Send>,
+    pub(crate) ble: Ble,
+    pub(crate) role: Role,
+    pub(crate) phase: Phase,
+    /// The leader this node follows or is, with its ballot: the latest of what BLE elected
+    /// and what this node promised. Where proposals go.
+    pub(crate) leader_hint: Option<Ballot>,
+    pub(crate) ld: LeaderState,
+    /// Follower: an `Accepted` is owed to the leader at the next flush.
+    pub(crate) accepted_owed: bool,
+    /// Follower: when the phase last changed, and when it last asked to be prepared.
+    pub(crate) phase_since_us: Micros,
+    pub(crate) prepare_req_us: Option<Micros>,
+    /// Follower: read-index probes to answer at the next flush.
+    pub(crate) read_acks: Vec<(NodeId, Ballot, u64)>,
+    pub(crate) amnesic: bool,
+    /// Amnesic: the promises of the others heard so far (`None` once recovered), and when
+    /// they were last asked.
+    pub(crate) recovering: Option<std::collections::BTreeMap<NodeId, Ballot>>,
+    pub(crate) recover_asked_us: Option<Micros>,
+    pub(crate) batcher: Batcher,
+    pub(crate) last_leader_node: Option<NodeId>,
+    /// Learner: entries up to this one were handed to the application (or skipped).
+    pub(crate) delivered: u64,
+    pub(crate) dedup: Dedup,
+    /// BLE's messages of the current input, moved into the outbox afterwards.
+    pub(crate) ble_out: Vec<(NodeId, Message)>,
+    pub(crate) started: bool,
+}
+
+impl SeqPaxos {
+    /// A replica of `cfg` on node `me`, recovering what `store` holds.
+    pub fn new(
+        cfg: SeqPaxosConfig,
+        me: NodeId,
+        start: StartInfo,
+        store: Box<dyn LogStore + Send>,
+    ) -> Result<SeqPaxos, ConfigError> {
+        cfg.validate()?;
+        if !cfg.contains(me) {
+            return Err(ConfigError {
+                field: "members",
+                reason: format!("{me} is not a member of configuration {}", cfg.config_id),
+            });
+        }
+        let incarnation = start.ballot_incarnation()?;
+        let amnesic = start.incarnation > 0 && !store.is_durable();
+        let promised = store.promised();
+        // A restarted node starts its BLE ballot above what it promised (otherwise BLE could
+        // elect it with a ballot Sequence Paxos refuses, General line 19, and nobody would
+        // prepare).
+        let start_n = if promised.is_zero() {
+            0
+        } else {
+            ballot_n(promised).saturating_add(1)
+        };
+        let mut ble = Ble::new(&cfg, me, incarnation, start_n);
+        ble.set_candidate(!amnesic);
+        let delivered = store.snapshot().map_or(0, |s| s.index);
+        Ok(SeqPaxos {
+            me,
+            now: 0,
+            ble,
+            role: Role::Follower,
+            phase: Phase::None,
+            leader_hint: None,
+            ld: LeaderState::default(),
+            accepted_owed: false,
+            phase_since_us: 0,
+            prepare_req_us: None,
+            read_acks: Vec::new(),
+            amnesic,
+            recovering: amnesic.then(std::collections::BTreeMap::new),
+            recover_asked_us: None,
+            batcher: Batcher::new(me, start.start_seq),
+            last_leader_node: None,
+            delivered,
+            dedup: Dedup::default(),
+            ble_out: Vec::new(),
+            started: false,
+            store,
+            cfg,
+        })
+    }
+
+    pub fn config(&self) -> &SeqPaxosConfig {
+        &self.cfg
+    }
+
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// The leader this node follows or is.
+    pub fn leader(&self) -> Option<NodeId> {
+        self.leader_hint.map(|b| b.node)
+    }
+
+    pub(crate) fn config_id(&self) -> u64 {
+        self.cfg.config_id
+    }
+
+    pub(crate) fn others(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.cfg
+            .members
+            .iter()
+            .map(|m| m.id)
+            .filter(|&id| id != self.me)
+    }
+
+    pub(crate) fn is_member(&self, n: NodeId) -> bool {
+        self.cfg.contains(n)
+    }
+
+    pub(crate) fn mutation(&self, m: crate::mutation::Mutation) -> bool {
+        crate::mutation::on(self.cfg.mutation.get(), m)
+    }
+
+    /// A store operation failed: this node can no longer keep its promises. Panics with the
+    /// store's reason (the simulator reports it as a violation with its replay line; the
+    /// runtime stops the node), as the ring protocols do with their acceptor store.
+    pub(crate) fn store_failed(&self, what: &str, e: StorageError) -> ! {
+        panic!("{}: log store failed while {what}: {e}", self.me)
+    }
+
+    pub(crate) fn set_leader_hint(&mut self, b: Ballot) {
+        if self.leader_hint.is_none_or(|h| h < b) {
+            self.leader_hint = Some(b);
+        }
+    }
+
+    /// `v_a`'s length.
+    pub(crate) fn log_len(&self) -> u64 {
+        self.store.last_index()
+    }
+
+    /// Moves the decided index to `l` (at most the log's length) and delivers (Learner
+    /// lines 17-21).
+    pub(crate) fn decide(&mut self, l: u64, out: &mut Out) {
+        let l = l.min(self.log_len());
+        if l > self.store.decided_idx()
+            && let Err(e) = self.store.set_decided_idx(l)
+        {
+            self.store_failed("moving the decided index", e);
+        }
+        self.deliver(out);
+    }
+
+    /// Hands every decided entry not yet delivered to the application, in order.
+    pub(crate) fn deliver(&mut self, out: &mut Out) {
+        let decided = self.store.decided_idx();
+        // A log that starts after `delivered` (trimmed, or a snapshot installed) continues
+        // from its start.
+        self.delivered = self
+            .delivered
+            .max(self.store.first_index().saturating_sub(1));
+        while self.delivered < decided {
+            let entries =
+                match self
+                    .store
+                    .entries(self.delivered + 1, decided + 1, DELIVER_READ_BYTES)
+                {
+                    Ok(e) => e,
+                    Err(e) => self.store_failed("reading decided entries", e),
+                };
+            if entries.is_empty() {
+                break;
+            }
+            for e in entries {
+                assert_eq!(
+                    e.index,
+                    self.delivered + 1,
+                    "{}: decided entries must be delivered in order",
+                    self.me
+                );
+                self.delivered = e.index;
+                match EntryBody::decode(&e.payload) {
+                    Ok(EntryBody::Values(batch)) => self.deliver_batch(e.index, batch, out),
+                    Ok(EntryBody::Noop | EntryBody::Membership(_)) => {}
+                    Ok(EntryBody::StopSign(_)) => {
+                        // Reconfiguration (§2.4.3) is not taken in this configuration yet:
+                        // `reconfigure` refuses, so no stop-sign can be decided.
+                    }
+                    Err(err) => out.events.push(Event::BadEntry {
+                        index: e.index,
+                        detail: err.to_string(),
+                    }),
+                }
+            }
+        }
+    }
+
+    fn deliver_batch(&mut self, index: u64, batch: Batch, out: &mut Out) {
+        if let Some(ack) = self.batcher.on_decided(batch.key(), self.now) {
+            out.acks.push(ack);
+        }
+        if self.dedup.first_time(batch.key(), index) {
+            out.deliveries.push(Delivery::new(index, batch));
+        }
+    }
+
+    /// A ready batch goes to the leader, or into the log here.
+    pub(crate) fn submit(&mut self, batch: Batch, out: &mut Out) {
+        if self.role == Role::Leader {
+            self.leader_propose(batch, out);
+            return;
+        }
+        if let Some(l) = self.leader() {
+            out.send(l, Message::Forward(batch));
+        }
+        // No leader known: the batch waits in the batcher, which re-sends it once one is.
+    }
+
+    fn proposer_tick(&mut self, out: &mut Out) {
+        let leader = self.leader();
+        let changed = leader.is_some() && leader != self.last_leader_node;
+        self.last_leader_node = leader;
+        let limits = self.cfg.batch_limits();
+        let mut to_send = Vec::new();
+        self.batcher.tick(self.now, changed, &limits, &mut to_send);
+        for b in to_send {
+            self.submit(b, out);
+        }
+    }
+
+    fn drain_ble(&mut self, out: &mut Out) {
+        for (to, m) in self.ble_out.drain(..) {
+            out.sends.push((to, m));
+        }
+    }
+}
+
+impl Protocol for SeqPaxos {
+    type Message = Message;
+
+    fn node(&self) -> NodeId {
+        self.me
+    }
+
+    fn propose(
+        &mut self,
+        now: Micros,
+        payload: Bytes,
+        out: &mut Out,
+    ) -> Result<ValueId, ProposeError> {
+        self.now = self.now.max(now);
+        let limits = self.cfg.batch_limits();
+        let (id, ready) = self.batcher.propose(self.now, payload, &limits)?;
+        for b in ready.into_iter().flatten() {
+            self.submit(b, out);
+        }
+        Ok(id)
+    }
+
+    fn receive(&mut self, now: Micros, from: NodeId, msg: Message, out: &mut Out) {
+        self.now = self.now.max(now);
+        if from == self.me || !self.is_member(from) {
+            return;
+        }
+        if msg.config().is_some_and(|c| c != self.config_id()) {
+            return;
+        }
+        if self.recovering.is_some() {
+            // An amnesic node takes part in nothing until it recovered a promise.
+            match msg {
+                Message::HeartbeatRequest(m) => {
+                    self.ble.on_request(from, &m, &mut self.ble_out);
+                    self.drain_ble(out);
+                }
+                Message::HeartbeatReply(m) => self.ble.on_reply(from, &m),
+                Message::PromiseReply { promised, .. } => {
+                    self.on_promise_reply(from, promised, out)
+                }
+                Message::PromiseQuery { .. } => self.on_promise_query(from, out),
+                _ => {}
+            }
+            return;
+        }
+        match msg {
+            Message::PromiseQuery { .. } => self.on_promise_query(from, out),
+            Message::PromiseReply { .. } => {}
+            Message::HeartbeatRequest(m) => {
+                self.ble.on_request(from, &m, &mut self.ble_out);
+                self.drain_ble(out);
+            }
+            Message::HeartbeatReply(m) => self.ble.on_reply(from, &m),
+            Message::Prepare(m) => self.on_prepare(from, m, out),
+            Message::Promise(m) => self.on_promise(from, m, out),
+            Message::AcceptSync(m) => self.on_accept_sync(from, m, out),
+            Message::Accept(m) => self.on_accept(from, m, out),
+            Message::Accepted(m) => self.on_accepted(from, m, out),
+            Message::Decide(m) => self.on_decide(from, m, out),
+            Message::Forward(b) => self.on_forward(from, b, out),
+            Message::PrepareReq { .. } => self.on_prepare_req(from, out),
+            Message::Nack(m) => self.on_nack(from, m, out),
+            Message::ReadProbe { n, round, .. } => self.on_read_probe(from, n, round),
+            Message::ReadAck { n, round, .. } => self.on_read_ack(from, n, round, out),
+        }
+    }
+
+    fn tick(&mut self, now: Micros, out: &mut Out) {
+        self.now = self.now.max(now);
+        if !self.started {
+            self.started = true;
+            self.ble.start(self.now, &mut self.ble_out);
+            // A restarted node delivers its decided entries again to its new application.
+            self.deliver(out);
+        }
+        if let Some(top) = self.ble.tick(self.now, &mut self.ble_out) {
+            self.on_leader(top, out);
+        }
+        self.drain_ble(out);
+        self.proposer_tick(out);
+        if self.recovering.is_some() {
+            self.recover_promise(out);
+            return;
+        }
+        match self.role {
+            Role::Leader => self.leader_flush(out),
+            Role::Follower => self.follower_flush(out),
+        }
+    }
+
+    fn tick_interval_us(&self) -> Micros {
+        self.cfg
+            .batch_linger_us
+            .max(1)
+            .min(self.cfg.heartbeat_interval_us / 4)
+            .max(1)
+    }
+
+    fn can_propose(&self) -> bool {
+        self.batcher.has_room(&self.cfg.batch_limits())
+    }
+
+    fn status(&self) -> Status {
+        Status {
+            node: self.me,
+            coordinator: self.leader(),
+            ballot: self.store.promised().max(self.ble.ballot()),
+            leading: self.role == Role::Leader && self.phase == Phase::Accept,
+            delivered_upto: self.delivered,
+            decided_max: self.store.decided_idx().max(self.ld.l_c),
+            values_in_flight: self.batcher.values_in_flight(),
+            amnesic: self.amnesic,
+            view: self.cfg.members.iter().map(|m| m.id).collect(),
+            log_bytes: self.store.log_bytes(),
+            ..Status::default()
+        }
+    }
+
+    fn sync_storage(&mut self) -> Result<(), StorageError> {
+        self.store.sync()
+    }
+
+    fn begin_sync_storage(&mut self) -> Result<Option<crate::storage::SyncJob>, StorageError> {
+        self.store.begin_sync()
+    }
+
+    fn end_sync_storage(&mut self, result: Result<(), StorageError>) -> Result<(), StorageError> {
+        self.store.end_sync(&result);
+        result
+    }
+
+    fn log_bytes(&self) -> u64 {
+        self.store.log_bytes()
+    }
+
+    fn peer_reconnected(&mut self, now: Micros, peer: NodeId, out: &mut Out) {
+        self.now = self.now.max(now);
+        if !self.is_member(peer) || peer == self.me {
+            return;
+        }
+        match self.role {
+            // The session to `peer` was new: what was in flight on the old one may be lost.
+            Role::Leader => self.prepare_one(peer, out),
+            Role::Follower if self.leader() == Some(peer) => self.ask_prepare(out, true),
+            Role::Follower => {}
+        }
+    }
+
+    fn read_index(&mut self, now: Micros, id: u64, out: &mut Out) -> Result<(), ProposeError> {
+        self.now = self.now.max(now);
+        self.leader_read_index(id, out)
+    }
+}

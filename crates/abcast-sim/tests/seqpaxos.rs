@@ -1,0 +1,96 @@
+//! Sequence Paxos with Ballot Leader Election (seed 001) in the simulator: every fault mix of its suite (`abcast_sim::suites`), 200
+//! seeds each, through the public contract only. Each test also asserts the bounds of the
+//! suite (something acknowledged, convergence in time, `Busy` bounded) and that the faults
+//! its mix exists for happened.
+//!
+//! Replay a failing seed with the line it prints, e.g.
+//! `ABCAST_SIM_SEED=0 ABCAST_SIM_MIX=partition ABCAST_SIM_NODES=3 ... cargo test -p abcast-sim
+//! --test seqpaxos replay -- --exact --nocapture` (every event, every decoded message, to stderr).
+//! Sweep more seeds with `cargo run --release -p abcast-sim --bin sweep -- --protocol seqpaxos
+//! --mix all --seeds 1000`.
+
+mod common;
+
+use abcast_sim::suites::{self, Proto, Variant};
+use abcast_sim::{FaultMix, run_with_disk};
+use common::sweep_mix;
+
+const P: Proto = Proto::SeqPaxos;
+
+#[test]
+fn replay() {
+    if let Some(Err(v)) = suites::replay_from_env(P) {
+        panic!("replayed violation {:?} (report above)", v.kind);
+    }
+}
+
+#[test]
+fn seqpaxos_runs_are_deterministic() {
+    let cfg = suites::config(P, FaultMix::Mixed, Variant::CORRECT).with_run(1, FaultMix::Mixed);
+    let f = suites::seqpaxos_factory(&cfg, Variant::CORRECT);
+    let a = run_with_disk(&cfg, &f).unwrap_or_else(|v| panic!("{v}"));
+    let b = run_with_disk(&cfg, &f).unwrap_or_else(|v| panic!("{v}"));
+    assert_eq!(a, b);
+}
+
+#[test]
+fn seqpaxos_agrees_and_converges_without_faults() {
+    sweep_mix(P, FaultMix::None, 0..20);
+}
+
+#[test]
+fn seqpaxos_survives_loss_duplication_reordering_and_a_heavy_tail() {
+    sweep_mix(P, FaultMix::Loss, 0..200);
+}
+
+#[test]
+fn seqpaxos_late_joiner_is_synchronised_and_delivers_everything() {
+    sweep_mix(P, FaultMix::LateJoin, 0..200);
+}
+
+#[test]
+fn seqpaxos_survives_partitions_and_converges_with_f_acceptors_cut_off() {
+    sweep_mix(P, FaultMix::Partition, 0..200);
+}
+
+#[test]
+fn seqpaxos_survives_crashes_partial_fanout_and_stale_messages() {
+    sweep_mix(P, FaultMix::Crash, 0..200);
+}
+
+#[test]
+fn seqpaxos_five_nodes_survive_the_mixed_preset() {
+    sweep_mix(P, FaultMix::Mixed, 0..200);
+}
+
+#[test]
+fn seqpaxos_survives_process_pauses() {
+    sweep_mix(P, FaultMix::Pause, 0..200);
+}
+
+/// Known failing (issue 17, first session): a machine crash that keeps a *prefix* of an
+/// unsynced group commit can leave a replica with the new accepted round `n_a` and only part
+/// of the sequence it adopted in that round (seed 947: the leader's adopted suffix was cut,
+/// its `n_a` kept), and the wholesale adoption of appendix B line 12 then drops entries
+/// chosen earlier (seeds 96 and 947 of 1000). The fix is atomic group commits in the
+/// durable log (a commit marker per sync, a torn batch dropped whole at recovery), so that
+/// `n_a` and the entries of one step become durable together. Run with `--ignored`.
+#[test]
+#[ignore]
+fn seqpaxos_synced_logs_survive_every_acceptor_losing_power_at_once() {
+    sweep_mix(P, FaultMix::PowerLoss, 0..200);
+}
+
+#[test]
+fn seqpaxos_amnesic_restarts_under_the_learner_skip_crashes_stay_in_agreement() {
+    sweep_mix(P, FaultMix::LearnerSkip, 0..200);
+}
+
+/// The mixed preset over more seeds than every `cargo test` can afford (with the test above,
+/// seeds 0..1000). Run with `cargo test -p
+/// abcast-sim --test seqpaxos wide -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn seqpaxos_five_nodes_survive_the_mixed_preset_wide() {
+    sweep_mix(P, FaultMix::Mixed, 200..1000);
+}

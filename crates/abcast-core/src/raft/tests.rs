@@ -1004,3 +1004,184 @@ fn chaos_run(seed: u64, cfg: RaftConfig) {
         net.check_agreement();
     }
 }
+
+// ---- each rule a mutation removes, checked alone ------------------------------------------
+
+/// Node 0 of voters {0, 1, 2} over a store holding `terms` (entry `k + 1` of term
+/// `terms[k]`), in term `term`, committed up to `commit`.
+fn node_with_log(
+    terms: &[u32],
+    term: u32,
+    commit: u64,
+    mutation: Option<crate::mutation::Mutation>,
+) -> Raft {
+    let mut store = MemoryLogStore::new();
+    let entries: Vec<_> = terms
+        .iter()
+        .enumerate()
+        .map(|(k, &t)| EntryBody::Noop.entry(k as u64 + 1, Ballot::new(t, NodeId(1), 0)))
+        .collect();
+    store.append(&entries).expect("append");
+    store
+        .set_promised(Ballot::new(term, NodeId(0), 0))
+        .expect("term");
+    store.set_decided_idx(commit).expect("commit");
+    let mut cfg = RaftConfig::new(&[0, 1, 2], &[]);
+    cfg.set_mutation(mutation).expect("a build with mutations");
+    Raft::new(cfg, NodeId(0), StartInfo::FRESH, Box::new(store)).expect("valid")
+}
+
+fn vote_request(term: u32, last_index: u64, last_term: u32) -> Message {
+    Message::RequestVote(messages::RequestVote {
+        term,
+        candidate: NodeId(1),
+        last_index,
+        last_term,
+        pre_vote: false,
+        transfer: false,
+    })
+}
+
+fn granted(out: &Out) -> bool {
+    out.sends.iter().any(|(_, m)| {
+        matches!(
+            m,
+            Message::RequestVoteReply(messages::RequestVoteReply { granted: true, .. })
+        )
+    })
+}
+
+fn votes_for_a_shorter_log(mutation: Option<crate::mutation::Mutation>) -> bool {
+    let mut r = node_with_log(&[1, 1, 2], 2, 0, mutation);
+    let mut out = Out::new();
+    r.receive(0, NodeId(1), vote_request(3, 2, 2), &mut out);
+    granted(&out)
+}
+
+#[test]
+fn a_vote_is_refused_to_a_candidate_whose_log_is_behind() {
+    assert!(!votes_for_a_shorter_log(None));
+    let mut r = node_with_log(&[1, 1, 2], 2, 0, None);
+    let mut out = Out::new();
+    r.receive(0, NodeId(1), vote_request(3, 3, 2), &mut out);
+    assert!(granted(&out), "as up to date: granted");
+}
+
+/// Makes node 0 (log `terms`, in `term`) leader of `term + 1` with node 1's vote, then
+/// hears node 1 hold the log up to `held`: returns the commit index.
+fn commit_after_ack(
+    terms: &[u32],
+    term: u32,
+    held: u64,
+    m: Option<crate::mutation::Mutation>,
+) -> u64 {
+    let mut r = node_with_log(terms, term, 1, m);
+    let mut out = Out::new();
+    r.tick(0, &mut out);
+    r.tick(10_000_000, &mut out);
+    assert_eq!(r.role(), Role::PreCandidate);
+    let grant = |pre_vote| {
+        Message::RequestVoteReply(messages::RequestVoteReply {
+            term: term + 1,
+            granted: true,
+            pre_vote,
+        })
+    };
+    r.receive(10_000_000, NodeId(1), grant(true), &mut out);
+    r.receive(10_000_000, NodeId(1), grant(false), &mut out);
+    assert_eq!(r.role(), Role::Leader);
+    let reply = Message::AppendEntriesReply(messages::AppendEntriesReply {
+        term: term + 1,
+        success: true,
+        match_index: held,
+        conflict_term: 0,
+        conflict_index: 0,
+        incarnation: 0,
+        amnesic: false,
+    });
+    r.receive(10_000_000, NodeId(1), reply, &mut out);
+    r.commit
+}
+
+#[test]
+fn a_leader_commits_no_entry_of_an_earlier_term_by_counting_replicas() {
+    // Entries 1..=2 of term 1, held by the leader and node 1: a majority, yet entry 2 waits
+    // for an entry of the leader's term (its no-op, 3) to be held by a majority too.
+    assert_eq!(commit_after_ack(&[1, 1], 1, 2, None), 1);
+    assert_eq!(commit_after_ack(&[1, 1], 1, 3, None), 3);
+}
+
+fn reply_syncs(mutation: Option<crate::mutation::Mutation>) -> (bool, bool) {
+    let mut r = node_with_log(&[1], 1, 0, mutation);
+    let mut out = Out::new();
+    r.receive(0, NodeId(1), vote_request(2, 1, 1), &mut out);
+    let vote = granted(&out) && out.needs_sync;
+    let mut out = Out::new();
+    let append = Message::AppendEntries(messages::AppendEntries {
+        term: 2,
+        leader: NodeId(1),
+        prev_index: 1,
+        prev_term: 1,
+        entries: vec![EntryBody::Noop.entry(2, Ballot::new(2, NodeId(1), 0))],
+        leader_commit: 0,
+    });
+    r.receive(0, NodeId(1), append, &mut out);
+    let ok = out.sends.iter().any(
+        |(_, m)| matches!(m, Message::AppendEntriesReply(a) if a.success && a.match_index == 2),
+    );
+    (vote, ok && out.needs_sync)
+}
+
+#[test]
+fn a_vote_and_an_append_success_leave_only_with_a_sync() {
+    assert_eq!(reply_syncs(None), (true, true));
+}
+
+/// Leader `l` of voters {0, 1, 2} with learners 3 and 4 caught up moves to voters {l, 3,
+/// 4} while its links to the two other old voters are cut: returns whether anything past
+/// the joint configuration's entry committed.
+fn joint_commits_without_the_old_majority(m: Option<crate::mutation::Mutation>) -> bool {
+    let mut cfg = RaftConfig::new(&[0, 1, 2], &[3, 4]);
+    cfg.set_mutation(m).expect("a build with mutations");
+    let mut net = Net::new(5, cfg, false);
+    let l = net.stable_leader();
+    let v = net.propose(l);
+    assert!(net.run_until(500_000, |n| (0..5).all(|i| n.has_all(i, &[v]))));
+    for old in (0..3).filter(|&i| i != l) {
+        net.cut.insert((l, old));
+    }
+    let before = net.raft(l).commit;
+    net.reconfigure(l, &[l, 3, 4]).expect("starts");
+    assert!(
+        net.raft(l).membership().is_joint(),
+        "C_old,new appended at once"
+    );
+    net.run(100_000);
+    net.raft(l).commit > before
+}
+
+#[test]
+fn a_joint_configuration_needs_a_majority_of_both_voter_sets() {
+    assert!(!joint_commits_without_the_old_majority(None));
+}
+
+/// Each mutation flips the outcome of the rule test above it.
+#[cfg(feature = "mutations")]
+#[test]
+fn each_raft_mutation_breaks_its_rule() {
+    use crate::mutation::Mutation;
+    assert!(votes_for_a_shorter_log(Some(
+        Mutation::RaftVoteWithoutLogCheck
+    )));
+    assert_eq!(
+        commit_after_ack(&[1, 1], 1, 2, Some(Mutation::RaftCommitOldTermByCount)),
+        2
+    );
+    assert_eq!(
+        reply_syncs(Some(Mutation::RaftNoSyncBeforeReply)),
+        (false, false)
+    );
+    assert!(joint_commits_without_the_old_majority(Some(
+        Mutation::RaftJointSingleMajority
+    )));
+}

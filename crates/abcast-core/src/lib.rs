@@ -20,6 +20,7 @@ pub mod multiring;
 pub mod mutation;
 pub mod nodeset;
 pub mod protocol;
+pub mod raft;
 pub mod replog;
 pub mod ring;
 pub mod ringpaxos;

@@ -1,9 +1,9 @@
-//! Deliberately broken variants of the ring protocols (issue 15), built only for tests.
+//! Deliberately broken variants of the protocols (issue 15), built only for tests.
 //!
 //! A simulator that has never failed proves nothing. Each [`Mutation`] removes one rule the
 //! protocols' safety rests on; the simulator's sweeps must catch every one of them, for U-Ring
 //! Paxos, Ring Paxos and Multi-Ring Paxos (`abcast-sim/tests/mutations.rs`). A variant is
-//! selected with `RingConfig::mutation` / `RingPaxosConfig::mutation`, fields that exist only
+//! selected with `RingConfig::mutation` / `RingPaxosConfig::mutation` / `RaftConfig::mutation`, fields that exist only
 //! with the `mutations` cargo feature, which only `abcast-sim`'s tests turn on: a node built
 //! for use cannot run one. Without the feature every check below is a constant `false`.
 
@@ -43,10 +43,23 @@ pub enum Mutation {
     SeqPaxosNoSyncBeforeReply,
     /// A follower decides on a `Decide` while its log is not yet the leader's (prepare phase).
     SeqPaxosDecideInPrepare,
+    // Raft
+    /// Raft voters grant votes without the up-to-date check (seed 001 §2.5): a candidate
+    /// missing committed entries can win and overwrite them.
+    RaftVoteWithoutLogCheck,
+    /// A Raft leader commits an entry of an earlier term by counting replicas (the figure
+    /// 8 case of the Raft paper; thesis §3.6.2): a later leader may replace it.
+    RaftCommitOldTermByCount,
+    /// A Raft follower's AppendEntries success and a voter's vote leave without waiting for
+    /// the entries, term and vote to be durable: a crash forgets what counted.
+    RaftNoSyncBeforeReply,
+    /// A joint Raft configuration counts only the new voters' majority (seed 001 §2.5.1
+    /// asks for both): C_old and C_new can decide apart.
+    RaftJointSingleMajority,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 11] = [
+    pub const ALL: [Mutation; 15] = [
         Mutation::VoteIgnoresEpoch,
         Mutation::AmnesicPromisesCount,
         Mutation::RepairIgnored,
@@ -58,6 +71,11 @@ impl Mutation {
         Mutation::SeqPaxosAmnesicCounts,
         Mutation::SeqPaxosNoSyncBeforeReply,
         Mutation::SeqPaxosDecideInPrepare,
+        // Raft
+        Mutation::RaftVoteWithoutLogCheck,
+        Mutation::RaftCommitOldTermByCount,
+        Mutation::RaftNoSyncBeforeReply,
+        Mutation::RaftJointSingleMajority,
     ];
 
     pub fn name(self) -> &'static str {
@@ -73,6 +91,10 @@ impl Mutation {
             Mutation::SeqPaxosAmnesicCounts => "seqpaxos_amnesic_counts",
             Mutation::SeqPaxosNoSyncBeforeReply => "seqpaxos_no_sync_before_reply",
             Mutation::SeqPaxosDecideInPrepare => "seqpaxos_decide_in_prepare",
+            Mutation::RaftVoteWithoutLogCheck => "raft_vote_without_log_check",
+            Mutation::RaftCommitOldTermByCount => "raft_commit_old_term_by_count",
+            Mutation::RaftNoSyncBeforeReply => "raft_no_sync_before_reply",
+            Mutation::RaftJointSingleMajority => "raft_joint_single_majority",
         }
     }
 }

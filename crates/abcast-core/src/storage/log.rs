@@ -11,7 +11,7 @@
 //!
 //! | item | Sequence Paxos (appendix B) | Raft (§2.5) |
 //! | --- | --- | --- |
-//! | [`LogStore::promised`] | `n_prom` | `currentTerm` in `round`, `votedFor` in `node` (`NodeId(0)`: none) |
+//! | [`LogStore::promised`] | `n_prom` | `currentTerm` in `round`, `votedFor` in `node`, `incarnation` 1 when a vote is held (node ids start at 0, so `NodeId(0)` alone cannot say "none") |
 //! | [`LogStore::accepted_round`] | `n_a` | unused (terms are per entry) |
 //! | [`Entry::ballot`] | the round that accepted it (`n_a` at the time) | the entry's term in `round` |
 //! | [`LogStore::append`] | `v_a ⊕ C` (leader `PROPOSE`, follower `ACCEPT`) | leader append; follower `AppendEntries` after the match |

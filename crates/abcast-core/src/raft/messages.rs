@@ -1,0 +1,495 @@
+//! Raft messages and their wire codec (seed 001 §2.5; Ongaro's thesis for the rest).
+//!
+//! | message | from → to | rule |
+//! | --- | --- | --- |
+//! | `RequestVote` / `RequestVoteReply` | candidate ↔ voters | §2.5 election; `pre_vote`: thesis §9.6; `transfer`: §3.10 |
+//! | `AppendEntries` / `AppendEntriesReply` | leader ↔ every member | §2.5 replication, log matching; the reply's conflict hint: §5.3's optimisation |
+//! | `Heartbeat` / `HeartbeatReply` | leader ↔ every member | §2.5 heartbeats; the commit index; `ctx`: a read-index round (thesis §6.4) |
+//! | `TimeoutNow` | leader → transfer target | leadership transfer (thesis §3.10) |
+//! | `Forward` | any proposer → leader | a batch proposed at a follower |
+//!
+//! Terms are `u32` (the `round` of a [`Ballot`]). An entry travels as `ballot | len u32 |
+//! payload`; its index is implied (`prev_index + 1 + k`). Decoding refuses, never panics
+//! on, any byte string: a short or long body, an unknown kind, a boolean that is not 0 or
+//! 1, an entry whose payload is not an [`EntryBody`], entry terms that go down, start
+//! below `prev_term` or pass the message's term, an index that overflows.
+
+use crate::codec::{Decoder, Encoder, WireMessage};
+use crate::error::DecodeError;
+use crate::replog::EntryBody;
+use crate::storage::Entry;
+use crate::types::{Batch, NodeId};
+use crate::wire::{BALLOT_BYTES, get_ballot, get_batch, get_bool, put_ballot, put_batch};
+
+/// Entries one AppendEntries may carry, at most.
+pub const APPEND_ENTRIES_MAX: usize = 1 << 16;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestVote {
+    /// The candidate's term; for a pre-vote, the term it would campaign in (its own + 1).
+    pub term: u32,
+    pub candidate: NodeId,
+    pub last_index: u64,
+    pub last_term: u32,
+    /// A pre-vote: nobody changes term or vote for it (thesis §9.6).
+    pub pre_vote: bool,
+    /// Sent after a `TimeoutNow`: voters ignore their leader stickiness (thesis §3.10).
+    pub transfer: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestVoteReply {
+    /// The voter's term; for a granted pre-vote, the term asked about.
+    pub term: u32,
+    pub granted: bool,
+    pub pre_vote: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppendEntries {
+    pub term: u32,
+    pub leader: NodeId,
+    pub prev_index: u64,
+    pub prev_term: u32,
+    /// At `prev_index + 1` on, in order; each entry's term in its ballot's `round`.
+    pub entries: Vec<Entry>,
+    pub leader_commit: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppendEntriesReply {
+    pub term: u32,
+    pub success: bool,
+    /// Success: the follower's log matches the leader's up to here. Refusal: the
+    /// `prev_index` refused (the leader ignores a refusal of an append it no longer waits for).
+    pub match_index: u64,
+    /// Refusal: the term of the follower's entry at `prev_index` (0: the follower's log is
+    /// shorter), and the first index of that term in its log (or its `last_index + 1`):
+    /// the leader skips the whole conflicting term in one step (§5.3).
+    pub conflict_term: u32,
+    pub conflict_index: u64,
+    /// The follower's process life: a new one means it restarted, and what the leader knew
+    /// of its log is stale.
+    pub incarnation: u32,
+    /// The follower forgot its log and votes in a restart: the leader does not count it.
+    pub amnesic: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Heartbeat {
+    pub term: u32,
+    pub leader: NodeId,
+    /// The leader's commit index, capped at what it knows the follower's log matches.
+    pub commit: u64,
+    /// A read-index round (every periodic heartbeat is one); 0: a commit notice only,
+    /// which is not answered.
+    pub ctx: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeartbeatReply {
+    pub term: u32,
+    pub ctx: u64,
+    pub incarnation: u32,
+    pub amnesic: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TimeoutNow {
+    pub term: u32,
+    pub leader: NodeId,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Forward {
+    pub batch: Batch,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Message {
+    RequestVote(RequestVote),
+    RequestVoteReply(RequestVoteReply),
+    AppendEntries(AppendEntries),
+    AppendEntriesReply(AppendEntriesReply),
+    Heartbeat(Heartbeat),
+    HeartbeatReply(HeartbeatReply),
+    TimeoutNow(TimeoutNow),
+    Forward(Forward),
+}
+
+const K_REQUEST_VOTE: u8 = 1;
+const K_REQUEST_VOTE_REPLY: u8 = 2;
+const K_APPEND_ENTRIES: u8 = 3;
+const K_APPEND_ENTRIES_REPLY: u8 = 4;
+const K_HEARTBEAT: u8 = 5;
+const K_HEARTBEAT_REPLY: u8 = 6;
+const K_TIMEOUT_NOW: u8 = 7;
+const K_FORWARD: u8 = 8;
+
+fn put_bool(e: &mut Encoder, b: bool) {
+    e.put_u8(u8::from(b));
+}
+
+fn invalid(what: &'static str, detail: String) -> DecodeError {
+    DecodeError::Invalid { what, detail }
+}
+
+impl WireMessage for Message {
+    fn kind(&self) -> u8 {
+        match self {
+            Message::RequestVote(_) => K_REQUEST_VOTE,
+            Message::RequestVoteReply(_) => K_REQUEST_VOTE_REPLY,
+            Message::AppendEntries(_) => K_APPEND_ENTRIES,
+            Message::AppendEntriesReply(_) => K_APPEND_ENTRIES_REPLY,
+            Message::Heartbeat(_) => K_HEARTBEAT,
+            Message::HeartbeatReply(_) => K_HEARTBEAT_REPLY,
+            Message::TimeoutNow(_) => K_TIMEOUT_NOW,
+            Message::Forward(_) => K_FORWARD,
+        }
+    }
+
+    fn encode(&self, e: &mut Encoder) {
+        match self {
+            Message::RequestVote(m) => {
+                e.put_u32(m.term);
+                e.put_u32(m.candidate.0);
+                e.put_u64(m.last_index);
+                e.put_u32(m.last_term);
+                put_bool(e, m.pre_vote);
+                put_bool(e, m.transfer);
+            }
+            Message::RequestVoteReply(m) => {
+                e.put_u32(m.term);
+                put_bool(e, m.granted);
+                put_bool(e, m.pre_vote);
+            }
+            Message::AppendEntries(m) => {
+                e.put_u32(m.term);
+                e.put_u32(m.leader.0);
+                e.put_u64(m.prev_index);
+                e.put_u32(m.prev_term);
+                e.put_u64(m.leader_commit);
+                e.put_u32(m.entries.len() as u32);
+                for entry in &m.entries {
+                    put_ballot(e, entry.ballot);
+                    e.put_u32(entry.payload.len() as u32);
+                    e.put_bytes(&entry.payload);
+                }
+            }
+            Message::AppendEntriesReply(m) => {
+                e.put_u32(m.term);
+                put_bool(e, m.success);
+                e.put_u64(m.match_index);
+                e.put_u32(m.conflict_term);
+                e.put_u64(m.conflict_index);
+                e.put_u32(m.incarnation);
+                put_bool(e, m.amnesic);
+            }
+            Message::Heartbeat(m) => {
+                e.put_u32(m.term);
+                e.put_u32(m.leader.0);
+                e.put_u64(m.commit);
+                e.put_u64(m.ctx);
+            }
+            Message::HeartbeatReply(m) => {
+                e.put_u32(m.term);
+                e.put_u64(m.ctx);
+                e.put_u32(m.incarnation);
+                put_bool(e, m.amnesic);
+            }
+            Message::TimeoutNow(m) => {
+                e.put_u32(m.term);
+                e.put_u32(m.leader.0);
+            }
+            Message::Forward(m) => put_batch(e, &m.batch),
+        }
+    }
+
+    fn decode(kind: u8, body: bytes::Bytes) -> Result<Message, DecodeError> {
+        let mut d = Decoder::new(body);
+        let m = match kind {
+            K_REQUEST_VOTE => Message::RequestVote(RequestVote {
+                term: d.u32("request_vote.term")?,
+                candidate: NodeId(d.u32("request_vote.candidate")?),
+                last_index: d.u64("request_vote.last_index")?,
+                last_term: d.u32("request_vote.last_term")?,
+                pre_vote: get_bool(&mut d, "request_vote.pre_vote")?,
+                transfer: get_bool(&mut d, "request_vote.transfer")?,
+            }),
+            K_REQUEST_VOTE_REPLY => Message::RequestVoteReply(RequestVoteReply {
+                term: d.u32("vote_reply.term")?,
+                granted: get_bool(&mut d, "vote_reply.granted")?,
+                pre_vote: get_bool(&mut d, "vote_reply.pre_vote")?,
+            }),
+            K_APPEND_ENTRIES => Message::AppendEntries(get_append_entries(&mut d)?),
+            K_APPEND_ENTRIES_REPLY => Message::AppendEntriesReply(AppendEntriesReply {
+                term: d.u32("append_reply.term")?,
+                success: get_bool(&mut d, "append_reply.success")?,
+                match_index: d.u64("append_reply.match_index")?,
+                conflict_term: d.u32("append_reply.conflict_term")?,
+                conflict_index: d.u64("append_reply.conflict_index")?,
+                incarnation: d.u32("append_reply.incarnation")?,
+                amnesic: get_bool(&mut d, "append_reply.amnesic")?,
+            }),
+            K_HEARTBEAT => Message::Heartbeat(Heartbeat {
+                term: d.u32("heartbeat.term")?,
+                leader: NodeId(d.u32("heartbeat.leader")?),
+                commit: d.u64("heartbeat.commit")?,
+                ctx: d.u64("heartbeat.ctx")?,
+            }),
+            K_HEARTBEAT_REPLY => Message::HeartbeatReply(HeartbeatReply {
+                term: d.u32("heartbeat_reply.term")?,
+                ctx: d.u64("heartbeat_reply.ctx")?,
+                incarnation: d.u32("heartbeat_reply.incarnation")?,
+                amnesic: get_bool(&mut d, "heartbeat_reply.amnesic")?,
+            }),
+            K_TIMEOUT_NOW => Message::TimeoutNow(TimeoutNow {
+                term: d.u32("timeout_now.term")?,
+                leader: NodeId(d.u32("timeout_now.leader")?),
+            }),
+            K_FORWARD => Message::Forward(Forward {
+                batch: get_batch(&mut d)?,
+            }),
+            k => return Err(DecodeError::UnknownKind(k)),
+        };
+        d.finish()?;
+        Ok(m)
+    }
+}
+
+fn get_append_entries(d: &mut Decoder) -> Result<AppendEntries, DecodeError> {
+    let term = d.u32("append.term")?;
+    let leader = NodeId(d.u32("append.leader")?);
+    let prev_index = d.u64("append.prev_index")?;
+    let prev_term = d.u32("append.prev_term")?;
+    let leader_commit = d.u64("append.leader_commit")?;
+    if prev_term > term {
+        return Err(invalid(
+            "append.prev_term",
+            format!("{prev_term} is past the message's term {term}"),
+        ));
+    }
+    let n = d.count("append.entries", APPEND_ENTRIES_MAX, BALLOT_BYTES + 4)?;
+    if prev_index.checked_add(n as u64).is_none() {
+        return Err(invalid(
+            "append.prev_index",
+            format!("{prev_index} + {n} entries overflows"),
+        ));
+    }
+    let mut entries = Vec::with_capacity(n);
+    let mut last_term = prev_term;
+    for k in 0..n as u64 {
+        let ballot = get_ballot(d)?;
+        if ballot.round < last_term || ballot.round > term {
+            return Err(invalid(
+                "append.entry.term",
+                format!(
+                    "entry term {} after term {last_term} in a message of term {term} (terms \
+                     of a log never go down, and no entry is newer than its leader)",
+                    ballot.round
+                ),
+            ));
+        }
+        last_term = ballot.round;
+        let len = d.u32("append.entry.len")? as usize;
+        let payload = d.bytes(len, "append.entry.payload")?;
+        EntryBody::decode(&payload)?;
+        entries.push(Entry {
+            index: prev_index + 1 + k,
+            ballot,
+            payload,
+        });
+    }
+    Ok(AppendEntries {
+        term,
+        leader,
+        prev_index,
+        prev_term,
+        entries,
+        leader_commit,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replog::Membership;
+    use crate::types::{Ballot, ValueId};
+    use bytes::Bytes;
+
+    fn all() -> Vec<Message> {
+        let batch = Batch::single(
+            ValueId {
+                node: NodeId(2),
+                seq: 7,
+            },
+            Bytes::from(vec![5u8; 3000]),
+        );
+        let b = |t| Ballot::new(t, NodeId(1), 0);
+        vec![
+            Message::RequestVote(RequestVote {
+                term: 4,
+                candidate: NodeId(1),
+                last_index: 9,
+                last_term: 3,
+                pre_vote: true,
+                transfer: false,
+            }),
+            Message::RequestVoteReply(RequestVoteReply {
+                term: 4,
+                granted: true,
+                pre_vote: false,
+            }),
+            Message::AppendEntries(AppendEntries {
+                term: 5,
+                leader: NodeId(1),
+                prev_index: 7,
+                prev_term: 3,
+                entries: vec![
+                    EntryBody::Noop.entry(8, b(4)),
+                    EntryBody::Values(batch.clone()).entry(9, b(5)),
+                    EntryBody::Membership(Membership {
+                        id: 10,
+                        voters: vec![NodeId(1), NodeId(2)],
+                        outgoing: vec![NodeId(0)],
+                        learners: vec![NodeId(3)],
+                    })
+                    .entry(10, b(5)),
+                ],
+                leader_commit: 6,
+            }),
+            Message::AppendEntriesReply(AppendEntriesReply {
+                term: 5,
+                success: false,
+                match_index: 7,
+                conflict_term: 2,
+                conflict_index: 4,
+                incarnation: 3,
+                amnesic: true,
+            }),
+            Message::Heartbeat(Heartbeat {
+                term: 5,
+                leader: NodeId(1),
+                commit: 9,
+                ctx: 12,
+            }),
+            Message::HeartbeatReply(HeartbeatReply {
+                term: 5,
+                ctx: 12,
+                incarnation: 1,
+                amnesic: false,
+            }),
+            Message::TimeoutNow(TimeoutNow {
+                term: 5,
+                leader: NodeId(1),
+            }),
+            Message::Forward(Forward { batch }),
+        ]
+    }
+
+    fn body(m: &Message) -> Bytes {
+        let mut e = Encoder::new();
+        m.encode(&mut e);
+        e.to_bytes()
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        for m in all() {
+            assert_eq!(Message::decode(m.kind(), body(&m)), Ok(m.clone()));
+        }
+    }
+
+    #[test]
+    fn every_malformed_message_decodes_to_an_error() {
+        for m in all() {
+            let body = body(&m);
+            for cut in 0..body.len() {
+                assert!(
+                    Message::decode(m.kind(), body.slice(..cut)).is_err(),
+                    "cut {cut} of {m:?}"
+                );
+            }
+            let mut long = body.to_vec();
+            long.push(0);
+            assert!(Message::decode(m.kind(), Bytes::from(long)).is_err());
+            // Every single byte flipped: an error or another message, never a panic.
+            for at in 0..body.len().min(200) {
+                let mut v = body.to_vec();
+                v[at] ^= 0xa5;
+                let _ = Message::decode(m.kind(), Bytes::from(v));
+            }
+        }
+        assert_eq!(
+            Message::decode(0, Bytes::new()),
+            Err(DecodeError::UnknownKind(0))
+        );
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for kind in 0..=9u8 {
+            for len in 0..300usize {
+                let v: Vec<u8> = (0..len)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x as u8
+                    })
+                    .collect();
+                let _ = Message::decode(kind, Bytes::from(v));
+            }
+        }
+    }
+
+    #[test]
+    fn entries_whose_terms_go_down_or_pass_the_leaders_are_refused() {
+        let b = |t| Ballot::new(t, NodeId(1), 0);
+        let append = |prev_term, terms: &[u32], term| {
+            Message::AppendEntries(AppendEntries {
+                term,
+                leader: NodeId(1),
+                prev_index: 3,
+                prev_term,
+                entries: terms
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &t)| EntryBody::Noop.entry(4 + k as u64, b(t)))
+                    .collect(),
+                leader_commit: 0,
+            })
+        };
+        let decode = |m: Message| Message::decode(m.kind(), body(&m));
+        assert!(decode(append(2, &[2, 3, 3], 3)).is_ok());
+        assert!(decode(append(2, &[3, 2], 3)).is_err(), "a term goes down");
+        assert!(decode(append(3, &[2], 3)).is_err(), "below prev_term");
+        assert!(
+            decode(append(2, &[4], 3)).is_err(),
+            "past the leader's term"
+        );
+        assert!(
+            decode(append(4, &[], 3)).is_err(),
+            "prev_term past the term"
+        );
+        let bad_payload = Message::AppendEntries(AppendEntries {
+            term: 1,
+            leader: NodeId(1),
+            prev_index: 0,
+            prev_term: 0,
+            entries: vec![Entry {
+                index: 1,
+                ballot: b(1),
+                payload: Bytes::from_static(&[99]),
+            }],
+            leader_commit: 0,
+        });
+        assert!(decode(bad_payload).is_err(), "not an entry body");
+    }
+
+    #[test]
+    fn a_large_payload_travels_as_its_own_chunk() {
+        let m = all().swap_remove(2);
+        let mut e = Encoder::new();
+        m.encode(&mut e);
+        let chunks = e.finish();
+        assert!(chunks.len() >= 3, "{chunks:?}");
+    }
+}

@@ -1,0 +1,617 @@
+//! Raft with joint consensus (seed 001 §2.5 and §2.5.1), with the optimisations of
+//! Ongaro's thesis, as a pure state machine.
+//!
+//! Where each rule lives:
+//!
+//! | rule | seed / thesis | code |
+//! | --- | --- | --- |
+//! | terms, follower / candidate / leader, randomised election timeouts | 001 §2.5, fig. 3 | `election.rs`: `tick_election`, `campaign` |
+//! | vote once per term, only for an up-to-date log | 001 §2.5 | `election.rs`: `on_request_vote` |
+//! | pre-vote | thesis §9.6 | `election.rs`: `campaign(pre = true)`, `on_request_vote` |
+//! | leader stickiness (ignore votes while a leader is heard) | thesis §4.2.3 | `election.rs`: `in_lease` |
+//! | check-quorum | thesis §6.2 | `election.rs`: `check_quorum` |
+//! | leadership transfer | thesis §3.10 | `election.rs`: `transfer_leadership`, `on_timeout_now` |
+//! | AppendEntries, log matching, truncating a conflicting suffix | 001 §2.5 | `replication.rs`: `on_append_entries` |
+//! | conflict hint (skip a whole term per round trip) | 001 §2.5, thesis §5.3 | `replication.rs`: `conflict_hint`, `on_append_reply` |
+//! | per-follower progress, probe vs pipelined replicate | etcd-io/raft `tracker` | `replication.rs`: `Progress`, `send_append` |
+//! | commit = index a majority (of both voter sets when joint) holds | 001 §2.5, §2.5.1 | `membership.rs`: `quorum_index`; `replication.rs`: `maybe_commit` |
+//! | commit only entries of the current term; a no-op starts each term | thesis §3.6.2 (Raft §5.4.2) | `replication.rs`: `maybe_commit`; `election.rs`: `become_leader` |
+//! | commit index piggy-backed on appends and heartbeats | 001 §2.5 | `replication.rs`: `send_append`, `send_heartbeats` |
+//! | a configuration is used as soon as it is in the log | 001 §2.5.1 | `membership.rs`: `ConfigLog` |
+//! | C_old,new then C_new; one change at a time | 001 §2.5.1 | `membership.rs`: `reconfigure`, `advance_change` |
+//! | new members catch up as learners first | 001 §2.5.1 ("not counting them in majorities") | `membership.rs`: `advance_change` |
+//! | a leader not in C_new steps down once C_new is committed | 001 §2.5.1 | `membership.rs`: `step_down_if_removed` |
+//! | read index, lease reads | thesis §6.4, §6.4.1 | `read.rs` |
+//!
+//! Contract of the leader-based families (shared with Sequence Paxos): `propose` works on
+//! every node (batches go to the leader as `Forward`, wait in the batcher while no leader is
+//! known, and are re-sent on a leader change); the leader appends a batch as one entry;
+//! every node delivers committed `Values` entries in log order (instance = log index,
+//! de-duplicated), acknowledges its own batches, and reports committed configurations as
+//! positioned `ConfigChange`s. Every write to the `LogStore` sets `needs_sync` in the same
+//! outbox, so a vote or an AppendEntries success leaves only after what it promises is
+//! durable.
+//!
+//! **Hard state in the store.** `promised()` holds the term in `round` and the vote in
+//! `node`, with `incarnation` = 1 when a vote is held: node ids start at 0, so `NodeId(0)`
+//! cannot mean "none". An entry's term is its ballot's `round` (node and incarnation name
+//! the leader that made it, for people; only the round is compared).
+//!
+//! **Amnesia.** A node restarted (`incarnation > 0`) over a store that kept nothing has
+//! forgotten its votes and entries: for this whole life it never votes, never campaigns and
+//! its replies say `amnesic`, so no leader counts it in a commit quorum, a read round or
+//! check-quorum. It still takes entries and delivers.
+//!
+//! Departures from the seed and the thesis, each for a reason: heartbeats are a message of
+//! their own (etcd's `MsgHeartbeat`: they carry a commit index capped by what the follower
+//! is known to hold, and the read-index round) rather than empty AppendEntries, so a
+//! heartbeat is never refused for a gap the pipeline opened; a leader that commits its
+//! removal hands over with `TimeoutNow` to the most up-to-date voter before it steps down,
+//! shortening the leaderless time §2.5.1 describes; snapshots (`InstallSnapshot`) are not
+//! done yet: the log is never compacted.
+
+pub mod config;
+pub mod election;
+pub mod membership;
+pub mod messages;
+pub mod read;
+pub mod replication;
+#[cfg(test)]
+mod tests;
+
+pub use config::RaftConfig;
+pub use election::TransferError;
+pub use messages::Message;
+
+use crate::ProposeError;
+use crate::batcher::{BatchLimits, Batcher};
+use crate::config::{ConfigError, Configuration, StartInfo};
+use crate::dedup::Dedup;
+use crate::event::Event;
+use crate::protocol::{
+    ConfigChange, ConfigKind, Delivery, Outbox, Protocol, ReconfigureError, Status,
+};
+use crate::replog::{EntryBody, Membership};
+use crate::storage::{LogStore, StorageError, SyncJob};
+use crate::types::{Ballot, Batch, Micros, NodeId, ValueId};
+use bytes::Bytes;
+use election::Election;
+use membership::ConfigLog;
+use replication::Leader;
+
+pub type Out = Outbox<Message>;
+
+/// `promised().incarnation` when the node holds a vote in `promised().node`.
+const VOTE_HELD: u32 = 1;
+
+/// Payload bytes one input delivers at most; the rest at the next input.
+const APPLY_MAX_BYTES: usize = 16 << 20;
+
+/// A node's state in the term (seed 001 fig. 3, plus the pre-candidate of thesis §9.6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Follower,
+    PreCandidate,
+    Candidate,
+    Leader,
+}
+
+/// One Raft node.
+pub struct Raft {
+    pub(crate) cfg: RaftConfig,
+    pub(crate) limits: BatchLimits,
+    pub(crate) me: NodeId,
+    /// This process life, as ballots and replies carry it.
+    pub(crate) incarnation: u32,
+    pub(crate) store: Box<dyn LogStore + Send>,
+    /// The store failed (a write, or a read of an entry): the node does nothing more, and
+    /// `sync_storage` reports it so the driver stops the node.
+    pub(crate) failed: Option<StorageError>,
+    pub(crate) now: Micros,
+    pub(crate) started: bool,
+
+    /// `currentTerm` and `votedFor`, as in the store.
+    pub(crate) term: u32,
+    pub(crate) voted_for: Option<NodeId>,
+    /// `commitIndex`, as in the store (`decided_idx`).
+    pub(crate) commit: u64,
+    pub(crate) role: Role,
+    /// The leader of `term` this node knows of.
+    pub(crate) leader: Option<NodeId>,
+    /// This log matches `leader`'s up to here (checked by an AppendEntries of this term):
+    /// a heartbeat's commit index applies only up to it.
+    pub(crate) leader_match: u64,
+    pub(crate) amnesic: bool,
+
+    pub(crate) election: Election,
+    /// splitmix64 state: the election timer's random source.
+    pub(crate) rng: u64,
+    pub(crate) configs: ConfigLog,
+    /// The leader's state; `Some` exactly when `role == Leader`.
+    pub(crate) lead: Option<Leader>,
+
+    /// Every entry up to here was applied (delivered when it held values).
+    pub(crate) applied: u64,
+    pub(crate) dedup: Dedup,
+    pub(crate) batcher: Batcher,
+    /// The leader the batcher last sent to: a different one makes it re-send everything.
+    pub(crate) batcher_leader: Option<NodeId>,
+}
+
+impl Raft {
+    /// A node with its store: term, vote, log, configuration and commit index come from
+    /// the store (a restart), and deliveries start again at the first entry held.
+    pub fn new(
+        cfg: RaftConfig,
+        me: NodeId,
+        start: StartInfo,
+        store: Box<dyn LogStore + Send>,
+    ) -> Result<Raft, ConfigError> {
+        cfg.validate()?;
+        let incarnation = start.ballot_incarnation()?;
+        let promised = store.promised();
+        let voted_for = (promised.incarnation == VOTE_HELD).then_some(promised.node);
+        let commit = store.decided_idx();
+        let amnesic = (start.incarnation > 0 || start.amnesic) && !store.is_durable();
+        let base = Membership {
+            id: 0,
+            voters: cfg.voters.clone(),
+            outgoing: Vec::new(),
+            learners: cfg.learners.clone(),
+        };
+        let configs = ConfigLog::recover(base, store.as_ref(), cfg.max_append_bytes, commit)
+            .map_err(|e| ConfigError {
+                field: "store",
+                reason: format!("the log's configurations could not be read: {e}"),
+            })?;
+        let applied = store.first_index().saturating_sub(1);
+        let mut rng = cfg.seed
+            ^ u64::from(me.0).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            ^ (u64::from(incarnation) << 40);
+        let _ = splitmix64(&mut rng);
+        Ok(Raft {
+            limits: cfg.batch_limits(),
+            me,
+            incarnation,
+            failed: None,
+            now: 0,
+            started: false,
+            term: promised.round,
+            voted_for,
+            commit,
+            role: Role::Follower,
+            leader: None,
+            leader_match: 0,
+            amnesic,
+            election: Election::default(),
+            rng,
+            configs,
+            lead: None,
+            applied,
+            dedup: Dedup::default(),
+            batcher: Batcher::new(me, start.start_seq),
+            batcher_leader: None,
+            store,
+            cfg,
+        })
+    }
+
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    pub fn term(&self) -> u32 {
+        self.term
+    }
+
+    /// The configuration in effect (the last one in the log, committed or not).
+    pub fn membership(&self) -> &Membership {
+        self.configs.current()
+    }
+
+    /// Whether this node runs the broken variant `m` (tests only, `crate::mutation`).
+    #[inline(always)]
+    pub(crate) fn mutated(&self, m: crate::mutation::Mutation) -> bool {
+        crate::mutation::on(self.cfg.mutation(), m)
+    }
+
+    pub(crate) fn last_index(&self) -> u64 {
+        self.store.last_index()
+    }
+
+    /// The term of entry `index` (0 for the empty prefix; 0 outside the log too, where
+    /// callers have checked the index first).
+    pub(crate) fn term_at(&self, index: u64) -> Option<u32> {
+        self.store.ballot_at(index).map(|b| b.round)
+    }
+
+    pub(crate) fn last_term(&self) -> u32 {
+        self.term_at(self.last_index()).unwrap_or(0)
+    }
+
+    /// The ballot entries of this term carry.
+    pub(crate) fn term_ballot(&self) -> Ballot {
+        Ballot::new(self.term, self.me, self.incarnation)
+    }
+
+    /// Every input passes here first; `false`: the store failed and the node is stopped.
+    pub(crate) fn begin(&mut self, now: Micros) -> bool {
+        if self.failed.is_some() {
+            return false;
+        }
+        self.now = self.now.max(now);
+        if !self.started {
+            self.started = true;
+            if self.cfg.read_lease {
+                // A lease holder may count on this node not voting for a while: a restart
+                // must not shorten that (thesis §6.4.1).
+                self.election.leader_heard_us = Some(self.now);
+            }
+            self.reset_election_timer();
+        }
+        true
+    }
+
+    /// The store failed: record it (the driver learns it from `sync_storage`).
+    pub(crate) fn fail(&mut self, e: StorageError, out: &mut Out) {
+        if self.failed.is_none() {
+            self.failed = Some(e);
+        }
+        out.needs_sync = true;
+    }
+
+    /// Stores term and vote; `sync`: the outbox must wait for them to be durable.
+    pub(crate) fn persist_term_and_vote(&mut self, sync: bool, out: &mut Out) -> bool {
+        let promised = match self.voted_for {
+            Some(v) => Ballot::new(self.term, v, VOTE_HELD),
+            None => Ballot::new(self.term, NodeId(0), 0),
+        };
+        if let Err(e) = self.store.set_promised(promised) {
+            self.fail(e, out);
+            return false;
+        }
+        if sync {
+            out.needs_sync = true;
+        }
+        true
+    }
+
+    /// Moves the commit index up to `index` (never down), in the store too.
+    pub(crate) fn set_commit(&mut self, index: u64, sync: bool, out: &mut Out) -> bool {
+        if index <= self.commit {
+            return false;
+        }
+        assert!(
+            index <= self.last_index(),
+            "commit index {index} past the last entry {}",
+            self.last_index()
+        );
+        if let Err(e) = self.store.set_decided_idx(index) {
+            self.fail(e, out);
+            return false;
+        }
+        let before = self.commit;
+        self.commit = index;
+        assert!(self.commit > before, "the commit index never goes down");
+        self.configs.on_commit(self.commit);
+        if sync {
+            out.needs_sync = true;
+        }
+        true
+    }
+
+    /// Becomes a follower of `term` (a higher term clears the vote), believing in `leader`.
+    pub(crate) fn become_follower(
+        &mut self,
+        term: u32,
+        leader: Option<NodeId>,
+        sync: bool,
+        out: &mut Out,
+    ) {
+        assert!(term >= self.term, "a term never goes down");
+        if term > self.term {
+            self.term = term;
+            self.voted_for = None;
+            if !self.persist_term_and_vote(sync, out) {
+                return;
+            }
+        }
+        if self.role == Role::Leader {
+            out.events.push(Event::SteppedDown { node: self.me });
+        }
+        self.role = Role::Follower;
+        self.lead = None;
+        self.leader = leader;
+        self.leader_match = 0;
+        self.election.votes.clear();
+        self.reset_election_timer();
+    }
+
+    /// A message from `leader` of `term` (at least this node's): follow it. At most one
+    /// leader per term.
+    pub(crate) fn follow(&mut self, term: u32, leader: NodeId, sync: bool, out: &mut Out) {
+        if term == self.term
+            && let Some(known) = self.leader
+        {
+            assert!(
+                known == leader,
+                "two leaders in term {term}: {known} and {leader} (seen at {})",
+                self.me
+            );
+        }
+        if term == self.term && self.role == Role::Leader {
+            assert!(
+                leader == self.me,
+                "{} leads term {term}, and {leader} claims it too",
+                self.me
+            );
+        }
+        if term > self.term || self.role != Role::Follower || self.leader != Some(leader) {
+            self.become_follower(term, Some(leader), sync, out);
+        }
+        self.election.leader_heard_us = Some(self.now);
+        self.reset_election_timer();
+    }
+
+    /// A ready batch goes to the leader: appended here if this node leads, forwarded if
+    /// another does, kept in the batcher (re-sent when a leader is known) otherwise.
+    pub(crate) fn dispatch(&mut self, batch: Batch, out: &mut Out) {
+        match self.leader {
+            Some(l) if l == self.me => self.append_batch(batch, out),
+            Some(l) => out.send(l, Message::Forward(messages::Forward { batch })),
+            None => {}
+        }
+    }
+
+    /// Work at the end of every input: the leader's appends and commit notices, then
+    /// deliveries.
+    pub(crate) fn flush(&mut self, out: &mut Out) {
+        if self.failed.is_some() {
+            return;
+        }
+        if self.role == Role::Leader {
+            self.flush_leader(out);
+        }
+        self.apply(out);
+    }
+
+    /// Delivers committed entries in log order (values de-duplicated), acknowledges this
+    /// node's batches, reports committed configurations.
+    pub(crate) fn apply(&mut self, out: &mut Out) {
+        let mut bytes = 0usize;
+        while self.applied < self.commit && bytes < APPLY_MAX_BYTES && self.failed.is_none() {
+            let from = self.applied + 1;
+            let entries = match self.store.entries(from, self.commit + 1, APPLY_MAX_BYTES) {
+                Ok(v) => v,
+                Err(e) => return self.fail(e, out),
+            };
+            if entries.is_empty() {
+                let e = StorageError(format!(
+                    "committed entry {from} is not in the log (first held: {})",
+                    self.store.first_index()
+                ));
+                return self.fail(e, out);
+            }
+            for e in entries {
+                assert_eq!(e.index, self.applied + 1, "deliveries strictly increasing");
+                bytes += e.payload.len();
+                let body = match EntryBody::decode(&e.payload) {
+                    Ok(b) => b,
+                    Err(err) => {
+                        let e = StorageError(format!(
+                            "committed entry {} does not decode: {err}",
+                            e.index
+                        ));
+                        return self.fail(e, out);
+                    }
+                };
+                match body {
+                    EntryBody::Values(batch) => {
+                        let key = batch.key();
+                        if let Some(ack) = self.batcher.on_decided(key, self.now) {
+                            out.acks.push(ack);
+                        }
+                        if self.dedup.first_time(key, e.index) {
+                            out.deliveries.push(Delivery::new(e.index, batch));
+                        }
+                    }
+                    EntryBody::Membership(m) => out.config_changes.push(ConfigChange {
+                        kind: ConfigKind::Regular,
+                        config: membership::to_configuration(&m),
+                        position: out.deliveries.len(),
+                    }),
+                    EntryBody::Noop | EntryBody::StopSign(_) => {}
+                }
+                self.applied = e.index;
+            }
+        }
+    }
+
+    /// Draws the next election deadline: now plus a time drawn uniformly from
+    /// `[election_timeout_min_us, election_timeout_max_us)`.
+    pub(crate) fn reset_election_timer(&mut self) {
+        let span = self.cfg.election_timeout_max_us - self.cfg.election_timeout_min_us;
+        let r = splitmix64(&mut self.rng) % span.max(1);
+        self.election.deadline_us = self.now + self.cfg.election_timeout_min_us + r;
+    }
+}
+
+/// One step of splitmix64 (Steele, Lea, Flood 2014): the injected random source.
+pub(crate) fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl Protocol for Raft {
+    type Message = Message;
+
+    fn node(&self) -> NodeId {
+        self.me
+    }
+
+    fn propose(
+        &mut self,
+        now: Micros,
+        payload: Bytes,
+        out: &mut Out,
+    ) -> Result<ValueId, ProposeError> {
+        if !self.begin(now) {
+            return Err(ProposeError::Busy);
+        }
+        let (id, ready) = self.batcher.propose(self.now, payload, &self.limits)?;
+        for batch in ready.into_iter().flatten() {
+            self.dispatch(batch, out);
+        }
+        self.flush(out);
+        Ok(id)
+    }
+
+    fn receive(&mut self, now: Micros, from: NodeId, msg: Message, out: &mut Out) {
+        if !self.begin(now) {
+            return;
+        }
+        match msg {
+            Message::RequestVote(m) => self.on_request_vote(from, m, out),
+            Message::RequestVoteReply(m) => self.on_vote_reply(from, m, out),
+            Message::AppendEntries(m) => self.on_append_entries(from, m, out),
+            Message::AppendEntriesReply(m) => self.on_append_reply(from, m, out),
+            Message::Heartbeat(m) => self.on_heartbeat(from, m, out),
+            Message::HeartbeatReply(m) => self.on_heartbeat_reply(from, m, out),
+            Message::TimeoutNow(m) => self.on_timeout_now(from, m, out),
+            Message::Forward(m) => self.on_forward(m.batch, out),
+        }
+        self.flush(out);
+    }
+
+    fn tick(&mut self, now: Micros, out: &mut Out) {
+        if !self.begin(now) {
+            return;
+        }
+        if self.role == Role::Leader {
+            self.tick_leader(out);
+        } else {
+            self.tick_election(out);
+        }
+        let changed = self.leader.is_some() && self.leader != self.batcher_leader;
+        if changed {
+            self.batcher_leader = self.leader;
+        }
+        let mut ready = Vec::new();
+        self.batcher
+            .tick(self.now, changed, &self.limits, &mut ready);
+        for batch in ready {
+            self.dispatch(batch, out);
+        }
+        self.flush(out);
+    }
+
+    fn tick_interval_us(&self) -> Micros {
+        (self.cfg.batch_linger_us.max(100))
+            .min(self.cfg.heartbeat_interval_us / 4)
+            .max(1)
+    }
+
+    fn can_propose(&self) -> bool {
+        self.failed.is_none() && self.batcher.has_room(&self.limits)
+    }
+
+    fn status(&self) -> Status {
+        let m = self.configs.current();
+        let mut view: Vec<NodeId> = m.voters.iter().chain(&m.outgoing).copied().collect();
+        view.sort_unstable();
+        view.dedup();
+        Status {
+            node: self.me,
+            coordinator: self.leader,
+            ballot: Ballot::new(self.term, self.leader.unwrap_or(self.me), 0),
+            leading: self.role == Role::Leader,
+            delivered_upto: self.applied,
+            decided_max: self.commit,
+            values_in_flight: self.batcher.values_in_flight(),
+            amnesic: self.amnesic,
+            view,
+            log_bytes: self.store.log_bytes(),
+            ..Status::default()
+        }
+    }
+
+    fn sync_storage(&mut self) -> Result<(), StorageError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        self.store.sync().inspect_err(|e| {
+            self.failed = Some(e.clone());
+        })
+    }
+
+    fn begin_sync_storage(&mut self) -> Result<Option<SyncJob>, StorageError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        self.store.begin_sync().inspect_err(|e| {
+            self.failed = Some(e.clone());
+        })
+    }
+
+    fn end_sync_storage(&mut self, result: Result<(), StorageError>) -> Result<(), StorageError> {
+        self.store.end_sync(&result);
+        if let Err(e) = &result {
+            self.failed.get_or_insert_with(|| e.clone());
+        }
+        result
+    }
+
+    fn log_bytes(&self) -> u64 {
+        self.store.log_bytes()
+    }
+
+    fn reconfigure(
+        &mut self,
+        now: Micros,
+        config: Configuration,
+        out: &mut Out,
+    ) -> Result<(), ReconfigureError> {
+        config.validate().map_err(ReconfigureError::Invalid)?;
+        if !self.begin(now) {
+            return Err(ReconfigureError::Refused(ProposeError::Busy));
+        }
+        let r = self.start_change(&config, out);
+        self.flush(out);
+        r
+    }
+
+    fn peer_unreachable(&mut self, now: Micros, peer: NodeId, out: &mut Out) {
+        if !self.begin(now) {
+            return;
+        }
+        if let Some(pr) = self.lead.as_mut().and_then(|l| l.progress.get_mut(&peer)) {
+            pr.forget();
+        }
+        self.flush(out);
+    }
+
+    fn peer_reconnected(&mut self, now: Micros, peer: NodeId, out: &mut Out) {
+        if !self.begin(now) {
+            return;
+        }
+        if let Some(pr) = self.lead.as_mut().and_then(|l| l.progress.get_mut(&peer)) {
+            // The dropped connection may have lost appends, and the peer may be a new
+            // process that lost its log: probe, and count nothing it said before.
+            pr.forget();
+            self.send_append(peer, true, out);
+        }
+        self.flush(out);
+    }
+
+    fn read_index(&mut self, now: Micros, id: u64, out: &mut Out) -> Result<(), ProposeError> {
+        if !self.begin(now) {
+            return Err(ProposeError::NotLeader { hint: None });
+        }
+        let r = self.start_read(id, out);
+        self.flush(out);
+        r
+    }
+}

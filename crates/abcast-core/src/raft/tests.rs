@@ -1,0 +1,1187 @@
+//! Scenario tests over a tiny deterministic network: every message crosses the wire codec,
+//! links can be cut one way or both, nodes crash and restart over their stores, time moves
+//! in 1 ms steps and every message sent in a step is delivered in it (FIFO per link). The
+//! network acts as the driver: it makes the store durable before it sends an outbox's
+//! messages, as `carry_out` does.
+
+use super::*;
+use crate::codec::{Encoder, WireMessage};
+use crate::config::{Member, Roles};
+use crate::protocol::{Ack, ReadState};
+use crate::storage::{DurableLogStore, DurableOptions, MemDir, MemoryLogStore};
+use crate::types::{BatchKey, ValueId};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+
+const STEP_US: Micros = 1_000;
+
+struct Node {
+    raft: Option<Raft>,
+    incarnation: u64,
+    /// A durable store's directory (`None`: in memory, forgotten at a restart).
+    disk: Option<MemDir>,
+    /// This life's deliveries: (instance, batch key, value ids).
+    delivered: Vec<(u64, BatchKey, Vec<ValueId>)>,
+    acks: Vec<Ack>,
+    reads: Vec<ReadState>,
+    changes: Vec<ConfigChange>,
+}
+
+struct Net {
+    cfg: RaftConfig,
+    nodes: Vec<Node>,
+    now: Micros,
+    queue: VecDeque<(NodeId, NodeId, Message)>,
+    /// Links that lose everything: (from, to).
+    cut: HashSet<(u32, u32)>,
+    /// Votes granted (pre-votes too), by voter.
+    votes_granted: BTreeMap<u32, usize>,
+    /// RequestVotes sent, by candidate.
+    campaigns: BTreeMap<u32, usize>,
+    next_payload: u64,
+    /// Every delivery of every life checked against one sequence, as it happens.
+    decided: BTreeMap<u64, BatchKey>,
+    chaos: Option<Chaos>,
+}
+
+/// A lossy network: messages lost, duplicated, and delayed (so reordered) by up to
+/// `delay_max_steps` steps.
+struct Chaos {
+    rng: u64,
+    loss_per_mille: u64,
+    delay_max_steps: u64,
+    delayed: Vec<(Micros, NodeId, NodeId, Message)>,
+}
+
+impl Chaos {
+    fn roll(&mut self, n: u64) -> u64 {
+        splitmix64(&mut self.rng) % n.max(1)
+    }
+}
+
+fn durable_options() -> DurableOptions {
+    DurableOptions {
+        sync: true,
+        segment_bytes: 256 << 10,
+        cache_instances: 1024,
+        cache_bytes: 64 << 20,
+    }
+}
+
+fn open_store(disk: &Option<MemDir>) -> Box<dyn LogStore + Send> {
+    match disk {
+        Some(d) => Box::new(
+            DurableLogStore::open(d.clone(), durable_options())
+                .expect("open the durable log")
+                .0,
+        ),
+        None => Box::new(MemoryLogStore::new()),
+    }
+}
+
+fn ids(n: u32) -> Vec<u32> {
+    (0..n).collect()
+}
+
+fn voters_config(voters: &[u32]) -> Configuration {
+    Configuration {
+        id: 0,
+        members: voters
+            .iter()
+            .map(|&i| Member {
+                id: NodeId(i),
+                roles: Roles::PAL,
+            })
+            .collect(),
+    }
+}
+
+impl Net {
+    /// `n` nodes `0..n`, each started with `cfg` (whose voters may be fewer: the others
+    /// wait to be added).
+    fn new(n: u32, cfg: RaftConfig, durable: bool) -> Net {
+        let nodes = (0..n)
+            .map(|i| {
+                let disk = durable.then(|| MemDir::new(format!("n{i}")));
+                let mut c = cfg.clone();
+                c.seed = 42;
+                let raft = Raft::new(c, NodeId(i), StartInfo::FRESH, open_store(&disk))
+                    .expect("a valid configuration");
+                Node {
+                    raft: Some(raft),
+                    incarnation: 0,
+                    disk,
+                    delivered: Vec::new(),
+                    acks: Vec::new(),
+                    reads: Vec::new(),
+                    changes: Vec::new(),
+                }
+            })
+            .collect();
+        Net {
+            cfg,
+            nodes,
+            now: 0,
+            queue: VecDeque::new(),
+            cut: HashSet::new(),
+            votes_granted: BTreeMap::new(),
+            campaigns: BTreeMap::new(),
+            next_payload: 0,
+            decided: BTreeMap::new(),
+            chaos: None,
+        }
+    }
+
+    fn raft(&self, i: u32) -> &Raft {
+        self.nodes[i as usize].raft.as_ref().expect("node is up")
+    }
+
+    fn raft_mut(&mut self, i: u32) -> &mut Raft {
+        self.nodes[i as usize].raft.as_mut().expect("node is up")
+    }
+
+    /// What the driver does with an outbox: sync, send (through the codec), deliver.
+    fn carry(&mut self, i: u32, mut out: Out) {
+        if out.needs_sync {
+            self.raft_mut(i).sync_storage().expect("sync");
+        }
+        for (to, m) in out.sends.drain(..) {
+            let mut e = Encoder::new();
+            m.encode(&mut e);
+            let m = Message::decode(m.kind(), e.to_bytes()).expect("decodes");
+            match &m {
+                Message::RequestVoteReply(r) if r.granted => {
+                    *self.votes_granted.entry(i).or_default() += 1;
+                }
+                Message::RequestVote(_) => *self.campaigns.entry(i).or_default() += 1,
+                _ => {}
+            }
+            if self.cut.contains(&(i, to.0)) {
+                continue;
+            }
+            let now = self.now;
+            match self.chaos.as_mut() {
+                None => self.queue.push_back((NodeId(i), to, m)),
+                Some(c) => {
+                    if c.roll(1000) < c.loss_per_mille {
+                        continue;
+                    }
+                    let copies = if c.roll(100) == 0 { 2 } else { 1 };
+                    for _ in 0..copies {
+                        let steps = c.roll(c.delay_max_steps + 1);
+                        c.delayed
+                            .push((now + steps * STEP_US, NodeId(i), to, m.clone()));
+                    }
+                }
+            }
+        }
+        let node = &mut self.nodes[i as usize];
+        for d in out.deliveries.drain(..) {
+            if let Some(&(last, _, _)) = node.delivered.last() {
+                assert!(d.instance > last, "n{i}: deliveries strictly increasing");
+            }
+            let key = d.batch.key();
+            let first = *self.decided.entry(d.instance).or_insert(key);
+            assert_eq!(first, key, "n{i} delivered another batch at {}", d.instance);
+            node.delivered
+                .push((d.instance, d.batch.key(), d.batch.ids().collect()));
+        }
+        node.acks.append(&mut out.acks);
+        node.reads.append(&mut out.reads);
+        node.changes.append(&mut out.config_changes);
+    }
+
+    fn deliver_all(&mut self) {
+        for _ in 0..1_000_000 {
+            let Some((from, to, m)) = self.queue.pop_front() else {
+                return;
+            };
+            self.deliver(from, to, m);
+        }
+        panic!("the network never went quiet");
+    }
+
+    fn deliver(&mut self, from: NodeId, to: NodeId, m: Message) {
+        if self.cut.contains(&(from.0, to.0)) {
+            return;
+        }
+        let now = self.now;
+        let Some(r) = self.nodes[to.0 as usize].raft.as_mut() else {
+            return;
+        };
+        let mut out = Out::new();
+        r.receive(now, from, m, &mut out);
+        self.carry(to.0, out);
+    }
+
+    fn step(&mut self) {
+        if let Some(c) = self.chaos.as_mut() {
+            let now = self.now;
+            let (due, later): (Vec<_>, Vec<_>) =
+                c.delayed.drain(..).partition(|(at, ..)| *at <= now);
+            c.delayed = later;
+            for (_, from, to, m) in due {
+                self.queue.push_back((from, to, m));
+            }
+        }
+        self.deliver_all();
+        self.now += STEP_US;
+        for i in 0..self.nodes.len() as u32 {
+            let now = self.now;
+            if let Some(r) = self.nodes[i as usize].raft.as_mut() {
+                let mut out = Out::new();
+                r.tick(now, &mut out);
+                self.carry(i, out);
+            }
+        }
+        self.deliver_all();
+    }
+
+    fn run(&mut self, us: Micros) {
+        for _ in 0..us / STEP_US {
+            self.step();
+        }
+    }
+
+    fn run_until(&mut self, max_us: Micros, cond: impl Fn(&Net) -> bool) -> bool {
+        for _ in 0..max_us / STEP_US {
+            if cond(self) {
+                return true;
+            }
+            self.step();
+        }
+        cond(self)
+    }
+
+    fn up(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.nodes.len() as u32).filter(|&i| self.nodes[i as usize].raft.is_some())
+    }
+
+    /// The leader of the highest term among the live nodes.
+    fn leader(&self) -> Option<u32> {
+        self.up()
+            .filter(|&i| self.raft(i).role() == Role::Leader)
+            .max_by_key(|&i| self.raft(i).term())
+    }
+
+    /// Runs until a leader leads with an entry of its term committed.
+    fn stable_leader(&mut self) -> u32 {
+        assert!(
+            self.run_until(5_000_000, |n| n.leader().is_some_and(|l| n
+                .raft(l)
+                .lead
+                .as_ref()
+                .is_some_and(|x| x.term_committed))),
+            "no leader elected"
+        );
+        self.leader().expect("a leader")
+    }
+
+    fn propose(&mut self, i: u32) -> ValueId {
+        self.next_payload += 1;
+        let payload = Bytes::from(format!("value {} from n{i}", self.next_payload));
+        let now = self.now;
+        let mut out = Out::new();
+        let id = self
+            .raft_mut(i)
+            .propose(now, payload, &mut out)
+            .expect("room to propose");
+        self.carry(i, out);
+        id
+    }
+
+    fn read_index(&mut self, i: u32, id: u64) -> Result<Vec<ReadState>, ProposeError> {
+        let now = self.now;
+        let mut out = Out::new();
+        let r = self.raft_mut(i).read_index(now, id, &mut out);
+        let answered = out.reads.clone();
+        self.carry(i, out);
+        r.map(|()| answered)
+    }
+
+    fn reconfigure(&mut self, i: u32, voters: &[u32]) -> Result<(), ReconfigureError> {
+        let now = self.now;
+        let mut out = Out::new();
+        let r = self
+            .raft_mut(i)
+            .reconfigure(now, voters_config(voters), &mut out);
+        self.carry(i, out);
+        r
+    }
+
+    fn isolate(&mut self, i: u32) {
+        for j in 0..self.nodes.len() as u32 {
+            if j != i {
+                self.cut.insert((i, j));
+                self.cut.insert((j, i));
+            }
+        }
+    }
+
+    fn heal(&mut self) {
+        self.cut.clear();
+    }
+
+    /// Starts node `i`'s next life over what its store kept (nothing in memory).
+    fn restart(&mut self, i: u32) {
+        self.restart_with(i, |d| d.crash_process());
+    }
+
+    /// Node `i`'s machine crashes: of the writes not synced, a random prefix survives.
+    fn power_cut(&mut self, i: u32) {
+        let mut rng = self.chaos.as_mut().map_or(7, |c| splitmix64(&mut c.rng));
+        self.restart_with(i, move |d| {
+            d.crash_machine(|_, unsynced| crate::storage::Tear {
+                keep: (splitmix64(&mut rng) % (unsynced as u64 + 1)) as usize,
+                flip: None,
+            })
+        });
+    }
+
+    fn restart_with(&mut self, i: u32, crash: impl FnOnce(&MemDir)) {
+        let node = &mut self.nodes[i as usize];
+        node.raft = None;
+        node.incarnation += 1;
+        node.delivered.clear();
+        if let Some(d) = &node.disk {
+            crash(d);
+        }
+        let start = StartInfo::restart(node.incarnation, node.disk.is_none()).expect("start");
+        let mut c = self.cfg.clone();
+        c.seed = 42;
+        let raft = Raft::new(c, NodeId(i), start, open_store(&node.disk)).expect("restart");
+        node.raft = Some(raft);
+    }
+
+    fn delivered_ids(&self, i: u32) -> BTreeSet<ValueId> {
+        self.nodes[i as usize]
+            .delivered
+            .iter()
+            .flat_map(|(_, _, v)| v.iter().copied())
+            .collect()
+    }
+
+    fn has_all(&self, i: u32, want: &[ValueId]) -> bool {
+        let got = self.delivered_ids(i);
+        want.iter().all(|v| got.contains(v))
+    }
+
+    /// Agreement: any two nodes delivered the same batch at every instance both
+    /// delivered; integrity: no value twice at one node.
+    fn check_agreement(&self) {
+        let mut at: BTreeMap<u64, (u32, BatchKey)> = BTreeMap::new();
+        for i in 0..self.nodes.len() as u32 {
+            let mut seen = BTreeSet::new();
+            for (inst, key, values) in &self.nodes[i as usize].delivered {
+                for v in values {
+                    assert!(seen.insert(*v), "n{i} delivered {v:?} twice");
+                }
+                match at.get(inst) {
+                    Some((j, k)) => assert_eq!(
+                        k, key,
+                        "n{i} and n{j} delivered different batches at instance {inst}"
+                    ),
+                    None => {
+                        at.insert(*inst, (i, *key));
+                    }
+                }
+            }
+        }
+    }
+}
+
+// ---- the properties --------------------------------------------------------------------
+
+fn values_from_every_node_are_delivered_in_one_order(n: u32) {
+    let mut net = Net::new(n, RaftConfig::new(&ids(n), &[]), false);
+    let leader = net.stable_leader();
+    let mut proposed = Vec::new();
+    for round in 0..20 {
+        for i in 0..n {
+            proposed.push(net.propose(i));
+            if round % 3 == 0 {
+                proposed.push(net.propose(i));
+            }
+        }
+        net.step();
+    }
+    assert!(
+        net.run_until(3_000_000, |net| (0..n).all(|i| net.has_all(i, &proposed))),
+        "every value delivered everywhere"
+    );
+    net.check_agreement();
+    for i in 0..n {
+        let acked: u32 = net.nodes[i as usize].acks.iter().map(|a| a.count).sum();
+        let mine = proposed.iter().filter(|v| v.node == NodeId(i)).count() as u32;
+        assert_eq!(acked, mine, "n{i}'s values are all acknowledged, once");
+        assert_eq!(net.raft(i).status().coordinator, Some(NodeId(leader)));
+    }
+    assert_eq!(net.leader(), Some(leader), "no election while all is well");
+}
+
+#[test]
+fn a_leader_is_elected_and_values_proposed_at_any_node_are_delivered_in_one_order_everywhere() {
+    values_from_every_node_are_delivered_in_one_order(3);
+    values_from_every_node_are_delivered_in_one_order(5);
+}
+
+#[test]
+fn a_single_voter_commits_alone() {
+    let mut net = Net::new(1, RaftConfig::new(&[0], &[]), false);
+    net.stable_leader();
+    let v = net.propose(0);
+    assert!(net.run_until(100_000, |n| n.has_all(0, &[v])));
+    assert_eq!(net.read_index(0, 1), Ok(vec![ReadState { id: 1, upto: 2 }]));
+}
+
+#[test]
+fn a_partitioned_old_leader_cannot_commit_and_its_uncommitted_entries_are_replaced() {
+    let mut net = Net::new(5, RaftConfig::new(&ids(5), &[]), false);
+    let old = net.stable_leader();
+    let mut proposed: Vec<ValueId> = (0..5).map(|i| net.propose(i)).collect();
+    assert!(net.run_until(1_000_000, |n| (0..5).all(|i| n.has_all(i, &proposed))));
+    let commit_before = net.raft(old).commit;
+    let old_term = net.raft(old).term();
+
+    net.isolate(old);
+    for _ in 0..4 {
+        proposed.push(net.propose(old));
+        net.step();
+    }
+    let stranded_from = commit_before + 1;
+    let stranded_to = net.raft(old).last_index();
+    assert!(
+        stranded_to >= stranded_from,
+        "the old leader appended alone"
+    );
+    net.run(100_000);
+    assert_eq!(
+        net.raft(old).commit,
+        commit_before,
+        "no majority, no commit"
+    );
+
+    let others: Vec<u32> = (0..5).filter(|&i| i != old).collect();
+    assert!(net.run_until(3_000_000, |n| n.leader().is_some_and(|l| l != old)));
+    for &i in &others {
+        proposed.push(net.propose(i));
+    }
+    assert!(net.run_until(2_000_000, |n| {
+        others.iter().all(|&i| n.raft(i).commit > stranded_to)
+    }));
+    assert_eq!(
+        net.raft(old).commit,
+        commit_before,
+        "still nothing committed alone"
+    );
+
+    net.heal();
+    assert!(
+        net.run_until(3_000_000, |n| (0..5).all(|i| n.has_all(i, &proposed))),
+        "after the heal every value, the stranded ones re-sent, is delivered everywhere"
+    );
+    net.check_agreement();
+    let log = net
+        .raft(old)
+        .store
+        .entries(stranded_from, stranded_to + 1, usize::MAX);
+    for e in log.expect("read") {
+        assert!(
+            e.ballot.round > old_term,
+            "entry {} of the old term was replaced",
+            e.index
+        );
+    }
+}
+
+/// Isolates a follower for three seconds, heals, and returns (leader, term) before and
+/// after.
+fn rejoin(pre_vote: bool) -> ((u32, u32), (Option<u32>, u32)) {
+    let mut cfg = RaftConfig::new(&ids(3), &[]);
+    cfg.pre_vote = pre_vote;
+    let mut net = Net::new(3, cfg, false);
+    let leader = net.stable_leader();
+    let term = net.raft(leader).term();
+    let follower = (leader + 1) % 3;
+    net.isolate(follower);
+    net.run(3_000_000);
+    net.heal();
+    net.run(1_000_000);
+    let after = net.leader();
+    let term_after = after.map_or(0, |l| net.raft(l).term());
+    ((leader, term), (after, term_after))
+}
+
+#[test]
+fn pre_vote_keeps_a_rejoining_partitioned_node_from_disrupting_a_stable_leader() {
+    let ((leader, term), (after, term_after)) = rejoin(true);
+    assert_eq!(after, Some(leader), "the leader stays");
+    assert_eq!(term_after, term, "the term stays");
+    // The control: without pre-vote the rejoining node's terms depose the leader.
+    let ((_, term), (_, term_after)) = rejoin(false);
+    assert!(term_after > term, "without pre-vote the term moves");
+}
+
+fn leader_after_losing_its_majority(check_quorum: bool) -> Role {
+    let mut cfg = RaftConfig::new(&ids(3), &[]);
+    cfg.check_quorum = check_quorum;
+    let mut net = Net::new(3, cfg, false);
+    let leader = net.stable_leader();
+    net.isolate(leader);
+    net.run(1_000_000);
+    net.raft(leader).role()
+}
+
+#[test]
+fn check_quorum_makes_a_leader_that_lost_its_majority_step_down() {
+    assert_eq!(leader_after_losing_its_majority(true), Role::Follower);
+    assert_eq!(
+        leader_after_losing_its_majority(false),
+        Role::Leader,
+        "the control: without check-quorum it goes on believing"
+    );
+}
+
+#[test]
+fn joint_consensus_replaces_a_follower_and_then_the_leader_with_values_flowing() {
+    let mut net = Net::new(5, RaftConfig::new(&[0, 1, 2], &[]), false);
+    let leader = net.stable_leader();
+    let follower = (0..3).find(|&i| i != leader).expect("a follower");
+    let keep = (0..3)
+        .find(|&i| i != leader && i != follower)
+        .expect("a third");
+    let mut proposed = Vec::new();
+
+    // Replace the follower by node 3.
+    let c1 = [leader, keep, 3];
+    net.reconfigure(leader, &c1).expect("the change starts");
+    assert_eq!(
+        net.reconfigure(leader, &c1),
+        Err(ReconfigureError::Refused(ProposeError::Busy)),
+        "one change at a time"
+    );
+    let done = |n: &Net, l: u32, want: &[u32]| {
+        let r = n.raft(l);
+        let m = r.membership();
+        let mut v = m.voters.clone();
+        v.sort_unstable();
+        let mut w: Vec<NodeId> = want.iter().map(|&i| NodeId(i)).collect();
+        w.sort_unstable();
+        !m.is_joint() && v == w && r.configs.current_index() <= r.commit
+    };
+    for _ in 0..400 {
+        if done(&net, leader, &c1) {
+            break;
+        }
+        proposed.push(net.propose(leader));
+        proposed.push(net.propose(keep));
+        net.step();
+    }
+    assert!(done(&net, leader, &c1), "C_new committed");
+    let kinds: Vec<(usize, usize, usize)> = net.nodes[leader as usize]
+        .changes
+        .iter()
+        .map(|c| {
+            let voters = c.config.members.iter().filter(|m| m.roles.acceptor).count();
+            let learners = c.config.members.len() - voters;
+            (c.config.members.len(), voters, learners)
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![(4, 3, 1), (4, 4, 0), (3, 3, 0)],
+        "learner added, C_old,new, C_new"
+    );
+    assert!(
+        net.run_until(2_000_000, |n| c1.iter().all(|&i| n.has_all(i, &proposed))),
+        "values flowed through the change, to the new member too"
+    );
+
+    // Replace the leader by node 4.
+    let c2 = [keep, 3, 4];
+    net.reconfigure(leader, &c2)
+        .expect("the second change starts");
+    for _ in 0..3_000 {
+        if net
+            .leader()
+            .is_some_and(|l| l != leader && done(&net, l, &c2))
+        {
+            break;
+        }
+        // (Not at the leader being removed: a batch still open when it steps down has
+        // nowhere to go, it hears of no leader after its removal.)
+        proposed.push(net.propose(keep));
+        proposed.push(net.propose(4));
+        net.step();
+    }
+    let new_leader = net.leader().expect("a leader");
+    assert_ne!(new_leader, leader, "the removed leader stepped down");
+    assert!(c2.contains(&new_leader));
+    assert!(done(&net, new_leader, &c2));
+    assert_ne!(net.raft(leader).role(), Role::Leader);
+    for &i in &c2 {
+        proposed.push(net.propose(i));
+    }
+    assert!(
+        net.run_until(3_000_000, |n| c2.iter().all(|&i| n.has_all(i, &proposed))),
+        "values go on flowing in C_new"
+    );
+    net.check_agreement();
+}
+
+#[test]
+fn a_learner_is_promoted_only_after_catching_up() {
+    let mut net = Net::new(4, RaftConfig::new(&[0, 1, 2], &[]), false);
+    let leader = net.stable_leader();
+    let mut proposed = Vec::new();
+    for _ in 0..150 {
+        proposed.push(net.propose(leader));
+        net.step();
+    }
+    assert!(net.run_until(1_000_000, |n| (0..3).all(|i| n.has_all(i, &proposed))));
+    assert!(net.raft(leader).last_index() > 150);
+    // Node 3 hears nothing from the leader: it cannot catch up.
+    net.cut.insert((leader, 3));
+    net.reconfigure(leader, &[0, 1, 2, 3]).expect("starts");
+    net.run(1_000_000);
+    let m = net.raft(leader).membership().clone();
+    assert!(m.learners.contains(&NodeId(3)), "added as a learner: {m:?}");
+    assert!(!m.is_voter(NodeId(3)), "not promoted while behind: {m:?}");
+    assert!(!m.is_joint());
+    net.heal();
+    assert!(
+        net.run_until(2_000_000, |n| {
+            let r = n.raft(leader);
+            let m = r.membership();
+            m.voters.contains(&NodeId(3)) && !m.is_joint() && r.configs.current_index() <= r.commit
+        }),
+        "promoted once caught up"
+    );
+    assert!(net.has_all(3, &proposed), "the learner delivered the log");
+    net.check_agreement();
+}
+
+#[test]
+fn leader_transfer_moves_leadership() {
+    let mut net = Net::new(3, RaftConfig::new(&ids(3), &[]), false);
+    let leader = net.stable_leader();
+    let term = net.raft(leader).term();
+    let target = (leader + 2) % 3;
+    let mut proposed: Vec<ValueId> = (0..3).map(|i| net.propose(i)).collect();
+    let now = net.now;
+    let mut out = Out::new();
+    assert_eq!(
+        net.raft_mut(target)
+            .transfer_leadership(now, NodeId(leader), &mut out),
+        Err(TransferError::NotLeader {
+            hint: Some(NodeId(leader))
+        })
+    );
+    net.raft_mut(leader)
+        .transfer_leadership(now, NodeId(target), &mut out)
+        .expect("a voter");
+    net.carry(leader, out);
+    net.run(100_000);
+    assert_eq!(
+        net.leader(),
+        Some(target),
+        "well before an election timeout"
+    );
+    assert_eq!(net.raft(target).term(), term + 1);
+    proposed.extend((0..3).map(|i| net.propose(i)));
+    assert!(net.run_until(1_000_000, |n| (0..3).all(|i| n.has_all(i, &proposed))));
+    net.check_agreement();
+}
+
+#[test]
+fn read_index_answers_only_after_a_heartbeat_round_and_never_below_an_acknowledged_write() {
+    let mut net = Net::new(3, RaftConfig::new(&ids(3), &[]), false);
+    let leader = net.stable_leader();
+    let follower = (leader + 1) % 3;
+    let w = net.propose(follower);
+    assert!(net.run_until(1_000_000, |n| {
+        n.nodes[follower as usize]
+            .acks
+            .iter()
+            .any(|a| a.key.first_seq == w.seq)
+    }));
+    let written_at = net.nodes[follower as usize]
+        .delivered
+        .iter()
+        .find(|(_, _, v)| v.contains(&w))
+        .map(|(i, _, _)| *i)
+        .expect("delivered at its proposer");
+
+    assert_eq!(
+        net.read_index(follower, 1),
+        Err(ProposeError::NotLeader {
+            hint: Some(NodeId(leader))
+        })
+    );
+    assert_eq!(net.read_index(leader, 7), Ok(vec![]), "not before a round");
+    // The round's heartbeats are queued; the read is answered at the first ack, not before.
+    let mut answered_after = None;
+    let mut acks = 0;
+    while let Some((from, to, m)) = net.queue.pop_front() {
+        let ack = matches!(m, Message::HeartbeatReply(_));
+        net.deliver(from, to, m);
+        acks += usize::from(ack && to == NodeId(leader));
+        if answered_after.is_none() && !net.nodes[leader as usize].reads.is_empty() {
+            answered_after = Some(acks);
+        }
+    }
+    assert_eq!(
+        answered_after,
+        Some(1),
+        "one ack and the leader make a majority"
+    );
+    let r = net.nodes[leader as usize].reads[0];
+    assert_eq!(r.id, 7);
+    assert!(
+        r.upto >= written_at,
+        "{} below the write at {written_at}",
+        r.upto
+    );
+
+    // Cut off, the leader confirms nothing.
+    net.isolate(leader);
+    assert_eq!(net.read_index(leader, 8), Ok(vec![]));
+    net.run(250_000);
+    assert!(net.nodes[leader as usize].reads.iter().all(|r| r.id != 8));
+}
+
+#[test]
+fn a_lease_answers_reads_at_once_only_while_a_majority_was_heard_recently() {
+    let mut cfg = RaftConfig::new(&ids(3), &[]);
+    cfg.read_lease = true;
+    let mut net = Net::new(3, cfg, false);
+    let leader = net.stable_leader();
+    net.run(200_000);
+    let upto = net.raft(leader).commit;
+    assert_eq!(
+        net.read_index(leader, 1),
+        Ok(vec![ReadState { id: 1, upto }]),
+        "within the lease: at once"
+    );
+    net.isolate(leader);
+    net.run(290_000);
+    assert_eq!(net.read_index(leader, 2), Ok(vec![]), "the lease ran out");
+}
+
+#[test]
+fn an_amnesic_restart_never_votes_and_never_counts() {
+    let mut net = Net::new(3, RaftConfig::new(&ids(3), &[]), false);
+    let leader = net.stable_leader();
+    let amnesic = (leader + 1) % 3;
+    let other = (leader + 2) % 3;
+    let proposed: Vec<ValueId> = (0..3).map(|i| net.propose(i)).collect();
+    assert!(net.run_until(1_000_000, |n| (0..3).all(|i| n.has_all(i, &proposed))));
+
+    net.restart(amnesic);
+    assert!(net.raft(amnesic).status().amnesic);
+    assert!(
+        net.run_until(1_000_000, |n| n.has_all(amnesic, &proposed)),
+        "it takes the log again and delivers as a learner"
+    );
+    net.votes_granted.clear();
+    net.campaigns.clear();
+
+    // The leader and the amnesic node alone: nothing commits.
+    net.isolate(other);
+    let commit = net.raft(leader).commit;
+    let v = net.propose(leader);
+    net.run(3_000_000);
+    assert_eq!(
+        net.raft(leader).commit,
+        commit,
+        "an amnesic ack does not count"
+    );
+    assert!(
+        net.leader().is_none(),
+        "check-quorum, then no election can be won"
+    );
+    assert_eq!(net.votes_granted.get(&amnesic), None, "never a vote");
+    assert_eq!(net.campaigns.get(&amnesic), None, "never a campaign");
+
+    net.heal();
+    assert!(
+        net.run_until(3_000_000, |n| (0..3).all(|i| n.has_all(i, &[v]))),
+        "with the other voter back, the value is committed and delivered everywhere"
+    );
+    assert_eq!(net.votes_granted.get(&amnesic), None);
+    net.check_agreement();
+}
+
+#[test]
+fn a_durable_restart_keeps_term_vote_and_log_and_delivers_them_again() {
+    let mut net = Net::new(3, RaftConfig::new(&ids(3), &[]), true);
+    let leader = net.stable_leader();
+    let proposed: Vec<ValueId> = (0..3).map(|i| net.propose(i)).collect();
+    assert!(net.run_until(1_000_000, |n| (0..3).all(|i| n.has_all(i, &proposed))));
+    for i in 0..3 {
+        let (term, vote, commit) = {
+            let r = net.raft(i);
+            (r.term, r.voted_for, r.commit)
+        };
+        net.restart(i);
+        let r = net.raft(i);
+        assert!(!r.status().amnesic);
+        assert_eq!(
+            (r.term, r.voted_for, r.commit),
+            (term, vote, commit),
+            "n{i}"
+        );
+        assert!(net.run_until(1_000_000, |n| n.has_all(i, &proposed)));
+    }
+    // The restarted leader lost its leadership with its process; a new one is elected.
+    let new_leader = net.stable_leader();
+    assert!(net.raft(new_leader).term() > 0);
+    let _ = leader;
+    let more: Vec<ValueId> = (0..3).map(|i| net.propose(i)).collect();
+    assert!(net.run_until(2_000_000, |n| (0..3).all(|i| n.has_all(i, &more))));
+    net.check_agreement();
+}
+
+#[test]
+fn a_vote_for_node_zero_survives_a_restart() {
+    let mut r = Raft::new(
+        RaftConfig::new(&[0, 1, 2], &[]),
+        NodeId(2),
+        StartInfo::FRESH,
+        Box::new(MemoryLogStore::new()),
+    )
+    .expect("valid");
+    let mut out = Out::new();
+    let ask = |candidate| {
+        Message::RequestVote(messages::RequestVote {
+            term: 1,
+            candidate: NodeId(candidate),
+            last_index: 0,
+            last_term: 0,
+            pre_vote: false,
+            transfer: false,
+        })
+    };
+    r.receive(0, NodeId(0), ask(0), &mut out);
+    assert!(out.needs_sync, "a vote is made durable before it leaves");
+    let store = std::mem::replace(&mut r.store, Box::new(MemoryLogStore::new()));
+    // Reopen over the same store (it keeps what it was given).
+    let mut r = Raft::new(
+        RaftConfig::new(&[0, 1, 2], &[]),
+        NodeId(2),
+        StartInfo::restart(1, false).expect("start"),
+        store,
+    )
+    .expect("valid");
+    assert_eq!((r.term, r.voted_for), (1, Some(NodeId(0))));
+    let mut out = Out::new();
+    r.receive(0, NodeId(1), ask(1), &mut out);
+    assert!(
+        matches!(
+            out.sends.as_slice(),
+            [(
+                _,
+                Message::RequestVoteReply(messages::RequestVoteReply { granted: false, .. })
+            )]
+        ),
+        "no second vote in term 1: {:?}",
+        out.sends
+    );
+}
+
+#[test]
+fn a_follower_far_behind_is_caught_up_by_conflict_hints() {
+    let mut net = Net::new(3, RaftConfig::new(&ids(3), &[]), false);
+    let leader = net.stable_leader();
+    let lagging = (leader + 1) % 3;
+    net.isolate(lagging);
+    let mut proposed = Vec::new();
+    for _ in 0..100 {
+        proposed.push(net.propose(leader));
+        net.step();
+    }
+    net.heal();
+    assert!(net.run_until(1_000_000, |n| n.has_all(lagging, &proposed)));
+    net.check_agreement();
+}
+
+#[test]
+fn invalid_reconfigurations_and_reads_at_followers_are_refused_clearly() {
+    let mut net = Net::new(3, RaftConfig::new(&ids(3), &[]), false);
+    let leader = net.stable_leader();
+    let follower = (leader + 1) % 3;
+    assert_eq!(
+        net.reconfigure(follower, &[0, 1]),
+        Err(ReconfigureError::Refused(ProposeError::NotLeader {
+            hint: Some(NodeId(leader))
+        }))
+    );
+    assert!(matches!(
+        net.reconfigure(leader, &[]),
+        Err(ReconfigureError::Invalid(_))
+    ));
+}
+
+/// Random partitions (both ways and one way), process and machine crashes over durable
+/// stores, 5% loss, duplicates and reordering; then the faults stop. Every delivery of
+/// every life agrees (checked as it happens), every acknowledged value and every value of a
+/// proposer still in the same life is delivered everywhere after the heal.
+#[test]
+fn random_partitions_crashes_and_losses_keep_one_order_and_lose_no_acknowledged_value() {
+    for seed in 0..8u64 {
+        chaos_run(seed, RaftConfig::new(&ids(5), &[]));
+    }
+}
+
+fn chaos_run(seed: u64, cfg: RaftConfig) {
+    {
+        let mut net = Net::new(5, cfg, true);
+        net.chaos = Some(Chaos {
+            rng: seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5eed,
+            loss_per_mille: 50,
+            delay_max_steps: 3,
+            delayed: Vec::new(),
+        });
+        let roll = |net: &mut Net, n: u64| net.chaos.as_mut().map_or(0, |c| c.roll(n));
+        // (proposer, its life, value)
+        let mut proposed: Vec<(u32, u64, ValueId)> = Vec::new();
+        for step in 0..6_000u64 {
+            if roll(&mut net, 3) == 0 {
+                let i = roll(&mut net, 5) as u32;
+                if net.raft(i).can_propose() {
+                    let life = net.nodes[i as usize].incarnation;
+                    proposed.push((i, life, net.propose(i)));
+                }
+            }
+            if step % 200 == 100 {
+                let i = roll(&mut net, 5) as u32;
+                match roll(&mut net, 6) {
+                    0 => net.isolate(i),
+                    1 => {
+                        let j = roll(&mut net, 5) as u32;
+                        net.cut.insert((i, j));
+                    }
+                    2 => net.restart(i),
+                    3 => net.power_cut(i),
+                    _ => net.heal(),
+                }
+            }
+            net.step();
+        }
+        net.heal();
+        if let Some(c) = net.chaos.as_mut() {
+            c.loss_per_mille = 0;
+        }
+        let acked: Vec<ValueId> = proposed
+            .iter()
+            .filter(|(i, _, v)| {
+                net.nodes[*i as usize].acks.iter().any(|a| {
+                    a.key.origin == v.node
+                        && (a.key.first_seq..a.key.first_seq + u64::from(a.count)).contains(&v.seq)
+                })
+            })
+            .map(|(_, _, v)| *v)
+            .collect();
+        let alive: Vec<ValueId> = proposed
+            .iter()
+            .filter(|(i, life, _)| net.nodes[*i as usize].incarnation == *life)
+            .map(|(_, _, v)| *v)
+            .collect();
+        let mut ok = false;
+        for _ in 0..100 {
+            if (0..5).all(|i| net.has_all(i, &acked) && net.has_all(i, &alive)) {
+                ok = true;
+                break;
+            }
+            net.run(100_000);
+        }
+        assert!(
+            ok,
+            "seed {seed}: after the heal every acknowledged value and every value of a live \
+             proposer is delivered everywhere ({} acked, {} alive)",
+            acked.len(),
+            alive.len()
+        );
+        net.check_agreement();
+    }
+}
+
+// ---- each rule a mutation removes, checked alone ------------------------------------------
+
+/// Node 0 of voters {0, 1, 2} over a store holding `terms` (entry `k + 1` of term
+/// `terms[k]`), in term `term`, committed up to `commit`.
+fn node_with_log(
+    terms: &[u32],
+    term: u32,
+    commit: u64,
+    mutation: Option<crate::mutation::Mutation>,
+) -> Raft {
+    let mut store = MemoryLogStore::new();
+    let entries: Vec<_> = terms
+        .iter()
+        .enumerate()
+        .map(|(k, &t)| EntryBody::Noop.entry(k as u64 + 1, Ballot::new(t, NodeId(1), 0)))
+        .collect();
+    store.append(&entries).expect("append");
+    store
+        .set_promised(Ballot::new(term, NodeId(0), 0))
+        .expect("term");
+    store.set_decided_idx(commit).expect("commit");
+    let mut cfg = RaftConfig::new(&[0, 1, 2], &[]);
+    cfg.set_mutation(mutation).expect("a build with mutations");
+    Raft::new(cfg, NodeId(0), StartInfo::FRESH, Box::new(store)).expect("valid")
+}
+
+fn vote_request(term: u32, last_index: u64, last_term: u32) -> Message {
+    Message::RequestVote(messages::RequestVote {
+        term,
+        candidate: NodeId(1),
+        last_index,
+        last_term,
+        pre_vote: false,
+        transfer: false,
+    })
+}
+
+fn granted(out: &Out) -> bool {
+    out.sends.iter().any(|(_, m)| {
+        matches!(
+            m,
+            Message::RequestVoteReply(messages::RequestVoteReply { granted: true, .. })
+        )
+    })
+}
+
+fn votes_for_a_shorter_log(mutation: Option<crate::mutation::Mutation>) -> bool {
+    let mut r = node_with_log(&[1, 1, 2], 2, 0, mutation);
+    let mut out = Out::new();
+    r.receive(0, NodeId(1), vote_request(3, 2, 2), &mut out);
+    granted(&out)
+}
+
+#[test]
+fn a_vote_is_refused_to_a_candidate_whose_log_is_behind() {
+    assert!(!votes_for_a_shorter_log(None));
+    let mut r = node_with_log(&[1, 1, 2], 2, 0, None);
+    let mut out = Out::new();
+    r.receive(0, NodeId(1), vote_request(3, 3, 2), &mut out);
+    assert!(granted(&out), "as up to date: granted");
+}
+
+/// Makes node 0 (log `terms`, in `term`) leader of `term + 1` with node 1's vote, then
+/// hears node 1 hold the log up to `held`: returns the commit index.
+fn commit_after_ack(
+    terms: &[u32],
+    term: u32,
+    held: u64,
+    m: Option<crate::mutation::Mutation>,
+) -> u64 {
+    let mut r = node_with_log(terms, term, 1, m);
+    let mut out = Out::new();
+    r.tick(0, &mut out);
+    r.tick(10_000_000, &mut out);
+    assert_eq!(r.role(), Role::PreCandidate);
+    let grant = |pre_vote| {
+        Message::RequestVoteReply(messages::RequestVoteReply {
+            term: term + 1,
+            granted: true,
+            pre_vote,
+        })
+    };
+    r.receive(10_000_000, NodeId(1), grant(true), &mut out);
+    r.receive(10_000_000, NodeId(1), grant(false), &mut out);
+    assert_eq!(r.role(), Role::Leader);
+    let reply = Message::AppendEntriesReply(messages::AppendEntriesReply {
+        term: term + 1,
+        success: true,
+        match_index: held,
+        conflict_term: 0,
+        conflict_index: 0,
+        incarnation: 0,
+        amnesic: false,
+    });
+    r.receive(10_000_000, NodeId(1), reply, &mut out);
+    r.commit
+}
+
+#[test]
+fn a_leader_commits_no_entry_of_an_earlier_term_by_counting_replicas() {
+    // Entries 1..=2 of term 1, held by the leader and node 1: a majority, yet entry 2 waits
+    // for an entry of the leader's term (its no-op, 3) to be held by a majority too.
+    assert_eq!(commit_after_ack(&[1, 1], 1, 2, None), 1);
+    assert_eq!(commit_after_ack(&[1, 1], 1, 3, None), 3);
+}
+
+fn reply_syncs(mutation: Option<crate::mutation::Mutation>) -> (bool, bool) {
+    let mut r = node_with_log(&[1], 1, 0, mutation);
+    let mut out = Out::new();
+    r.receive(0, NodeId(1), vote_request(2, 1, 1), &mut out);
+    let vote = granted(&out) && out.needs_sync;
+    let mut out = Out::new();
+    let append = Message::AppendEntries(messages::AppendEntries {
+        term: 2,
+        leader: NodeId(1),
+        prev_index: 1,
+        prev_term: 1,
+        entries: vec![EntryBody::Noop.entry(2, Ballot::new(2, NodeId(1), 0))],
+        leader_commit: 0,
+    });
+    r.receive(0, NodeId(1), append, &mut out);
+    let ok = out.sends.iter().any(
+        |(_, m)| matches!(m, Message::AppendEntriesReply(a) if a.success && a.match_index == 2),
+    );
+    (vote, ok && out.needs_sync)
+}
+
+#[test]
+fn a_vote_and_an_append_success_leave_only_with_a_sync() {
+    assert_eq!(reply_syncs(None), (true, true));
+}
+
+/// Leader `l` of voters {0, 1, 2} with learners 3 and 4 caught up moves to voters {l, 3,
+/// 4} while its links to the two other old voters are cut: returns whether anything past
+/// the joint configuration's entry committed.
+fn joint_commits_without_the_old_majority(m: Option<crate::mutation::Mutation>) -> bool {
+    let mut cfg = RaftConfig::new(&[0, 1, 2], &[3, 4]);
+    cfg.set_mutation(m).expect("a build with mutations");
+    let mut net = Net::new(5, cfg, false);
+    let l = net.stable_leader();
+    let v = net.propose(l);
+    assert!(net.run_until(500_000, |n| (0..5).all(|i| n.has_all(i, &[v]))));
+    for old in (0..3).filter(|&i| i != l) {
+        net.cut.insert((l, old));
+    }
+    let before = net.raft(l).commit;
+    net.reconfigure(l, &[l, 3, 4]).expect("starts");
+    assert!(
+        net.raft(l).membership().is_joint(),
+        "C_old,new appended at once"
+    );
+    net.run(100_000);
+    net.raft(l).commit > before
+}
+
+#[test]
+fn a_joint_configuration_needs_a_majority_of_both_voter_sets() {
+    assert!(!joint_commits_without_the_old_majority(None));
+}
+
+/// Each mutation flips the outcome of the rule test above it.
+#[cfg(feature = "mutations")]
+#[test]
+fn each_raft_mutation_breaks_its_rule() {
+    use crate::mutation::Mutation;
+    assert!(votes_for_a_shorter_log(Some(
+        Mutation::RaftVoteWithoutLogCheck
+    )));
+    assert_eq!(
+        commit_after_ack(&[1, 1], 1, 2, Some(Mutation::RaftCommitOldTermByCount)),
+        2
+    );
+    assert_eq!(
+        reply_syncs(Some(Mutation::RaftNoSyncBeforeReply)),
+        (false, false)
+    );
+    assert!(joint_commits_without_the_old_majority(Some(
+        Mutation::RaftJointSingleMajority
+    )));
+}

@@ -18,8 +18,11 @@
 
 mod common;
 pub mod omni;
+pub mod raftrs;
 mod session;
 
 pub use common::default_batch_limits;
 pub use omni::{OmniPaxosCore, OmniPaxosCoreConfig, OmniPaxosCounters, OmniPaxosMessage};
+pub use raftrs::RaftRsCounters;
+pub use raftrs::{RaftRsCore, RaftRsCoreConfig, RaftRsMessage};
 pub use session::SessionCounters;

@@ -22,7 +22,9 @@ pub mod raftrs;
 mod session;
 
 pub use common::default_batch_limits;
-pub use omni::{OmniPaxosCore, OmniPaxosCoreConfig, OmniPaxosCounters, OmniPaxosMessage};
+pub use omni::{
+    OmniPaxosCore, OmniPaxosCoreConfig, OmniPaxosCounters, OmniPaxosMessage, SharedMemoryStorage,
+};
 pub use raftrs::RaftRsCounters;
 pub use raftrs::{RaftRsCore, RaftRsCoreConfig, RaftRsMessage};
 pub use session::SessionCounters;

@@ -45,9 +45,12 @@
 //!   start and hand the log to; not in this round: `reconfigure` refuses with
 //!   `Unsupported`.
 //! - **In-memory storage.** `omnipaxos_storage::memory_storage::MemoryStorage` (the brief
-//!   and the seed's choice; the crate's `persistent_storage` is RocksDB). A restart starts
-//!   from nothing: its promises are forgotten, which Paxos does not survive (crash mixes
-//!   are not expected to pass).
+//!   and the seed's choice; the crate's `persistent_storage` is RocksDB). A restart with
+//!   [`OmniPaxosCore::new`] starts from nothing: its promises are forgotten, which Paxos
+//!   does not survive. [`OmniPaxosCore::with_storage`] takes any OmniPaxos `Storage`; with
+//!   a [`SharedMemoryStorage`] kept across a node's restarts, a restart finds everything
+//!   its earlier life wrote, as a durable store with a sync after every write would under
+//!   process crashes (the simulator's default crash model).
 //! - **Serialization.** The crate's own serde derives, in bincode 1.3.3's default options
 //!   (varint integers, trailing bytes refused) with a size limit of the frame: one copy of
 //!   each payload when encoding and one when decoding (our own codecs copy none).
@@ -59,7 +62,7 @@ use crate::common::{
 use crate::session::{ConnId, Reconnected, SessionCounters, Sessions};
 use ::omnipaxos::ballot_leader_election::Ballot as OpBallot;
 use ::omnipaxos::messages::Message as OpMessage;
-use ::omnipaxos::storage::{Entry, NoSnapshot};
+use ::omnipaxos::storage::{Entry, NoSnapshot, StopSign, Storage, StorageOp, StorageResult};
 use ::omnipaxos::util::LogEntry;
 use ::omnipaxos::{ClusterConfig, OmniPaxos, OmniPaxosConfig, ServerConfig};
 use abcast_core::batcher::BatchLimits;
@@ -73,6 +76,7 @@ use omnipaxos_storage::memory_storage::MemoryStorage;
 use serde::de::{Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// One OmniPaxos log entry: the bytes of one of our entries (`EntryBody`), shared.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -315,12 +319,90 @@ pub struct OmniPaxosCounters {
     pub undecodable_entries: u64,
 }
 
-/// OmniPaxos as an abcast protocol (module comment).
-pub struct OmniPaxosCore {
+/// A `MemoryStorage` shared by every life of one node: what one life wrote, the next
+/// finds (module comment, "In-memory storage"). Clones share the store.
+#[derive(Clone, Default)]
+pub struct SharedMemoryStorage(Arc<Mutex<MemoryStorage<OpEntry>>>);
+
+impl SharedMemoryStorage {
+    fn store(&self) -> MutexGuard<'_, MemoryStorage<OpEntry>> {
+        // A panic while holding it leaves a store as consistent as the panicking call
+        // left it; the simulator reports that panic itself.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Storage<OpEntry> for SharedMemoryStorage {
+    fn write_atomically(&mut self, ops: Vec<StorageOp<OpEntry>>) -> StorageResult<()> {
+        self.store().write_atomically(ops)
+    }
+    fn append_entry(&mut self, entry: OpEntry) -> StorageResult<()> {
+        self.store().append_entry(entry)
+    }
+    fn append_entries(&mut self, entries: Vec<OpEntry>) -> StorageResult<()> {
+        self.store().append_entries(entries)
+    }
+    fn append_on_prefix(&mut self, from_idx: usize, entries: Vec<OpEntry>) -> StorageResult<()> {
+        self.store().append_on_prefix(from_idx, entries)
+    }
+    fn set_promise(&mut self, n_prom: OpBallot) -> StorageResult<()> {
+        self.store().set_promise(n_prom)
+    }
+    fn set_decided_idx(&mut self, ld: usize) -> StorageResult<()> {
+        self.store().set_decided_idx(ld)
+    }
+    fn get_decided_idx(&self) -> StorageResult<usize> {
+        self.store().get_decided_idx()
+    }
+    fn set_accepted_round(&mut self, na: OpBallot) -> StorageResult<()> {
+        self.store().set_accepted_round(na)
+    }
+    fn get_accepted_round(&self) -> StorageResult<Option<OpBallot>> {
+        self.store().get_accepted_round()
+    }
+    fn get_entries(&self, from: usize, to: usize) -> StorageResult<Vec<OpEntry>> {
+        self.store().get_entries(from, to)
+    }
+    fn get_log_len(&self) -> StorageResult<usize> {
+        self.store().get_log_len()
+    }
+    fn get_suffix(&self, from: usize) -> StorageResult<Vec<OpEntry>> {
+        self.store().get_suffix(from)
+    }
+    fn get_promise(&self) -> StorageResult<Option<OpBallot>> {
+        self.store().get_promise()
+    }
+    fn set_stopsign(&mut self, s: Option<StopSign>) -> StorageResult<()> {
+        self.store().set_stopsign(s)
+    }
+    fn get_stopsign(&self) -> StorageResult<Option<StopSign>> {
+        self.store().get_stopsign()
+    }
+    fn trim(&mut self, idx: usize) -> StorageResult<()> {
+        self.store().trim(idx)
+    }
+    fn set_compacted_idx(&mut self, idx: usize) -> StorageResult<()> {
+        self.store().set_compacted_idx(idx)
+    }
+    fn get_compacted_idx(&self) -> StorageResult<usize> {
+        self.store().get_compacted_idx()
+    }
+    fn set_snapshot(&mut self, snapshot: Option<NoSnapshot>) -> StorageResult<()> {
+        self.store().set_snapshot(snapshot)
+    }
+    fn get_snapshot(&self) -> StorageResult<Option<NoSnapshot>> {
+        self.store().get_snapshot()
+    }
+}
+
+/// OmniPaxos as an abcast protocol (module comment), over OmniPaxos storage `S`.
+pub struct OmniPaxosCore<S: Storage<OpEntry> = MemoryStorage<OpEntry>> {
     cfg: OmniPaxosCoreConfig,
     me: NodeId,
     pid: u64,
-    op: OmniPaxos<OpEntry, MemoryStorage<OpEntry>>,
+    op: OmniPaxos<OpEntry, S>,
+    /// The store held nothing of an earlier life.
+    amnesic: bool,
     front: Front,
     clock: CrateClock,
     /// The leader this node promised (OmniPaxos' `get_current_leader`).
@@ -335,7 +417,7 @@ pub struct OmniPaxosCore {
     refused_messages: u64,
 }
 
-impl fmt::Debug for OmniPaxosCore {
+impl<S: Storage<OpEntry>> fmt::Debug for OmniPaxosCore<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OmniPaxosCore")
             .field("me", &self.me)
@@ -354,15 +436,31 @@ impl OmniPaxosCore {
         me: NodeId,
         start: StartInfo,
     ) -> Result<OmniPaxosCore, ConfigError> {
+        OmniPaxosCore::with_storage(cfg, me, start, MemoryStorage::default())
+    }
+}
+
+impl<S: Storage<OpEntry>> OmniPaxosCore<S> {
+    /// Node `me` of the cluster `cfg.nodes`, starting its life `start` over `storage`
+    /// (OmniPaxos recovers from what it holds: a stored promise starts it in its recovery
+    /// phase).
+    pub fn with_storage(
+        cfg: OmniPaxosCoreConfig,
+        me: NodeId,
+        start: StartInfo,
+        storage: S,
+    ) -> Result<OmniPaxosCore<S>, ConfigError> {
         cfg.validate(me)?;
+        let kept = matches!(storage.get_promise(), Ok(Some(_)));
         let op = cfg
             .omnipaxos_config(me)
-            .build(MemoryStorage::default())
+            .build(storage)
             .map_err(|e| ConfigError {
                 field: "omnipaxos",
                 reason: e.to_string(),
             })?;
         Ok(OmniPaxosCore {
+            amnesic: start.amnesic && !kept,
             front: Front::new(me, start, cfg.batch),
             clock: CrateClock::new(cfg.tick_us),
             pid: crate_id(me),
@@ -484,7 +582,7 @@ impl OmniPaxosCore {
     }
 }
 
-impl Protocol for OmniPaxosCore {
+impl<S: Storage<OpEntry>> Protocol for OmniPaxosCore<S> {
     type Message = OmniPaxosMessage;
 
     fn node(&self) -> NodeId {
@@ -591,6 +689,7 @@ impl Protocol for OmniPaxosCore {
             delivered_upto: self.front.delivered_upto,
             decided_max: self.op.get_decided_idx() as u64,
             values_in_flight: self.front.values_in_flight(),
+            amnesic: self.amnesic,
             view: self.cfg.nodes.clone(),
             ..Status::default()
         }

@@ -40,10 +40,14 @@
 //!   but `#[doc(hidden)]`, "for testing": acceptable with the version pinned exactly).
 //! - **No reconfiguration yet.** raft-rs has joint-consensus conf changes
 //!   (`propose_conf_change`); not in this round: `reconfigure` refuses with `Unsupported`.
-//! - **In-memory storage.** `raft::storage::MemStorage` (what the seed used, §4.3.1): a
-//!   restart starts from nothing, forgetting its term and vote, which Raft does not survive
-//!   (crash mixes are not expected to pass). Every node starts from the same `ConfState`
-//!   (all members voters) and an empty log, so no bootstrap snapshot is needed.
+//! - **In-memory storage.** `raft::storage::MemStorage` (what the seed used, §4.3.1).
+//!   Every node starts from the same `ConfState` (all members voters) and an empty log, so
+//!   no bootstrap snapshot is needed. A restart with [`RaftRsCore::new`] starts from
+//!   nothing, forgetting its term, vote and log, which Raft does not survive (raft-rs
+//!   panics: "to_commit .. is out of range [last_index 0]"). `MemStorage` is shared by
+//!   its clones: [`RaftRsCore::with_storage`] given the same one at every restart of a node
+//!   finds everything its earlier life wrote, as a durable store with a sync after every
+//!   write would under process crashes (the simulator's default crash model).
 //! - **Serialization.** raft-rs' own protobuf encoding (`protobuf-codec`: protobuf 2.28,
 //!   `write_to_bytes`; decoding with `parse_from_carllerche_bytes`, which slices entry data
 //!   out of the frame without a copy). `prost-codec` would need a `protoc` at build time;
@@ -62,7 +66,7 @@ use bytes::Bytes;
 use protobuf::Message as _;
 use raft::eraftpb::{ConfState, EntryType, Message as RaftMessage};
 use raft::storage::MemStorage;
-use raft::{Config, RawNode, ReadOnlyOption, StateRole};
+use raft::{Config, RawNode, ReadOnlyOption, StateRole, Storage};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -229,6 +233,8 @@ struct PendingRead {
 /// raft-rs as an abcast protocol (module comment).
 pub struct RaftRsCore {
     cfg: RaftRsCoreConfig,
+    /// The store held nothing of an earlier life.
+    amnesic: bool,
     me: NodeId,
     raw: RawNode<MemStorage>,
     front: Front,
@@ -264,15 +270,32 @@ impl RaftRsCore {
         me: NodeId,
         start: StartInfo,
     ) -> Result<RaftRsCore, ConfigError> {
+        RaftRsCore::with_storage(cfg, me, start, MemStorage::new())
+    }
+
+    /// Node `me` over `store`: one an earlier life of this node left (its hard state and
+    /// log are recovered; raft-rs hands the committed entries out again from the first,
+    /// and this new learner delivers them), or a new one, which gets the cluster's
+    /// `ConfState`.
+    pub fn with_storage(
+        cfg: RaftRsCoreConfig,
+        me: NodeId,
+        start: StartInfo,
+        store: MemStorage,
+    ) -> Result<RaftRsCore, ConfigError> {
         cfg.validate(me)?;
-        let voters: Vec<u64> = cfg.nodes.iter().map(|n| crate_id(*n)).collect();
-        let store = MemStorage::new_with_conf_state(ConfState::from((voters, Vec::new())));
+        let kept = store.initial_state().is_ok_and(|s| s.initialized());
+        if !kept {
+            let voters: Vec<u64> = cfg.nodes.iter().map(|n| crate_id(*n)).collect();
+            store.initialize_with_conf_state(ConfState::from((voters, Vec::new())));
+        }
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         let raw = RawNode::new(&cfg.raft_config(me), store, &logger).map_err(|e| ConfigError {
             field: "raft",
             reason: e.to_string(),
         })?;
         let mut core = RaftRsCore {
+            amnesic: start.amnesic && !kept,
             front: Front::new(me, start, cfg.batch),
             clock: CrateClock::new(cfg.tick_us),
             me,
@@ -531,6 +554,7 @@ impl Protocol for RaftRsCore {
             delivered_upto: self.front.delivered_upto,
             decided_max: self.raw.raft.raft_log.committed,
             values_in_flight: self.front.values_in_flight(),
+            amnesic: self.amnesic,
             view: self.cfg.nodes.clone(),
             ..Status::default()
         }

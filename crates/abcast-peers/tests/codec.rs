@@ -215,3 +215,14 @@ fn configurations_that_cannot_run_are_refused_with_the_field_named() {
     let e = OmniPaxosCore::new(cfg, NodeId(0), StartInfo::FRESH).expect_err("zero");
     assert_eq!(e.field, "election_tick_timeout");
 }
+
+#[test]
+fn both_cores_and_their_messages_can_move_to_the_runtimes_loop_thread() {
+    // The runtime's handle runs a protocol on its own thread (`P: Protocol + Send`).
+    fn send<T: Send + 'static>() {}
+    send::<OmniPaxosCore>();
+    send::<OmniPaxosCore<abcast_peers::SharedMemoryStorage>>();
+    send::<OmniPaxosMessage>();
+    send::<RaftRsCore>();
+    send::<RaftRsMessage>();
+}

@@ -283,3 +283,55 @@ fn multiring_ringpaxos_voting_before_the_vote_is_durable_is_caught() {
         30,
     );
 }
+
+// Sequence Paxos (seed 001 appendix B): each broken variant removes one rule.
+
+#[test]
+fn seqpaxos_promising_below_the_promise_is_caught() {
+    caught(
+        Proto::SeqPaxos,
+        Mutation::SeqPaxosPromiseBelow,
+        FaultMix::Crash,
+        50,
+    );
+}
+
+#[test]
+fn seqpaxos_keeping_its_own_log_at_takeover_is_caught() {
+    caught(
+        Proto::SeqPaxos,
+        Mutation::SeqPaxosAdoptOwnLog,
+        FaultMix::Crash,
+        50,
+    );
+}
+
+#[test]
+fn seqpaxos_counting_amnesic_promises_is_caught() {
+    caught(
+        Proto::SeqPaxos,
+        Mutation::SeqPaxosAmnesicCounts,
+        FaultMix::Crash,
+        100,
+    );
+}
+
+#[test]
+fn seqpaxos_replying_before_the_write_is_durable_is_caught() {
+    caught(
+        Proto::SeqPaxos,
+        Mutation::SeqPaxosNoSyncBeforeReply,
+        FaultMix::PowerLoss,
+        50,
+    );
+}
+
+#[test]
+fn seqpaxos_deciding_before_the_log_is_the_leaders_is_caught() {
+    caught(
+        Proto::SeqPaxos,
+        Mutation::SeqPaxosDecideInPrepare,
+        FaultMix::Crash,
+        100,
+    );
+}

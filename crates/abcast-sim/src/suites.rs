@@ -30,6 +30,7 @@ use abcast_core::multiring::{
     MultiRingConfig, MultiRingConfigOf, MultiRingOf, ProposeTo, RingSpec, RingSpecOf,
 };
 use abcast_core::mutation::Mutation;
+use abcast_core::raft::{Raft, RaftConfig};
 use abcast_core::ring::ComposableRing;
 use abcast_core::ringpaxos::{RingPaxos, RingPaxosConfig};
 use abcast_core::seqpaxos::{SeqPaxos, SeqPaxosConfig};
@@ -67,15 +68,18 @@ pub enum Proto {
     /// Sequence Paxos with Ballot Leader Election (seed 001), on a log store: in memory (a
     /// restart is amnesic and repaired), or durable in the `power_loss` mix.
     SeqPaxos,
+    /// Raft with joint consensus (seed 001 §2.5), on the same log stores as Sequence Paxos.
+    Raft,
 }
 
 impl Proto {
-    pub const ALL: [Proto; 5] = [
+    pub const ALL: [Proto; 6] = [
         Proto::URing,
         Proto::RingPaxos,
         Proto::MultiRing,
         Proto::MultiRingPaxos,
         Proto::SeqPaxos,
+        Proto::Raft,
     ];
 
     /// The name the sweep binary takes (`--protocol`).
@@ -86,6 +90,7 @@ impl Proto {
             Proto::MultiRing => "multiring",
             Proto::MultiRingPaxos => "multiring-ringpaxos",
             Proto::SeqPaxos => "seqpaxos",
+            Proto::Raft => "raft",
         }
     }
 
@@ -95,6 +100,11 @@ impl Proto {
             Proto::MultiRingPaxos => "multiring_ringpaxos",
             p => p.name(),
         }
+    }
+
+    /// Whether this is a leader-based log of seed 001 (Sequence Paxos, Raft).
+    pub fn is_leader_based(self) -> bool {
+        matches!(self, Proto::SeqPaxos | Proto::Raft)
     }
 
     /// Whether this is Multi-Ring Paxos, over either ring protocol.
@@ -107,7 +117,7 @@ impl Proto {
     /// Over all mixes, every [`FaultKind`].
     pub fn expected_faults(self, mix: FaultMix) -> &'static [FaultKind] {
         use FaultKind::*;
-        if self == Proto::SeqPaxos && mix == FaultMix::LearnerSkip {
+        if self.is_leader_based() && mix == FaultMix::LearnerSkip {
             // A leader-based log keeps every undecided entry and has no window to slide
             // past a learner: nothing is ever skipped (the mix still runs its crashes).
             return &[];
@@ -152,7 +162,7 @@ impl FromStr for Proto {
             .ok_or_else(|| {
                 format!(
                     "unknown protocol {s:?}; expected one of uring, ringpaxos, multiring, \
-                     multiring-ringpaxos, seqpaxos"
+                     multiring-ringpaxos, seqpaxos, raft"
                 )
             })
     }
@@ -211,8 +221,8 @@ fn set_rp_mutation(rp: &mut RingPaxosConfig, v: Variant) {
 /// The nodes of `proto`'s cluster under `mix`.
 fn node_count(proto: Proto, mix: FaultMix) -> u32 {
     match (proto, mix) {
-        (Proto::URing | Proto::SeqPaxos, FaultMix::Mixed) => 5,
-        (Proto::URing | Proto::SeqPaxos, _) => 3,
+        (Proto::URing | Proto::SeqPaxos | Proto::Raft, FaultMix::Mixed) => 5,
+        (Proto::URing | Proto::SeqPaxos | Proto::Raft, _) => 3,
         (Proto::RingPaxos, _) => 6,
         (Proto::MultiRing | Proto::MultiRingPaxos, _) => 5,
     }
@@ -236,7 +246,7 @@ pub fn config(proto: Proto, mix: FaultMix, variant: Variant) -> SimConfig {
 /// What [`config`] sets beyond the node count, for a configuration whose mix or node
 /// count a replay line may have changed.
 fn adjust(proto: Proto, cfg: &mut SimConfig) {
-    if !matches!(proto, Proto::URing | Proto::SeqPaxos) {
+    if !(proto == Proto::URing || proto.is_leader_based()) {
         cfg.acceptors = cfg
             .nodes
             .iter()
@@ -261,7 +271,7 @@ fn adjust(proto: Proto, cfg: &mut SimConfig) {
         cfg.sync_delay_us = Some((50, 2_000));
         // Half the load: durable runs cost more per value, the faults per run are the same.
         cfg.rate_per_s = 500;
-        if !proto.is_multiring() && proto != Proto::SeqPaxos {
+        if !proto.is_multiring() && !proto.is_leader_based() {
             cfg.snapshot_interval_us = 100_000;
         }
     }
@@ -608,21 +618,42 @@ pub fn seqpaxos_factory(cfg: &SimConfig, variant: Variant) -> Factory<SeqPaxos> 
     sp.set_mutation(variant.mutation)
         .unwrap_or_else(|e| panic!("{e}"));
     Box::new(move |id, start, disk| {
-        let store: Box<dyn LogStore + Send> = if mix == FaultMix::PowerLoss {
-            let (s, _recovery) = DurableLogStore::open(
-                disk,
-                DurableOptions {
-                    sync: true,
-                    segment_bytes: 64 << 10,
-                    cache_instances: 512,
-                    cache_bytes: 64 << 20,
-                },
-            )?;
-            Box::new(s)
-        } else {
-            Box::new(MemoryLogStore::new())
-        };
+        let store = log_store(mix, disk)?;
         Ok(SeqPaxos::new(sp.clone(), id, start, store).expect("valid sequence paxos config"))
+    })
+}
+
+/// The log store of a leader-based node under `mix`: in memory (a restart is amnesic), or
+/// durable with fdatasync on the node's simulated disk in the `power_loss` mix.
+fn log_store(mix: FaultMix, disk: MemDir) -> Result<Box<dyn LogStore + Send>, StorageError> {
+    if mix == FaultMix::PowerLoss {
+        let (s, _recovery) = DurableLogStore::open(
+            disk,
+            DurableOptions {
+                sync: true,
+                segment_bytes: 64 << 10,
+                cache_instances: 512,
+                cache_bytes: 64 << 20,
+            },
+        )?;
+        return Ok(Box::new(s));
+    }
+    Ok(Box::new(MemoryLogStore::new()))
+}
+
+/// Raft over every node of `cfg`, on [`log_store`]'s stores; the seed of its randomised
+/// election timeouts is the run's.
+pub fn raft_factory(cfg: &SimConfig, variant: Variant) -> Factory<Raft> {
+    let ids: Vec<u32> = cfg.nodes.iter().map(|n| n.0).collect();
+    let mix = cfg.mix;
+    let mut rc = RaftConfig::new(&ids, &[]);
+    rc.batch_linger_us = 1000;
+    rc.seed = cfg.seed;
+    rc.set_mutation(variant.mutation)
+        .unwrap_or_else(|e| panic!("{e}"));
+    Box::new(move |id, start, disk| {
+        let store = log_store(mix, disk)?;
+        Ok(Raft::new(rc.clone(), id, start, store).expect("valid raft config"))
     })
 }
 
@@ -638,6 +669,7 @@ pub fn run_one(
         Proto::MultiRing => run_with_disk(cfg, &multiring_factory(cfg, variant)),
         Proto::MultiRingPaxos => run_with_disk(cfg, &multiring_ringpaxos_factory(cfg, variant)),
         Proto::SeqPaxos => run_with_disk(cfg, &seqpaxos_factory(cfg, variant)),
+        Proto::Raft => run_with_disk(cfg, &raft_factory(cfg, variant)),
     }
 }
 
@@ -736,7 +768,7 @@ mod tests {
     fn every_fault_kind_is_expected_of_some_mix() {
         for p in Proto::ALL {
             for k in FaultKind::ALL {
-                if p == Proto::SeqPaxos && k == FaultKind::LearnerSkip {
+                if p.is_leader_based() && k == FaultKind::LearnerSkip {
                     // A leader-based log has no window a learner could fall behind.
                     continue;
                 }
@@ -756,6 +788,7 @@ mod tests {
             assert_eq!(p.name().parse::<Proto>(), Ok(p));
         }
         assert!("raft-x".parse::<Proto>().is_err());
+        assert_eq!("raft".parse::<Proto>(), Ok(Proto::Raft));
         assert_eq!(Variant::from_scenario(""), Ok(Variant::CORRECT));
         for m in Mutation::ALL {
             assert_eq!(

@@ -3,7 +3,7 @@
 //! and its flush: the latest `Accepted`, read acknowledgements, and asking to be prepared
 //! again when a message was lost.
 
-use super::messages::{Accept, AcceptSync, Accepted, Decide, Message, Nack, Prepare, Promise};
+use super::messages::{Accept, Accepted, Decide, Message, Nack, Prepare, Promise};
 use super::{Out, Phase, Role, SeqPaxos};
 use crate::mutation::Mutation;
 use crate::storage::Entry;
@@ -86,7 +86,7 @@ impl SeqPaxos {
     }
 
     /// Acceptor lines 7-12.
-    pub(crate) fn on_accept_sync(&mut self, from: NodeId, m: AcceptSync, out: &mut Out) {
+    pub(crate) fn on_accept_sync(&mut self, from: NodeId, m: Accept, out: &mut Out) {
         let promised = self.store.promised();
         if m.n != promised {
             self.refuse(from, m.n, out);

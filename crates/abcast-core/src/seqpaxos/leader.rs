@@ -3,7 +3,7 @@
 //! `Accept` per follower per flush, the latest `Decide` only, the max `AcceptSync`); and the
 //! read-index barrier.
 
-use super::messages::{Accept, AcceptSync, Accepted, Decide, Message, Nack, Prepare, Promise};
+use super::messages::{Accept, Accepted, Decide, Message, Nack, Prepare, Promise};
 use super::{Out, Phase, Role, SeqPaxos};
 use crate::ProposeError;
 use crate::event::Event;
@@ -44,6 +44,26 @@ pub struct Progress {
     /// When its `las` last moved, or entries were first outstanding.
     pub progress_us: Micros,
     pub decided_sent: u64,
+}
+
+impl Progress {
+    /// `entries` (from `from` on) left for the follower at `now`.
+    fn sent(&mut self, from: u64, entries: &[Entry], now: Micros) {
+        let Some(last) = entries.last() else {
+            return;
+        };
+        debug_assert_eq!(
+            entries[0].index, from,
+            "entries start where they are said to"
+        );
+        if self.inflight.is_empty() {
+            self.progress_us = now;
+        }
+        let bytes: usize = entries.iter().map(|e| e.payload.len()).sum();
+        self.next = last.index + 1;
+        self.inflight.push_back((last.index, bytes));
+        self.inflight_bytes += bytes;
+    }
 }
 
 /// The proposer state of Algorithm 4 (lines 8-13), and the leader's bookkeeping.
@@ -347,11 +367,17 @@ impl SeqPaxos {
         };
         let from = from.min(len + 1).max(self.store.first_index()).max(1);
         let entries = self.read_entries(from, len + 1);
-        let sent = entries.len() as u64;
-        let bytes = entries.iter().map(|e| e.payload.len()).sum();
+        let mut prog = Progress {
+            next: from,
+            progress_us: self.now,
+            decided_sent: self.ld.l_c,
+            ..Progress::default()
+        };
+        prog.sent(from, &entries, self.now);
+        self.ld.progress.insert(r, prog);
         out.send(
             r,
-            Message::AcceptSync(AcceptSync {
+            Message::AcceptSync(Accept {
                 config: self.config_id(),
                 n: self.ld.n_l,
                 from,
@@ -359,17 +385,6 @@ impl SeqPaxos {
                 decided: self.ld.l_c,
             }),
         );
-        let mut prog = Progress {
-            next: from + sent,
-            progress_us: self.now,
-            decided_sent: self.ld.l_c,
-            ..Progress::default()
-        };
-        if sent > 0 {
-            prog.inflight.push_back((from + sent - 1, bytes));
-            prog.inflight_bytes = bytes;
-        }
-        self.ld.progress.insert(r, prog);
     }
 
     fn read_entries(&self, from: u64, to: u64) -> Vec<Entry> {
@@ -476,19 +491,12 @@ impl SeqPaxos {
         }
         let (next, room) = (p.next, p.inflight_bytes < window);
         if next <= len && room {
-            let entries = self.read_entries(next.max(self.store.first_index()), len + 1);
+            let from = next.max(self.store.first_index());
+            let entries = self.read_entries(from, len + 1);
             let Some(p) = self.ld.progress.get_mut(&r) else {
                 return;
             };
-            let from = next.max(self.store.first_index());
-            let sent = entries.len() as u64;
-            let bytes: usize = entries.iter().map(|e| e.payload.len()).sum();
-            if p.inflight.is_empty() {
-                p.progress_us = now;
-            }
-            p.next = from + sent;
-            p.inflight.push_back((from + sent - 1, bytes));
-            p.inflight_bytes += bytes;
+            p.sent(from, &entries, now);
             p.decided_sent = l_c;
             out.send(
                 r,

@@ -80,24 +80,16 @@ pub struct Promise {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AcceptSync {
-    pub config: u64,
-    pub n: Ballot,
-    /// The follower's log is replaced from entry `from` on by `entries` (Acceptor line 10:
-    /// `v_a ← PREFIX(v_a, ld) ++ suffix`, with `from = ld + 1`; a follower whose log is
-    /// already the leader's up to `from - 1` gets only what follows, §4.4.3).
-    pub from: u64,
-    pub entries: Vec<Entry>,
-    /// The leader's chosen length, so the follower can decide at once (Leader (2) line 5).
-    pub decided: u64,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The body of both `Accept` and `AcceptSync`. In an `Accept`, a follower appends the
+/// entries when they continue its log and asks to be re-synchronised when they leave a gap
+/// (a lost message). In an `AcceptSync`, the follower's log is replaced from entry `from` on
+/// by `entries` (Acceptor line 10: `v_a ← PREFIX(v_a, ld) ++ suffix`, with `from = ld + 1`;
+/// a follower whose log is already the leader's up to `from - 1` gets only what follows,
+/// §4.4.3), and `decided` lets it decide at once (Leader (2) line 5).
 pub struct Accept {
     pub config: u64,
     pub n: Ballot,
-    /// The index of `entries[0]`: a follower appends them when they continue its log and
-    /// asks to be re-synchronised when they leave a gap (a lost message).
+    /// The index of `entries[0]`.
     pub from: u64,
     pub entries: Vec<Entry>,
     /// The chosen length, piggy-backed (what Raft does with its commit index; seed 001
@@ -133,7 +125,7 @@ pub enum Message {
     HeartbeatReply(HeartbeatReply),
     Prepare(Prepare),
     Promise(Promise),
-    AcceptSync(AcceptSync),
+    AcceptSync(Accept),
     Accept(Accept),
     Accepted(Accepted),
     Decide(Decide),
@@ -309,14 +301,7 @@ impl WireMessage for Message {
                 e.put_u8(u8::from(m.amnesic));
                 put_entries(e, &m.suffix);
             }
-            Message::AcceptSync(m) => {
-                e.put_u64(m.config);
-                put_ballot(e, m.n);
-                e.put_u64(m.from);
-                e.put_u64(m.decided);
-                put_entries(e, &m.entries);
-            }
-            Message::Accept(m) => {
+            Message::AcceptSync(m) | Message::Accept(m) => {
                 e.put_u64(m.config);
                 put_ballot(e, m.n);
                 e.put_u64(m.from);
@@ -404,22 +389,17 @@ impl WireMessage for Message {
                 let decided = d.u64("accept.decided")?;
                 let entries = get_entries(&mut d)?;
                 check_from(from, &entries, "accept.from")?;
+                let m = Accept {
+                    config,
+                    n,
+                    from,
+                    entries,
+                    decided,
+                };
                 if kind == K_ACCEPT_SYNC {
-                    Message::AcceptSync(AcceptSync {
-                        config,
-                        n,
-                        from,
-                        entries,
-                        decided,
-                    })
+                    Message::AcceptSync(m)
                 } else {
-                    Message::Accept(Accept {
-                        config,
-                        n,
-                        from,
-                        entries,
-                        decided,
-                    })
+                    Message::Accept(m)
                 }
             }
             K_ACCEPTED => Message::Accepted(Accepted {
@@ -505,7 +485,7 @@ mod tests {
                 suffix: vec![entry(5), entry(6)],
                 amnesic: false,
             }),
-            Message::AcceptSync(AcceptSync {
+            Message::AcceptSync(Accept {
                 config: 1,
                 n,
                 from: 7,

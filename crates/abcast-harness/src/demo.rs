@@ -15,6 +15,13 @@ use std::path::{Path, PathBuf};
 /// `abcast demo` flags.
 #[derive(Args, Debug, Clone)]
 pub struct DemoArgs {
+    /// The protocol the nodes run: uring (U-Ring Paxos, seed 000), ringpaxos (Ring Paxos,
+    /// seed 003, multicasts as TCP copies), seqpaxos (Sequence Paxos with Ballot Leader
+    /// Election, seed 001), raft (Raft, seed 001), omnipaxos or raftrs (the `omnipaxos` and
+    /// raft-rs crates' cores on our runtime, for comparison).
+    #[arg(long, value_name = "NAME", default_value = "uring",
+          value_parser = ["uring", "ringpaxos", "seqpaxos", "raft", "omnipaxos", "raftrs"])]
+    pub protocol: String,
     /// Number of node processes in the ring (each is proposer, acceptor and learner).
     #[arg(long, default_value_t = 3, allow_hyphen_values = true,
           value_parser = clap::value_parser!(u32).range(1..=NODES_MAX as i64))]
@@ -82,6 +89,12 @@ pub fn cluster_spec(args: &DemoArgs) -> ClusterSpec {
         kill: args.kill,
         config_edits: {
             let mut edits = storage_edits(&args.storage);
+            if args.protocol != "uring" {
+                edits.push((
+                    "protocol".to_string(),
+                    toml::Value::String(args.protocol.clone()),
+                ));
+            }
             if args.unicast != "tcp" {
                 edits.push((
                     "transport.unicast".to_string(),
@@ -97,12 +110,18 @@ pub fn cluster_spec(args: &DemoArgs) -> ClusterSpec {
         load_rates: None,
         learners_differ: false,
         placement: Vec::new(),
+        load_at_leader: false,
     }
 }
 
 /// The human summary, for a person who has never seen the project.
 pub fn render_summary(r: &Report) -> String {
-    let mut s = render_figures(r);
+    render_summary_of(r, "uring")
+}
+
+/// [`render_summary`] of a run of `protocol` (a `--protocol` name).
+pub fn render_summary_of(r: &Report, protocol: &str) -> String {
+    let mut s = render_figures(r, protocol);
     s += &render_checks(r);
     if r.kill {
         s += &render_crash_test(r);
@@ -125,8 +144,20 @@ pub fn render_summary(r: &Report) -> String {
     s
 }
 
+/// A `--protocol` name as a person reads it.
+pub fn protocol_title(name: &str) -> &'static str {
+    match name {
+        "ringpaxos" => "Ring Paxos",
+        "seqpaxos" => "Sequence Paxos; followers forward to the leader",
+        "raft" => "Raft; followers forward to the leader",
+        "omnipaxos" => "the omnipaxos crate's core; followers forward to the leader",
+        "raftrs" => "the raft-rs crate's core; followers forward to the leader",
+        _ => "U-Ring Paxos",
+    }
+}
+
 /// What ran and what it measured: the setup, throughput, latency and the per-node table.
-fn render_figures(r: &Report) -> String {
+fn render_figures(r: &Report, protocol: &str) -> String {
     let mut s = String::new();
     let rate = if r.rate_values_per_s == 0 {
         "as fast as the ring accepts".to_string()
@@ -139,7 +170,10 @@ fn render_figures(r: &Report) -> String {
         bytes(r.value_size_bytes),
         r.duration_s
     );
-    s += "Every node proposes, orders (U-Ring Paxos) and delivers";
+    s += &format!(
+        "Every node proposes, orders ({}) and delivers",
+        protocol_title(protocol)
+    );
     match r.window_values {
         Some(w) => s += &format!(",\nwith at most {w} of its values in flight.\n\n"),
         None => s += ".\n\n",
@@ -454,10 +488,11 @@ pub fn run_demo(args: &DemoArgs) -> Result<u8, HarnessError> {
     let mut out = std::io::stdout().lock();
     let text = if args.json {
         let mut j = report_json(&report);
+        j["protocol"] = json!(args.protocol);
         j["plot"] = json!(plot.as_ref().ok().map(|p| p.display().to_string()));
         j.to_string() + "\n"
     } else {
-        let summary = render_summary(&report);
+        let summary = render_summary_of(&report, &args.protocol);
         let plot_line = match &plot {
             Ok(p) => format!(
                 "\nPlot (values/s per node and latency, second by second): {}\n",

@@ -5,6 +5,7 @@
 
 pub mod client;
 pub mod deliverylog;
+pub mod leader;
 pub mod node;
 pub mod nodeconfig;
 pub mod stats;

@@ -6,6 +6,7 @@
 //! generator until SIGTERM/SIGINT or `--duration-s`, stop the load, keep delivering for
 //! `--drain-ms`, print the `"final"` line, exit 0.
 
+use crate::leader::{self, LeaderProtocol};
 use crate::nodeconfig::{
     self, MarkerError, MemberAddr, NodeConfig, NodeConfigError, ProtocolKind, StorageKind,
 };
@@ -58,6 +59,10 @@ pub struct NodeArgs {
     /// Most generated values in flight (default: the ring's `window_values`).
     #[arg(long)]
     pub load_window: Option<usize>,
+    /// With --load-rate: propose only while this node leads (a leader-based protocol), as
+    /// a client of the leader does; every node can run it, the leader's proposes.
+    #[arg(long)]
+    pub load_at_leader: bool,
     /// Stop after this many seconds (default: run until SIGTERM or SIGINT).
     #[arg(long)]
     pub duration_s: Option<f64>,
@@ -83,6 +88,7 @@ impl NodeArgs {
             load_rate: None,
             load_value_size: 1024,
             load_window: None,
+            load_at_leader: false,
             duration_s: None,
             drain_ms: 1000,
             delivery_log: false,
@@ -168,6 +174,30 @@ pub fn run_node(args: NodeArgs) -> Result<(), NodeError> {
     }
     if cfg.protocol == ProtocolKind::RingPaxos {
         run_node_on(&cfg, &args, &stop, &mut out, ringpaxos_protocol)?;
+        return Ok(());
+    }
+    if let Some(lp) = cfg.leader.clone() {
+        eprintln!("[{}] protocol {}", cfg.node_id, lp.name());
+        match lp {
+            LeaderProtocol::SeqPaxos(c) => {
+                run_node_on(&cfg, &args, &stop, &mut out, |cfg, start| {
+                    leader::seqpaxos(cfg, &c, start)
+                })?
+            }
+            LeaderProtocol::Raft(c) => run_node_on(&cfg, &args, &stop, &mut out, |cfg, start| {
+                leader::raft(cfg, &c, start)
+            })?,
+            LeaderProtocol::OmniPaxos(c) => {
+                run_node_on(&cfg, &args, &stop, &mut out, |cfg, start| {
+                    leader::omnipaxos(cfg, &c, start)
+                })?
+            }
+            LeaderProtocol::RaftRs(c) => {
+                run_node_on(&cfg, &args, &stop, &mut out, |cfg, start| {
+                    leader::raftrs(cfg, &c, start)
+                })?
+            }
+        };
         return Ok(());
     }
     if let Some(mr) = cfg.multiring.clone() {
@@ -541,6 +571,7 @@ fn start_load<P: Protocol>(cfg: &NodeConfig, args: &NodeArgs, driver: &mut Drive
         value_bytes: args.load_value_size,
         window_values: args.load_window.unwrap_or(cfg.window_values()).max(1),
         max_values: None,
+        leader_only: args.load_at_leader,
     });
 }
 

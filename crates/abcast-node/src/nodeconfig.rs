@@ -54,6 +54,7 @@
 //! `[[link_faults]]` is read by every node, which applies the rules of its own outgoing
 //! links (`runtime::linkfault`); each directed link may be named by one rule only.
 
+use crate::leader::{self, LeaderProtocol};
 use abcast_core::config::{Member, Roles, StartInfo};
 use abcast_core::multiring::{MultiRingConfig, MultiRingConfigOf, ProposeTo, RingSpec, RingSpecOf};
 use abcast_core::ringpaxos::RingPaxosConfig;
@@ -91,6 +92,9 @@ pub struct NodeConfig {
     pub protocol: ProtocolKind,
     /// Ring Paxos' configuration, when `protocol = "ringpaxos"`.
     pub ringpaxos: Option<RingPaxosConfig>,
+    /// A leader-based protocol's configuration (`protocol = "seqpaxos" | "raft" |
+    /// "omnipaxos" | "raftrs"`, `crate::leader`).
+    pub leader: Option<LeaderProtocol>,
 }
 
 /// The protocols `abcast node` runs.
@@ -100,11 +104,17 @@ pub enum ProtocolKind {
     URing,
     /// IP-multicast Ring Paxos (seed 003), `protocol = "ringpaxos"`.
     RingPaxos,
+    /// A leader-based protocol (seed 001): Sequence Paxos, Raft, or a peer core
+    /// (`NodeConfig::leader` says which).
+    Leader,
 }
 
 impl NodeConfig {
     /// The largest value the running protocol accepts.
     pub fn max_value_bytes(&self) -> usize {
+        if let Some(l) = &self.leader {
+            return l.batch_limits().max_value_bytes;
+        }
         match &self.ringpaxos {
             Some(rp) => rp.max_value_bytes,
             None => self.ring.max_value_bytes,
@@ -113,6 +123,9 @@ impl NodeConfig {
 
     /// The running protocol's proposer window, in values.
     pub fn window_values(&self) -> usize {
+        if let Some(l) = &self.leader {
+            return l.batch_limits().window_values;
+        }
         match &self.ringpaxos {
             Some(rp) => rp.window_values,
             None => self.ring.window_values,
@@ -299,6 +312,10 @@ struct FileConfig {
     #[serde(default)]
     rings: Vec<FileRingGroup>,
     multiring: Option<FileMultiRing>,
+    seqpaxos: Option<leader::FileSeqPaxos>,
+    raft: Option<leader::FileRaft>,
+    omnipaxos: Option<leader::FileOmniPaxos>,
+    raftrs: Option<leader::FileRaftRs>,
 }
 
 /// One `[[rings]]` entry (Multi-Ring Paxos). Omitted lists default to every `[[members]]`
@@ -480,12 +497,42 @@ pub fn parse(
     if !members.iter().any(|m| m.id == NodeId(me)) {
         return invalid("node_id", format!("node {me} is not among the members"));
     }
-    let mut ring = ring_config(&file.ring, ring_members)?;
+    // A leader-based protocol takes the proposer keys of `[ring]` itself (`leader.rs`) and
+    // refuses the others, so the ring's own config stays at its defaults.
+    let leader_based = matches!(
+        file.protocol.as_deref(),
+        Some("seqpaxos" | "raft" | "omnipaxos" | "raftrs")
+    );
+    let ring_file = if leader_based {
+        &FileRing::default()
+    } else {
+        &file.ring
+    };
+    let mut ring = ring_config(ring_file, ring_members)?;
     let mut transport = transport_config(&file.transport)?;
     transport.link_faults = link_faults(&file.link_faults, &members)?;
     let (protocol, mut ringpaxos, multicast) = protocol_config(&file, &ring.members)?;
     transport.multicast = multicast;
-    let storage = storage_config(&file.storage, base_dir)?;
+    let mut storage = storage_config(&file.storage, base_dir)?;
+    let leader = leader::leader_config(&leader_sections(&file), &ring.members, &storage.kind)?;
+    if leader.is_some() {
+        if !file.rings.is_empty() || file.multiring.is_some() {
+            return invalid(
+                "rings",
+                "[[rings]] and [multiring] are Multi-Ring Paxos settings; a leader-based \
+                 protocol runs one log",
+            );
+        }
+        // Snapshots and trimming of the leader-based log are not built yet: no snapshot is
+        // taken, so the log grows with the run (issue 17's note).
+        if file.storage.snapshot_interval_ms.is_some_and(|v| v > 0) {
+            return invalid(
+                "storage.snapshot_interval_ms",
+                "the leader-based protocols take no snapshots yet; leave it out or set 0",
+            );
+        }
+        storage.snapshot_interval_ms = 0;
+    }
 
     // With snapshots the coordinator trims acceptors below them, and a learner behind the
     // trim point must install a peer's snapshot rather than skip (`RingConfig`).
@@ -525,6 +572,7 @@ pub fn parse(
         multiring,
         protocol,
         ringpaxos,
+        leader,
     };
     if let Some(mr) = cfg.ringpaxos_rings() {
         for (i, spec) in mr.rings.iter().enumerate() {
@@ -535,6 +583,49 @@ pub fn parse(
         }
     }
     Ok(cfg)
+}
+
+/// The leader-based protocols' view of the file (`leader.rs`).
+fn leader_sections(file: &FileConfig) -> leader::LeaderSections<'_> {
+    let r = &file.ring;
+    let ring_only_keys = [
+        ("p1_preexecution_number", r.p1_preexecution_number.is_some()),
+        ("p1_resend_ms", r.p1_resend_ms.is_some()),
+        ("p2_resend_ms", r.p2_resend_ms.is_some()),
+        ("max_open_instances", r.max_open_instances.is_some()),
+        (
+            "coordinator_queue_bytes",
+            r.coordinator_queue_bytes.is_some(),
+        ),
+        ("heartbeat_interval_ms", r.heartbeat_interval_ms.is_some()),
+        ("failure_timeout_ms", r.failure_timeout_ms.is_some()),
+        ("retrieve_timeout_ms", r.retrieve_timeout_ms.is_some()),
+        ("retrieve_max_instances", r.retrieve_max_instances.is_some()),
+        (
+            "store_capacity_instances",
+            r.store_capacity_instances.is_some(),
+        ),
+        ("store_capacity_bytes", r.store_capacity_bytes.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(k, given)| given.then_some(k))
+    .collect();
+    leader::LeaderSections {
+        protocol: file.protocol.as_deref().unwrap_or("uring"),
+        seqpaxos: file.seqpaxos.as_ref(),
+        raft: file.raft.as_ref(),
+        omnipaxos: file.omnipaxos.as_ref(),
+        raftrs: file.raftrs.as_ref(),
+        batch: leader::RingBatchKeys {
+            batch_max_bytes: r.batch_max_bytes,
+            batch_linger_us: r.batch_linger_us,
+            window_values: r.window_values,
+            window_bytes: r.window_bytes,
+            max_value_bytes: r.max_value_bytes,
+            value_resend_ms: r.value_resend_ms,
+        },
+        ring_only_keys,
+    }
 }
 
 /// `[[members]]`: the ring's members with their roles, and their addresses (each used once).
@@ -809,10 +900,25 @@ fn protocol_config(
     let kind = match file.protocol.as_deref() {
         None | Some("uring") => ProtocolKind::URing,
         Some("ringpaxos") => ProtocolKind::RingPaxos,
+        Some("seqpaxos" | "raft" | "omnipaxos" | "raftrs") => {
+            if file.multicast.is_some() {
+                return invalid(
+                    "multicast",
+                    "the leader-based protocols send no multicasts; remove [multicast]",
+                );
+            }
+            if file.ringpaxos.is_some() {
+                return invalid("ringpaxos", "only with protocol = \"ringpaxos\"");
+            }
+            return Ok((ProtocolKind::Leader, None, None));
+        }
         Some(other) => {
             return invalid(
                 "protocol",
-                format!("{other:?}: expected \"uring\" or \"ringpaxos\""),
+                format!(
+                    "{other:?}: expected \"uring\", \"ringpaxos\", \"seqpaxos\", \"raft\", \
+                     \"omnipaxos\" or \"raftrs\""
+                ),
             );
         }
     };

@@ -111,6 +111,7 @@ fn a_resumed_subscription_covers_every_instance_across_a_restart_of_its_node() {
                     value_bytes: 200,
                     window_values: 32,
                     max_values: Some(VALUES_PER_NODE),
+                    leader_only: false,
                 }),
             })
         })

@@ -25,21 +25,29 @@ pub struct LoadConfig {
     pub window_values: usize,
     /// Stop after this many values (tests); `None` = until stopped.
     pub max_values: Option<u64>,
+    /// Propose only while this node leads (a leader-based protocol's `Status::leading`),
+    /// as a client that talks to the leader does (seed 001 §4.5): every node runs a
+    /// generator and only the leader's proposes, so a benchmark measures the protocol and
+    /// not the followers' forwarding.
+    pub leader_only: bool,
 }
 
 #[derive(Debug)]
 pub(crate) struct LoadGen {
-    cfg: LoadConfig,
+    pub(crate) cfg: LoadConfig,
     tokens: f64,
     last_refill_us: Micros,
     pub(crate) in_flight: usize,
     pub(crate) proposed: u64,
+    /// `leader_only` and this node does not lead (refreshed every loop iteration).
+    pub(crate) paused: bool,
     arena: BytesMut,
     filler: Vec<u8>,
 }
 
 impl LoadGen {
     pub(crate) fn new(cfg: LoadConfig, now: Micros) -> LoadGen {
+        let paused = cfg.leader_only;
         let filler = (0..cfg.value_bytes)
             .map(|i| b'a' + (i % 26) as u8)
             .collect();
@@ -49,6 +57,7 @@ impl LoadGen {
             last_refill_us: now,
             in_flight: 0,
             proposed: 0,
+            paused,
             arena: BytesMut::new(),
             filler,
         }
@@ -73,6 +82,7 @@ impl LoadGen {
     /// Whether the generator wants to propose one more value now.
     pub(crate) fn wants_one(&self) -> bool {
         !self.done()
+            && !self.paused
             && self.in_flight < self.cfg.window_values
             && (self.cfg.rate_per_s == 0 || self.tokens >= 1.0)
     }
@@ -130,6 +140,7 @@ mod tests {
             value_bytes: 16,
             window_values: 1 << 20,
             max_values: None,
+            leader_only: false,
         };
         let mut g = LoadGen::new(cfg, 0);
         let mut proposed = 0;
@@ -152,6 +163,7 @@ mod tests {
             value_bytes: 4,
             window_values: 3,
             max_values: Some(5),
+            leader_only: false,
         };
         let mut g = LoadGen::new(cfg, 0);
         while g.wants_one() {
@@ -174,6 +186,7 @@ mod tests {
             value_bytes: 20,
             window_values: 10,
             max_values: None,
+            leader_only: false,
         };
         let mut g = LoadGen::new(cfg, 0);
         g.on_proposed();

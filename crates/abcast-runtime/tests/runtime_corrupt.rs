@@ -26,6 +26,7 @@ fn corrupt_and_recover(corruption: Corruption) {
                 value_bytes: 64,
                 window_values: 16,
                 max_values: Some(200),
+                leader_only: false,
             });
             start(NodeSpec {
                 cfg,

@@ -170,6 +170,7 @@ fn a_ring_paxos_cluster_on_the_lan_orders_values_over_multicast() {
                 addr: n.addr,
             })
             .collect(),
+        load_at_leader: false,
     };
     let run = run_cluster(&spec).expect("the cluster runs");
     let report = analyse(&run);

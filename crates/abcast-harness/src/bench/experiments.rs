@@ -33,10 +33,16 @@ pub enum BenchName {
     /// Acceptor storage back-ends (none, memory, durable without and with fdatasync) at
     /// 1 .. 32 KiB values (seed 000 fig 3.6).
     Storage,
+    /// Leader-based protocols and the peer cores, 10k .. 1M proposals in flight (seed 001
+    /// fig 11).
+    Concurrency,
+    /// Leader-based protocols and the peer cores at one proposal in flight (seed 001
+    /// fig 13).
+    Latency,
 }
 
 impl BenchName {
-    pub const ALL: [BenchName; 9] = [
+    pub const ALL: [BenchName; 11] = [
         BenchName::ValueSize,
         BenchName::Buffer,
         BenchName::RingSize,
@@ -46,6 +52,8 @@ impl BenchName {
         BenchName::Multicast,
         BenchName::Trim,
         BenchName::Storage,
+        BenchName::Concurrency,
+        BenchName::Latency,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -59,6 +67,8 @@ impl BenchName {
             BenchName::Multicast => "multicast",
             BenchName::Trim => "trim",
             BenchName::Storage => "storage",
+            BenchName::Concurrency => "concurrency",
+            BenchName::Latency => "latency",
         }
     }
 
@@ -101,6 +111,15 @@ impl BenchName {
             BenchName::Storage => {
                 "acceptor storage none, memory, durable without and with fdatasync (group \
                  commit) at 1 .. 32 KiB values: throughput, latency, CPU (seed 000 fig 3.6)"
+            }
+            BenchName::Concurrency => {
+                "Sequence Paxos, Raft, the omnipaxos and raft-rs cores on one harness, 3 and 5 \
+                 nodes, 10k / 100k / 1M proposals in flight, 16 B values: throughput (seed \
+                 001 fig 11)"
+            }
+            BenchName::Latency => {
+                "the same four at one proposal in flight, 3 nodes, 16 B values: the latency \
+                 distribution (seed 001 fig 13)"
             }
         }
     }
@@ -234,6 +253,8 @@ pub fn experiment(name: BenchName, max_nodes: u32) -> Option<Experiment> {
         | BenchName::GlobalRing
         | BenchName::Multicast
         | BenchName::Trim
+        | BenchName::Concurrency
+        | BenchName::Latency
         | BenchName::Storage => {
             return None;
         }
@@ -368,6 +389,8 @@ pub fn shape_sentences(exp: &Experiment, sweep: &[Medians], low_load: Option<&Me
         | BenchName::GlobalRing
         | BenchName::Multicast
         | BenchName::Trim
+        | BenchName::Concurrency
+        | BenchName::Latency
         | BenchName::Storage => {
             format!("{} is not a sweep of one cluster.", exp.name.as_str())
         }

@@ -8,6 +8,7 @@
 
 pub mod experiments;
 pub mod lan;
+pub mod leader;
 pub mod multicast;
 pub mod multiring;
 mod output;
@@ -72,6 +73,10 @@ pub struct BenchArgs {
     #[arg(long = "link-mbit", value_name = "MBIT_PER_S",
           value_parser = clap::value_parser!(u32).range(i64::from(lan::LAN_RATE_MBIT_MIN)..=i64::from(lan::LAN_RATE_MBIT_MAX)))]
     pub link_mbit: Option<u32>,
+    /// `concurrency` and `latency` only: the protocols to race, comma-separated (seqpaxos,
+    /// omnipaxos, raft, raftrs) [default: all four].
+    #[arg(long, value_name = "LIST")]
+    pub protocols: Option<String>,
 }
 
 /// What one run of one point measured.
@@ -198,6 +203,7 @@ fn spec_for(
         load_rates: None,
         learners_differ: false,
         placement: Vec::new(),
+        load_at_leader: false,
     }
 }
 
@@ -427,8 +433,21 @@ pub fn run_bench(args: &BenchArgs) -> Result<u8, HarnessError> {
     if let Some(result) = multiring::run(name, args) {
         return result;
     }
+    if args.protocols.is_some() && !matches!(name, BenchName::Concurrency | BenchName::Latency) {
+        return Err(HarnessError::Usage(format!(
+            "--protocols applies to `bench concurrency` and `bench latency` only, not to \
+             `bench {}`",
+            name.as_str()
+        )));
+    }
     if name == BenchName::Trim {
         return trim::run(args);
+    }
+    if name == BenchName::Concurrency {
+        return leader::run_concurrency(args);
+    }
+    if name == BenchName::Latency {
+        return leader::run_latency(args);
     }
     if name == BenchName::Multicast {
         // Two protocols per point and figures per learner: its own runner.

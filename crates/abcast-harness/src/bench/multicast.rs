@@ -991,6 +991,7 @@ fn point_spec(
                 })
                 .collect()
         }),
+        load_at_leader: false,
     }
 }
 

@@ -145,6 +145,7 @@ fn spec_of(s: &Scenario, args: &BenchArgs, label: String) -> ClusterSpec {
         load_rates: Some(s.load.clone()),
         learners_differ: true,
         placement: Vec::new(),
+        load_at_leader: false,
     }
 }
 

@@ -1011,6 +1011,7 @@ pub fn run(args: &BenchArgs) -> Result<u8, HarnessError> {
                 load_rates: None,
                 learners_differ: false,
                 placement: Vec::new(),
+                load_at_leader: false,
             };
             let figures = match measure(&spec, run) {
                 Ok((r, stop)) => {

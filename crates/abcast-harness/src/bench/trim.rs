@@ -83,6 +83,7 @@ fn spec(args: &BenchArgs, label: String) -> ClusterSpec {
         load_rates: None,
         learners_differ: false,
         placement: Vec::new(),
+        load_at_leader: false,
     }
 }
 

@@ -83,6 +83,9 @@ pub struct ClusterSpec {
     /// namespace; else one entry per node (an emulated LAN, `bench::lan`), whose address
     /// replaces 127.0.0.1 in the node's `addr` and `client_addr`.
     pub placement: Vec<NodePlace>,
+    /// Every node's load generator proposes only while its node leads (`--load-at-leader`,
+    /// leader-based protocols): the load of one client talking to the leader.
+    pub load_at_leader: bool,
 }
 
 /// A node's own network namespace and its address there.
@@ -626,6 +629,7 @@ pub(crate) mod test_support {
             load_rates: None,
             learners_differ: false,
             placement: Vec::new(),
+            load_at_leader: false,
         }
     }
 

@@ -192,6 +192,7 @@ impl Cluster {
                     .into_iter()
                     .flatten(),
             )
+            .args(self.spec.load_at_leader.then_some("--load-at-leader"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log));

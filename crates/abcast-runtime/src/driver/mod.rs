@@ -515,6 +515,9 @@ impl<P: Protocol> Driver<P> {
     fn run_load<A: Hooks + ?Sized>(&mut self, now: Micros, app: &mut A) -> Result<(), DriverError> {
         if let Some(load) = self.load.as_mut() {
             load.refill(now);
+            if load.cfg.leader_only {
+                load.paused = !self.protocol.status().leading;
+            }
         }
         for _ in 0..LOAD_PER_ITERATION {
             let Some(load) = self.load.as_mut() else {

@@ -470,6 +470,7 @@ pub fn load_of(values: u64, value_bytes: usize, window_values: usize) -> Option<
         value_bytes,
         window_values,
         max_values: Some(values),
+        leader_only: false,
     })
 }
 

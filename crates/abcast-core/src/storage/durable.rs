@@ -175,7 +175,7 @@ impl<D: LogDir> DurableStore<D> {
                         }
                     }
                     Record::Trim { log_start: s } => log_start = log_start.max(s),
-                    Record::Synced { .. } => {}
+                    Record::Synced { .. } | Record::Commit { .. } => {}
                 }
                 Ok(())
             },
@@ -705,7 +705,8 @@ mod tests {
                 }
                 s.sync().unwrap();
             }
-            // A vote written to the OS but not synced, then the process or the machine dies.
+            // A vote written to the OS but not synced (its group commit not ended), then the
+            // process or the machine dies.
             assert!(s.put(601, vote(601, false)));
             s.write_pending();
             let names = dir.list().unwrap();
@@ -728,9 +729,10 @@ mod tests {
                 let a = s.get(i).unwrap_or_else(|| panic!("instance {i} lost"));
                 assert_eq!(a.decree, value(i, 3000), "instance {i}");
             }
-            // The unsynced vote survives a process crash; half its write survives the
-            // machine crash, and a torn record is cut.
-            assert_eq!(s.range(591, 700).len(), if crash { 10 } else { 11 });
+            // The unsynced vote's group has no commit marker: dropped whole, whether the
+            // process crash kept its write or the machine crash kept half of it.
+            assert_eq!(s.range(591, 700).len(), 10);
+            assert!(crash || rec.torn_tail.is_some(), "{rec}");
             assert!(s.get(100).is_none(), "trimmed long ago, not resurrected");
             drop(s);
             let (_, again) = open(&dir, o);
@@ -897,6 +899,68 @@ mod tests {
         }
     }
 
+    /// A group commit is atomic at recovery: a crash that keeps any prefix of its write
+    /// (here a new promise and three votes, rolling to a new segment half-way, its
+    /// fdatasync not done) recovers to exactly the previous group commit, and the whole
+    /// write to all of it. `power_lost`: the roll's fdatasync of the old segment did not
+    /// complete either, and the new segment's name is lost; otherwise the old segment's
+    /// part is durable and the directory too, and the crash cuts the new segment's part.
+    #[test]
+    fn a_group_commit_survives_a_crash_whole_or_not_at_all_even_across_a_roll() {
+        let o = DurableOptions {
+            segment_bytes: 8 << 10,
+            ..opts(true)
+        };
+        let old = Ballot::new(2, NodeId(1), 0);
+        let new = Ballot::new(3, NodeId(2), 0);
+        let build = |power_lost: bool| {
+            let dir = MemDir::new("w");
+            let (mut s, _) = open(&dir, o.clone());
+            s.set_promised(old);
+            assert!(s.put(1, vote(1, false)));
+            s.sync().unwrap();
+            let segments = dir.sizes().len();
+            if power_lost {
+                dir.begin_power_loss();
+            }
+            s.set_promised(new);
+            for i in 2..=4 {
+                assert!(s.put(i, vote(i, false)));
+            }
+            assert!(s.begin_sync().unwrap().is_some());
+            drop(s);
+            assert!(dir.sizes().len() > segments, "the group rolled");
+            if !power_lost {
+                crate::storage::LogDir::sync_dir(&mut dir.clone()).unwrap();
+            }
+            dir
+        };
+        for power_lost in [false, true] {
+            let unsynced = build(power_lost).unsynced_bytes();
+            assert!(unsynced > 3000, "{unsynced}");
+            // The last bytes of the write are the marker's count's zeros: cut before them.
+            for cut in (0..=unsynced).step_by(61).chain([unsynced - 4, unsynced]) {
+                let dir = build(power_lost);
+                // A prefix of the group's write: the files in name order are its order.
+                let mut budget = cut;
+                dir.crash_machine(|_, n| {
+                    let keep = budget.min(n);
+                    budget -= keep;
+                    Tear { keep, flip: None }
+                });
+                let (s, rec) = open(&dir, o.clone());
+                let held: Vec<Instance> = s.range(1, 10).iter().map(|(i, _)| *i).collect();
+                let case = format!("power lost {power_lost}, cut {cut} of {unsynced}");
+                if cut == unsynced && !power_lost {
+                    assert_eq!((s.promised(), held), (new, vec![1, 2, 3, 4]), "{case}");
+                    assert_eq!(rec.torn_tail, None, "{case}");
+                } else {
+                    assert_eq!((s.promised(), held), (old, vec![1]), "{case}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn corruption_before_the_tail_refuses_to_start_naming_file_and_offset() {
         let dir = MemDir::new("e");
@@ -1002,8 +1066,10 @@ mod tests {
         for i in 1..=3 {
             assert!(s.put(i, vote(i, false)));
         }
-        // The process dies between the write and the fdatasync.
-        s.write_pending();
+        // The process dies between the write (the whole group, with its commit marker)
+        // and the fdatasync.
+        let job = s.begin_sync().unwrap();
+        assert!(job.is_some(), "the fdatasync is a job, not run here");
         drop(s);
         dir.crash_process();
         let (mut s, rec) = open(&dir, opts(true));

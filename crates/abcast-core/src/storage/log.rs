@@ -2,7 +2,7 @@
 //! 001: Sequence Paxos, appendix B, and Raft, §2.5), beside the acceptor store of the ring
 //! protocols. Back-ends: [`super::MemoryLogStore`] (nothing survives a restart) and
 //! [`super::DurableLogStore`] (on the segmented log, `seglog.rs`, with records of its own,
-//! magic `ABG1`).
+//! magic `ABG2`).
 //!
 //! Entries are numbered from 1: `first_index()..=last_index()` are held, everything below
 //! `first_index()` was compacted (trimmed, or covered by the snapshot), and an empty log has

@@ -1,5 +1,5 @@
 //! The records of the durable log store, on the segmented log (`seglog.rs`, which frames
-//! them: magic "ABG1", length, crc32c salted with the segment number).
+//! them: magic "ABG2", length, crc32c salted with the segment number).
 //!
 //! ```text
 //! body = kind (u8) | fields (u64 le, ballots as `wire::put_ballot`,
@@ -11,6 +11,11 @@
 //! old segment without a live entry or the current snapshot can be deleted (its other
 //! records are superseded by the checkpoint of every later segment). An `Entry` record is
 //! always written as an append: replaying it also cuts whatever followed its index.
+//! `Commit` ends every group commit: recovery replays only whole groups (see `seglog.rs`).
+//!
+//! Format 2 ("ABG2") added `Commit`. A log of format 1 ("ABG1") has no commit markers, so
+//! every record in it would read as part of a torn group: it is refused with a message
+//! that says so, as the acceptor's format 1 is.
 
 use super::log::{Entry, LogSnapshot, Meta};
 use super::seglog::{self, LogRecord};
@@ -20,7 +25,9 @@ use crate::types::Ballot;
 use crate::wire::{get_ballot, get_bool, put_ballot};
 use bytes::Bytes;
 
-pub const MAGIC: u32 = u32::from_le_bytes(*b"ABG1");
+pub const MAGIC: u32 = u32::from_le_bytes(*b"ABG2");
+/// The magic of format 1 (no commit markers), recognised to refuse it.
+pub const MAGIC_V1: u32 = u32::from_le_bytes(*b"ABG1");
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum LogRec {
@@ -50,6 +57,10 @@ pub(crate) enum LogRec {
     Synced {
         upto: u64,
     },
+    /// Ends a group commit of `records` records (see [`LogRecord::commit`]).
+    Commit {
+        records: u32,
+    },
 }
 
 const KIND_CHECKPOINT: u8 = 1;
@@ -62,6 +73,7 @@ const KIND_TRIM: u8 = 7;
 const KIND_SNAPSHOT: u8 = 8;
 const KIND_STOP_SIGN: u8 = 9;
 const KIND_SYNCED: u8 = 10;
+const KIND_COMMIT: u8 = 11;
 
 fn put_blob(e: &mut Encoder, b: &Bytes) {
     e.put_u32(b.len() as u32);
@@ -104,6 +116,7 @@ impl LogRec {
             LogRec::Snapshot { .. } => "snapshot",
             LogRec::StopSign(_) => "stop-sign",
             LogRec::Synced { .. } => "synced",
+            LogRec::Commit { .. } => "commit",
         }
     }
 }
@@ -170,6 +183,10 @@ impl LogRecord for LogRec {
                 e.put_u8(KIND_SYNCED);
                 e.put_u64(*upto);
             }
+            LogRec::Commit { records } => {
+                e.put_u8(KIND_COMMIT);
+                e.put_u32(*records);
+            }
         }
         seglog::frame(e.finish(), seg, MAGIC)
     }
@@ -233,10 +250,13 @@ impl LogRecord for LogRec {
             KIND_SYNCED => LogRec::Synced {
                 upto: d.u64("synced.upto")?,
             },
+            KIND_COMMIT => LogRec::Commit {
+                records: d.u32("commit.records")?,
+            },
             k => {
                 return Err(DecodeError::Invalid {
                     what: "log record.kind",
-                    detail: format!("{k} (expected 1 to 10)"),
+                    detail: format!("{k} (expected 1 to 11)"),
                 });
             }
         };
@@ -259,12 +279,35 @@ impl LogRecord for LogRec {
         matches!(self, LogRec::Checkpoint { recycled: true, .. })
     }
 
+    fn commit(records: u32) -> LogRec {
+        LogRec::Commit { records }
+    }
+
+    fn commit_records(&self) -> Option<u32> {
+        match self {
+            LogRec::Commit { records } => Some(*records),
+            _ => None,
+        }
+    }
+
+    fn old_magic(word: u32) -> Option<&'static str> {
+        (word == MAGIC_V1).then_some("a record of log store format 1 (\"ABG1\")")
+    }
+
     fn refuse_file(head: &[u8]) -> Option<String> {
-        let acceptor = super::record::MAGIC.to_le_bytes();
-        let v1 = super::record::MAGIC_V1.to_le_bytes();
         let word = head.get(..4)?;
-        (word == acceptor || word == v1).then(|| {
-            "an acceptor log (magic ABL*), not a log store's (ABG1): \
+        if word == MAGIC_V1.to_le_bytes() {
+            return Some(
+                "a log store of format 1 (\"ABG1\"), written by an earlier version of abcast; \
+                 this version writes format 2 (group commits end with a commit marker) and \
+                 does not read it. Move the directory away and add the node back as a new, \
+                 empty replica"
+                    .to_string(),
+            );
+        }
+        let acceptor = super::record::ACCEPTOR_MAGICS.map(u32::to_le_bytes);
+        acceptor.iter().any(|m| word == m).then(|| {
+            "an acceptor log (magic ABL*), not a log store's (ABG*): \
              is the storage directory shared by two kinds of protocol?"
                 .to_string()
         })
@@ -313,6 +356,7 @@ mod tests {
             },
             LogRec::StopSign(None),
             LogRec::Synced { upto: 4096 },
+            LogRec::Commit { records: 9 },
         ]
     }
 

@@ -3,8 +3,8 @@
 //! replicated log with its hard state (the leader-based protocols of seed 001: Sequence
 //! Paxos and Raft; see `log.rs` for which uses what). Both durable back-ends write their
 //! own records on one segmented log (`seglog.rs`: segments, spares, group commit,
-//! torn-tail recovery): [`DurableStore`] (`record.rs`, magic `ABL2`) and
-//! [`DurableLogStore`] (`log_record.rs`, magic `ABG1`).
+//! torn-tail recovery): [`DurableStore`] (`record.rs`, magic `ABL3`) and
+//! [`DurableLogStore`] (`log_record.rs`, magic `ABG2`).
 //!
 //! The acceptor store's back-ends:
 //! The back-ends of seed 000 §3.4, chosen per node:

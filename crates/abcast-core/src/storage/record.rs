@@ -1,7 +1,7 @@
 //! The records of the durable acceptor log and their checked framing.
 //!
 //! ```text
-//! record = magic "ABL2" (u32 le) | body_len (u32 le) | crc32c (u32 le) | body
+//! record = magic "ABL3" (u32 le) | body_len (u32 le) | crc32c (u32 le) | body
 //! body   = kind (u8) | fields (wire codec: `wire::put_ballot`, `wire::put_decree`)
 //! crc32c covers the segment number (u64 le, not stored), body_len's four bytes and the body
 //! ```
@@ -10,7 +10,10 @@
 //! it was written for: a recycled segment file (a trimmed one renamed and written over)
 //! still holds its earlier records after the new ones, and those fail the checksum instead
 //! of passing for new records. Format 1 (magic "ABL1") had no segment number; a log in it
-//! is refused with a message that says so.
+//! is refused with a message that says so. Format 3 ("ABL3") added `Commit`, which ends
+//! every group commit: recovery replays only whole groups (see `seglog.rs`). A log of
+//! format 2 has no commit markers, so all of it would read as one torn group: it is refused
+//! too, with a message that says so.
 //!
 //! What an acceptor must not forget (seed 003 §4.2: `rnd`, `v-rnd`, `v-val`, `v-vid`) is
 //! exactly what these records hold: `Promise` (rnd), `Accept` (v-rnd and v-val with its id,
@@ -18,6 +21,7 @@
 //! every segment, so older segments can be deleted without losing the promise or the trim
 //! point. `Synced` opens a write once earlier writes are durable, so that recovery can tell
 //! a garbled unsynced write (a torn tail, cut) from damage to durable bytes (refused).
+//! `Commit` closes each write's group.
 
 //!
 //! The framing, segments and recovery are the segmented log's (`seglog.rs`); this module is
@@ -31,9 +35,13 @@ use crate::types::{Ballot, Decree, Instance};
 use crate::wire::{get_ballot, get_bool, get_decree, put_ballot, put_decree};
 use bytes::Bytes;
 
-pub const MAGIC: u32 = u32::from_le_bytes(*b"ABL2");
+pub const MAGIC: u32 = u32::from_le_bytes(*b"ABL3");
 /// The magic of format 1 (no segment number in the checksum), recognised to refuse it.
 pub const MAGIC_V1: u32 = u32::from_le_bytes(*b"ABL1");
+/// The magic of format 2 (no commit markers), recognised to refuse it.
+pub const MAGIC_V2: u32 = u32::from_le_bytes(*b"ABL2");
+/// Every acceptor log magic, current and old (a log store refuses all of them).
+pub const ACCEPTOR_MAGICS: [u32; 3] = [MAGIC, MAGIC_V2, MAGIC_V1];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
@@ -63,6 +71,9 @@ pub enum Record {
     /// `sync = false`). A crash can damage only bytes written after the last durable point,
     /// so a bad record below `upto` is corruption, and one above it a torn write.
     Synced { upto: u64 },
+    /// Ends a group commit of `records` records: without it, recovery drops the group
+    /// whole (see [`LogRecord::commit`]).
+    Commit { records: u32 },
 }
 
 const KIND_CHECKPOINT: u8 = 1;
@@ -71,6 +82,7 @@ const KIND_ACCEPT: u8 = 3;
 const KIND_DECIDED: u8 = 4;
 const KIND_TRIM: u8 = 5;
 const KIND_SYNCED: u8 = 6;
+const KIND_COMMIT: u8 = 7;
 
 impl Record {
     /// The record's kind, for messages.
@@ -82,6 +94,7 @@ impl Record {
             Record::Decided(_) => "decided",
             Record::Trim { .. } => "trim",
             Record::Synced { .. } => "synced",
+            Record::Commit { .. } => "commit",
         }
     }
 
@@ -128,6 +141,10 @@ impl Record {
                 e.put_u8(KIND_SYNCED);
                 e.put_u64(*upto);
             }
+            Record::Commit { records } => {
+                e.put_u8(KIND_COMMIT);
+                e.put_u32(*records);
+            }
         }
         seglog::frame(e.finish(), seg, MAGIC)
     }
@@ -155,10 +172,13 @@ impl Record {
             KIND_SYNCED => Record::Synced {
                 upto: d.u64("synced.upto")?,
             },
+            KIND_COMMIT => Record::Commit {
+                records: d.u32("commit.records")?,
+            },
             k => {
                 return Err(DecodeError::Invalid {
                     what: "record.kind",
-                    detail: format!("{k} (expected 1 to 6)"),
+                    detail: format!("{k} (expected 1 to 7)"),
                 });
             }
         };
@@ -187,16 +207,36 @@ impl LogRecord for Record {
     fn opens_recycled(&self) -> bool {
         matches!(self, Record::Checkpoint { recycled: true, .. })
     }
+    fn commit(records: u32) -> Record {
+        Record::Commit { records }
+    }
+    fn commit_records(&self) -> Option<u32> {
+        match self {
+            Record::Commit { records } => Some(*records),
+            _ => None,
+        }
+    }
     fn old_magic(word: u32) -> Option<&'static str> {
-        (word == MAGIC_V1).then_some("a record of log format 1 (\"ABL1\")")
+        match word {
+            MAGIC_V1 => Some("a record of log format 1 (\"ABL1\")"),
+            MAGIC_V2 => Some("a record of log format 2 (\"ABL2\")"),
+            _ => None,
+        }
     }
     fn refuse_file(head: &[u8]) -> Option<String> {
-        (head.get(..4) == Some(&MAGIC_V1.to_le_bytes()[..])).then(|| {
-            "a log of format 1, written by an earlier version of abcast; this version writes \
-             format 2 and does not read it. Move the directory away (the acceptor then starts \
-             empty, as a new or amnesic one)"
-                .to_string()
-        })
+        let word = head.get(..4)?;
+        let format = if word == MAGIC_V1.to_le_bytes() {
+            1
+        } else if word == MAGIC_V2.to_le_bytes() {
+            2
+        } else {
+            return None;
+        };
+        Some(format!(
+            "a log of format {format}, written by an earlier version of abcast; this version \
+             writes format 3 and does not read it. Move the directory away (the acceptor then \
+             starts empty, as a new or amnesic one)"
+        ))
     }
 }
 
@@ -246,6 +286,7 @@ mod tests {
             Record::Decided(18),
             Record::Trim { log_start: 19 },
             Record::Synced { upto: 4096 },
+            Record::Commit { records: 5 },
         ]
     }
 

@@ -236,7 +236,9 @@ impl SeqPaxos {
             return false;
         }
         match self.store.entries(last, last + 1, 0) {
-            Ok(v) => v.first().is_some_and(|e| EntryBody::is_stop_sign(&e.payload)),
+            Ok(v) => v
+                .first()
+                .is_some_and(|e| EntryBody::is_stop_sign(&e.payload)),
             Err(e) => self.store_failed("reading the last entry", e),
         }
     }

@@ -58,10 +58,10 @@ pub use messages::Message;
 
 use crate::ProposeError;
 use crate::batcher::Batcher;
+use crate::config::Configuration;
 use crate::config::{ConfigError, StartInfo};
 use crate::dedup::Dedup;
 use crate::event::Event;
-use crate::config::Configuration;
 use crate::protocol::{ConfigChange, ConfigKind, Delivery, Outbox, Protocol, Status};
 use crate::replog::EntryBody;
 use crate::storage::{LogStore, StorageError};
@@ -609,7 +609,9 @@ impl Protocol for SeqPaxos {
             node: self.me,
             coordinator: self.leader(),
             ballot: self.store.promised().max(self.ble.ballot()),
-            leading: self.participates() && self.role == Role::Leader && self.phase == Phase::Accept,
+            leading: self.participates()
+                && self.role == Role::Leader
+                && self.phase == Phase::Accept,
             delivered_upto: self.delivered,
             decided_max: self.store.decided_idx().max(self.ld.l_c),
             values_in_flight: self.batcher.values_in_flight(),

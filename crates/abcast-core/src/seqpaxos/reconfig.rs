@@ -50,6 +50,7 @@
 
 use super::messages::{FetchReq, FetchResp, Message, StopSigned};
 use super::{Out, Phase, Role, SeqPaxos};
+use crate::ProposeError;
 use crate::codec::{Decoder, Encoder};
 use crate::config::Configuration;
 use crate::error::DecodeError;
@@ -58,7 +59,6 @@ use crate::protocol::ReconfigureError;
 use crate::replog::{EntryBody, get_configuration, get_nodes, put_configuration, put_nodes};
 use crate::storage::Entry;
 use crate::types::{Ballot, Batch, Micros, NodeId};
-use crate::ProposeError;
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet};
 

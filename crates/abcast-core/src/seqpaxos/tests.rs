@@ -208,7 +208,8 @@ impl Net {
                         .push(format!("n{i} delivered {v:?} twice in one life"));
                 }
             }
-            node.delivered.push((d.instance, key, d.batch.ids().collect()));
+            node.delivered
+                .push((d.instance, key, d.batch.ids().collect()));
         }
         for c in changes {
             let before = self.nodes[i as usize].delivered.last().map(|x| x.0);
@@ -376,7 +377,11 @@ impl Net {
     /// prefix of the longest; returns its length and the stop-signs in it (index, id).
     fn same_log(&self, ids: &[u32]) -> (u64, Vec<(u64, u64)>) {
         let logs: Vec<Vec<Entry>> = ids.iter().map(|&i| self.decided_log(i)).collect();
-        let longest = logs.iter().max_by_key(|l| l.len()).cloned().unwrap_or_default();
+        let longest = logs
+            .iter()
+            .max_by_key(|l| l.len())
+            .cloned()
+            .unwrap_or_default();
         for (k, l) in logs.iter().enumerate() {
             for (j, e) in l.iter().enumerate() {
                 assert_eq!(e.index, j as u64 + 1, "n{}: a gap in the log", ids[k]);
@@ -412,8 +417,7 @@ impl Net {
             .filter(|(i, _, v)| {
                 self.nodes[*i as usize].acks.iter().any(|a| {
                     a.key.origin == v.node
-                        && (a.key.first_seq..a.key.first_seq + u64::from(a.count))
-                            .contains(&v.seq)
+                        && (a.key.first_seq..a.key.first_seq + u64::from(a.count)).contains(&v.seq)
                 })
             })
             .map(|(_, _, v)| *v)
@@ -463,7 +467,8 @@ fn reconfigure_under_load(from: &[u32], to: &[u32], n: u32, transfer: Transfer) 
     let leader = net.stable_leader();
     let proposers: Vec<u32> = (0..n).collect();
     let mut proposed = propose_while(&mut net, &proposers, 50, |_| false);
-    net.reconfigure(leader, to).expect("the leader proposes the stop-sign");
+    net.reconfigure(leader, to)
+        .expect("the leader proposes the stop-sign");
     assert_eq!(
         net.reconfigure(leader, to),
         Err(ReconfigureError::Refused(crate::ProposeError::Busy)),
@@ -476,7 +481,9 @@ fn reconfigure_under_load(from: &[u32], to: &[u32], n: u32, transfer: Transfer) 
     assert!(net.in_config(to, 1), "every new member entered c_1");
     proposed.extend(propose_while(&mut net, &proposers, 100, |_| false));
     assert!(
-        net.run_until(5_000_000, |net| to.iter().all(|&i| net.has_all(i, &proposed))),
+        net.run_until(5_000_000, |net| to
+            .iter()
+            .all(|&i| net.has_all(i, &proposed))),
         "every proposal delivered at every member of c_1"
     );
     net.assert_no_violation();
@@ -493,7 +500,13 @@ fn reconfigure_under_load(from: &[u32], to: &[u32], n: u32, transfer: Transfer) 
             .find(|(c, _)| c.config.id == 1)
             .expect("a ConfigChange to c_1");
         assert_eq!(
-            change.0.config.members.iter().map(|m| m.id.0).collect::<Vec<_>>(),
+            change
+                .0
+                .config
+                .members
+                .iter()
+                .map(|m| m.id.0)
+                .collect::<Vec<_>>(),
             to.to_vec()
         );
         // Right after the stop-sign: every delivery before it is below the stop-sign's
@@ -546,7 +559,9 @@ fn a_follower_is_removed_and_still_forwards_proposals() {
     assert!(
         matches!(
             net.reconfigure(removed, &[0, 1, 2]),
-            Err(ReconfigureError::Refused(crate::ProposeError::NotLeader { .. }))
+            Err(ReconfigureError::Refused(
+                crate::ProposeError::NotLeader { .. }
+            ))
         ),
         "a node outside the configuration is no leader"
     );
@@ -560,7 +575,10 @@ fn the_leader_is_replaced_under_continuous_proposals_pull() {
     drop(net);
     let to: Vec<u32> = [0, 1, 2, 3].into_iter().filter(|&i| i != leader).collect();
     let net = reconfigure_under_load(&[0, 1, 2], &to, 4, Transfer::Pull);
-    assert!(net.sent.get(&18).copied().unwrap_or(0) > 0, "fetch requests");
+    assert!(
+        net.sent.get(&18).copied().unwrap_or(0) > 0,
+        "fetch requests"
+    );
 }
 
 #[test]
@@ -680,7 +698,10 @@ fn a_new_node_crashes_mid_fetch_and_resumes() {
         // Until node 3 fetched some but not all.
         assert!(net.run_until(2_000_000, |n| n.sp(3).store.decided_idx() > 20));
         let had = net.sp(3).store.decided_idx();
-        assert!(net.sp(3).fetch.is_some(), "{transfer:?}: mid-fetch at {had}");
+        assert!(
+            net.sp(3).fetch.is_some(),
+            "{transfer:?}: mid-fetch at {had}"
+        );
         net.restart(3);
         assert!(net.sp(3).store.decided_idx() >= had, "what it stored stays");
         proposed.extend(propose_while(&mut net, &[0, 1, 2, 3], 3_000, |n| {
@@ -702,12 +723,29 @@ fn a_new_node_crashes_mid_fetch_and_resumes() {
 /// of the last configuration, which holds one log.
 #[test]
 fn reconfigurations_under_chaos_keep_one_order_over_many_seeds() {
-    for seed in 0..12u64 {
-        chaos_run(seed, if seed % 2 == 0 { Transfer::Pull } else { Transfer::Eager });
+    let seeds: u64 = std::env::var("SEQPAXOS_CHAOS_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(12);
+    let mut changes = 0;
+    for seed in 0..seeds {
+        changes += chaos_run(
+            seed,
+            if seed % 2 == 0 {
+                Transfer::Pull
+            } else {
+                Transfer::Eager
+            },
+        );
     }
+    assert!(
+        changes >= 2 * seeds,
+        "the runs reconfigured ({changes} changes in {seeds} seeds)"
+    );
 }
 
-fn chaos_run(seed: u64, transfer: Transfer) {
+/// Returns the configuration reached.
+fn chaos_run(seed: u64, transfer: Transfer) -> u64 {
     let mut cfg = base_config(&[0, 1, 2]);
     cfg.transfer = transfer;
     cfg.fetch_segment_entries = 16;
@@ -796,6 +834,7 @@ fn chaos_run(seed: u64, transfer: Transfer) {
     );
     net.assert_no_violation();
     net.same_log(&(0..n).collect::<Vec<_>>());
+    (0..n).map(|i| net.sp(i).config_id()).max().unwrap_or(0)
 }
 
 /// A leader that goes on appending after its stop-sign (`STOPPED()` removed) decides
@@ -831,9 +870,10 @@ fn nothing_extends_a_stop_sign() {
 #[cfg(feature = "mutations")]
 #[test]
 fn extending_after_the_stop_sign_is_caught() {
-    assert!(total_replacement_violations(Some(
-        crate::mutation::Mutation::SeqPaxosExtendAfterStopSign
-    )) > 0);
+    assert!(
+        total_replacement_violations(Some(crate::mutation::Mutation::SeqPaxosExtendAfterStopSign))
+            > 0
+    );
 }
 
 #[test]
@@ -845,10 +885,13 @@ fn the_configuration_record_round_trips_and_bad_bytes_are_refused() {
         },
         base: 77,
         notify: vec![NodeId(4)],
-        fetch: Some((90, Configuration {
-            id: 4,
-            ..members(&[2, 4, 5])
-        })),
+        fetch: Some((
+            90,
+            Configuration {
+                id: 4,
+                ..members(&[2, 4, 5])
+            },
+        )),
     };
     let b = rec.encode();
     assert_eq!(reconfig::ConfigRecord::decode(&b), Ok(rec));
@@ -923,4 +966,34 @@ fn bad_reconfiguration_messages_are_refused_without_a_panic() {
     assert_eq!(net.sp(3).store.decided_idx(), before);
     net.run(200_000);
     net.assert_no_violation();
+}
+
+/// A member of `c_0` restarts without its store after the cluster moved to `c_1`, where
+/// it is a member too: built with `c_0` again, it learns of the stop-sign from the members
+/// (its amnesic promise query is of an ended configuration), fetches the log, enters `c_1`
+/// amnesic (it may have promised there in its previous life), recovers a promise there,
+/// is repaired, and delivers what follows.
+#[test]
+fn an_amnesic_old_member_rejoins_the_next_configuration() {
+    let mut net = Net::new(4, base_config(&[0, 1, 2]), false);
+    let leader = net.stable_leader();
+    let mut proposed = propose_while(&mut net, &[0, 1, 2], 50, |_| false);
+    let to = [0, 1, 2, 3];
+    net.reconfigure(leader, &to).expect("starts");
+    proposed.extend(propose_while(&mut net, &[0, 1, 2, 3], 3_000, |n| {
+        n.in_config(&to, 1) && n.leader().is_some_and(|l| n.sp(l).config_id() == 1)
+    }));
+    let victim = (leader + 1) % 3;
+    net.restart(victim);
+    assert_eq!(net.sp(victim).config_id(), 0, "it knows only c_0");
+    assert!(net.sp(victim).amnesic);
+    proposed.extend(propose_while(&mut net, &[0, 1, 2, 3], 2_000, |n| {
+        n.sp(victim).config_id() == 1 && !n.sp(victim).amnesic
+    }));
+    assert_eq!(net.sp(victim).config_id(), 1);
+    assert!(!net.sp(victim).amnesic, "repaired in c_1");
+    proposed.extend(propose_while(&mut net, &[0, 1, 2, 3], 100, |_| false));
+    assert!(net.run_until(3_000_000, |n| to.iter().all(|&i| n.has_all(i, &proposed))));
+    net.assert_no_violation();
+    net.same_log(&to);
 }

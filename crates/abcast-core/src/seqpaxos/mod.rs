@@ -2,8 +2,9 @@
 //! (`ble.rs`) and appendix B (`leader.rs`, `follower.rs`), with the §4.4.3 optimisations,
 //! as a pure state machine over a [`LogStore`].
 //!
-//! One node is one replica of one configuration (§2.4.3). Its state, named as in
-//! Algorithm 4 ("State & General"):
+//! One node is one replica of one configuration at a time (§2.4.3; see *Reconfiguration*
+//! below for the configurations after the first). Its state, named as in Algorithm 4
+//! ("State & General"):
 //!
 //! | pseudo code | here |
 //! | --- | --- |
@@ -11,7 +12,8 @@
 //! | `n_L`, `promises`, `las`, `lds`, `propCmds`, `l_c` | `leader.rs::LeaderState` |
 //! | `n_prom`, `(n_a, v_a)` | the store: `promised()`, `accepted_round()`, the entries |
 //! | `l_d` | the store's `decided_idx()` |
-//! | `σ_{i-1}` | entries before the configuration's first (0 for the first configuration) |
+//! | `σ_{i-1}` | entries up to `base`, the index of `SS_{i-1}` (0 for the first configuration) |
+//! | `STOPPED()` | `leader.rs::stopped`: the log's last entry, after `base`, is a stop-sign |
 //!
 //! The path of one value: `propose` puts it into the proposer's batch (`batcher.rs`, shared
 //! by every protocol); a ready batch goes to the leader (`Forward`, §4.4.1) or, at the
@@ -43,6 +45,35 @@
 //!   not count and it is no candidate for leadership.
 //! - **Deliveries restart at the log's start.** The application of a restarted node is new,
 //!   so its learner delivers the decided entries again from the first one it holds.
+//!
+//! **Reconfiguration** (`reconfig.rs`; each rule with its seed section):
+//! - *Stop-sign* (§2.4.3, appendix B `STOPPED()`): `reconfigure` at the leader of `c_i`
+//!   appends `SS_i` naming `c_{i+1}` (id `i + 1`); `NotLeader` with the leader known
+//!   elsewhere, `Busy` while preparing or with a stop-sign already in the log. Nothing is
+//!   appended after it in `c_i`: the leader holds later proposals (Leader (1) line 3), a
+//!   new leader that adopts a suffix ending in `SS_i` keeps it last and holds its
+//!   `propCmds` (lines 15-16), a follower accepts nothing past a stop-sign.
+//! - *One continuous log* (beyond the thesis and OmniPaxos issue 151, where each
+//!   configuration has a log of its own): `c_{i+1}`'s entries follow `SS_i`'s index, the
+//!   learner delivers one sequence and reports the `ConfigChange` right after the
+//!   stop-sign's delivery; ballots, `n_prom` and `n_a` start again per configuration
+//!   (appendix B lines 8, 14-15) and every message carries its configuration id.
+//! - *Entering `c_{i+1}`* when `SS_i` is delivered (§2.4.3 "once a process decides SS_i and
+//!   has the final sequence σ_i"), persisted (`ConfigRecord` in the log store's stop-sign
+//!   slot) before any message of `c_{i+1}` leaves.
+//! - *The final sequence* (§2.4.3 fetch, §4.4 pull and eager): a node that learns `SS_i` is
+//!   decided without holding `σ_i` (a new member, or an old one that missed the decide)
+//!   fetches the decided log up to it: segments from several nodes in parallel, or the
+//!   old leader's pushes; any node, of any configuration, serves its decided prefix.
+//! - *Proposals between configurations* (§5.5.2 "held back until the new configuration
+//!   start"): held by the old leader and by members without a leader, forwarded to
+//!   `c_{i+1}`'s leader; the proposers re-send what is in flight when the leader changes
+//!   and the learners' de-duplication keeps delivery exactly-once.
+//! - *Head start* (§4.4.3, §5.4.3): `c_i`'s leader, if a member of `c_{i+1}`, starts there
+//!   with BLE round 1 and prepares at once.
+//! - *A node outside its configuration* (a spare waiting to be added, a removed node): no
+//!   part in Sequence Paxos; it forwards proposals to the members, follows the decided log
+//!   while its own are in flight, serves fetches, and joins when a stop-sign names it.
 
 pub mod ble;
 pub mod config;

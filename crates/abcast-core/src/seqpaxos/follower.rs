@@ -203,10 +203,7 @@ impl SeqPaxos {
         if self.mutation(Mutation::SeqPaxosExtendAfterStopSign) {
             return entries;
         }
-        match entries
-            .iter()
-            .position(|e| crate::replog::EntryBody::is_stop_sign(&e.payload))
-        {
+        match entries.iter().position(|e| self.ends_config(e)) {
             Some(p) => &entries[..=p],
             None => entries,
         }

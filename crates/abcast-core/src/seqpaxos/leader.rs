@@ -229,18 +229,26 @@ impl SeqPaxos {
     }
 
     /// `STOPPED()` (appendix B General line 17): the log ends with this configuration's
-    /// stop-sign (an entry after `base`, where the previous configuration's ends).
+    /// stop-sign.
     pub(crate) fn stopped(&self) -> bool {
         let last = self.log_len();
         if last <= self.base {
             return false;
         }
         match self.store.entries(last, last + 1, 0) {
-            Ok(v) => v
-                .first()
-                .is_some_and(|e| EntryBody::is_stop_sign(&e.payload)),
+            Ok(v) => v.first().is_some_and(|e| self.ends_config(e)),
             Err(e) => self.store_failed("reading the last entry", e),
         }
+    }
+
+    /// Whether `e` is the stop-sign of this configuration (one naming a later one; the
+    /// stop-signs of earlier configurations are in the log too).
+    pub(crate) fn ends_config(&self, e: &Entry) -> bool {
+        EntryBody::is_stop_sign(&e.payload)
+            && matches!(
+                EntryBody::decode(&e.payload),
+                Ok(EntryBody::StopSign(c)) if c.id > self.cfg.config_id
+            )
     }
 
     /// Leader (1) lines 8-27 and Leader (2) lines 1-5.

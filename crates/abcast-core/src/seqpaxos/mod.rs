@@ -192,7 +192,7 @@ impl SeqPaxos {
     /// that names it is decided and it learns of it (a `StopSigned` from a node past it, or
     /// the answer to its query when a member of a later configuration contacts it), it
     /// fetches the log up to the stop-sign and becomes a member. A store that recorded a
-    /// later configuration (a durable restart) wins over `cfg`'s `config_id` and
+    /// configuration (a durable restart after one) wins over `cfg`'s `config_id` and
     /// `members`; the rest of `cfg` (timers, limits, transfer mode) is always `cfg`'s.
     pub fn new(
         mut cfg: SeqPaxosConfig,
@@ -209,14 +209,14 @@ impl SeqPaxos {
                 field: "store",
                 reason: format!("the stored configuration record does not decode: {e}"),
             })?;
-            if rec.config.id >= cfg.config_id {
-                cfg.config_id = rec.config.id;
-                cfg.members = rec.config.members;
-                base = rec.base;
-                notify = rec.notify.into_iter().map(|n| (n, None)).collect();
-                fetch_rec = rec.fetch;
-                cfg.validate()?;
-            }
+            // The record wins: the store knows where its log stands, the operator's
+            // configuration may be older or newer (a newer one is learned anew).
+            cfg.config_id = rec.config.id;
+            cfg.members = rec.config.members;
+            base = rec.base;
+            notify = rec.notify.into_iter().map(|n| (n, None)).collect();
+            fetch_rec = rec.fetch;
+            cfg.validate()?;
         }
         let member = cfg.contains(me);
         let incarnation = start.ballot_incarnation()?;

@@ -73,7 +73,8 @@
 //!   with BLE round 1 and prepares at once.
 //! - *A node outside its configuration* (a spare waiting to be added, a removed node): no
 //!   part in Sequence Paxos; it forwards proposals to the members, follows the decided log
-//!   while its own are in flight, serves fetches, and joins when a stop-sign names it.
+//!   (fetching from the members) while proposals of its own are in flight, serves
+//!   fetches, and joins when a stop-sign names it.
 
 pub mod ble;
 pub mod config;

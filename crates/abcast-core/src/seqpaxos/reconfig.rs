@@ -458,8 +458,9 @@ impl SeqPaxos {
         let (now, seg) = (self.now, self.cfg.fetch_segment_entries);
         let Some(f) = self.fetch.as_mut() else {
             if !self.member && r.from == next && !r.entries.is_empty() {
-                // A node outside the configuration follows the decided log (its own
-                // proposals' acknowledgements, and a later stop-sign that may name it).
+                // A node outside the configuration follows the decided log, as a learner
+                // (its own proposals' acknowledgements, and a later stop-sign that may
+                // name it).
                 if let Err(e) = self.store.append_on_prefix(next, &r.entries) {
                     self.store_failed("storing followed entries", e);
                 }
@@ -468,6 +469,18 @@ impl SeqPaxos {
                     self.store_failed("deciding followed entries", e);
                 }
                 out.needs_sync = true;
+                if r.decided > last {
+                    // Behind: the next part at once.
+                    self.follow_asked_us = Some(self.now);
+                    out.send(
+                        from,
+                        Message::FetchReq(FetchReq {
+                            config: self.cfg.config_id,
+                            from: last + 1,
+                            to: (last + 1).saturating_add(self.cfg.fetch_segment_entries),
+                        }),
+                    );
+                }
                 self.deliver(out);
             } else if !r.entries.is_empty() {
                 // A push to a node that holds it already: stop the pusher.
@@ -624,8 +637,11 @@ impl SeqPaxos {
         }
     }
 
-    /// Fetch, eager pushes, and the notices to new members, once per tick; a node outside
-    /// its configuration with proposals in flight follows the decided log.
+    /// Fetch, eager pushes, and the notices to new members, once per tick. A node outside
+    /// its configuration with proposals of its own in flight follows the decided log
+    /// (asking a member every `resend_us`, at once again while behind) to learn their
+    /// fate; an idle spare waits (§2.4.3: it fetches `σ_i` once `SS_i` names it, which
+    /// is what the pull and eager transfers of §4.4 measure).
     pub(crate) fn reconfig_tick(&mut self, out: &mut Out) {
         self.fetch_tick(out);
         if !self.member

@@ -684,6 +684,11 @@ fn a_new_node_crashes_mid_fetch_and_resumes() {
         cfg.fetch_segment_entries = 4;
         cfg.max_message_bytes = 1024;
         let mut net = Net::new(4, cfg, true);
+        // The spare hears nothing until c_1 exists (it would follow the log otherwise).
+        for j in 0..3 {
+            net.cut.insert((3, j));
+            net.cut.insert((j, 3));
+        }
         let leader = net.stable_leader();
         let mut proposed = propose_while(&mut net, &[0, 1, 2], 300, |_| false);
         let to = [0, 1, 2, 3];
@@ -695,6 +700,8 @@ fn a_new_node_crashes_mid_fetch_and_resumes() {
             delayed: Vec::new(),
         });
         net.reconfigure(leader, &to).expect("starts");
+        assert!(net.run_until(2_000_000, |n| n.in_config(&[0, 1, 2], 1)));
+        net.cut.clear();
         // Until node 3 fetched some but not all.
         assert!(net.run_until(2_000_000, |n| n.sp(3).store.decided_idx() > 20));
         let had = net.sp(3).store.decided_idx();
@@ -704,6 +711,10 @@ fn a_new_node_crashes_mid_fetch_and_resumes() {
         );
         net.restart(3);
         assert!(net.sp(3).store.decided_idx() >= had, "what it stored stays");
+        assert!(
+            net.sp(3).fetch.is_some(),
+            "the fetch resumes from its record"
+        );
         proposed.extend(propose_while(&mut net, &[0, 1, 2, 3], 3_000, |n| {
             n.in_config(&to, 1)
         }));

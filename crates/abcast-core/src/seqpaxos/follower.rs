@@ -131,6 +131,9 @@ impl SeqPaxos {
             // Repaired: its log is now the whole sequence of a leader whose prepare did not
             // count it, and it promised at least what a majority of the others had.
             self.amnesic = false;
+            // Repaired in this configuration: the configurations it enters later start
+            // after its repair (see `reconfig.rs`, crash at any step).
+            self.amnesic_life = false;
             self.ble.set_candidate(true);
             out.events.push(crate::event::Event::Repaired {
                 upto: self.log_len(),

@@ -162,7 +162,8 @@ pub struct SeqPaxos {
     /// configuration's log starts after it (0: the first configuration, or not known).
     pub(crate) base: u64,
     pub(crate) incarnation: u32,
-    /// This life started without its state: amnesic in every configuration it enters.
+    /// This life started without its state and was not repaired yet: amnesic in the
+    /// configuration it enters next too.
     pub(crate) amnesic_life: bool,
     /// The learner delivered this configuration's stop-sign `(index, next, its ballot)`:
     /// entered at the end of the input (`after_input`).

@@ -45,8 +45,13 @@
 //!   in `c_{i+1}` starts there; a fetch under way is recorded with its target and resumes.
 //!   Writes at the entry are ordered so that every prefix a crash keeps is safe: the
 //!   decided index, then the reset promise, then the record. A node restarted without its
-//!   store (amnesic) is amnesic in every configuration it enters in that life, under
-//!   today's rule (`follower.rs::recover_promise`).
+//!   store (amnesic) is amnesic under today's rule (`follower.rs::recover_promise`) in the
+//!   configuration it restarted in, and, until it is repaired, in each configuration it
+//!   enters (its previous life may have promised there). Once repaired it is not amnesic
+//!   in later configurations: being amnesic in each of them would leave a configuration
+//!   whose members all restarted once without a majority able to answer. What this
+//!   leaves open: a previous life that had entered `c_{i+1}`, a restart, and a repair in
+//!   `c_i` by a majority of `c_i` that never learned `SS_i` was decided.
 
 use super::messages::{FetchReq, FetchResp, Message, StopSigned};
 use super::{Out, Phase, Role, SeqPaxos};
@@ -64,6 +69,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// `"SPC1"`: a Sequence Paxos configuration record in the log store's stop-sign slot.
 const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"SPC1");
+
+/// A member fetching its own configuration's stop-sign takes part again after this many
+/// `resend_us` without an entry.
+const FETCH_GIVE_UP_RESENDS: u64 = 8;
 
 /// Peers remembered for rate-limiting notices and queries, at most (then forgotten).
 const TOLD_MAX: usize = 1024;
@@ -389,6 +398,17 @@ impl SeqPaxos {
         if next > f.target || f.sources.is_empty() {
             return;
         }
+        if self.member
+            && f.config == self.cfg.config_id
+            && now >= f.progress_us + FETCH_GIVE_UP_RESENDS * resend_us
+        {
+            // Nobody serves the decided log (those that decided it lost it: amnesic
+            // restarts): take part in this configuration again, whose next leader decides
+            // the stop-sign anew (it is chosen, so every later leader adopts it).
+            self.fetch = None;
+            self.write_record(out);
+            return;
+        }
         if eager && now < f.progress_us + resend_us {
             return;
         }
@@ -461,14 +481,8 @@ impl SeqPaxos {
                 // A node outside the configuration follows the decided log, as a learner
                 // (its own proposals' acknowledgements, and a later stop-sign that may
                 // name it).
-                if let Err(e) = self.store.append_on_prefix(next, &r.entries) {
-                    self.store_failed("storing followed entries", e);
-                }
+                self.store_decided(next, &r.entries, out);
                 let last = next + r.entries.len() as u64 - 1;
-                if let Err(e) = self.store.set_decided_idx(last) {
-                    self.store_failed("deciding followed entries", e);
-                }
-                out.needs_sync = true;
                 if r.decided > last {
                     // Behind: the next part at once.
                     self.follow_asked_us = Some(self.now);
@@ -541,15 +555,7 @@ impl SeqPaxos {
             i += 1;
         }
         if !run.is_empty() {
-            // The entries are decided: they replace whatever undecided suffix this log
-            // held (this node no longer takes part in the stopped configuration).
-            if let Err(e) = self.store.append_on_prefix(next, &run) {
-                self.store_failed("storing fetched entries", e);
-            }
-            if let Err(e) = self.store.set_decided_idx(i - 1) {
-                self.store_failed("deciding fetched entries", e);
-            }
-            out.needs_sync = true;
+            self.store_decided(next, &run, out);
         }
         let done = self
             .fetch
@@ -570,6 +576,44 @@ impl SeqPaxos {
             self.write_record(out);
         }
         self.deliver(out);
+    }
+
+    /// Stores decided entries `run` (from `next`, the decided log's next entry) and
+    /// decides them. What the log holds of them already stays, and what it holds after
+    /// them too: an accepted entry may count toward a choice (the node may take part in
+    /// its configuration again, `fetch_tick`). From the first entry that differs on, the
+    /// log is replaced: an entry that differs from the chosen one was accepted in a round
+    /// below the choosing one, and nothing after it in the same log can be chosen.
+    fn store_decided(&mut self, next: u64, run: &[Entry], out: &mut Out) {
+        let Some(end) = run.last().map(|e| e.index) else {
+            return;
+        };
+        let held_to = self.log_len().min(end);
+        let held = if next <= held_to {
+            match self.store.entries(next, held_to + 1, usize::MAX) {
+                Ok(v) => v,
+                Err(e) => self.store_failed("reading the log to compare", e),
+            }
+        } else {
+            Vec::new()
+        };
+        let same = held
+            .iter()
+            .zip(run)
+            .take_while(|(a, b)| a.index == b.index && a.payload == b.payload)
+            .count();
+        if same < run.len() {
+            if let Err(e) = self
+                .store
+                .append_on_prefix(next + same as u64, &run[same..])
+            {
+                self.store_failed("storing fetched entries", e);
+            }
+        }
+        if let Err(e) = self.store.set_decided_idx(end) {
+            self.store_failed("deciding fetched entries", e);
+        }
+        out.needs_sync = true;
     }
 
     pub(crate) fn on_fetch_ack(&mut self, from: NodeId, upto: u64, out: &mut Out) {

@@ -602,13 +602,12 @@ impl SeqPaxos {
             .zip(run)
             .take_while(|(a, b)| a.index == b.index && a.payload == b.payload)
             .count();
-        if same < run.len() {
-            if let Err(e) = self
+        if same < run.len()
+            && let Err(e) = self
                 .store
                 .append_on_prefix(next + same as u64, &run[same..])
-            {
-                self.store_failed("storing fetched entries", e);
-            }
+        {
+            self.store_failed("storing fetched entries", e);
         }
         if let Err(e) = self.store.set_decided_idx(end) {
             self.store_failed("deciding fetched entries", e);

@@ -860,13 +860,17 @@ fn chaos_run(seed: u64, transfer: Transfer, durable: bool) -> (u64, usize) {
         // Amnesic restarts one at a time, each once the previous one is repaired: a
         // majority of members amnesic at once cannot recover a promise (nobody may answer
         // for them), with or without reconfiguration.
+        let newest = (0..n)
+            .max_by_key(|&j| net.sp(j).config_id())
+            .map(|j| net.member_ids(j))
+            .unwrap_or_default();
         let repaired = (0..n).all(|j| {
             let sp = net.sp(j);
-            !(sp.member && (sp.amnesic || sp.amnesic_life))
+            !((sp.member || newest.contains(&j)) && (sp.amnesic || sp.amnesic_life))
         });
         if step % 400 == 200 && step < 7_000 && (durable || repaired) {
             let i = roll(&mut net, n as u64) as u32;
-            if !durable && !net.sp(i).member {
+            if !durable && !newest.contains(&i) {
                 // (A spare or removed node restarted amnesic could become a member
                 // unrepaired at once with another: only members restart here.)
                 net.step();

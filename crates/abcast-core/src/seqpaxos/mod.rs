@@ -196,6 +196,10 @@ impl SeqPaxos {
     /// fetches the log up to the stop-sign and becomes a member. A store that recorded a
     /// configuration (a durable restart after one) wins over `cfg`'s `config_id` and
     /// `members`; the rest of `cfg` (timers, limits, transfer mode) is always `cfg`'s.
+    /// (A new node built instead with the *next* configuration, itself a member, is a
+    /// plain member of it with an empty log: `c_{i+1}`'s leader synchronises it from entry
+    /// 1 by `AcceptSync` once `c_{i+1}` runs. That works too; the spare is the way of
+    /// §2.4.3 and §4.4, and the one that can be built before `c_{i+1}` is decided on.)
     pub fn new(
         mut cfg: SeqPaxosConfig,
         me: NodeId,

@@ -43,6 +43,9 @@ pub enum Mutation {
     SeqPaxosNoSyncBeforeReply,
     /// A follower decides on a `Decide` while its log is not yet the leader's (prepare phase).
     SeqPaxosDecideInPrepare,
+    /// A leader goes on appending proposals after its stop-sign (`STOPPED()` of appendix B
+    /// removed, §2.4.3): the old configuration decides entries where the new one starts.
+    SeqPaxosExtendAfterStopSign,
     // Raft
     /// Raft voters grant votes without the up-to-date check (seed 001 §2.5): a candidate
     /// missing committed entries can win and overwrite them.
@@ -59,7 +62,7 @@ pub enum Mutation {
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 15] = [
+    pub const ALL: [Mutation; 16] = [
         Mutation::VoteIgnoresEpoch,
         Mutation::AmnesicPromisesCount,
         Mutation::RepairIgnored,
@@ -71,6 +74,7 @@ impl Mutation {
         Mutation::SeqPaxosAmnesicCounts,
         Mutation::SeqPaxosNoSyncBeforeReply,
         Mutation::SeqPaxosDecideInPrepare,
+        Mutation::SeqPaxosExtendAfterStopSign,
         // Raft
         Mutation::RaftVoteWithoutLogCheck,
         Mutation::RaftCommitOldTermByCount,
@@ -91,6 +95,7 @@ impl Mutation {
             Mutation::SeqPaxosAmnesicCounts => "seqpaxos_amnesic_counts",
             Mutation::SeqPaxosNoSyncBeforeReply => "seqpaxos_no_sync_before_reply",
             Mutation::SeqPaxosDecideInPrepare => "seqpaxos_decide_in_prepare",
+            Mutation::SeqPaxosExtendAfterStopSign => "seqpaxos_extend_after_stopsign",
             Mutation::RaftVoteWithoutLogCheck => "raft_vote_without_log_check",
             Mutation::RaftCommitOldTermByCount => "raft_commit_old_term_by_count",
             Mutation::RaftNoSyncBeforeReply => "raft_no_sync_before_reply",

@@ -158,6 +158,11 @@ impl EntryBody {
         Ok(body)
     }
 
+    /// Whether an entry's payload is a stop-sign, from its tag alone (no decoding).
+    pub fn is_stop_sign(payload: &[u8]) -> bool {
+        payload.first() == Some(&TAG_STOP_SIGN)
+    }
+
     /// The log entry at `index`, accepted in `ballot`, holding this body.
     pub fn entry(&self, index: u64, ballot: Ballot) -> Entry {
         Entry {

@@ -8,6 +8,19 @@ use crate::types::{Micros, NodeId};
 /// Members a configuration may have (messages and quorum arithmetic assume a small group).
 pub const MAX_MEMBERS: usize = 64;
 
+/// How a node that lacks the final sequence `σ_i` gets it (seed 001 §4.4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Transfer {
+    /// The fetcher asks segments of the index range of several nodes in parallel, and asks
+    /// again (another node) when one does not answer within `resend_us`.
+    #[default]
+    Pull,
+    /// The leader that decided `SS_i` pushes the log to the new members at once, one
+    /// message in flight per member, paced by their acknowledgements; a fetcher whose
+    /// pushes stop for `resend_us` pulls the rest.
+    Eager,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SeqPaxosConfig {
     /// The configuration id `i` (§2.4.3: `c_i`); 0 for the first.
@@ -15,7 +28,8 @@ pub struct SeqPaxosConfig {
     /// Every member is a replica (proposer, acceptor, learner); a member without the
     /// acceptor role is refused for now.
     pub members: Vec<Member>,
-    /// Leader priorities, `(node, priority)`: among quorum-connected candidates of the same
+    /// Leader priorities, `(node, priority)`, for this and later configurations: among
+    /// quorum-connected candidates of the same
     /// ballot round the higher priority wins (OmniPaxos' `leader_priority`). Default 0.
     pub priorities: Vec<(NodeId, u8)>,
     /// The BLE heartbeat delay Δ (appendix A line 7): one round of heartbeats per Δ, a
@@ -36,8 +50,17 @@ pub struct SeqPaxosConfig {
     pub window_bytes: usize,
     pub max_value_bytes: usize,
     pub value_resend_us: Micros,
-    /// Proposals the leader holds while it prepares (`propCmds`), in batches.
+    /// Proposals the leader holds while it prepares (`propCmds`), in batches; also the
+    /// proposals a node holds between two configurations (after `SS_i`, until it knows
+    /// the next configuration's leader).
     pub pending_batches_max: usize,
+    /// How a new member gets the final sequence (§4.4: pull or eager).
+    pub transfer: Transfer,
+    /// Entries per segment a fetcher asks one node for (each answer is also bounded by
+    /// `max_message_bytes`).
+    pub fetch_segment_entries: u64,
+    /// Nodes a fetcher asks at once (segments in flight), at most.
+    pub fetch_parallel: usize,
     /// A deliberately broken variant (tests only, `mutations` feature).
     pub mutation: crate::mutation::Slot,
 }
@@ -62,6 +85,9 @@ impl Default for SeqPaxosConfig {
             max_value_bytes: 4 << 20,
             value_resend_us: 2_000_000,
             pending_batches_max: 1 << 16,
+            transfer: Transfer::Pull,
+            fetch_segment_entries: 512,
+            fetch_parallel: 4,
             mutation: crate::mutation::Slot::default(),
         }
     }
@@ -139,8 +165,13 @@ impl SeqPaxosConfig {
                 ),
             );
         }
-        if let Some((n, _)) = self.priorities.iter().find(|(n, _)| !self.contains(*n)) {
-            return err("priorities", format!("{n} is not a member"));
+        // Priorities may name nodes of no configuration yet (a later configuration's
+        // members): a node outside the configuration is simply no candidate. Twice is
+        // refused.
+        let mut named: Vec<NodeId> = self.priorities.iter().map(|(n, _)| *n).collect();
+        named.sort_unstable();
+        if let Some(w) = named.windows(2).find(|w| w[0] == w[1]) {
+            return err("priorities", format!("{} is named twice", w[0]));
         }
         if self.heartbeat_interval_us == 0 {
             return err("heartbeat_interval_us", "must be above 0".into());
@@ -165,6 +196,15 @@ impl SeqPaxosConfig {
         }
         if self.pending_batches_max == 0 {
             return err("pending_batches_max", "must be above 0".into());
+        }
+        if self.fetch_segment_entries == 0 {
+            return err("fetch_segment_entries", "must be above 0".into());
+        }
+        if self.fetch_parallel == 0 || self.fetch_parallel > MAX_MEMBERS {
+            return err(
+                "fetch_parallel",
+                format!("{} is not in 1..={MAX_MEMBERS}", self.fetch_parallel),
+            );
         }
         Ok(())
     }

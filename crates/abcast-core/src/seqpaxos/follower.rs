@@ -118,7 +118,7 @@ impl SeqPaxos {
             self.ask_prepare(out, true);
             return;
         }
-        let entries = m.entries.get(skip..).unwrap_or(&[]);
+        let entries = self.up_to_stop_sign(m.entries.get(skip..).unwrap_or(&[]));
         // Line 9.
         if let Err(e) = self.store.set_accepted_round(m.n) {
             self.store_failed("accepting a round", e);
@@ -131,6 +131,9 @@ impl SeqPaxos {
             // Repaired: its log is now the whole sequence of a leader whose prepare did not
             // count it, and it promised at least what a majority of the others had.
             self.amnesic = false;
+            // Repaired in this configuration: the configurations it enters later start
+            // after its repair (see `reconfig.rs`, crash at any step).
+            self.amnesic_life = false;
             self.ble.set_candidate(true);
             out.events.push(crate::event::Event::Repaired {
                 upto: self.log_len(),
@@ -178,15 +181,35 @@ impl SeqPaxos {
             return false;
         }
         let skip = (len + 1 - from) as usize;
-        if let Some(new) = entries.get(skip..)
-            && !new.is_empty()
+        let new = entries.get(skip..).unwrap_or(&[]);
+        // `STOPPED()`: nothing extends a stop-sign of this configuration.
+        let new = if !new.is_empty()
+            && self.stopped()
+            && !self.mutation(Mutation::SeqPaxosExtendAfterStopSign)
         {
+            &[]
+        } else {
+            self.up_to_stop_sign(new)
+        };
+        if !new.is_empty() {
             if let Err(e) = self.store.append(new) {
                 self.store_failed("appending accepted entries", e);
             }
             self.wrote(out);
         }
         true
+    }
+
+    /// `entries` cut right after the first stop-sign among them (§2.4.3: `SS_i` is the last
+    /// command of `σ_i`).
+    fn up_to_stop_sign<'a>(&self, entries: &'a [Entry]) -> &'a [Entry] {
+        if self.mutation(Mutation::SeqPaxosExtendAfterStopSign) {
+            return entries;
+        }
+        match entries.iter().position(|e| self.ends_config(e)) {
+            Some(p) => &entries[..=p],
+            None => entries,
+        }
     }
 
     /// Learner lines 17-21, once this node's log is the leader's (the accept phase): a

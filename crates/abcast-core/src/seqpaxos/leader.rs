@@ -209,10 +209,14 @@ impl SeqPaxos {
                 }
             }
             Phase::Accept => {
-                // Lines 3-5; the send (lines 6-7) is the next flush's `Accept`.
-                if self.stopped() {
+                // Line 3: `¬STOPPED()`. After the stop-sign nothing is appended in this
+                // configuration; the batch is held for the next one's leader (§2.4.3,
+                // §5.5.2 "it can be held back until the new configuration start").
+                if self.stopped() && !self.mutation(Mutation::SeqPaxosExtendAfterStopSign) {
+                    self.hold(batch);
                     return;
                 }
+                // Lines 3-5; the send (lines 6-7) is the next flush's `Accept`.
                 let e = EntryBody::Values(batch).entry(self.log_len() + 1, self.ld.n_l);
                 if let Err(err) = self.store.append(&[e]) {
                     self.store_failed("appending a proposal", err);
@@ -224,9 +228,27 @@ impl SeqPaxos {
         }
     }
 
-    /// `STOPPED()`: the log ends with this configuration's stop-sign.
+    /// `STOPPED()` (appendix B General line 17): the log ends with this configuration's
+    /// stop-sign.
     pub(crate) fn stopped(&self) -> bool {
-        false
+        let last = self.log_len();
+        if last <= self.base {
+            return false;
+        }
+        match self.store.entries(last, last + 1, 0) {
+            Ok(v) => v.first().is_some_and(|e| self.ends_config(e)),
+            Err(e) => self.store_failed("reading the last entry", e),
+        }
+    }
+
+    /// Whether `e` is the stop-sign of this configuration (one naming a later one; the
+    /// stop-signs of earlier configurations are in the log too).
+    pub(crate) fn ends_config(&self, e: &Entry) -> bool {
+        EntryBody::is_stop_sign(&e.payload)
+            && matches!(
+                EntryBody::decode(&e.payload),
+                Ok(EntryBody::StopSign(c)) if c.id > self.cfg.config_id
+            )
     }
 
     /// Leader (1) lines 8-27 and Leader (2) lines 1-5.
@@ -302,7 +324,11 @@ impl SeqPaxos {
                 self.store_failed("adopting the promised suffix", e);
             }
         }
-        // Lines 15-23 (no stop-sign is ever proposed yet: `reconfigure` refuses).
+        // Lines 15-23: a stop-sign adopted stays last; the held commands wait for the next
+        // configuration (line 16 drops them; here they are forwarded once it has a leader).
+        if self.stopped() && !self.mutation(Mutation::SeqPaxosExtendAfterStopSign) {
+            self.hold_all_pending();
+        }
         let mut next = self.log_len() + 1;
         let entries: Vec<Entry> = std::mem::take(&mut self.ld.prop_cmds)
             .into_iter()
@@ -387,7 +413,7 @@ impl SeqPaxos {
         );
     }
 
-    fn read_entries(&self, from: u64, to: u64) -> Vec<Entry> {
+    pub(crate) fn read_entries(&self, from: u64, to: u64) -> Vec<Entry> {
         if from >= to {
             return Vec::new();
         }
@@ -538,16 +564,21 @@ impl SeqPaxos {
     }
 
     /// A proposer's batch, forwarded (§4.4.1). A node that does not lead passes it on once,
-    /// to the leader it knows; the proposer re-sends what is lost.
+    /// to the leader it knows; the proposer re-sends what is lost. Between configurations
+    /// (no leader known to a member, or a member still fetching), it is held and goes to
+    /// the next leader (§2.4.3); a node outside the configuration passes its own
+    /// proposer's batches to a member.
     pub(crate) fn on_forward(&mut self, from: NodeId, batch: Batch, out: &mut Out) {
-        if self.role == Role::Leader {
+        if self.participates() && self.role == Role::Leader {
             self.leader_propose(batch, out);
-        } else if let Some(l) = self.leader()
-            && l != self.me
-            && l != from
-            && from == batch.origin()
-        {
-            out.send(l, Message::Forward(batch));
+        } else if let Some(l) = self.leader().filter(|&l| l != self.me) {
+            if l != from && from == batch.origin() {
+                out.send(l, Message::Forward(batch));
+            }
+        } else if self.member {
+            self.hold(batch);
+        } else if from == batch.origin() {
+            self.forward_to_member(batch, out);
         }
     }
 

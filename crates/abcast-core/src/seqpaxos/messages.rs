@@ -14,13 +14,19 @@
 //! | `Nack` | follower → stale leader | not in the thesis: a leader whose ballot was overtaken learns it and steps down |
 //! | `ReadProbe` / `ReadAck` | leader ↔ follower | the read-index barrier's round of confirmations |
 //! | `PromiseQuery` / `PromiseReply` | amnesic node ↔ everybody | not in the thesis (crash-stop): an amnesic restart recovers a promise |
+//! | `StopSigned` | a node past `SS_i` → a node that may not know it | §2.4.3: `SS_i` names `c_{i+1}`; the §4.4 `ReconfigurationInit` |
+//! | `StopSignQuery` | a node that heard a later configuration → its sender | not in the thesis: how a node learns of `SS_i` it missed |
+//! | `FetchReq` / `FetchResp` | fetcher ↔ any node with the decided entries | §4.4 "pull final sequences" (segments in parallel); `FetchResp` unasked is §4.4's eager transfer |
+//! | `FetchAck` | fetcher → pusher, notifier | how far the fetcher holds the decided log (eager pacing, stops notices) |
 //!
 //! Every message of Sequence Paxos carries the configuration id it belongs to (§2.4.3: a
 //! process runs one replica per configuration); heartbeats carry theirs inside the ballot's
 //! configuration field of the reply.
 
 use crate::codec::{Decoder, Encoder, WireMessage};
+use crate::config::Configuration;
 use crate::error::DecodeError;
+use crate::replog::{get_configuration, put_configuration};
 use crate::storage::Entry;
 use crate::types::{Ballot, Batch};
 use crate::wire::{get_ballot, get_batch, get_bool, put_ballot, put_batch};
@@ -119,6 +125,35 @@ pub struct Nack {
     pub promised: Ballot,
 }
 
+/// `SS_i` is decided: the configuration `config` (`c_i`) ended with the stop-sign at
+/// `index`, and `next` (`c_{i+1}`, id `config + 1`) continues the log after it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StopSigned {
+    pub config: u64,
+    pub index: u64,
+    pub next: Configuration,
+}
+
+/// Asks for the decided entries `[from, to)` (a segment of the final sequence, §4.4 pull).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FetchReq {
+    /// The configuration whose stop-sign the fetcher is after (informational).
+    pub config: u64,
+    pub from: u64,
+    pub to: u64,
+}
+
+/// Decided entries from `from` on (possibly fewer than asked: bounded by
+/// `max_message_bytes`; none if the sender has not decided them), and the sender's decided
+/// length.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FetchResp {
+    pub config: u64,
+    pub from: u64,
+    pub entries: Vec<Entry>,
+    pub decided: u64,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Message {
     HeartbeatRequest(HeartbeatRequest),
@@ -152,6 +187,18 @@ pub enum Message {
         config: u64,
         promised: Ballot,
     },
+    StopSigned(StopSigned),
+    /// "I am in configuration `config`: what ended it?" (answered with `StopSigned`).
+    StopSignQuery {
+        config: u64,
+    },
+    FetchReq(FetchReq),
+    FetchResp(FetchResp),
+    /// The sender holds the decided log up to `upto`.
+    FetchAck {
+        config: u64,
+        upto: u64,
+    },
 }
 
 const K_HB_REQUEST: u8 = 1;
@@ -169,6 +216,11 @@ const K_READ_PROBE: u8 = 12;
 const K_READ_ACK: u8 = 13;
 const K_PROMISE_QUERY: u8 = 14;
 const K_PROMISE_REPLY: u8 = 15;
+const K_STOP_SIGNED: u8 = 16;
+const K_STOP_SIGN_QUERY: u8 = 17;
+const K_FETCH_REQ: u8 = 18;
+const K_FETCH_RESP: u8 = 19;
+const K_FETCH_ACK: u8 = 20;
 
 /// Entries on the wire: `count u32 | (index u64 | ballot | len u32 | payload)*`. Payloads
 /// stay shared chunks (the encoder keeps large ones apart, the decoder slices).
@@ -249,6 +301,10 @@ impl Message {
             Message::PromiseQuery { config } | Message::PromiseReply { config, .. } => {
                 Some(*config)
             }
+            Message::StopSigned(m) => Some(m.config),
+            Message::StopSignQuery { config } | Message::FetchAck { config, .. } => Some(*config),
+            Message::FetchReq(m) => Some(m.config),
+            Message::FetchResp(m) => Some(m.config),
         }
     }
 }
@@ -271,6 +327,11 @@ impl WireMessage for Message {
             Message::ReadAck { .. } => K_READ_ACK,
             Message::PromiseQuery { .. } => K_PROMISE_QUERY,
             Message::PromiseReply { .. } => K_PROMISE_REPLY,
+            Message::StopSigned(_) => K_STOP_SIGNED,
+            Message::StopSignQuery { .. } => K_STOP_SIGN_QUERY,
+            Message::FetchReq(_) => K_FETCH_REQ,
+            Message::FetchResp(_) => K_FETCH_RESP,
+            Message::FetchAck { .. } => K_FETCH_ACK,
         }
     }
 
@@ -333,6 +394,27 @@ impl WireMessage for Message {
             Message::PromiseReply { config, promised } => {
                 e.put_u64(*config);
                 put_ballot(e, *promised);
+            }
+            Message::StopSigned(m) => {
+                e.put_u64(m.config);
+                e.put_u64(m.index);
+                put_configuration(e, &m.next);
+            }
+            Message::StopSignQuery { config } => e.put_u64(*config),
+            Message::FetchReq(m) => {
+                e.put_u64(m.config);
+                e.put_u64(m.from);
+                e.put_u64(m.to);
+            }
+            Message::FetchResp(m) => {
+                e.put_u64(m.config);
+                e.put_u64(m.from);
+                e.put_u64(m.decided);
+                put_entries(e, &m.entries);
+            }
+            Message::FetchAck { config, upto } => {
+                e.put_u64(*config);
+                e.put_u64(*upto);
             }
         }
     }
@@ -437,6 +519,68 @@ impl WireMessage for Message {
                 config: d.u64("promise_reply.config")?,
                 promised: get_ballot(&mut d)?,
             },
+            K_STOP_SIGNED => {
+                let config = d.u64("stop_signed.config")?;
+                let index = d.u64("stop_signed.index")?;
+                let next = get_configuration(&mut d)?;
+                if index == 0 {
+                    return Err(DecodeError::Invalid {
+                        what: "stop_signed.index",
+                        detail: "entries are numbered from 1".into(),
+                    });
+                }
+                if config.checked_add(1) != Some(next.id) {
+                    return Err(DecodeError::Invalid {
+                        what: "stop_signed.next",
+                        detail: format!("configuration {} does not follow {config}", next.id),
+                    });
+                }
+                Message::StopSigned(StopSigned {
+                    config,
+                    index,
+                    next,
+                })
+            }
+            K_STOP_SIGN_QUERY => Message::StopSignQuery {
+                config: d.u64("stop_sign_query.config")?,
+            },
+            K_FETCH_REQ => {
+                let config = d.u64("fetch_req.config")?;
+                let from = d.u64("fetch_req.from")?;
+                let to = d.u64("fetch_req.to")?;
+                if from == 0 || to <= from {
+                    return Err(DecodeError::Invalid {
+                        what: "fetch_req.range",
+                        detail: format!("[{from}, {to}) is no range of entries"),
+                    });
+                }
+                Message::FetchReq(FetchReq { config, from, to })
+            }
+            K_FETCH_RESP => {
+                let config = d.u64("fetch_resp.config")?;
+                let from = d.u64("fetch_resp.from")?;
+                let decided = d.u64("fetch_resp.decided")?;
+                let entries = get_entries(&mut d)?;
+                check_from(from, &entries, "fetch_resp.from")?;
+                if let Some(last) = entries.last()
+                    && last.index > decided
+                {
+                    return Err(DecodeError::Invalid {
+                        what: "fetch_resp.entries",
+                        detail: format!("entry {} past the decided length {decided}", last.index),
+                    });
+                }
+                Message::FetchResp(FetchResp {
+                    config,
+                    from,
+                    entries,
+                    decided,
+                })
+            }
+            K_FETCH_ACK => Message::FetchAck {
+                config: d.u64("fetch_ack.config")?,
+                upto: d.u64("fetch_ack.upto")?,
+            },
             k => return Err(DecodeError::UnknownKind(k)),
         };
         d.finish()?;
@@ -536,6 +680,30 @@ mod tests {
                 config: 1,
                 promised: n,
             },
+            Message::StopSigned(StopSigned {
+                config: 1,
+                index: 9,
+                next: Configuration {
+                    id: 2,
+                    members: vec![crate::config::Member {
+                        id: NodeId(4),
+                        roles: crate::config::Roles::PAL,
+                    }],
+                },
+            }),
+            Message::StopSignQuery { config: 1 },
+            Message::FetchReq(FetchReq {
+                config: 1,
+                from: 3,
+                to: 9,
+            }),
+            Message::FetchResp(FetchResp {
+                config: 1,
+                from: 5,
+                entries: vec![entry(5), entry(6)],
+                decided: 9,
+            }),
+            Message::FetchAck { config: 1, upto: 6 },
         ]
     }
 

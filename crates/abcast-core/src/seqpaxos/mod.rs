@@ -2,8 +2,9 @@
 //! (`ble.rs`) and appendix B (`leader.rs`, `follower.rs`), with the §4.4.3 optimisations,
 //! as a pure state machine over a [`LogStore`].
 //!
-//! One node is one replica of one configuration (§2.4.3). Its state, named as in
-//! Algorithm 4 ("State & General"):
+//! One node is one replica of one configuration at a time (§2.4.3; see *Reconfiguration*
+//! below for the configurations after the first). Its state, named as in Algorithm 4
+//! ("State & General"):
 //!
 //! | pseudo code | here |
 //! | --- | --- |
@@ -11,7 +12,8 @@
 //! | `n_L`, `promises`, `las`, `lds`, `propCmds`, `l_c` | `leader.rs::LeaderState` |
 //! | `n_prom`, `(n_a, v_a)` | the store: `promised()`, `accepted_round()`, the entries |
 //! | `l_d` | the store's `decided_idx()` |
-//! | `σ_{i-1}` | entries before the configuration's first (0 for the first configuration) |
+//! | `σ_{i-1}` | entries up to `base`, the index of `SS_{i-1}` (0 for the first configuration) |
+//! | `STOPPED()` | `leader.rs::stopped`: the log's last entry, after `base`, is a stop-sign |
 //!
 //! The path of one value: `propose` puts it into the proposer's batch (`batcher.rs`, shared
 //! by every protocol); a ready batch goes to the leader (`Forward`, §4.4.1) or, at the
@@ -43,22 +45,56 @@
 //!   not count and it is no candidate for leadership.
 //! - **Deliveries restart at the log's start.** The application of a restarted node is new,
 //!   so its learner delivers the decided entries again from the first one it holds.
+//!
+//! **Reconfiguration** (`reconfig.rs`; each rule with its seed section):
+//! - *Stop-sign* (§2.4.3, appendix B `STOPPED()`): `reconfigure` at the leader of `c_i`
+//!   appends `SS_i` naming `c_{i+1}` (id `i + 1`); `NotLeader` with the leader known
+//!   elsewhere, `Busy` while preparing or with a stop-sign already in the log. Nothing is
+//!   appended after it in `c_i`: the leader holds later proposals (Leader (1) line 3), a
+//!   new leader that adopts a suffix ending in `SS_i` keeps it last and holds its
+//!   `propCmds` (lines 15-16), a follower accepts nothing past a stop-sign.
+//! - *One continuous log* (beyond the thesis and OmniPaxos issue 151, where each
+//!   configuration has a log of its own): `c_{i+1}`'s entries follow `SS_i`'s index, the
+//!   learner delivers one sequence and reports the `ConfigChange` right after the
+//!   stop-sign's delivery; ballots, `n_prom` and `n_a` start again per configuration
+//!   (appendix B lines 8, 14-15) and every message carries its configuration id.
+//! - *Entering `c_{i+1}`* when `SS_i` is delivered (§2.4.3 "once a process decides SS_i and
+//!   has the final sequence σ_i"), persisted (`ConfigRecord` in the log store's stop-sign
+//!   slot) before any message of `c_{i+1}` leaves.
+//! - *The final sequence* (§2.4.3 fetch, §4.4 pull and eager): a node that learns `SS_i` is
+//!   decided without holding `σ_i` (a new member, or an old one that missed the decide)
+//!   fetches the decided log up to it: segments from several nodes in parallel, or the
+//!   old leader's pushes; any node, of any configuration, serves its decided prefix.
+//! - *Proposals between configurations* (§5.5.2 "held back until the new configuration
+//!   start"): held by the old leader and by members without a leader, forwarded to
+//!   `c_{i+1}`'s leader; the proposers re-send what is in flight when the leader changes
+//!   and the learners' de-duplication keeps delivery exactly-once.
+//! - *Head start* (§4.4.3, §5.4.3): `c_i`'s leader, if a member of `c_{i+1}`, starts there
+//!   with BLE round 1 and prepares at once.
+//! - *A node outside its configuration* (a spare waiting to be added, a removed node): no
+//!   part in Sequence Paxos; it forwards proposals to the members, follows the decided log
+//!   (fetching from the members) while proposals of its own are in flight, serves
+//!   fetches, and joins when a stop-sign names it.
 
 pub mod ble;
 pub mod config;
 pub mod follower;
 pub mod leader;
 pub mod messages;
+pub mod reconfig;
+#[cfg(test)]
+mod tests;
 
-pub use config::SeqPaxosConfig;
+pub use config::{SeqPaxosConfig, Transfer};
 pub use messages::Message;
 
 use crate::ProposeError;
 use crate::batcher::Batcher;
+use crate::config::Configuration;
 use crate::config::{ConfigError, StartInfo};
 use crate::dedup::Dedup;
 use crate::event::Event;
-use crate::protocol::{Delivery, Outbox, Protocol, Status};
+use crate::protocol::{ConfigChange, ConfigKind, Delivery, Outbox, Protocol, Status};
 use crate::replog::EntryBody;
 use crate::storage::{LogStore, StorageError};
 use crate::types::{Ballot, Batch, Micros, NodeId, ValueId};
@@ -118,25 +154,80 @@ pub struct SeqPaxos {
     /// BLE's messages of the current input, moved into the outbox afterwards.
     pub(crate) ble_out: Vec<(NodeId, Message)>,
     pub(crate) started: bool,
+    // Reconfiguration (`reconfig.rs`).
+    /// This node is a member of its configuration (else it waits for a stop-sign that
+    /// names it, serves its decided log and forwards proposals).
+    pub(crate) member: bool,
+    /// The index of the stop-sign that ended the previous configuration: this
+    /// configuration's log starts after it (0: the first configuration, or not known).
+    pub(crate) base: u64,
+    pub(crate) incarnation: u32,
+    /// This life started without its state and was not repaired yet: amnesic in the
+    /// configuration it enters next too.
+    pub(crate) amnesic_life: bool,
+    /// The learner delivered this configuration's stop-sign `(index, next, its ballot)`:
+    /// entered at the end of the input (`after_input`).
+    pub(crate) pending_ss: Option<(u64, Configuration, Ballot)>,
+    pub(crate) fetch: Option<reconfig::Fetch>,
+    pub(crate) pushes: std::collections::BTreeMap<NodeId, reconfig::Push>,
+    /// New members to tell of the stop-sign that started this configuration, with when
+    /// they were last told.
+    pub(crate) notify: std::collections::BTreeMap<NodeId, Option<Micros>>,
+    /// Proposals held between configurations (see `reconfig.rs`).
+    pub(crate) held: Vec<Batch>,
+    /// Rate limit of notices (0) and queries (1) per peer.
+    pub(crate) told: std::collections::BTreeMap<(NodeId, u8), Micros>,
+    /// Turns the member an outsider forwards proposals to.
+    pub(crate) forward_turn: usize,
+    /// An outsider last asked for the decided log (to follow it).
+    pub(crate) follow_asked_us: Option<Micros>,
 }
 
 impl SeqPaxos {
     /// A replica of `cfg` on node `me`, recovering what `store` holds.
+    ///
+    /// **The construction contract** (reconfiguration, `reconfig.rs`): `cfg` names the
+    /// configuration the operator knows to be current, `config_id` and `members`. A node
+    /// that is not among `members` is built all the same: it is a *spare* (a node about to
+    /// be added, or one removed) that waits, takes no part in Sequence Paxos, forwards the
+    /// proposals made to it to the members, and serves its decided log. Once a stop-sign
+    /// that names it is decided and it learns of it (a `StopSigned` from a node past it, or
+    /// the answer to its query when a member of a later configuration contacts it), it
+    /// fetches the log up to the stop-sign and becomes a member. A store that recorded a
+    /// configuration (a durable restart after one) wins over `cfg`'s `config_id` and
+    /// `members`; the rest of `cfg` (timers, limits, transfer mode) is always `cfg`'s.
+    /// (A new node built instead with the *next* configuration, itself a member, is a
+    /// plain member of it with an empty log: `c_{i+1}`'s leader synchronises it from entry
+    /// 1 by `AcceptSync` once `c_{i+1}` runs. That works too; the spare is the way of
+    /// §2.4.3 and §4.4, and the one that can be built before `c_{i+1}` is decided on.)
     pub fn new(
-        cfg: SeqPaxosConfig,
+        mut cfg: SeqPaxosConfig,
         me: NodeId,
         start: StartInfo,
         store: Box<dyn LogStore + Send>,
     ) -> Result<SeqPaxos, ConfigError> {
         cfg.validate()?;
-        if !cfg.contains(me) {
-            return Err(ConfigError {
-                field: "members",
-                reason: format!("{me} is not a member of configuration {}", cfg.config_id),
-            });
+        let mut base = 0;
+        let mut notify = std::collections::BTreeMap::new();
+        let mut fetch_rec = None;
+        if let Some(rec) = store.stop_sign() {
+            let rec = reconfig::ConfigRecord::decode(rec).map_err(|e| ConfigError {
+                field: "store",
+                reason: format!("the stored configuration record does not decode: {e}"),
+            })?;
+            // The record wins: the store knows where its log stands, the operator's
+            // configuration may be older or newer (a newer one is learned anew).
+            cfg.config_id = rec.config.id;
+            cfg.members = rec.config.members;
+            base = rec.base;
+            notify = rec.notify.into_iter().map(|n| (n, None)).collect();
+            fetch_rec = rec.fetch;
+            cfg.validate()?;
         }
+        let member = cfg.contains(me);
         let incarnation = start.ballot_incarnation()?;
-        let amnesic = start.incarnation > 0 && !store.is_durable();
+        let amnesic_life = start.incarnation > 0 && !store.is_durable();
+        let amnesic = amnesic_life && member;
         let promised = store.promised();
         // A restarted node starts its BLE ballot above what it promised (otherwise BLE could
         // elect it with a ballot Sequence Paxos refuses, General line 19, and nobody would
@@ -170,8 +261,46 @@ impl SeqPaxos {
             dedup: Dedup::default(),
             ble_out: Vec::new(),
             started: false,
+            member,
+            base,
+            incarnation,
+            amnesic_life,
+            pending_ss: None,
+            fetch: None,
+            pushes: std::collections::BTreeMap::new(),
+            notify,
+            held: Vec::new(),
+            told: std::collections::BTreeMap::new(),
+            forward_turn: 0,
+            follow_asked_us: None,
             store,
             cfg,
+        })
+        .map(|mut sp| {
+            if let Some((target, next)) = fetch_rec
+                && target > sp.store.decided_idx()
+            {
+                // A fetch under way when the node stopped: it resumes (its sources are
+                // the members of both configurations).
+                let mut sources: Vec<NodeId> = Vec::new();
+                for m in sp.cfg.members.iter().chain(&next.members) {
+                    if m.id != me && !sources.contains(&m.id) {
+                        sources.push(m.id);
+                    }
+                }
+                sp.fetch = Some(reconfig::Fetch {
+                    config: next.id.saturating_sub(1),
+                    next,
+                    target,
+                    sources,
+                    buffer: std::collections::BTreeMap::new(),
+                    asked: std::collections::BTreeMap::new(),
+                    tries: 0,
+                    progress_us: 0,
+                    tell: std::collections::BTreeSet::new(),
+                });
+            }
+            sp
         })
     }
 
@@ -250,7 +379,7 @@ impl SeqPaxos {
         self.delivered = self
             .delivered
             .max(self.store.first_index().saturating_sub(1));
-        while self.delivered < decided {
+        while self.delivered < decided && self.pending_ss.is_none() {
             let entries =
                 match self
                     .store
@@ -273,9 +402,20 @@ impl SeqPaxos {
                 match EntryBody::decode(&e.payload) {
                     Ok(EntryBody::Values(batch)) => self.deliver_batch(e.index, batch, out),
                     Ok(EntryBody::Noop | EntryBody::Membership(_)) => {}
-                    Ok(EntryBody::StopSign(_)) => {
-                        // Reconfiguration (§2.4.3) is not taken in this configuration yet:
-                        // `reconfigure` refuses, so no stop-sign can be decided.
+                    Ok(EntryBody::StopSign(next)) => {
+                        // §2.4.3: the configuration changes right after the stop-sign, at
+                        // this point of the one sequence.
+                        out.config_changes.push(ConfigChange {
+                            kind: ConfigKind::Regular,
+                            config: next.clone(),
+                            position: out.deliveries.len(),
+                        });
+                        if next.id > self.cfg.config_id && e.index > self.base {
+                            // This configuration's own stop-sign: enter the next one at the
+                            // end of the input; nothing of this one follows it.
+                            self.pending_ss = Some((e.index, next, e.ballot));
+                            return;
+                        }
                     }
                     Err(err) => out.events.push(Event::BadEntry {
                         index: e.index,
@@ -297,14 +437,32 @@ impl SeqPaxos {
 
     /// A ready batch goes to the leader, or into the log here.
     pub(crate) fn submit(&mut self, batch: Batch, out: &mut Out) {
-        if self.role == Role::Leader {
+        if self.participates() && self.role == Role::Leader {
             self.leader_propose(batch, out);
             return;
         }
-        if let Some(l) = self.leader() {
+        if let Some(l) = self.leader().filter(|&l| l != self.me) {
             out.send(l, Message::Forward(batch));
+            return;
+        }
+        if !self.member && self.fetch.is_none() {
+            // A spare or removed node: to the members in turn (one forwards it once to its
+            // leader).
+            self.forward_to_member(batch, out);
         }
         // No leader known: the batch waits in the batcher, which re-sends it once one is.
+    }
+
+    pub(crate) fn forward_to_member(&mut self, batch: Batch, out: &mut Out) {
+        let n = self.cfg.members.len();
+        if n == 0 {
+            return;
+        }
+        self.forward_turn = self.forward_turn.wrapping_add(1);
+        let to = self.cfg.members[self.forward_turn % n].id;
+        if to != self.me {
+            out.send(to, Message::Forward(batch));
+        }
     }
 
     fn proposer_tick(&mut self, out: &mut Out) {
@@ -317,45 +475,27 @@ impl SeqPaxos {
         for b in to_send {
             self.submit(b, out);
         }
+        self.flush_held(out);
     }
 
-    fn drain_ble(&mut self, out: &mut Out) {
-        for (to, m) in self.ble_out.drain(..) {
-            out.sends.push((to, m));
-        }
-    }
-}
-
-impl Protocol for SeqPaxos {
-    type Message = Message;
-
-    fn node(&self) -> NodeId {
-        self.me
-    }
-
-    fn propose(
-        &mut self,
-        now: Micros,
-        payload: Bytes,
-        out: &mut Out,
-    ) -> Result<ValueId, ProposeError> {
+    /// What every input does first: time, the first start (BLE, the re-delivery of the
+    /// decided log), and any stop-sign delivered meanwhile.
+    fn begin(&mut self, now: Micros, out: &mut Out) {
         self.now = self.now.max(now);
-        let limits = self.cfg.batch_limits();
-        let (id, ready) = self.batcher.propose(self.now, payload, &limits)?;
-        for b in ready.into_iter().flatten() {
-            self.submit(b, out);
+        if !self.started {
+            self.started = true;
+            if self.participates() {
+                self.ble.start(self.now, &mut self.ble_out);
+            }
+            // A restarted node delivers its decided entries again to its new application.
+            self.deliver(out);
+            self.drain_ble(out);
         }
-        Ok(id)
+        self.after_input(out);
     }
 
-    fn receive(&mut self, now: Micros, from: NodeId, msg: Message, out: &mut Out) {
-        self.now = self.now.max(now);
-        if from == self.me || !self.is_member(from) {
-            return;
-        }
-        if msg.config().is_some_and(|c| c != self.config_id()) {
-            return;
-        }
+    /// A message of the configuration this node participates in.
+    fn on_paxos_message(&mut self, from: NodeId, msg: Message, out: &mut Out) {
         if self.recovering.is_some() {
             // An amnesic node takes part in nothing until it recovered a promise.
             match msg {
@@ -386,35 +526,107 @@ impl Protocol for SeqPaxos {
             Message::Accept(m) => self.on_accept(from, m, out),
             Message::Accepted(m) => self.on_accepted(from, m, out),
             Message::Decide(m) => self.on_decide(from, m, out),
-            Message::Forward(b) => self.on_forward(from, b, out),
             Message::PrepareReq { .. } => self.on_prepare_req(from, out),
             Message::Nack(m) => self.on_nack(from, m, out),
             Message::ReadProbe { n, round, .. } => self.on_read_probe(from, n, round),
             Message::ReadAck { n, round, .. } => self.on_read_ack(from, n, round, out),
+            Message::Forward(_)
+            | Message::StopSigned(_)
+            | Message::StopSignQuery { .. }
+            | Message::FetchReq(_)
+            | Message::FetchResp(_)
+            | Message::FetchAck { .. } => {}
         }
     }
 
-    fn tick(&mut self, now: Micros, out: &mut Out) {
-        self.now = self.now.max(now);
-        if !self.started {
-            self.started = true;
-            self.ble.start(self.now, &mut self.ble_out);
-            // A restarted node delivers its decided entries again to its new application.
-            self.deliver(out);
+    pub(crate) fn drain_ble(&mut self, out: &mut Out) {
+        for (to, m) in self.ble_out.drain(..) {
+            out.sends.push((to, m));
         }
-        if let Some(top) = self.ble.tick(self.now, &mut self.ble_out) {
-            self.on_leader(top, out);
+    }
+}
+
+impl Protocol for SeqPaxos {
+    type Message = Message;
+
+    fn node(&self) -> NodeId {
+        self.me
+    }
+
+    fn propose(
+        &mut self,
+        now: Micros,
+        payload: Bytes,
+        out: &mut Out,
+    ) -> Result<ValueId, ProposeError> {
+        self.begin(now, out);
+        let limits = self.cfg.batch_limits();
+        let (id, ready) = self.batcher.propose(self.now, payload, &limits)?;
+        for b in ready.into_iter().flatten() {
+            self.submit(b, out);
         }
-        self.drain_ble(out);
-        self.proposer_tick(out);
-        if self.recovering.is_some() {
-            self.recover_promise(out);
+        self.after_input(out);
+        Ok(id)
+    }
+
+    fn receive(&mut self, now: Micros, from: NodeId, msg: Message, out: &mut Out) {
+        self.begin(now, out);
+        if from == self.me {
             return;
         }
-        match self.role {
-            Role::Leader => self.leader_flush(out),
-            Role::Follower => self.follower_flush(out),
+        match msg {
+            // Reconfiguration's messages, from any node, of any configuration.
+            Message::StopSigned(m) => self.on_stop_signed(from, m, out),
+            Message::StopSignQuery { config } => self.on_stop_sign_query(from, config, out),
+            Message::FetchReq(m) => self.on_fetch_req(from, m, out),
+            Message::FetchResp(m) => self.on_fetch_resp(from, m, out),
+            Message::FetchAck { upto, .. } => self.on_fetch_ack(from, upto, out),
+            // A forwarded proposal, which any configuration takes.
+            Message::Forward(b) => self.on_forward(from, b, out),
+            msg => {
+                let Some(c) = msg.config() else {
+                    return;
+                };
+                let mine = self.config_id();
+                if c >= mine && self.notify.remove(&from).is_some() {
+                    self.write_record(out);
+                }
+                if c < mine {
+                    // The sender is behind: tell it what started this configuration.
+                    self.tell_stop_signed(from, out);
+                } else if c > mine {
+                    // The sender is ahead: this configuration ended; ask how.
+                    self.ask_stop_sign(from, out);
+                } else if self.participates() && self.is_member(from) {
+                    self.on_paxos_message(from, msg, out);
+                }
+            }
         }
+        self.drain_ble(out);
+        self.after_input(out);
+    }
+
+    fn tick(&mut self, now: Micros, out: &mut Out) {
+        self.begin(now, out);
+        if self.participates() {
+            if let Some(top) = self.ble.tick(self.now, &mut self.ble_out) {
+                self.on_leader(top, out);
+            }
+            self.drain_ble(out);
+        }
+        self.proposer_tick(out);
+        self.reconfig_tick(out);
+        if self.participates() {
+            if self.recovering.is_some() {
+                self.recover_promise(out);
+            } else {
+                match self.role {
+                    Role::Leader => self.leader_flush(out),
+                    Role::Follower => self.follower_flush(out),
+                }
+            }
+        }
+        self.after_input(out);
     }
 
     fn tick_interval_us(&self) -> Micros {
@@ -434,7 +646,9 @@ impl Protocol for SeqPaxos {
             node: self.me,
             coordinator: self.leader(),
             ballot: self.store.promised().max(self.ble.ballot()),
-            leading: self.role == Role::Leader && self.phase == Phase::Accept,
+            leading: self.participates()
+                && self.role == Role::Leader
+                && self.phase == Phase::Accept,
             delivered_upto: self.delivered,
             decided_max: self.store.decided_idx().max(self.ld.l_c),
             values_in_flight: self.batcher.values_in_flight(),
@@ -464,7 +678,7 @@ impl Protocol for SeqPaxos {
 
     fn peer_reconnected(&mut self, now: Micros, peer: NodeId, out: &mut Out) {
         self.now = self.now.max(now);
-        if !self.is_member(peer) || peer == self.me {
+        if !self.participates() || !self.is_member(peer) || peer == self.me {
             return;
         }
         match self.role {
@@ -476,7 +690,27 @@ impl Protocol for SeqPaxos {
     }
 
     fn read_index(&mut self, now: Micros, id: u64, out: &mut Out) -> Result<(), ProposeError> {
-        self.now = self.now.max(now);
+        self.begin(now, out);
+        if !self.participates() {
+            return Err(ProposeError::NotLeader { hint: None });
+        }
         self.leader_read_index(id, out)
+    }
+
+    /// Seed 001 §2.4.3: the leader proposes the stop-sign `SS_i` naming `config` (its
+    /// members; the id becomes `i + 1`). `Ok`: proposed, in effect where the
+    /// `ConfigChange` appears among the deliveries. `NotLeader` (with the leader known)
+    /// at any other node, `Busy` while the leader prepares or a stop-sign is already in
+    /// its log.
+    fn reconfigure(
+        &mut self,
+        now: Micros,
+        config: Configuration,
+        out: &mut Out,
+    ) -> Result<(), crate::protocol::ReconfigureError> {
+        self.begin(now, out);
+        let r = self.propose_stop_sign(config, out);
+        self.after_input(out);
+        r
     }
 }

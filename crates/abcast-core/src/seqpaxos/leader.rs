@@ -392,7 +392,32 @@ impl SeqPaxos {
             p.ld + 1
         };
         let from = from.min(len + 1).max(self.store.first_index()).max(1);
-        let entries = self.read_entries(from, len + 1);
+        // The sync reaches at least the adopted length, whatever `max_message_bytes` says.
+        // A follower that takes `n_a = n_L` must hold every entry that may have been chosen
+        // before this round (appendix B line 9 replaces its log wholesale): a later leader
+        // adopts the log of the highest `n_a` it hears of, and a follower that took this
+        // round with only the first part of the sync would hand it a log without chosen
+        // entries (the simulator found it with messages over a size limit dropped, as the
+        // runtime drops a frame over its limit; `abcast demo --kill` hit it too). Entries
+        // this leader appended after adoption may follow in later `Accept`s: any prefix of
+        // them is one this leader could have sent.
+        // An amnesic follower gets the whole log: the votes it forgot may have counted for
+        // entries chosen in this very round, after adoption (`follower.rs`: it is repaired
+        // by "the whole sequence of a leader").
+        let must_reach = if p.amnesic { len } else { self.ld.sync_len };
+        let mut entries = self.read_entries(from, len + 1);
+        let reached = from + entries.len() as u64 - 1;
+        if reached < must_reach {
+            entries = match self.store.entries(from, must_reach + 1, usize::MAX) {
+                Ok(e) => e,
+                Err(e) => self.store_failed("reading the entries to synchronise", e),
+            };
+        }
+        assert!(
+            from + entries.len() as u64 > must_reach,
+            "{}: an AcceptSync from {from} must reach {must_reach}",
+            self.me,
+        );
         let mut prog = Progress {
             next: from,
             progress_us: self.now,

@@ -327,9 +327,24 @@ impl Raft {
         self.reset_election_timer();
     }
 
-    /// A message from `leader` of `term` (at least this node's): follow it. At most one
-    /// leader per term.
-    pub(crate) fn follow(&mut self, term: u32, leader: NodeId, sync: bool, out: &mut Out) {
+    /// A message from `leader` of `term` (at least this node's), its `seq`-th of the term:
+    /// follow it. At most one leader per term.
+    ///
+    /// Only a message newer than every one heard from the leader (`Heartbeat::seq`) counts
+    /// as a sign of its life (the lease and the election timer): a message the network
+    /// held for seconds says nothing of whether its sender still lives, and a dead leader's
+    /// late appends, one every few hundred milliseconds, would otherwise keep its
+    /// followers from electing another for as long as they trickle in (simulator seeds
+    /// partition 4 and 18, mixed 6 and 16). A pre-candidate stays one for a held message of
+    /// its term's leader: its pre-vote may go on.
+    pub(crate) fn follow(
+        &mut self,
+        term: u32,
+        leader: NodeId,
+        seq: u64,
+        sync: bool,
+        out: &mut Out,
+    ) {
         if term == self.term
             && let Some(known) = self.leader
         {
@@ -346,11 +361,22 @@ impl Raft {
                 self.me
             );
         }
-        if term > self.term || self.role != Role::Follower || self.leader != Some(leader) {
-            self.become_follower(term, Some(leader), sync, out);
+        let fresh = (term, seq) > self.election.heard_seq;
+        if !fresh && self.role == Role::PreCandidate {
+            return;
         }
-        self.election.leader_heard_us = Some(self.now);
-        self.reset_election_timer();
+        if term > self.term || self.role != Role::Follower || self.leader != Some(leader) {
+            let deadline_us = self.election.deadline_us;
+            self.become_follower(term, Some(leader), sync, out);
+            if !fresh {
+                self.election.deadline_us = deadline_us;
+            }
+        }
+        if fresh {
+            self.election.heard_seq = (term, seq);
+            self.election.leader_heard_us = Some(self.now);
+            self.reset_election_timer();
+        }
     }
 
     /// A ready batch goes to the leader: appended here if this node leads, forwarded if

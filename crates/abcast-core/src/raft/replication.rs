@@ -141,6 +141,8 @@ pub struct Leader {
     pub transfer: Option<Transfer>,
     pub change: Option<super::membership::PendingChange>,
     pub reads: Reads,
+    /// The number the last AppendEntries or Heartbeat sent carried (`Heartbeat::seq`).
+    pub sent_seq: u64,
 }
 
 impl Leader {
@@ -163,6 +165,7 @@ impl Leader {
             transfer: None,
             change: None,
             reads: Reads::default(),
+            sent_seq: 0,
         }
     }
 
@@ -289,13 +292,14 @@ impl Raft {
 
     /// Heartbeats to `to`, with read round `round` (0: a commit notice).
     fn send_heartbeats(&mut self, to: &[NodeId], round: u64, out: &mut Out) {
-        let Some(lead) = self.lead.as_ref() else {
+        let Some(lead) = self.lead.as_mut() else {
             return;
         };
         for p in to {
             let Some(pr) = lead.progress.get(p) else {
                 continue;
             };
+            lead.sent_seq += 1;
             out.send(
                 *p,
                 Message::Heartbeat(Heartbeat {
@@ -303,6 +307,7 @@ impl Raft {
                     leader: self.me,
                     commit: pr.match_index.min(self.commit),
                     ctx: round,
+                    seq: lead.sent_seq,
                 }),
             );
         }
@@ -341,7 +346,12 @@ impl Raft {
         };
         let end = prev + entries.len() as u64;
         let now = self.now;
-        let Some(pr) = self.lead.as_mut().and_then(|l| l.progress.get_mut(&to)) else {
+        let Some(lead) = self.lead.as_mut() else {
+            return false;
+        };
+        lead.sent_seq += 1;
+        let seq = lead.sent_seq;
+        let Some(pr) = lead.progress.get_mut(&to) else {
             return false;
         };
         match pr.state {
@@ -362,6 +372,7 @@ impl Raft {
                 prev_term,
                 entries,
                 leader_commit: self.commit,
+                seq,
             }),
         );
         true
@@ -604,7 +615,7 @@ impl Raft {
             return;
         }
         let sync = !self.mutated(Mutation::RaftNoSyncBeforeReply);
-        self.follow(m.term, m.leader, sync, out);
+        self.follow(m.term, m.leader, m.seq, sync, out);
         if self.failed.is_some() {
             return;
         }
@@ -704,7 +715,7 @@ impl Raft {
             out.send(from, reply(self)); // A deposed leader: the term tells it.
             return;
         }
-        self.follow(m.term, m.leader, true, out);
+        self.follow(m.term, m.leader, m.seq, true, out);
         // Only what an AppendEntries of this leader checked matches its log (the leader's
         // cap, what it believes this node holds, may be from an earlier life of it).
         let commit = m.commit.min(self.leader_match).min(self.last_index());

@@ -1005,6 +1005,80 @@ fn chaos_run(seed: u64, cfg: RaftConfig) {
     }
 }
 
+// ---- a dead leader's held messages ----------------------------------------------------------
+
+fn heartbeat(seq: u64) -> Message {
+    Message::Heartbeat(messages::Heartbeat {
+        term: 2,
+        leader: NodeId(1),
+        commit: 0,
+        ctx: 0,
+        seq,
+    })
+}
+
+/// The simulator's partition seeds 4 and 18 and mixed seeds 6 and 16 (issue 17): a leader
+/// died, and its appends and heartbeats held in the network for seconds kept arriving at
+/// its followers, each restarting their election timers and leases, so no one was elected
+/// for well over a second. Only a message newer than every one heard from the leader is a
+/// sign of its life: a held one is taken (entries, commit index) but restarts nothing.
+#[test]
+fn a_dead_leaders_held_messages_do_not_keep_its_followers_from_electing_another() {
+    let mut r = node_with_log(&[1, 2], 2, 0, None);
+    let mut out = Out::new();
+    r.receive(0, NodeId(1), heartbeat(10), &mut out);
+    assert_eq!(r.leader, Some(NodeId(1)));
+    let deadline_us = r.election.deadline_us;
+    assert!(
+        deadline_us < 600_000,
+        "election timeouts are at most 600 ms"
+    );
+    // The leader is dead; its older messages trickle in, every 100 ms.
+    let mut campaigned_us = None;
+    let mut t = 0;
+    while t < 1_000_000 && campaigned_us.is_none() {
+        t += STEP_US;
+        let mut out = Out::new();
+        if t % 100_000 == 0 {
+            r.receive(t, NodeId(1), heartbeat(t / 100_000), &mut out);
+            assert_eq!(
+                r.election.deadline_us, deadline_us,
+                "a held message restarted the timer"
+            );
+        }
+        r.tick(t, &mut out);
+        if out
+            .sends
+            .iter()
+            .any(|(_, m)| matches!(m, Message::RequestVote(v) if v.pre_vote))
+        {
+            campaigned_us = Some(t);
+        }
+    }
+    assert_eq!(campaigned_us, Some(deadline_us.div_ceil(STEP_US) * STEP_US));
+    // A peer's pre-vote after the lease ran out is granted, a held message just before
+    // it notwithstanding.
+    let mut r = node_with_log(&[1, 2], 2, 0, None);
+    let mut out = Out::new();
+    r.receive(0, NodeId(1), heartbeat(10), &mut out);
+    r.receive(320_000, NodeId(1), heartbeat(9), &mut out);
+    let mut out = Out::new();
+    let mut pre = vote_request(3, 2, 2);
+    if let Message::RequestVote(v) = &mut pre {
+        v.pre_vote = true;
+        v.candidate = NodeId(2);
+    }
+    r.receive(330_000, NodeId(2), pre, &mut out);
+    assert!(granted(&out), "the lease was renewed by a held message");
+    // A newer message is a sign of life: it renews both.
+    let mut r = node_with_log(&[1, 2], 2, 0, None);
+    let mut out = Out::new();
+    r.receive(0, NodeId(1), heartbeat(10), &mut out);
+    r.receive(320_000, NodeId(1), heartbeat(11), &mut out);
+    assert!(r.election.deadline_us >= 620_000);
+    assert!(r.in_lease());
+}
+
 // ---- each rule a mutation removes, checked alone ------------------------------------------
 
 /// Node 0 of voters {0, 1, 2} over a store holding `terms` (entry `k + 1` of term
@@ -1124,6 +1198,7 @@ fn reply_syncs(mutation: Option<crate::mutation::Mutation>) -> (bool, bool) {
         prev_term: 1,
         entries: vec![EntryBody::Noop.entry(2, Ballot::new(2, NodeId(1), 0))],
         leader_commit: 0,
+        seq: 1,
     });
     r.receive(0, NodeId(1), append, &mut out);
     let ok = out.sends.iter().any(

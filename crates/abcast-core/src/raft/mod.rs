@@ -165,10 +165,7 @@ impl Raft {
                 reason: format!("the log's configurations could not be read: {e}"),
             })?;
         let applied = store.first_index().saturating_sub(1);
-        let mut rng = cfg.seed
-            ^ u64::from(me.0).wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            ^ (u64::from(incarnation) << 40);
-        let _ = splitmix64(&mut rng);
+        let rng = timer_seed(cfg.seed, me, incarnation);
         Ok(Raft {
             limits: cfg.batch_limits(),
             me,
@@ -462,13 +459,32 @@ impl Raft {
     }
 }
 
+/// splitmix64's increment (the golden ratio in 64 bits).
+const SPLITMIX_GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+
 /// One step of splitmix64 (Steele, Lea, Flood 2014): the injected random source.
 pub(crate) fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
+    *state = state.wrapping_add(SPLITMIX_GAMMA);
+    mix64(*state)
+}
+
+/// splitmix64's output function: a bijection that scatters nearby inputs.
+fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
+}
+
+/// The election timer's starting state for node `me` in its life `incarnation` of a
+/// cluster seeded `seed`: hashed, so that every node's stream is somewhere unrelated in
+/// splitmix64's cycle. (Seeding with `seed ^ me * SPLITMIX_GAMMA`, as before, put node
+/// `k`'s stream exactly `k` draws after node 0's whenever the seed's bits did not overlap
+/// the multiple's, seed 0 among them: two nodes that had drawn the same number of
+/// timeouts apart then drew the same timeouts, campaigned in the same millisecond and
+/// split every vote; simulator pause seed 976 stayed leaderless for ten seconds.)
+fn timer_seed(seed: u64, me: NodeId, incarnation: u32) -> u64 {
+    let who = (u64::from(me.0) << 32) | u64::from(incarnation);
+    mix64(seed.wrapping_add(mix64(who.wrapping_add(SPLITMIX_GAMMA))))
 }
 
 impl Protocol for Raft {

@@ -280,7 +280,7 @@ fn multiring_ringpaxos_voting_before_the_vote_is_durable_is_caught() {
         Proto::MultiRingPaxos,
         Mutation::NoSyncBeforeVote,
         FaultMix::PowerLoss,
-        30,
+        10,
     );
 }
 
@@ -333,5 +333,27 @@ fn seqpaxos_deciding_before_the_log_is_the_leaders_is_caught() {
         Mutation::SeqPaxosDecideInPrepare,
         FaultMix::Crash,
         100,
+    );
+}
+
+// Raft (seed 001 §2.5, §2.5.1): each broken variant removes one rule.
+
+#[test]
+fn raft_voting_for_a_candidate_whose_log_is_behind_is_caught() {
+    caught(
+        Proto::Raft,
+        Mutation::RaftVoteWithoutLogCheck,
+        FaultMix::PowerLoss,
+        10,
+    );
+}
+
+#[test]
+fn raft_replying_before_the_write_is_durable_is_caught() {
+    caught(
+        Proto::Raft,
+        Mutation::RaftNoSyncBeforeReply,
+        FaultMix::PowerLoss,
+        10,
     );
 }

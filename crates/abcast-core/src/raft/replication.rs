@@ -124,6 +124,8 @@ pub struct Leader {
     pub progress: BTreeMap<NodeId, Progress>,
     pub heartbeat_due_us: Micros,
     pub check_quorum_due_us: Micros,
+    /// The next time a transfer to `RaftConfig::preferred_leader` may start.
+    pub preferred_try_us: Micros,
     /// The term's first entry (the no-op).
     pub noop_index: u64,
     /// An entry of this term is committed: the commit index is the leader's own (reads
@@ -154,6 +156,7 @@ impl Leader {
                 .collect(),
             heartbeat_due_us: now + cfg.heartbeat_interval_us,
             check_quorum_due_us: now + cfg.election_timeout_min_us,
+            preferred_try_us: now,
             noop_index: 0,
             term_committed: false,
             uncommitted: VecDeque::new(),
@@ -403,6 +406,56 @@ impl Raft {
         self.check_quorum(out);
         if self.role == Role::Leader {
             self.advance_change(out);
+        }
+        if self.role == Role::Leader {
+            self.transfer_to_preferred(out);
+        }
+    }
+
+    /// Hands the leadership over to `RaftConfig::preferred_leader` once it holds the whole
+    /// committed log and remembers it (a transfer then takes one round trip), not while a
+    /// transfer or a configuration change is under way, at most once per
+    /// `election_timeout_max_us`.
+    fn transfer_to_preferred(&mut self, out: &mut Out) {
+        let Some(to) = self.cfg.preferred_leader else {
+            return;
+        };
+        let now = self.now;
+        let retry_us = self.cfg.election_timeout_max_us;
+        let commit = self.commit;
+        let voter = self.configs.current().voters.contains(&to);
+        let Some(lead) = self.lead.as_mut() else {
+            return;
+        };
+        if to == self.me
+            || !voter
+            || now < lead.preferred_try_us
+            || !lead.term_committed
+            || lead.transfer.is_some()
+            || lead.change.is_some()
+        {
+            return;
+        }
+        let ready = lead.progress.get(&to).is_some_and(|p| {
+            p.incarnation.is_some() && !p.amnesic && p.recent_active && p.match_index >= commit
+        });
+        if !ready {
+            return;
+        }
+        lead.preferred_try_us = now + retry_us;
+        let caught_up = lead
+            .progress
+            .get(&to)
+            .is_some_and(|p| p.match_index == self.store.last_index());
+        lead.transfer = Some(Transfer {
+            to,
+            deadline_us: now + self.cfg.election_timeout_min_us,
+            sent: false,
+        });
+        if caught_up {
+            self.send_timeout_now(out);
+        } else {
+            self.send_append(to, false, out);
         }
     }
 

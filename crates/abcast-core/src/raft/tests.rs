@@ -662,6 +662,18 @@ fn a_learner_is_promoted_only_after_catching_up() {
 }
 
 #[test]
+fn a_caught_up_preferred_leader_is_handed_the_leadership_and_keeps_it() {
+    let mut cfg = RaftConfig::new(&ids(3), &[]);
+    cfg.preferred_leader = Some(NodeId(2));
+    let mut net = Net::new(3, cfg, false);
+    net.run(3_000_000);
+    assert_eq!(net.leader(), Some(2));
+    let term = net.raft(2).term();
+    net.run(2_000_000);
+    assert_eq!((net.leader(), net.raft(2).term()), (Some(2), term));
+}
+
+#[test]
 fn leader_transfer_moves_leadership() {
     let mut net = Net::new(3, RaftConfig::new(&ids(3), &[]), false);
     let leader = net.stable_leader();

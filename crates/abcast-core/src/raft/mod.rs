@@ -11,6 +11,8 @@
 //! | leader stickiness (ignore votes while a leader is heard) | thesis §4.2.3 | `election.rs`: `in_lease` |
 //! | check-quorum | thesis §6.2 | `election.rs`: `check_quorum` |
 //! | leadership transfer | thesis §3.10 | `election.rs`: `transfer_leadership`, `on_timeout_now` |
+//! | only a newer leader message renews the lease and timer (held ones do not) | ours | `mod.rs`: `follow`; `Heartbeat::seq` |
+//! | a preferred leader is handed the leadership (optional) | ours | `replication.rs`: `transfer_to_preferred` |
 //! | AppendEntries, log matching, truncating a conflicting suffix | 001 §2.5 | `replication.rs`: `on_append_entries` |
 //! | conflict hint (skip a whole term per round trip) | 001 §2.5, thesis §5.3 | `replication.rs`: `conflict_hint`, `on_append_reply` |
 //! | per-follower progress, probe vs pipelined replicate | etcd-io/raft `tracker` | `replication.rs`: `Progress`, `send_append` |

@@ -14,7 +14,7 @@
 //! itself, LEVEL one of quiet, deliveries (the default), events, msgs, all):
 //!
 //! - `cluster protocol=P nodes=N [options]`: a new cluster, every node started fresh
-//!   (options: [`uring`], [`ringpaxos`], [`multiring`]).
+//!   (options: [`uring`], [`ringpaxos`], [`multiring`], [`raft`]).
 //! - `needs mutations`: skip the file (with a note) in a build without the broken variants.
 //! - `trace level=L`: the default level from here on.
 //! - `propose node=I[,J..] values=a,b|v0..v9 [group=G] [every-us=U]`: one `propose` per
@@ -47,6 +47,7 @@ pub mod adapter;
 pub mod datadriven;
 pub mod env;
 pub mod multiring;
+pub mod raft;
 mod ring;
 pub mod ringpaxos;
 pub mod uring;
@@ -69,8 +70,9 @@ pub fn new_cluster(args: &mut Args) -> Result<Box<dyn Cluster>, String> {
         uring::URingAdapter::NAME => make::<uring::URingAdapter>(args),
         ringpaxos::RingPaxosAdapter::NAME => make::<ringpaxos::RingPaxosAdapter>(args),
         multiring::MultiRingAdapter::NAME => make::<multiring::MultiRingAdapter>(args),
+        raft::RaftAdapter::NAME => make::<raft::RaftAdapter>(args),
         p => Err(format!(
-            "unknown protocol {p:?} (uring, ringpaxos, multiring)"
+            "unknown protocol {p:?} (uring, ringpaxos, multiring, raft)"
         )),
     }
 }

@@ -35,6 +35,8 @@
 //! - `stop node=` / `resume node=`: freeze a node and cut it off, then thaw it (state kept).
 //!   `crash node=`: gone, state and all. `restart node= amnesic|fresh [incarnation=]
 //!   [from-snapshot]`: a new life on an empty in-memory store.
+//! - `reconfigure node=I voters=A,B,.. [learners=C,..]`: asks node I for a new
+//!   configuration (`Protocol::reconfigure`).
 //! - `snapshot node= [app=]`: the learner snapshots (the app state is its delivered values).
 //! - `status [node=]`, `delivered [node=] [instances]`, `held`.
 //! - `check`: agreement, order, no duplicates, integrity, snapshots, convergence.

@@ -1,5 +1,6 @@
 //! The scenario adapter of Raft (seed 001 §2.5): `cluster protocol=raft nodes=3
-//! [max-append-bytes=N] [preferred=I] [mutation=NAME]`. Every node is a voter of C_0, on an
+//! [spares=K] [max-append-bytes=N] [preferred=I] [mutation=NAME]`. The `nodes` are the
+//! voters of C_0, the `spares` after them new members a `reconfigure` can add; all on an
 //! in-memory log (a `restart` is amnesic). `stop` / `resume` keep a node's log and terms,
 //! so deposed leaders can come back (Raft's figure 8). The only place the scenario runner
 //! looks inside `raft::Message`.
@@ -13,6 +14,9 @@ use abcast_core::{Ballot, NodeId};
 
 pub struct RaftAdapter {
     pub cfg: RaftConfig,
+    /// Every node of the cluster: the voters of C_0 and, with `spares=K`, K more that C_0
+    /// does not name (new members waiting to be added by a `reconfigure`).
+    pub nodes: Vec<NodeId>,
 }
 
 impl Adapter for RaftAdapter {
@@ -21,8 +25,10 @@ impl Adapter for RaftAdapter {
 
     fn configure(args: &mut Args) -> Result<Self, String> {
         let n: u32 = args.req("nodes")?;
+        let spares: u32 = args.opt("spares")?.unwrap_or(0);
         let ids: Vec<u32> = (0..n).collect();
         let mut cfg = RaftConfig::new(&ids, &[]);
+        let nodes = (0..n + spares).map(NodeId).collect();
         if let Some(b) = args.opt("max-append-bytes")? {
             cfg.max_append_bytes = b;
         }
@@ -32,11 +38,11 @@ impl Adapter for RaftAdapter {
         if let Some(m) = args.opt::<abcast_core::mutation::Mutation>("mutation")? {
             cfg.set_mutation(Some(m))?;
         }
-        Ok(RaftAdapter { cfg })
+        Ok(RaftAdapter { cfg, nodes })
     }
 
     fn node_ids(&self) -> Vec<NodeId> {
-        self.cfg.voters.clone()
+        self.nodes.clone()
     }
 
     fn build(&self, id: NodeId, start: StartInfo) -> Result<Raft, String> {

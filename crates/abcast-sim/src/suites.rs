@@ -649,6 +649,11 @@ pub fn raft_factory(cfg: &SimConfig, variant: Variant) -> Factory<Raft> {
     let mut rc = RaftConfig::new(&ids, &[]);
     rc.batch_linger_us = 1000;
     rc.seed = cfg.seed;
+    // Raft has no leader priorities: the lowest id is made the preferred leader (the
+    // leader hands over to it by a leadership transfer once it is caught up), as Sequence
+    // Paxos' suite gives it the higher priority, so that the late joiner of `late_join`
+    // leads once it has the log, and the partial fan-out crash can strike its takeover.
+    rc.preferred_leader = cfg.nodes.iter().min().copied();
     rc.set_mutation(variant.mutation)
         .unwrap_or_else(|e| panic!("{e}"));
     Box::new(move |id, start, disk| {

@@ -76,6 +76,14 @@ pub struct RaftConfig {
     /// The seed of the election timer's random source (splitmix64, mixed with the node id
     /// and the incarnation, so nodes sharing a seed still draw different timeouts).
     pub seed: u64,
+    /// A voter that should lead whenever it can: a leader that sees it hold the whole
+    /// committed log, remembering it (not amnesic), hands over with a leadership transfer
+    /// (thesis §3.10), at most once per `election_timeout_max_us`. Not in the thesis;
+    /// etcd and TiKV leave it to an operator or a balancer calling the transfer. `None` by
+    /// default. The simulator sets it to the lowest id, as Sequence Paxos' suite gives
+    /// that node the higher leader priority, so that a late joiner takes the leadership
+    /// over (and its takeover can be struck by a crash half-way through its RequestVotes).
+    pub preferred_leader: Option<NodeId>,
     /// A deliberately broken variant, for the simulator's mutation tests only (the
     /// `mutations` feature; see `crate::mutation`).
     pub mutation: crate::ring::MutationSlot,
@@ -106,6 +114,7 @@ impl Default for RaftConfig {
             max_uncommitted_bytes: 64 << 20,
             catch_up_entries: 64,
             seed: 0,
+            preferred_leader: None,
             mutation: Default::default(),
         }
     }

@@ -35,6 +35,9 @@ pub(crate) struct Election {
     pub deadline_us: Micros,
     /// When this node last heard from a leader of its term (stickiness, pre-vote).
     pub leader_heard_us: Option<Micros>,
+    /// The newest (term, message number) heard from a leader: only a newer message is a
+    /// sign of the leader's life (`Heartbeat::seq`).
+    pub heard_seq: (u32, u64),
     /// Answers to this node's current (pre-)campaign: voter -> granted.
     pub votes: BTreeMap<NodeId, bool>,
 }
@@ -406,7 +409,9 @@ impl Raft {
         if m.term < self.term || m.leader != from {
             return;
         }
-        self.follow(m.term, m.leader, true, out);
+        // A transfer's campaign starts at once: no sequence number is needed to tell a
+        // held message from a fresh one (the campaign resets the timer anyway).
+        self.follow(m.term, m.leader, 0, true, out);
         if self.failed.is_none() && self.can_campaign() {
             self.campaign(false, true, "leadership transfer", out);
         }

@@ -54,6 +54,8 @@ pub struct AppendEntries {
     /// At `prev_index + 1` on, in order; each entry's term in its ballot's `round`.
     pub entries: Vec<Entry>,
     pub leader_commit: u64,
+    /// The leader's message number in its term (see [`Heartbeat::seq`]).
+    pub seq: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,6 +86,11 @@ pub struct Heartbeat {
     /// A read-index round (every periodic heartbeat is one); 0: a commit notice only,
     /// which is not answered.
     pub ctx: u64,
+    /// The leader's message number in its term: every AppendEntries and Heartbeat it sends
+    /// takes the next one (from 1). A follower takes a message as a sign of its leader's
+    /// life only if it is newer than every one it has seen, so messages held in the network
+    /// do not keep a dead leader alive (its entries and commit index still count).
+    pub seq: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -169,6 +176,7 @@ impl WireMessage for Message {
                 e.put_u64(m.prev_index);
                 e.put_u32(m.prev_term);
                 e.put_u64(m.leader_commit);
+                e.put_u64(m.seq);
                 e.put_u32(m.entries.len() as u32);
                 for entry in &m.entries {
                     put_ballot(e, entry.ballot);
@@ -190,6 +198,7 @@ impl WireMessage for Message {
                 e.put_u32(m.leader.0);
                 e.put_u64(m.commit);
                 e.put_u64(m.ctx);
+                e.put_u64(m.seq);
             }
             Message::HeartbeatReply(m) => {
                 e.put_u32(m.term);
@@ -236,6 +245,7 @@ impl WireMessage for Message {
                 leader: NodeId(d.u32("heartbeat.leader")?),
                 commit: d.u64("heartbeat.commit")?,
                 ctx: d.u64("heartbeat.ctx")?,
+                seq: d.u64("heartbeat.seq")?,
             }),
             K_HEARTBEAT_REPLY => Message::HeartbeatReply(HeartbeatReply {
                 term: d.u32("heartbeat_reply.term")?,
@@ -263,6 +273,7 @@ fn get_append_entries(d: &mut Decoder) -> Result<AppendEntries, DecodeError> {
     let prev_index = d.u64("append.prev_index")?;
     let prev_term = d.u32("append.prev_term")?;
     let leader_commit = d.u64("append.leader_commit")?;
+    let seq = d.u64("append.seq")?;
     if prev_term > term {
         return Err(invalid(
             "append.prev_term",
@@ -307,6 +318,7 @@ fn get_append_entries(d: &mut Decoder) -> Result<AppendEntries, DecodeError> {
         prev_term,
         entries,
         leader_commit,
+        seq,
     })
 }
 
@@ -357,6 +369,7 @@ mod tests {
                     .entry(10, b(5)),
                 ],
                 leader_commit: 6,
+                seq: 31,
             }),
             Message::AppendEntriesReply(AppendEntriesReply {
                 term: 5,
@@ -372,6 +385,7 @@ mod tests {
                 leader: NodeId(1),
                 commit: 9,
                 ctx: 12,
+                seq: 32,
             }),
             Message::HeartbeatReply(HeartbeatReply {
                 term: 5,
@@ -455,6 +469,7 @@ mod tests {
                     .map(|(k, &t)| EntryBody::Noop.entry(4 + k as u64, b(t)))
                     .collect(),
                 leader_commit: 0,
+                seq: 1,
             })
         };
         let decode = |m: Message| Message::decode(m.kind(), body(&m));
@@ -480,6 +495,7 @@ mod tests {
                 payload: Bytes::from_static(&[99]),
             }],
             leader_commit: 0,
+            seq: 1,
         });
         assert!(decode(bad_payload).is_err(), "not an entry body");
     }

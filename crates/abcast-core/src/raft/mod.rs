@@ -11,6 +11,8 @@
 //! | leader stickiness (ignore votes while a leader is heard) | thesis §4.2.3 | `election.rs`: `in_lease` |
 //! | check-quorum | thesis §6.2 | `election.rs`: `check_quorum` |
 //! | leadership transfer | thesis §3.10 | `election.rs`: `transfer_leadership`, `on_timeout_now` |
+//! | only a newer leader message renews the lease and timer (held ones do not) | ours | `mod.rs`: `follow`; `Heartbeat::seq` |
+//! | a preferred leader is handed the leadership (optional) | ours | `replication.rs`: `transfer_to_preferred` |
 //! | AppendEntries, log matching, truncating a conflicting suffix | 001 §2.5 | `replication.rs`: `on_append_entries` |
 //! | conflict hint (skip a whole term per round trip) | 001 §2.5, thesis §5.3 | `replication.rs`: `conflict_hint`, `on_append_reply` |
 //! | per-follower progress, probe vs pipelined replicate | etcd-io/raft `tracker` | `replication.rs`: `Progress`, `send_append` |
@@ -165,10 +167,7 @@ impl Raft {
                 reason: format!("the log's configurations could not be read: {e}"),
             })?;
         let applied = store.first_index().saturating_sub(1);
-        let mut rng = cfg.seed
-            ^ u64::from(me.0).wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            ^ (u64::from(incarnation) << 40);
-        let _ = splitmix64(&mut rng);
+        let rng = timer_seed(cfg.seed, me, incarnation);
         Ok(Raft {
             limits: cfg.batch_limits(),
             me,
@@ -327,9 +326,24 @@ impl Raft {
         self.reset_election_timer();
     }
 
-    /// A message from `leader` of `term` (at least this node's): follow it. At most one
-    /// leader per term.
-    pub(crate) fn follow(&mut self, term: u32, leader: NodeId, sync: bool, out: &mut Out) {
+    /// A message from `leader` of `term` (at least this node's), its `seq`-th of the term:
+    /// follow it. At most one leader per term.
+    ///
+    /// Only a message newer than every one heard from the leader (`Heartbeat::seq`) counts
+    /// as a sign of its life (the lease and the election timer): a message the network
+    /// held for seconds says nothing of whether its sender still lives, and a dead leader's
+    /// late appends, one every few hundred milliseconds, would otherwise keep its
+    /// followers from electing another for as long as they trickle in (simulator seeds
+    /// partition 4 and 18, mixed 6 and 16). A pre-candidate stays one for a held message of
+    /// its term's leader: its pre-vote may go on.
+    pub(crate) fn follow(
+        &mut self,
+        term: u32,
+        leader: NodeId,
+        seq: u64,
+        sync: bool,
+        out: &mut Out,
+    ) {
         if term == self.term
             && let Some(known) = self.leader
         {
@@ -346,11 +360,22 @@ impl Raft {
                 self.me
             );
         }
-        if term > self.term || self.role != Role::Follower || self.leader != Some(leader) {
-            self.become_follower(term, Some(leader), sync, out);
+        let fresh = (term, seq) > self.election.heard_seq;
+        if !fresh && self.role == Role::PreCandidate {
+            return;
         }
-        self.election.leader_heard_us = Some(self.now);
-        self.reset_election_timer();
+        if term > self.term || self.role != Role::Follower || self.leader != Some(leader) {
+            let deadline_us = self.election.deadline_us;
+            self.become_follower(term, Some(leader), sync, out);
+            if !fresh {
+                self.election.deadline_us = deadline_us;
+            }
+        }
+        if fresh {
+            self.election.heard_seq = (term, seq);
+            self.election.leader_heard_us = Some(self.now);
+            self.reset_election_timer();
+        }
     }
 
     /// A ready batch goes to the leader: appended here if this node leads, forwarded if
@@ -436,13 +461,32 @@ impl Raft {
     }
 }
 
+/// splitmix64's increment (the golden ratio in 64 bits).
+const SPLITMIX_GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+
 /// One step of splitmix64 (Steele, Lea, Flood 2014): the injected random source.
 pub(crate) fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
+    *state = state.wrapping_add(SPLITMIX_GAMMA);
+    mix64(*state)
+}
+
+/// splitmix64's output function: a bijection that scatters nearby inputs.
+fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
+}
+
+/// The election timer's starting state for node `me` in its life `incarnation` of a
+/// cluster seeded `seed`: hashed, so that every node's stream is somewhere unrelated in
+/// splitmix64's cycle. (Seeding with `seed ^ me * SPLITMIX_GAMMA`, as before, put node
+/// `k`'s stream exactly `k` draws after node 0's whenever the seed's bits did not overlap
+/// the multiple's, seed 0 among them: two nodes that had drawn the same number of
+/// timeouts apart then drew the same timeouts, campaigned in the same millisecond and
+/// split every vote; simulator pause seed 976 stayed leaderless for ten seconds.)
+fn timer_seed(seed: u64, me: NodeId, incarnation: u32) -> u64 {
+    let who = (u64::from(me.0) << 32) | u64::from(incarnation);
+    mix64(seed.wrapping_add(mix64(who.wrapping_add(SPLITMIX_GAMMA))))
 }
 
 impl Protocol for Raft {

@@ -124,6 +124,8 @@ pub struct Leader {
     pub progress: BTreeMap<NodeId, Progress>,
     pub heartbeat_due_us: Micros,
     pub check_quorum_due_us: Micros,
+    /// The next time a transfer to `RaftConfig::preferred_leader` may start.
+    pub preferred_try_us: Micros,
     /// The term's first entry (the no-op).
     pub noop_index: u64,
     /// An entry of this term is committed: the commit index is the leader's own (reads
@@ -141,6 +143,8 @@ pub struct Leader {
     pub transfer: Option<Transfer>,
     pub change: Option<super::membership::PendingChange>,
     pub reads: Reads,
+    /// The number the last AppendEntries or Heartbeat sent carried (`Heartbeat::seq`).
+    pub sent_seq: u64,
 }
 
 impl Leader {
@@ -152,6 +156,7 @@ impl Leader {
                 .collect(),
             heartbeat_due_us: now + cfg.heartbeat_interval_us,
             check_quorum_due_us: now + cfg.election_timeout_min_us,
+            preferred_try_us: now,
             noop_index: 0,
             term_committed: false,
             uncommitted: VecDeque::new(),
@@ -163,6 +168,7 @@ impl Leader {
             transfer: None,
             change: None,
             reads: Reads::default(),
+            sent_seq: 0,
         }
     }
 
@@ -289,13 +295,14 @@ impl Raft {
 
     /// Heartbeats to `to`, with read round `round` (0: a commit notice).
     fn send_heartbeats(&mut self, to: &[NodeId], round: u64, out: &mut Out) {
-        let Some(lead) = self.lead.as_ref() else {
+        let Some(lead) = self.lead.as_mut() else {
             return;
         };
         for p in to {
             let Some(pr) = lead.progress.get(p) else {
                 continue;
             };
+            lead.sent_seq += 1;
             out.send(
                 *p,
                 Message::Heartbeat(Heartbeat {
@@ -303,6 +310,7 @@ impl Raft {
                     leader: self.me,
                     commit: pr.match_index.min(self.commit),
                     ctx: round,
+                    seq: lead.sent_seq,
                 }),
             );
         }
@@ -341,7 +349,12 @@ impl Raft {
         };
         let end = prev + entries.len() as u64;
         let now = self.now;
-        let Some(pr) = self.lead.as_mut().and_then(|l| l.progress.get_mut(&to)) else {
+        let Some(lead) = self.lead.as_mut() else {
+            return false;
+        };
+        lead.sent_seq += 1;
+        let seq = lead.sent_seq;
+        let Some(pr) = lead.progress.get_mut(&to) else {
             return false;
         };
         match pr.state {
@@ -362,6 +375,7 @@ impl Raft {
                 prev_term,
                 entries,
                 leader_commit: self.commit,
+                seq,
             }),
         );
         true
@@ -392,6 +406,56 @@ impl Raft {
         self.check_quorum(out);
         if self.role == Role::Leader {
             self.advance_change(out);
+        }
+        if self.role == Role::Leader {
+            self.transfer_to_preferred(out);
+        }
+    }
+
+    /// Hands the leadership over to `RaftConfig::preferred_leader` once it holds the whole
+    /// committed log and remembers it (a transfer then takes one round trip), not while a
+    /// transfer or a configuration change is under way, at most once per
+    /// `election_timeout_max_us`.
+    fn transfer_to_preferred(&mut self, out: &mut Out) {
+        let Some(to) = self.cfg.preferred_leader else {
+            return;
+        };
+        let now = self.now;
+        let retry_us = self.cfg.election_timeout_max_us;
+        let commit = self.commit;
+        let voter = self.configs.current().voters.contains(&to);
+        let Some(lead) = self.lead.as_mut() else {
+            return;
+        };
+        if to == self.me
+            || !voter
+            || now < lead.preferred_try_us
+            || !lead.term_committed
+            || lead.transfer.is_some()
+            || lead.change.is_some()
+        {
+            return;
+        }
+        let ready = lead.progress.get(&to).is_some_and(|p| {
+            p.incarnation.is_some() && !p.amnesic && p.recent_active && p.match_index >= commit
+        });
+        if !ready {
+            return;
+        }
+        lead.preferred_try_us = now + retry_us;
+        let caught_up = lead
+            .progress
+            .get(&to)
+            .is_some_and(|p| p.match_index == self.store.last_index());
+        lead.transfer = Some(Transfer {
+            to,
+            deadline_us: now + self.cfg.election_timeout_min_us,
+            sent: false,
+        });
+        if caught_up {
+            self.send_timeout_now(out);
+        } else {
+            self.send_append(to, false, out);
         }
     }
 
@@ -604,7 +668,7 @@ impl Raft {
             return;
         }
         let sync = !self.mutated(Mutation::RaftNoSyncBeforeReply);
-        self.follow(m.term, m.leader, sync, out);
+        self.follow(m.term, m.leader, m.seq, sync, out);
         if self.failed.is_some() {
             return;
         }
@@ -704,7 +768,7 @@ impl Raft {
             out.send(from, reply(self)); // A deposed leader: the term tells it.
             return;
         }
-        self.follow(m.term, m.leader, true, out);
+        self.follow(m.term, m.leader, m.seq, true, out);
         // Only what an AppendEntries of this leader checked matches its log (the leader's
         // cap, what it believes this node holds, may be from an earlier life of it).
         let commit = m.commit.min(self.leader_match).min(self.last_index());

@@ -533,7 +533,8 @@ fn leader_after_losing_its_majority(check_quorum: bool) -> Role {
 
 #[test]
 fn check_quorum_makes_a_leader_that_lost_its_majority_step_down() {
-    assert_eq!(leader_after_losing_its_majority(true), Role::Follower);
+    // Stepped down; by now it may be campaigning again, as a pre-candidate.
+    assert_ne!(leader_after_losing_its_majority(true), Role::Leader);
     assert_eq!(
         leader_after_losing_its_majority(false),
         Role::Leader,
@@ -658,6 +659,18 @@ fn a_learner_is_promoted_only_after_catching_up() {
     );
     assert!(net.has_all(3, &proposed), "the learner delivered the log");
     net.check_agreement();
+}
+
+#[test]
+fn a_caught_up_preferred_leader_is_handed_the_leadership_and_keeps_it() {
+    let mut cfg = RaftConfig::new(&ids(3), &[]);
+    cfg.preferred_leader = Some(NodeId(2));
+    let mut net = Net::new(3, cfg, false);
+    net.run(3_000_000);
+    assert_eq!(net.leader(), Some(2));
+    let term = net.raft(2).term();
+    net.run(2_000_000);
+    assert_eq!((net.leader(), net.raft(2).term()), (Some(2), term));
 }
 
 #[test]
@@ -1005,6 +1018,111 @@ fn chaos_run(seed: u64, cfg: RaftConfig) {
     }
 }
 
+// ---- a dead leader's held messages ----------------------------------------------------------
+
+fn heartbeat(seq: u64) -> Message {
+    Message::Heartbeat(messages::Heartbeat {
+        term: 2,
+        leader: NodeId(1),
+        commit: 0,
+        ctx: 0,
+        seq,
+    })
+}
+
+/// The simulator's partition seeds 4 and 18 and mixed seeds 6 and 16 (issue 17): a leader
+/// died, and its appends and heartbeats held in the network for seconds kept arriving at
+/// its followers, each restarting their election timers and leases, so no one was elected
+/// for well over a second. Only a message newer than every one heard from the leader is a
+/// sign of its life: a held one is taken (entries, commit index) but restarts nothing.
+#[test]
+fn a_dead_leaders_held_messages_do_not_keep_its_followers_from_electing_another() {
+    let mut r = node_with_log(&[1, 2], 2, 0, None);
+    let mut out = Out::new();
+    r.receive(0, NodeId(1), heartbeat(10), &mut out);
+    assert_eq!(r.leader, Some(NodeId(1)));
+    let deadline_us = r.election.deadline_us;
+    assert!(
+        deadline_us < 600_000,
+        "election timeouts are at most 600 ms"
+    );
+    // The leader is dead; its older messages trickle in, every 100 ms.
+    let mut campaigned_us = None;
+    let mut t = 0;
+    while t < 1_000_000 && campaigned_us.is_none() {
+        t += STEP_US;
+        let mut out = Out::new();
+        if t % 100_000 == 0 {
+            r.receive(t, NodeId(1), heartbeat(t / 100_000), &mut out);
+            assert_eq!(
+                r.election.deadline_us, deadline_us,
+                "a held message restarted the timer"
+            );
+        }
+        r.tick(t, &mut out);
+        if out
+            .sends
+            .iter()
+            .any(|(_, m)| matches!(m, Message::RequestVote(v) if v.pre_vote))
+        {
+            campaigned_us = Some(t);
+        }
+    }
+    assert_eq!(campaigned_us, Some(deadline_us.div_ceil(STEP_US) * STEP_US));
+    // A peer's pre-vote after the lease ran out is granted, a held message just before
+    // it notwithstanding.
+    let mut r = node_with_log(&[1, 2], 2, 0, None);
+    let mut out = Out::new();
+    r.receive(0, NodeId(1), heartbeat(10), &mut out);
+    r.receive(320_000, NodeId(1), heartbeat(9), &mut out);
+    let mut out = Out::new();
+    let mut pre = vote_request(3, 2, 2);
+    if let Message::RequestVote(v) = &mut pre {
+        v.pre_vote = true;
+        v.candidate = NodeId(2);
+    }
+    r.receive(330_000, NodeId(2), pre, &mut out);
+    assert!(granted(&out), "the lease was renewed by a held message");
+    // A newer message is a sign of life: it renews both.
+    let mut r = node_with_log(&[1, 2], 2, 0, None);
+    let mut out = Out::new();
+    r.receive(0, NodeId(1), heartbeat(10), &mut out);
+    r.receive(320_000, NodeId(1), heartbeat(11), &mut out);
+    assert!(r.election.deadline_us >= 620_000);
+    assert!(r.in_lease());
+}
+
+/// Simulator pause seed 976 (issue 17): the two voters left drew the same election
+/// timeouts, campaigned in the same millisecond and split the vote for ten seconds. Their
+/// random streams were one stream shifted by two draws (node `k`'s seed was `seed ^ k *
+/// gamma`, which for seeds whose bits miss the multiple's is node 0's state `k` steps on).
+/// No two nodes' or lives' streams may share a run of timeouts, at any offset.
+#[test]
+fn election_timeouts_of_different_nodes_and_lives_are_not_one_stream_shifted() {
+    const DRAWS: usize = 96;
+    const RUN: usize = 6;
+    for seed in [0, 976, 1 << 20, u64::MAX] {
+        let mut streams = Vec::new();
+        for me in 0..5u32 {
+            for incarnation in [0u32, 1, 3] {
+                let mut rng = timer_seed(seed, NodeId(me), incarnation);
+                let draws: Vec<u64> = (0..DRAWS).map(|_| splitmix64(&mut rng) % 300_000).collect();
+                streams.push(((me, incarnation), draws));
+            }
+        }
+        for (i, (a_id, a)) in streams.iter().enumerate() {
+            for (b_id, b) in &streams[i + 1..] {
+                for shift in 0..DRAWS - RUN {
+                    assert!(
+                        a[shift..shift + RUN] != b[..RUN] && b[shift..shift + RUN] != a[..RUN],
+                        "seed {seed}: {a_id:?} and {b_id:?} draw the same timeouts {shift} apart"
+                    );
+                }
+            }
+        }
+    }
+}
+
 // ---- each rule a mutation removes, checked alone ------------------------------------------
 
 /// Node 0 of voters {0, 1, 2} over a store holding `terms` (entry `k + 1` of term
@@ -1124,6 +1242,7 @@ fn reply_syncs(mutation: Option<crate::mutation::Mutation>) -> (bool, bool) {
         prev_term: 1,
         entries: vec![EntryBody::Noop.entry(2, Ballot::new(2, NodeId(1), 0))],
         leader_commit: 0,
+        seq: 1,
     });
     r.receive(0, NodeId(1), append, &mut out);
     let ok = out.sends.iter().any(

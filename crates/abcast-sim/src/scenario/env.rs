@@ -712,6 +712,7 @@ impl<A: Adapter> Env<A> {
                 }
                 Ok(String::new())
             }
+            "reconfigure" => self.cmd_reconfigure(args),
             "restart" => self.cmd_restart(args),
             "snapshot" => self.cmd_snapshot(args),
             "status" => self.cmd_status(args),
@@ -767,6 +768,43 @@ impl<A: Adapter> Env<A> {
             }
         }
         Ok(refused.join("\n"))
+    }
+
+    /// `reconfigure node=I voters=A,B,.. [learners=C,..]`: node I is asked for a new
+    /// configuration (`Protocol::reconfigure`): the voters as acceptors, the learners as
+    /// learners only.
+    fn cmd_reconfigure(&mut self, args: &mut Args) -> Result<String, String> {
+        use abcast_core::config::{Configuration, Member, Roles};
+        let i = self.node_arg(args)?;
+        let voters: Vec<u32> = args.parsed_list("voters")?;
+        let learners: Vec<u32> = args.parsed_list("learners")?;
+        let member = |id: u32, acceptor: bool| Member {
+            id: NodeId(id),
+            roles: Roles {
+                proposer: true,
+                acceptor,
+                learner: true,
+            },
+        };
+        let config = Configuration {
+            id: 0,
+            members: voters
+                .iter()
+                .map(|&v| member(v, true))
+                .chain(learners.iter().map(|&l| member(l, false)))
+                .collect(),
+        };
+        let now = self.now;
+        let mut out = Outbox::new();
+        let r = match self.nodes[i].proto.as_mut() {
+            None => return Err(format!("n{i} is down")),
+            Some(p) => p.reconfigure(now, config, &mut out),
+        };
+        self.apply(i, &mut out);
+        Ok(match r {
+            Ok(()) => String::new(),
+            Err(e) => format!("n{i} refused: {e:?}"),
+        })
     }
 
     fn cmd_run(&mut self, args: &mut Args) -> Result<String, String> {

@@ -14,7 +14,7 @@
 //! itself, LEVEL one of quiet, deliveries (the default), events, msgs, all):
 //!
 //! - `cluster protocol=P nodes=N [options]`: a new cluster, every node started fresh
-//!   (options: [`uring`], [`ringpaxos`], [`multiring`]).
+//!   (options: [`uring`], [`ringpaxos`], [`multiring`], [`raft`]).
 //! - `needs mutations`: skip the file (with a note) in a build without the broken variants.
 //! - `trace level=L`: the default level from here on.
 //! - `propose node=I[,J..] values=a,b|v0..v9 [group=G] [every-us=U]`: one `propose` per
@@ -35,6 +35,8 @@
 //! - `stop node=` / `resume node=`: freeze a node and cut it off, then thaw it (state kept).
 //!   `crash node=`: gone, state and all. `restart node= amnesic|fresh [incarnation=]
 //!   [from-snapshot]`: a new life on an empty in-memory store.
+//! - `reconfigure node=I voters=A,B,.. [learners=C,..]`: asks node I for a new
+//!   configuration (`Protocol::reconfigure`).
 //! - `snapshot node= [app=]`: the learner snapshots (the app state is its delivered values).
 //! - `status [node=]`, `delivered [node=] [instances]`, `held`.
 //! - `check`: agreement, order, no duplicates, integrity, snapshots, convergence.
@@ -47,6 +49,7 @@ pub mod adapter;
 pub mod datadriven;
 pub mod env;
 pub mod multiring;
+pub mod raft;
 mod ring;
 pub mod ringpaxos;
 pub mod uring;
@@ -69,8 +72,9 @@ pub fn new_cluster(args: &mut Args) -> Result<Box<dyn Cluster>, String> {
         uring::URingAdapter::NAME => make::<uring::URingAdapter>(args),
         ringpaxos::RingPaxosAdapter::NAME => make::<ringpaxos::RingPaxosAdapter>(args),
         multiring::MultiRingAdapter::NAME => make::<multiring::MultiRingAdapter>(args),
+        raft::RaftAdapter::NAME => make::<raft::RaftAdapter>(args),
         p => Err(format!(
-            "unknown protocol {p:?} (uring, ringpaxos, multiring)"
+            "unknown protocol {p:?} (uring, ringpaxos, multiring, raft)"
         )),
     }
 }

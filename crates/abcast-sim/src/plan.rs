@@ -73,6 +73,12 @@ pub struct FaultPlan {
     /// Chance that a `reconfigure` answered `Ok` is followed, 0-30 ms later, by a crash of
     /// the leader that took it, the node it adds, or the node it removes.
     pub crash_after_reconfig_ppm: u32,
+    /// Chance that a replacement `reconfigure` answered `Ok` is followed, 0-20 ms later,
+    /// by a partition that splits a majority of the old voters (the one leaving among them)
+    /// from the rest, a majority of the new voters (the one joining among them): during
+    /// the joint phase each side holds a majority of one configuration only, which is
+    /// what joint consensus exists for. It lasts 100-600 ms.
+    pub joint_partition_ppm: u32,
     /// Links that go down (a partition, a crash) and come back (a heal, a restart) are
     /// reported to both ends, as the runtime reports its connections: `peer_unreachable`
     /// and `peer_reconnected`.
@@ -111,7 +117,8 @@ impl std::fmt::Debug for FaultPlan {
         // Left out while off: the plans of the other mixes read as before.
         if self.reconfig_every_us.is_some() {
             d.field("reconfig_every_us", &self.reconfig_every_us)
-                .field("crash_after_reconfig_ppm", &self.crash_after_reconfig_ppm);
+                .field("crash_after_reconfig_ppm", &self.crash_after_reconfig_ppm)
+                .field("joint_partition_ppm", &self.joint_partition_ppm);
         }
         if self.session_notices {
             d.field("session_notices", &self.session_notices);
@@ -189,6 +196,7 @@ impl FaultPlan {
             power_loss_at_us: None,
             reconfig_every_us: None,
             crash_after_reconfig_ppm: 0,
+            joint_partition_ppm: 0,
             session_notices: false,
         }
     }
@@ -211,7 +219,8 @@ impl FaultPlan {
     ///
     /// The reconfig mix also asks for a reconfiguration every 100-400 ms of the fault phase,
     /// crashes the leader, the added or the removed node 0-30 ms after 30 % of the
-    /// `reconfigure`s that returned `Ok`, reports links that go down and up to both ends
+    /// `reconfigure`s that returned `Ok`, splits an old majority from a new one 0-20 ms
+    /// after 40 % of the replacements taken (`joint_partition_ppm`), reports links that go down and up to both ends
     /// (`session_notices`), holds 0.1-0.5 % of messages 0.5-5 s, delivers 20-80 % of
     /// messages for a down node to its next life, and has no faults-remain phase.
     ///
@@ -301,6 +310,7 @@ impl FaultPlan {
                 plan.coordinator_bias_ppm = 400_000;
                 plan.reconfig_every_us = Some((100_000, 400_000));
                 plan.crash_after_reconfig_ppm = 300_000;
+                plan.joint_partition_ppm = 400_000;
                 plan.session_notices = true;
             }
         }

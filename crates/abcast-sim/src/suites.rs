@@ -249,6 +249,8 @@ pub const SEQPAXOS_RECONFIGURES: bool = false;
 pub const RECONFIG_VOTERS: u32 = 3;
 /// Spares in the `reconfig` mix.
 pub const RECONFIG_SPARES: u32 = 2;
+/// The fault phase of the `reconfig` mix.
+pub const RECONFIG_FAULT_PHASE_US: Micros = 3_000_000;
 
 /// Linearizable reads per second of every suite's load (answered by the protocols with a
 /// read-index barrier, refused as `Unsupported` by the others).
@@ -277,6 +279,12 @@ pub fn config(proto: Proto, mix: FaultMix, variant: Variant) -> SimConfig {
         &variant.scenario(),
     );
     adjust(proto, &mut cfg);
+    if mix == FaultMix::Reconfig {
+        // 3 s instead of 2: room for several changes per run, each waiting for the one
+        // before (a few heartbeats each, longer behind crashes and partitions). A replay
+        // line carries the fault phase, so it is set here and not in `adjust`.
+        cfg.fault_phase_us = RECONFIG_FAULT_PHASE_US;
+    }
     cfg
 }
 

@@ -319,6 +319,14 @@ enum Action {
     CrashAfterReconfig {
         node: usize,
     },
+    /// The joint phase's partition: an old majority (`old_side`) and a new one apart.
+    JointPartition {
+        old_side: Vec<NodeId>,
+    },
+    /// ... and its end, unless the partition changed since (`partition_changes`).
+    JointHeal {
+        generation: u64,
+    },
     /// A link to `peer` went down or came back (`FaultPlan::session_notices`).
     Session {
         node: usize,
@@ -1161,6 +1169,14 @@ where
                 Ok(())
             }
             Action::Session { node, peer, up } => self.on_session(node, peer, up),
+            Action::JointPartition { old_side } => {
+                self.on_joint_partition(&old_side);
+                Ok(())
+            }
+            Action::JointHeal { generation } => {
+                self.on_joint_heal(generation);
+                Ok(())
+            }
         }
     }
 

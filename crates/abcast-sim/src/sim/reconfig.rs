@@ -316,6 +316,28 @@ where
                         step.kind, step.target
                     )),
                 );
+                let replace = matches!(
+                    step.kind,
+                    StepKind::ReplaceFollower | StepKind::ReplaceLeader
+                );
+                if replace && self.rng.chance_ppm(self.plan.joint_partition_ppm) {
+                    // A majority of the old voters, the leaving one among them; the
+                    // others (a majority of the new voters, the joining one among them)
+                    // on the other side.
+                    let old = self.membership.voters();
+                    let mut stay: Vec<NodeId> = old
+                        .iter()
+                        .copied()
+                        .filter(|n| step.target.contains(n))
+                        .collect();
+                    let mut old_side: Vec<NodeId> = step.removed.into_iter().collect();
+                    while old_side.len() < old.len() / 2 + 1 && !stay.is_empty() {
+                        let k = self.rng.below(stay.len() as u64) as usize;
+                        old_side.push(stay.swap_remove(k));
+                    }
+                    let at = self.now_us + self.rng.between(0, 20_000);
+                    self.schedule(at, Action::JointPartition { old_side });
+                }
                 if self.rng.chance_ppm(self.plan.crash_after_reconfig_ppm) {
                     let victims: Vec<NodeId> = [Some(id), step.added, step.removed]
                         .into_iter()
@@ -381,6 +403,56 @@ where
         let (lo, hi) = self.plan.downtime_us;
         let down_us = self.rng.between(lo, hi);
         self.crash_for(node, down_us);
+    }
+
+    /// The joint phase's partition: `old_side` apart from every other node, both ways.
+    pub(super) fn on_joint_partition(&mut self, old_side: &[NodeId]) {
+        if self.now_us >= self.fault_end_us {
+            return;
+        }
+        let mut blocked = BTreeSet::new();
+        for &a in old_side {
+            for &b in &self.cfg.nodes {
+                if !old_side.contains(&b) {
+                    blocked.insert((a, b));
+                    blocked.insert((b, a));
+                }
+            }
+        }
+        let before = std::mem::replace(&mut self.blocked, blocked);
+        self.links_changed(&before);
+        self.report.partition_changes += 1;
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Partition {
+                blocked: self.blocked.iter().copied().collect(),
+            },
+        );
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Note(format!(
+                "reconfig: joint-phase partition, {old_side:?} apart from the others"
+            )),
+        );
+        let generation = self.report.partition_changes;
+        let at = self.now_us + self.rng.between(100_000, 600_000);
+        self.schedule(at, Action::JointHeal { generation });
+    }
+
+    /// The joint phase's partition ends, unless another partition replaced it.
+    pub(super) fn on_joint_heal(&mut self, generation: u64) {
+        if self.report.partition_changes != generation || self.phase != super::Phase::Faults {
+            return;
+        }
+        let before = std::mem::take(&mut self.blocked);
+        self.links_changed(&before);
+        self.report.partition_changes += 1;
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Partition {
+                blocked: Vec::new(),
+            },
+        );
     }
 
     /// Node `i` applied a configuration: the one in effect if it is the newest, and the

@@ -383,7 +383,8 @@ impl Checker {
                 return Err(Failure::new(
                     ViolationKind::StaleRead,
                     format!(
-                        "read {read_id} answered with upto {upto} misses {v}, acknowledged at t={acked}us                          before the read was issued: {where_}"
+                        "read {read_id} answered with upto {upto} misses {v}, acknowledged at t={acked}us \
+                         before the read was issued: {where_}"
                     ),
                 )
                 .at(node, incarnation)

@@ -101,6 +101,10 @@ enum Answer {
     /// At once, at any node, with its own commit index (no leader, no heartbeat round): a
     /// follower behind its leader, or a deposed leader, answers stale.
     LocalCommit,
+    /// Reads are right, but node 1 reports each configuration change before the
+    /// deliveries of its outbox (position 0): at another place of the sequence than the
+    /// other nodes.
+    ConfigEarly,
 }
 
 /// Raft whose reads are answered wrongly (everything else unchanged).
@@ -120,7 +124,9 @@ impl Protocol for WrongReads {
         payload: Bytes,
         out: &mut Outbox<Self::Message>,
     ) -> Result<ValueId, ProposeError> {
-        self.inner.propose(now, payload, out)
+        let r = self.inner.propose(now, payload, out);
+        self.misplace(out);
+        r
     }
     fn receive(
         &mut self,
@@ -129,10 +135,12 @@ impl Protocol for WrongReads {
         msg: Self::Message,
         out: &mut Outbox<Self::Message>,
     ) {
-        self.inner.receive(now, from, msg, out)
+        self.inner.receive(now, from, msg, out);
+        self.misplace(out);
     }
     fn tick(&mut self, now: Micros, out: &mut Outbox<Self::Message>) {
-        self.inner.tick(now, out)
+        self.inner.tick(now, out);
+        self.misplace(out);
     }
     fn tick_interval_us(&self) -> Micros {
         self.inner.tick_interval_us()
@@ -168,16 +176,27 @@ impl Protocol for WrongReads {
     }
     fn read_index(
         &mut self,
-        _now: Micros,
+        now: Micros,
         id: u64,
         out: &mut Outbox<Self::Message>,
     ) -> Result<(), ProposeError> {
         let upto = match self.answer {
             Answer::Zero => 0,
             Answer::LocalCommit => self.inner.status().decided_max,
+            Answer::ConfigEarly => return self.inner.read_index(now, id, out),
         };
         out.reads.push(ReadState { id, upto });
         Ok(())
+    }
+}
+
+impl WrongReads {
+    fn misplace(&self, out: &mut Outbox<abcast_core::raft::Message>) {
+        if self.answer == Answer::ConfigEarly && self.inner.node() == NodeId(1) {
+            for c in &mut out.config_changes {
+                c.position = 0;
+            }
+        }
     }
 }
 
@@ -216,6 +235,31 @@ fn reads_answered_from_a_local_commit_index_without_a_barrier_are_caught() {
         wrong_reads_caught(Answer::LocalCommit, FaultMix::Partition, 0..20),
         Some(ViolationKind::StaleRead)
     );
+}
+
+#[test]
+fn a_configuration_change_reported_at_another_place_is_caught() {
+    assert_eq!(
+        wrong_reads_caught(Answer::ConfigEarly, FaultMix::Reconfig, 0..20),
+        Some(ViolationKind::ConfigMismatch)
+    );
+}
+
+/// Reads are refused by the ring protocols (`Unsupported`), and then leave their runs
+/// exactly as they were: the reads draw from a random stream of their own, and a refused
+/// read carries nothing out.
+#[test]
+fn reads_leave_protocols_without_a_barrier_unchanged() {
+    for seed in 0..4 {
+        let mut cfg = suites::config(Proto::URing, FaultMix::Crash, Variant::CORRECT)
+            .with_run(seed, FaultMix::Crash);
+        let with = suites::run_one(Proto::URing, &cfg, Variant::CORRECT).expect("passes");
+        cfg.reads_per_s = 0;
+        let without = suites::run_one(Proto::URing, &cfg, Variant::CORRECT).expect("passes");
+        assert_eq!(with.fingerprint, without.fingerprint, "seed {seed}");
+        assert_eq!(with.messages_sent, without.messages_sent, "seed {seed}");
+        assert_eq!((with.reads_issued, with.reads_answered), (0, 0));
+    }
 }
 
 #[test]

@@ -976,6 +976,7 @@ where
         self.load_end_us = self.now_us.saturating_add(self.cfg.heal_load_us);
         let gap = self.proposal_gap_us();
         self.schedule(self.now_us + gap, Action::Propose { retry: None });
+        self.schedule_next_read();
         Ok(())
     }
 

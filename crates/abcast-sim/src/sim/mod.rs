@@ -916,7 +916,8 @@ where
             self.schedule(self.cfg.snapshot_interval_us, Action::Snapshot);
         }
         self.schedule(BALLOT_SAMPLE_US, Action::Sample);
-        self.schedule_first_read();
+        self.guarded(|w| w.probe_reads())?;
+        self.schedule_next_read();
         self.schedule_first_reconfig();
 
         loop {

@@ -23,6 +23,9 @@ use abcast_core::storage::{MemDir, StorageError};
 use abcast_core::{Instance, Micros, NodeId, ProposeError, Protocol, ReadState};
 use std::collections::BTreeMap;
 
+/// The id of the probe read (see [`World::probe_reads`]); the load's reads count from 1.
+const PROBE_READ_ID: u64 = 0;
+
 /// A read is offered this many times at most (redirections and `Busy` included).
 const READ_ATTEMPTS_MAX: u32 = 50;
 
@@ -88,11 +91,43 @@ where
     P: Protocol,
     F: Fn(NodeId, StartInfo, MemDir) -> Result<P, StorageError>,
 {
-    /// The first read of the run, if reads are on.
-    pub(super) fn schedule_first_read(&mut self) {
+    /// Whether the protocol answers reads at all: one `read_index` at the first node
+    /// started, right after its first tick. `Unsupported` switches reads off before a single
+    /// read event is queued, so a protocol without a barrier runs exactly as it did without
+    /// reads (the event queue's layout, which the heavy tail's holds iterate, included).
+    /// Any other answer keeps them on; an answer to the probe itself is ignored.
+    pub(super) fn probe_reads(&mut self) -> SimResult<()> {
+        if !self.reads.on {
+            return Ok(());
+        }
+        let Some(i) = (0..self.nodes.len()).find(|&i| self.nodes[i].proto.is_some()) else {
+            return Ok(());
+        };
+        let mut result = None;
+        self.call(i, |p, now, out| {
+            result = Some(p.read_index(now, PROBE_READ_ID, out));
+        })?;
+        if let Some(Err(ProposeError::Unsupported { .. })) = result {
+            self.reads.on = false;
+        }
+        Ok(())
+    }
+
+    /// The next read, if reads are on and it comes before the load ends (the first of the
+    /// run, or of the load after the faults-remain phase).
+    pub(super) fn schedule_next_read(&mut self) {
         if self.reads.on {
             let gap = self.read_gap_us();
-            self.schedule(gap, Action::Read { retry: None });
+            self.schedule_read(self.now_us + gap, None);
+        }
+    }
+
+    /// A read event at `at`, only before the load ends: an event after it would move the
+    /// moment the run checks its convergence (after every event from then on), and so
+    /// change the run of a protocol that refuses reads.
+    fn schedule_read(&mut self, at: Micros, retry: Option<ReadRetry>) {
+        if at < self.load_end_us {
+            self.schedule(at, Action::Read { retry });
         }
     }
 
@@ -109,8 +144,7 @@ where
         let retry = match retry {
             Some(r) => r,
             None => {
-                let gap = self.read_gap_us();
-                self.schedule(self.now_us + gap, Action::Read { retry: None });
+                self.schedule_next_read();
                 self.reads.next_id += 1;
                 ReadRetry {
                     id: self.reads.next_id,
@@ -135,7 +169,7 @@ where
                 attempts: retry.attempts + 1,
                 ..retry
             };
-            self.schedule(at, Action::Read { retry: Some(again) });
+            self.schedule_read(at, Some(again));
             return Ok(());
         };
         let (id, incarnation) = (self.nodes[i].id, self.nodes[i].incarnation);
@@ -165,21 +199,11 @@ where
             }
             Some(Err(ProposeError::NotLeader { hint })) => {
                 let at = self.now_us + if hint.is_some() { 1_000 } else { 5_000 };
-                self.schedule(
-                    at,
-                    Action::Read {
-                        retry: Some(again(hint.filter(|&h| h != id))),
-                    },
-                );
+                self.schedule_read(at, Some(again(hint.filter(|&h| h != id))));
             }
             Some(Err(ProposeError::Busy)) | None => {
                 let at = self.now_us + self.cfg.busy_retry_us.max(1);
-                self.schedule(
-                    at,
-                    Action::Read {
-                        retry: Some(again(None)),
-                    },
-                );
+                self.schedule_read(at, Some(again(None)));
             }
             Some(Err(ProposeError::Unsupported { .. })) => {
                 self.reads.on = false;
@@ -197,6 +221,9 @@ where
 
     /// A `ReadState` came out of node `i`'s outbox.
     pub(super) fn read_answered(&mut self, i: usize, r: &ReadState) -> SimResult<()> {
+        if r.id == PROBE_READ_ID {
+            return Ok(());
+        }
         let (id, incarnation) = (self.nodes[i].id, self.nodes[i].incarnation);
         self.trace.record(
             self.now_us,

@@ -706,9 +706,11 @@ fn log_store(mix: FaultMix, disk: MemDir) -> Result<Box<dyn LogStore + Send>, St
 /// Raft over every node of `cfg`, on [`log_store`]'s stores; the seed of its randomised
 /// election timeouts is the run's. Every node, a spare of the `reconfig` mix too, is built
 /// with the first configuration's voters (`SimConfig::initial_members`): a node that
-/// configuration does not name never campaigns and never votes (`Raft::can_campaign`);
-/// it takes entries from a leader once a configuration in the leader's log names it (as a
-/// learner first, promoted once caught up; `raft/membership.rs`).
+/// configuration does not name never campaigns (`Raft::can_campaign`), and its votes and
+/// acknowledgements count in no quorum (quorums are of the voters in the candidate's or
+/// leader's configuration); it takes entries from a leader once a configuration in the
+/// leader's log names it (as a learner first, promoted once caught up;
+/// `raft/membership.rs`).
 pub fn raft_factory(cfg: &SimConfig, variant: Variant) -> Factory<Raft> {
     let ids: Vec<u32> = cfg.initial_member_ids().iter().map(|n| n.0).collect();
     let mix = cfg.mix;

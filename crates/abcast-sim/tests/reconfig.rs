@@ -250,14 +250,19 @@ fn a_configuration_change_reported_at_another_place_is_caught() {
 /// read carries nothing out.
 #[test]
 fn reads_leave_protocols_without_a_barrier_unchanged() {
-    for seed in 0..4 {
-        let mut cfg = suites::config(Proto::URing, FaultMix::Crash, Variant::CORRECT)
-            .with_run(seed, FaultMix::Crash);
+    for (mix, seed) in [(FaultMix::Crash, 0..4), (FaultMix::Mixed, 0..2)]
+        .into_iter()
+        .flat_map(|(m, s)| s.map(move |seed| (m, seed)))
+    {
+        let mut cfg = suites::config(Proto::URing, mix, Variant::CORRECT).with_run(seed, mix);
         let with = suites::run_one(Proto::URing, &cfg, Variant::CORRECT).expect("passes");
         cfg.reads_per_s = 0;
         let without = suites::run_one(Proto::URing, &cfg, Variant::CORRECT).expect("passes");
-        assert_eq!(with.fingerprint, without.fingerprint, "seed {seed}");
-        assert_eq!(with.messages_sent, without.messages_sent, "seed {seed}");
+        assert_eq!(with.fingerprint, without.fingerprint, "{mix} seed {seed}");
+        assert_eq!(
+            with.messages_sent, without.messages_sent,
+            "{mix} seed {seed}"
+        );
         assert_eq!((with.reads_issued, with.reads_answered), (0, 0));
     }
 }

@@ -30,6 +30,14 @@
 //!   each follows: the Multi-Ring guarantee (seed 000 §2.4). Checked incrementally on every
 //!   delivery against every other learner incarnation.
 //!
+//! - **Linearizable reads.** A read issued after a value was acknowledged and answered with
+//!   `ReadState { upto }` must find the value at or below `upto` once its learner delivered
+//!   up to there ([`ViolationKind::StaleRead`]; [`Checker::check_read`]).
+//! - **One sequence of configurations.** Every learner that reports a configuration change
+//!   reports the same configuration under the same id, after the same instance of the common
+//!   sequence, in increasing id order, without jumping over one that another learner
+//!   reported ([`ViolationKind::ConfigMismatch`]; [`Checker::config_change`]).
+//!
 //! Per-sender FIFO is not checked: U-Ring Paxos does not promise it.
 //!
 //! Instance numbers of a group (a ring) are the common language: two learners agree exactly
@@ -97,6 +105,16 @@ pub enum ViolationKind {
     NothingAcked,
     /// `propose` answered `Busy` more often than `SimConfig::busy_rejections_max`.
     TooBusy,
+    /// A read answered with `ReadState { upto }` misses a value acknowledged before the read
+    /// was issued: the value is not in the learner's sequence up to `upto` (or the read's id
+    /// was never asked of that node).
+    StaleRead,
+    /// Learners disagree on the configurations: one id with two memberships, one
+    /// configuration at two places of the sequence, changes out of order, or one jumped over.
+    ConfigMismatch,
+    /// A reconfiguration the plan asked for could not be asked (the protocol said its
+    /// configuration was invalid, or that it has no reconfiguration).
+    ReconfigRefused,
 }
 
 impl ViolationKind {
@@ -105,7 +123,9 @@ impl ViolationKind {
         use ViolationKind::*;
         match self {
             ConflictingDecision | SkippedInstance | OutOfOrder | NotSubscribed
-            | SnapshotMismatch => "agreement",
+            | SnapshotMismatch | ConfigMismatch => "agreement",
+            StaleRead => "linearizability",
+            ReconfigRefused => "config",
             MergeOrder => "merge order",
             DuplicateDelivery | ValueInTwoInstances | NeverProposed | PayloadMismatch
             | BadValueId | UnknownAck => "integrity",
@@ -291,6 +311,25 @@ pub struct Checker {
     pending: BTreeSet<ValueId>,
     acked_values: u64,
     delivered_values: BTreeMap<NodeId, u64>,
+    /// Every acknowledged value, in the order the acknowledgements were observed: a read
+    /// remembers how many there were when it was issued.
+    acked_log: Vec<ValueId>,
+    /// Every configuration some learner reported, by id.
+    configs: BTreeMap<u64, SeenConfig>,
+    /// Per learner incarnation, the last configuration id it reported.
+    last_config: BTreeMap<LearnerId, u64>,
+}
+
+/// A configuration as the first learner that reported it saw it.
+#[derive(Debug)]
+struct SeenConfig {
+    /// Members and whether each is an acceptor, sorted by id.
+    members: Vec<(NodeId, bool)>,
+    /// The last instance of group 0 delivered before it (`None`: that learner's stretch
+    /// did not start at the beginning, so the position is unknown).
+    after: Option<Instance>,
+    by: LearnerId,
+    at_us: Micros,
 }
 
 impl Checker {
@@ -305,7 +344,136 @@ impl Checker {
             pending: BTreeSet::new(),
             acked_values: 0,
             delivered_values: BTreeMap::new(),
+            acked_log: Vec::new(),
+            configs: BTreeMap::new(),
+            last_config: BTreeMap::new(),
         }
+    }
+
+    /// How many values have been acknowledged so far (a read issued now must see them all).
+    pub fn acked_len(&self) -> usize {
+        self.acked_log.len()
+    }
+
+    /// A read issued when `acked_len` values were acknowledged was answered with
+    /// `ReadState { upto }` by `node`, and the node has now delivered every instance up to
+    /// `upto`: each of those values must be in the common sequence at or below `upto` (so in
+    /// that learner's delivered prefix, which agreement keeps gap-free).
+    pub fn check_read(
+        &self,
+        node: NodeId,
+        incarnation: u64,
+        read_id: u64,
+        acked_len: usize,
+        upto: Instance,
+    ) -> Result<(), Failure> {
+        for &v in self.acked_log.iter().take(acked_len) {
+            let at = self.proposals.get(&v).and_then(|p| p.instance);
+            if at.is_none_or(|i| i > upto) {
+                let (acked, where_) = match self.proposals.get(&v) {
+                    Some(p) => (
+                        p.acked_at_us.unwrap_or(0),
+                        match p.instance {
+                            Some(i) => format!("it is in instance {i}"),
+                            None => "no learner delivered it yet".to_string(),
+                        },
+                    ),
+                    None => (0, String::new()),
+                };
+                return Err(Failure::new(
+                    ViolationKind::StaleRead,
+                    format!(
+                        "read {read_id} answered with upto {upto} misses {v}, acknowledged at t={acked}us \
+                         before the read was issued: {where_}"
+                    ),
+                )
+                .at(node, incarnation)
+                .instance(upto)
+                .value(v));
+            }
+        }
+        Ok(())
+    }
+
+    /// `node` reports a configuration change (see the module comment: one sequence of
+    /// configurations, each at one place of the common sequence).
+    pub fn config_change(
+        &mut self,
+        now_us: Micros,
+        node: NodeId,
+        incarnation: u64,
+        config: &abcast_core::config::Configuration,
+    ) -> Result<(), Failure> {
+        let me = (node, incarnation);
+        if !self.learners.contains_key(&me) {
+            self.start(node, incarnation, incarnation == 0);
+        }
+        let id = config.id;
+        let fail = |detail: String| {
+            Failure::new(ViolationKind::ConfigMismatch, detail).at(node, incarnation)
+        };
+        let mut members: Vec<(NodeId, bool)> = config
+            .members
+            .iter()
+            .map(|m| (m.id, m.roles.acceptor))
+            .collect();
+        members.sort_unstable();
+        let after = self
+            .learners
+            .get(&me)
+            .and_then(|l| l.groups.get(&GroupId(0)))
+            .and_then(|c| c.floor.map(|_| c.last));
+        if let Some(&prev) = self.last_config.get(&me) {
+            if id <= prev {
+                return Err(fail(format!(
+                    "reports configuration {id} after configuration {prev}"
+                )));
+            }
+            if let Some((&between, seen)) = self.configs.range(prev + 1..id).next() {
+                return Err(fail(format!(
+                    "reports configuration {id} right after {prev}, jumping over configuration {between}                      that {}#{} reported at t={}us",
+                    seen.by.0, seen.by.1, seen.at_us
+                )));
+            }
+        }
+        match self.configs.get_mut(&id) {
+            Some(seen) => {
+                if seen.members != members {
+                    return Err(fail(format!(
+                        "configuration {id} has members {members:?}; {}#{} reported it with {:?} at t={}us",
+                        seen.by.0, seen.by.1, seen.members, seen.at_us
+                    )));
+                }
+                match (seen.after, after) {
+                    (Some(a), Some(b)) if a != b => {
+                        return Err(fail(format!(
+                            "configuration {id} takes effect after instance {b} here; {}#{} applied it                              after instance {a} at t={}us",
+                            seen.by.0, seen.by.1, seen.at_us
+                        )));
+                    }
+                    (None, Some(b)) => seen.after = Some(b),
+                    _ => {}
+                }
+            }
+            None => {
+                self.configs.insert(
+                    id,
+                    SeenConfig {
+                        members,
+                        after,
+                        by: me,
+                        at_us: now_us,
+                    },
+                );
+            }
+        }
+        self.last_config.insert(me, id);
+        Ok(())
+    }
+
+    /// Configurations reported so far (distinct ids).
+    pub fn configs_seen(&self) -> usize {
+        self.configs.len()
     }
 
     /// A node incarnation starts. `fresh`: first start with nothing forgotten.
@@ -442,6 +610,7 @@ impl Checker {
             if p.acked_at_us.is_none() {
                 p.acked_at_us = Some(now_us);
                 self.acked_values += 1;
+                self.acked_log.push(id);
                 if p.instance.is_none() {
                     self.pending.insert(id);
                 }

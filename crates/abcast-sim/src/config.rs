@@ -43,6 +43,15 @@ pub enum FaultMix {
     /// in-memory windows (a protocol's suite runs this mix with small windows and no
     /// snapshots), so learners skip instances trimmed everywhere.
     LearnerSkip,
+    /// Membership changes under load and faults: the cluster has spare nodes outside the
+    /// first configuration ([`SimConfig::initial_members`]), and the plan asks the leader
+    /// for a sequence of reconfigurations (add a node, remove a follower, replace a
+    /// follower, replace the leader) at random times, with loss, duplication, reordering,
+    /// partitions that drop sessions (`Protocol::peer_unreachable` / `peer_reconnected`),
+    /// and crashes of any node at any step, also right after `reconfigure` said `Ok`. Only
+    /// for protocols that reconfigure (`suites::Proto::supports_reconfig`); not in
+    /// [`FaultMix::ALL`].
+    Reconfig,
 }
 
 impl FaultMix {
@@ -59,6 +68,20 @@ impl FaultMix {
         FaultMix::LearnerSkip,
     ];
 
+    /// Every mix, [`FaultMix::Reconfig`] included (names, parsing).
+    pub const EVERY: [FaultMix; 10] = [
+        FaultMix::None,
+        FaultMix::Loss,
+        FaultMix::Partition,
+        FaultMix::Crash,
+        FaultMix::LateJoin,
+        FaultMix::Mixed,
+        FaultMix::Pause,
+        FaultMix::PowerLoss,
+        FaultMix::LearnerSkip,
+        FaultMix::Reconfig,
+    ];
+
     /// The name used in `ABCAST_SIM_MIX` and in replay lines.
     pub fn name(self) -> &'static str {
         match self {
@@ -71,6 +94,7 @@ impl FaultMix {
             FaultMix::Pause => "pause",
             FaultMix::PowerLoss => "power_loss",
             FaultMix::LearnerSkip => "learner_skip",
+            FaultMix::Reconfig => "reconfig",
         }
     }
 }
@@ -84,12 +108,12 @@ impl fmt::Display for FaultMix {
 impl FromStr for FaultMix {
     type Err = String;
     fn from_str(s: &str) -> Result<FaultMix, String> {
-        FaultMix::ALL
+        FaultMix::EVERY
             .iter()
             .copied()
             .find(|m| m.name() == s.trim())
             .ok_or_else(|| {
-                let names: Vec<&str> = FaultMix::ALL.iter().map(|m| m.name()).collect();
+                let names: Vec<&str> = FaultMix::EVERY.iter().map(|m| m.name()).collect();
                 format!(
                     "unknown fault mix {s:?}; expected one of {}",
                     names.join(", ")
@@ -179,6 +203,22 @@ pub struct SimConfig {
     /// The nodes whose deliveries must converge (every node delivers; only these are
     /// required to have delivered everything at the end).
     pub learners: Vec<NodeId>,
+    /// The members of the first configuration, if not every node: the others are *spares*
+    /// (the `reconfig` mix). **Construction contract:** the factory builds every node, a
+    /// spare too, with this list as its first configuration (a protocol's voters / members);
+    /// a spare is started like any node at t = 0 and must wait, delivering nothing, voting
+    /// for nobody, campaigning for nothing, until a configuration that names it reaches it
+    /// (Raft: `RaftConfig::new(members, &[])` for every node, see `suites::raft_factory`).
+    /// The simulator holds only the current configuration's members to liveness; clients
+    /// propose only to them. `None`: every node is a member of a configuration that never
+    /// changes.
+    pub initial_members: Option<Vec<NodeId>>,
+    /// Linearizable reads issued per second of virtual time, over all nodes (0: none). Each
+    /// read goes to a random live node through `Protocol::read_index`, moves on to the hinted
+    /// leader on `NotLeader` and to another node on `Busy`, and is checked when answered
+    /// ([`crate::ViolationKind::StaleRead`]). A protocol that answers `Unsupported` gets no
+    /// more reads in the run.
+    pub reads_per_s: u32,
     /// Nodes the crash mixes never crash (for a protocol that does not yet survive some
     /// crash; empty by default: everybody, the coordinator included, can crash).
     pub crash_exempt: Vec<NodeId>,
@@ -283,6 +323,8 @@ impl SimConfig {
             learners: nodes.clone(),
             nodes,
             crash_exempt: Vec::new(),
+            initial_members: None,
+            reads_per_s: 0,
             seed,
             mix,
             fault_phase_us: 2_000_000,
@@ -345,6 +387,21 @@ impl SimConfig {
     /// f: how many acceptors may be down or amnesic at once.
     pub fn max_faulty_acceptors(&self) -> usize {
         self.acceptors.len().saturating_sub(1) / 2
+    }
+
+    /// Whether `node` is a member of the first configuration ([`SimConfig::initial_members`]).
+    pub fn is_initial_member(&self, node: NodeId) -> bool {
+        self.initial_members
+            .as_ref()
+            .is_none_or(|m| m.contains(&node))
+    }
+
+    /// The members of the first configuration.
+    pub fn initial_member_ids(&self) -> Vec<NodeId> {
+        match &self.initial_members {
+            Some(m) => m.clone(),
+            None => self.nodes.clone(),
+        }
     }
 
     /// The shell command that replays this run with a verbose trace. It carries the fields a
@@ -449,6 +506,14 @@ impl SimConfig {
         {
             return Err(format!("scheduled_crashes: {x} is not in nodes"));
         }
+        if let Some(m) = &self.initial_members {
+            if m.is_empty() {
+                return Err("initial_members: empty".into());
+            }
+            if let Some(x) = m.iter().find(|x| !self.nodes.contains(x)) {
+                return Err(format!("initial_members: {x} is not in nodes"));
+            }
+        }
         for (field, list) in [
             ("acceptors", &self.acceptors),
             ("learners", &self.learners),
@@ -477,7 +542,7 @@ mod tests {
 
     #[test]
     fn mix_names_round_trip() {
-        for m in FaultMix::ALL {
+        for m in FaultMix::EVERY {
             assert_eq!(m.name().parse::<FaultMix>(), Ok(m));
         }
         assert!("nope".parse::<FaultMix>().is_err());

@@ -107,6 +107,27 @@ impl Proto {
         matches!(self, Proto::SeqPaxos | Proto::Raft)
     }
 
+    /// Whether the protocol reconfigures (`Protocol::reconfigure`), so that its suite runs
+    /// the `reconfig` mix. Sequence Paxos joins once its stop-sign reconfiguration lands:
+    /// switch [`SEQPAXOS_RECONFIGURES`] on.
+    pub fn supports_reconfig(self) -> bool {
+        match self {
+            Proto::Raft => true,
+            Proto::SeqPaxos => SEQPAXOS_RECONFIGURES,
+            _ => false,
+        }
+    }
+
+    /// The mixes `--mix all` runs for this protocol: every mix of [`FaultMix::ALL`], and
+    /// `reconfig` where the protocol reconfigures.
+    pub fn mixes(self) -> Vec<FaultMix> {
+        let mut v = FaultMix::ALL.to_vec();
+        if self.supports_reconfig() {
+            v.push(FaultMix::Reconfig);
+        }
+        v
+    }
+
     /// Whether this is Multi-Ring Paxos, over either ring protocol.
     pub fn is_multiring(self) -> bool {
         matches!(self, Proto::MultiRing | Proto::MultiRingPaxos)
@@ -143,6 +164,7 @@ impl Proto {
             FaultMix::Pause => &[Pause, FaultsRemain, Ghost],
             FaultMix::PowerLoss => &[PowerLoss, CrossIncarnation],
             FaultMix::LearnerSkip => &[LearnerSkip],
+            FaultMix::Reconfig => &[CrossIncarnation, OutlivesTakeover],
         }
     }
 }
@@ -218,9 +240,26 @@ fn set_rp_mutation(rp: &mut RingPaxosConfig, v: Variant) {
         .unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// Sequence Paxos' entry in the `reconfig` mix (see [`Proto::supports_reconfig`]): off until
+/// its `reconfigure` stops refusing.
+pub const SEQPAXOS_RECONFIGURES: bool = false;
+
+/// Voters of the first configuration in the `reconfig` mix; the other nodes of its cluster
+/// are spares.
+pub const RECONFIG_VOTERS: u32 = 3;
+/// Spares in the `reconfig` mix.
+pub const RECONFIG_SPARES: u32 = 2;
+/// The fault phase of the `reconfig` mix.
+pub const RECONFIG_FAULT_PHASE_US: Micros = 3_000_000;
+
+/// Linearizable reads per second of every suite's load (answered by the protocols with a
+/// read-index barrier, refused as `Unsupported` by the others).
+pub const READS_PER_S: u32 = 50;
+
 /// The nodes of `proto`'s cluster under `mix`.
 fn node_count(proto: Proto, mix: FaultMix) -> u32 {
     match (proto, mix) {
+        (_, FaultMix::Reconfig) => RECONFIG_VOTERS + RECONFIG_SPARES,
         (Proto::URing | Proto::SeqPaxos | Proto::Raft, FaultMix::Mixed) => 5,
         (Proto::URing | Proto::SeqPaxos | Proto::Raft, _) => 3,
         (Proto::RingPaxos, _) => 6,
@@ -240,6 +279,12 @@ pub fn config(proto: Proto, mix: FaultMix, variant: Variant) -> SimConfig {
         &variant.scenario(),
     );
     adjust(proto, &mut cfg);
+    if mix == FaultMix::Reconfig {
+        // 3 s instead of 2: room for several changes per run, each waiting for the one
+        // before (a few heartbeats each, longer behind crashes and partitions). A replay
+        // line carries the fault phase, so it is set here and not in `adjust`.
+        cfg.fault_phase_us = RECONFIG_FAULT_PHASE_US;
+    }
     cfg
 }
 
@@ -260,6 +305,18 @@ fn adjust(proto: Proto, cfg: &mut SimConfig) {
         // crashes so that every ring keeps a learner that delivers everything.
         cfg.crash_exempt = vec![NodeId(3)];
     }
+    if cfg.mix == FaultMix::Reconfig {
+        // The first configuration is the lowest ids; the others are spares, built by the
+        // same factory and waiting until a configuration names them.
+        let members: Vec<NodeId> = cfg
+            .nodes
+            .iter()
+            .copied()
+            .filter(|n| n.0 < RECONFIG_VOTERS)
+            .collect();
+        cfg.initial_members = Some(members);
+    }
+    cfg.reads_per_s = READS_PER_S;
     cfg.require_acks = true;
     cfg.converge_bound_us = CONVERGE_BOUND_US;
     cfg.faults_remain_bound_us = FAULTS_REMAIN_BOUND_US;
@@ -605,7 +662,9 @@ where
 /// Sequence Paxos over every node of `cfg`, on an in-memory log (a restart is amnesic) or,
 /// in the `power_loss` mix, a durable log with fdatasync on the node's simulated disk.
 pub fn seqpaxos_factory(cfg: &SimConfig, variant: Variant) -> Factory<SeqPaxos> {
-    let ids: Vec<u32> = cfg.nodes.iter().map(|n| n.0).collect();
+    // Every node, a spare too, starts with the first configuration (the construction
+    // contract of `SimConfig::initial_members`).
+    let ids: Vec<u32> = cfg.initial_member_ids().iter().map(|n| n.0).collect();
     let mix = cfg.mix;
     let mut sp = SeqPaxosConfig::replicas(&ids);
     // 1 ms ticks, as Ring Paxos' suite: the simulator ticks after every input anyway.
@@ -624,9 +683,12 @@ pub fn seqpaxos_factory(cfg: &SimConfig, variant: Variant) -> Factory<SeqPaxos> 
 }
 
 /// The log store of a leader-based node under `mix`: in memory (a restart is amnesic), or
-/// durable with fdatasync on the node's simulated disk in the `power_loss` mix.
+/// durable with fdatasync on the node's simulated disk in the `power_loss` and `reconfig`
+/// mixes (in `reconfig` process crashes keep it: a restarted voter is not amnesic, so
+/// crashes can strike any node at any step without a change ever waiting for a voter
+/// that can never vote again).
 fn log_store(mix: FaultMix, disk: MemDir) -> Result<Box<dyn LogStore + Send>, StorageError> {
-    if mix == FaultMix::PowerLoss {
+    if matches!(mix, FaultMix::PowerLoss | FaultMix::Reconfig) {
         let (s, _recovery) = DurableLogStore::open(
             disk,
             DurableOptions {
@@ -642,9 +704,15 @@ fn log_store(mix: FaultMix, disk: MemDir) -> Result<Box<dyn LogStore + Send>, St
 }
 
 /// Raft over every node of `cfg`, on [`log_store`]'s stores; the seed of its randomised
-/// election timeouts is the run's.
+/// election timeouts is the run's. Every node, a spare of the `reconfig` mix too, is built
+/// with the first configuration's voters (`SimConfig::initial_members`): a node that
+/// configuration does not name never campaigns (`Raft::can_campaign`), and its votes and
+/// acknowledgements count in no quorum (quorums are of the voters in the candidate's or
+/// leader's configuration); it takes entries from a leader once a configuration in the
+/// leader's log names it (as a learner first, promoted once caught up;
+/// `raft/membership.rs`).
 pub fn raft_factory(cfg: &SimConfig, variant: Variant) -> Factory<Raft> {
-    let ids: Vec<u32> = cfg.nodes.iter().map(|n| n.0).collect();
+    let ids: Vec<u32> = cfg.initial_member_ids().iter().map(|n| n.0).collect();
     let mix = cfg.mix;
     let mut rc = RaftConfig::new(&ids, &[]);
     rc.batch_linger_us = 1000;

@@ -48,6 +48,15 @@ pub struct SweepReport {
     pub busy_rejections_max: u64,
     /// Runs in which no value was acknowledged (a protocol suite fails such a run).
     pub runs_without_acks: u64,
+    /// Reads and reconfigurations (see [`SimReport`]'s fields of the same names).
+    pub reads_issued: u64,
+    pub reads_answered: u64,
+    pub reads_checked: u64,
+    pub reconfigs_accepted: u64,
+    pub reconfigs_done: u64,
+    pub leader_replacements: u64,
+    pub configs_applied: u64,
+    pub session_drops: u64,
 }
 
 impl SweepReport {
@@ -62,6 +71,14 @@ impl SweepReport {
         }
         self.busy_rejections_max = self.busy_rejections_max.max(r.busy_rejections);
         self.runs_without_acks += u64::from(r.acked_values == 0);
+        self.reads_issued += r.reads_issued;
+        self.reads_answered += r.reads_answered;
+        self.reads_checked += r.reads_checked;
+        self.reconfigs_accepted += r.reconfigs_accepted;
+        self.reconfigs_done += r.reconfigs_done;
+        self.leader_replacements += r.leader_replacements;
+        self.configs_applied += r.configs_applied;
+        self.session_drops += r.session_drops;
         self.runs += 1;
         self.proposed_values += r.proposed_values;
         self.acked_values += r.acked_values;
@@ -117,6 +134,14 @@ impl SweepReport {
             .max(o.faults_remain_converge_us_max);
         self.busy_rejections_max = self.busy_rejections_max.max(o.busy_rejections_max);
         self.runs_without_acks += o.runs_without_acks;
+        self.reads_issued += o.reads_issued;
+        self.reads_answered += o.reads_answered;
+        self.reads_checked += o.reads_checked;
+        self.reconfigs_accepted += o.reconfigs_accepted;
+        self.reconfigs_done += o.reconfigs_done;
+        self.leader_replacements += o.leader_replacements;
+        self.configs_applied += o.configs_applied;
+        self.session_drops += o.session_drops;
     }
 }
 

@@ -4,7 +4,8 @@
 //! cargo run --release -p abcast-sim --bin sweep -- --protocol uring --mix all --seeds 200 --json
 //! ```
 //!
-//! `--protocol uring|ringpaxos|multiring|multiring-ringpaxos`, `--mix M` (one of the fault mixes, or `all`),
+//! `--protocol uring|ringpaxos|multiring|multiring-ringpaxos|seqpaxos|raft`, `--mix M` (one of the fault mixes,
+//! or `all`: the protocol's mixes, `reconfig` included where it reconfigures),
 //! `--seeds N` (per mix), `--seed-start S` (default 0), `--jobs J` (default: every core),
 //! `--mutation NAME` (a deliberately broken variant; needs `--features mutations`),
 //! `--stop` (end at the first violation), `--json` (the last line is one JSON object with
@@ -60,8 +61,9 @@ fn parse() -> Result<Args, String> {
             "--protocol" => proto = Some(value("a protocol")?.parse::<Proto>()?),
             "--mix" => {
                 let m = value("a mix")?;
+                // `all` is the protocol's mixes, known once every flag is read.
                 a.mixes = if m == "all" {
-                    FaultMix::ALL.to_vec()
+                    Vec::new()
                 } else {
                     vec![m.parse()?]
                 };
@@ -83,6 +85,9 @@ fn parse() -> Result<Args, String> {
         }
     }
     a.proto = proto.ok_or_else(|| format!("--protocol is required; {USAGE}"))?;
+    if a.mix_name == "all" {
+        a.mixes = a.proto.mixes();
+    }
     if a.mixes.is_empty() {
         return Err(format!("--mix is required; {USAGE}"));
     }
@@ -174,7 +179,8 @@ fn main() -> ExitCode {
             .collect();
         eprintln!(
             "sweep: {} {mix}{}: {} seeds, {} violations, {:.1} s; acked {} of {} proposed, \
-             converge max {} ms, faults-remain converge max {} ms in {} runs, busy max {}/run; {}",
+             converge max {} ms, faults-remain converge max {} ms in {} runs, busy max {}/run; \
+             reads answered {} checked {}; reconfigs accepted {} done {} (leader {}), configs {}; {}",
             a.proto,
             a.variant
                 .mutation
@@ -189,6 +195,12 @@ fn main() -> ExitCode {
             t.faults_remain_converge_us_max / 1000,
             t.faults_remain_runs,
             t.busy_rejections_max,
+            t.reads_answered,
+            t.reads_checked,
+            t.reconfigs_accepted,
+            t.reconfigs_done,
+            t.leader_replacements,
+            t.configs_applied,
             faults.join(" ")
         );
         all.merge(r);
@@ -227,7 +239,8 @@ fn main() -> ExitCode {
              \"failures\":[{}],\"fault_counts\":{},\"elapsed_s\":{elapsed:.1},\"jobs\":{},\
              \"proposed_values\":{},\"acked_values\":{},\"crashes\":{},\"time_to_converge_us_max\":{},\
              \"faults_remain_runs\":{},\"faults_remain_converge_us_max\":{},\"busy_rejections_max\":{},\
-             \"messages_held_long\":{},\"messages_parked\":{}}}",
+             \"messages_held_long\":{},\"messages_parked\":{},\"reads_answered\":{},\"reads_checked\":{},\
+             \"reconfigs_accepted\":{},\"reconfigs_done\":{},\"leader_replacements\":{},\"configs_applied\":{}}}",
             a.proto,
             json_string(&a.mix_name),
             a.variant
@@ -247,6 +260,12 @@ fn main() -> ExitCode {
             t.busy_rejections_max,
             t.messages_held_long,
             t.messages_parked,
+            t.reads_answered,
+            t.reads_checked,
+            t.reconfigs_accepted,
+            t.reconfigs_done,
+            t.leader_replacements,
+            t.configs_applied,
         );
     }
     if all.violations.is_empty() {

@@ -121,6 +121,7 @@ where
         let (id, incarnation) = (s.id, s.incarnation);
         self.checker.crash(id, incarnation);
         self.report.crashes += 1;
+        self.node_session(i, false);
         self.hold_last_words(id);
         self.trace.record(
             self.now_us,
@@ -195,7 +196,7 @@ where
         let Some((down_us, machine)) = self.nodes[i].crash_in_commit.take() else {
             return false;
         };
-        let f = self.cfg.max_faulty_acceptors();
+        let f = self.max_faulty();
         let id = self.nodes[i].id;
         if self.now_us >= self.fault_end_us
             || (self.nodes[i].acceptor && self.faulty_acceptors(i) + 1 > f)
@@ -300,7 +301,8 @@ where
                 }
             }
         }
-        self.blocked = blocked;
+        let before = std::mem::replace(&mut self.blocked, blocked);
+        self.links_changed(&before);
         self.report.partition_changes += 1;
         self.trace.record(
             self.now_us,
@@ -359,7 +361,7 @@ where
                 None => return Ok(()),
             },
         };
-        let f = self.cfg.max_faulty_acceptors();
+        let f = self.max_faulty();
         if self.nodes[target].acceptor && self.faulty_acceptors(target) + 1 > f {
             let id = self.nodes[target].id;
             self.trace.record(
@@ -413,7 +415,8 @@ where
 
     /// The full heal: every link up, no loss, every node up and running.
     pub(super) fn on_heal(&mut self) -> SimResult<()> {
-        self.blocked.clear();
+        let before = std::mem::take(&mut self.blocked);
+        self.links_changed(&before);
         self.ghost = None;
         self.loss_ppm = 0;
         self.dup_ppm = 0;
@@ -523,7 +526,7 @@ where
         let Some(arm) = self.nodes[i].partial.take() else {
             return false;
         };
-        let f = self.cfg.max_faulty_acceptors();
+        let f = self.max_faulty();
         let id = self.nodes[i].id;
         if self.nodes[i].acceptor && self.faulty_acceptors(i) + 1 > f {
             self.trace.record(
@@ -633,7 +636,7 @@ where
             return;
         };
         let id = self.nodes[k].id;
-        let f = self.cfg.max_faulty_acceptors();
+        let f = self.max_faulty();
         if self.faulty_acceptors(k) + 1 > f {
             self.trace.record(
                 self.now_us,
@@ -664,7 +667,7 @@ where
         if self.nodes[node].proto.is_none() {
             return;
         }
-        let f = self.cfg.max_faulty_acceptors();
+        let f = self.max_faulty();
         if self.faulty_acceptors(node) + 1 > f {
             let id = self.nodes[node].id;
             self.trace.record(
@@ -830,7 +833,7 @@ where
     /// faulty acceptor), the full heal otherwise.
     pub(super) fn on_faults_end(&mut self) -> SimResult<()> {
         self.power_loss_pending = false;
-        let f = self.cfg.max_faulty_acceptors();
+        let f = self.max_faulty();
         if !self.plan.faults_remain || f == 0 {
             return self.on_heal();
         }
@@ -973,6 +976,7 @@ where
         self.load_end_us = self.now_us.saturating_add(self.cfg.heal_load_us);
         let gap = self.proposal_gap_us();
         self.schedule(self.now_us + gap, Action::Propose { retry: None });
+        self.schedule_next_read();
         Ok(())
     }
 

@@ -37,6 +37,8 @@
 
 mod faults;
 mod network;
+mod reads;
+mod reconfig;
 
 use crate::checker::{Checker, Failure, LearnerId, SeqDigest, SnapshotEvent, ViolationKind};
 use crate::config::{FaultMix, SimConfig};
@@ -50,7 +52,7 @@ use abcast_core::protocol::{Ack, Install};
 use abcast_core::storage::{MemDir, StorageError};
 use abcast_core::{
     Application, Ballot, Carrier, ConfigChange, Delivery, Instance, Micros, NodeId, Outbox,
-    ProposeError, Protocol, Skip, Snapshot, Subscription,
+    ProposeError, Protocol, ReadState, Skip, Snapshot, Subscription,
 };
 use bytes::{Bytes, BytesMut};
 use std::cmp::{Ordering, Reverse};
@@ -189,6 +191,21 @@ pub struct SimReport {
     /// last proposal the connected learners took to converge.
     pub faults_remain_nodes: Vec<NodeId>,
     pub faults_remain_converge_us: Option<Micros>,
+    /// Reads (`SimConfig::reads_per_s`): `read_index` calls that returned `Ok`, reads
+    /// answered with a `ReadState`, and answered reads checked (their learner delivered up
+    /// to `upto` before it crashed or the run ended).
+    pub reads_issued: u64,
+    pub reads_answered: u64,
+    pub reads_checked: u64,
+    /// The `reconfig` mix: `reconfigure` calls that returned `Ok`, steps whose target
+    /// configuration some node then applied, of which leader replacements, and distinct
+    /// configurations applied in the run.
+    pub reconfigs_accepted: u64,
+    pub reconfigs_done: u64,
+    pub leader_replacements: u64,
+    pub configs_applied: u64,
+    /// Links that went down and told both ends (`Protocol::peer_unreachable`).
+    pub session_drops: u64,
     /// Equal for two runs that did exactly the same things (a determinism check).
     pub fingerprint: u64,
 }
@@ -287,6 +304,35 @@ enum Action {
     PowerLossNow,
     /// The fault phase ends: the faults-remain phase begins, or the full heal.
     FaultsEnd,
+    /// A linearizable read is issued (`SimConfig::reads_per_s`, `reads.rs`).
+    Read {
+        retry: Option<reads::ReadRetry>,
+    },
+    /// The next reconfiguration step is drawn (`reconfig.rs`).
+    Reconfig,
+    /// ... and offered to a node.
+    ReconfigAsk {
+        step: u64,
+        to: Option<NodeId>,
+    },
+    /// A crash right after a `reconfigure` returned `Ok`.
+    CrashAfterReconfig {
+        node: usize,
+    },
+    /// The joint phase's partition: an old majority (`old_side`) and a new one apart.
+    JointPartition {
+        old_side: Vec<NodeId>,
+    },
+    /// ... and its end, unless the partition changed since (`partition_changes`).
+    JointHeal {
+        generation: u64,
+    },
+    /// A link to `peer` went down or came back (`FaultPlan::session_notices`).
+    Session {
+        node: usize,
+        peer: NodeId,
+        up: bool,
+    },
 }
 
 /// A message in the network.
@@ -549,7 +595,16 @@ where
                 text: format!("configuration {} ({:?})", c.config.id, c.kind),
             },
         );
+        self.w
+            .checker
+            .config_change(now, self.id, self.incarnation, &c.config)
+            .map_err(|f| self.w.violation(f))?;
+        self.w.config_applied(&c.config);
         Ok(())
+    }
+
+    fn read(&mut self, _now: Micros, r: &ReadState) -> SimResult<()> {
+        self.w.read_answered(self.i, r)
     }
 
     fn acked(&mut self, now: Micros, a: &Ack) -> SimResult<()> {
@@ -652,6 +707,10 @@ struct World<'a, P: Protocol, F> {
     ballot_changes: u64,
     /// A power loss waits for the next acceptor's group commit.
     power_loss_pending: bool,
+    /// Linearizable reads (`reads.rs`).
+    reads: reads::Reads,
+    /// The configuration in effect and the reconfiguration under way (`reconfig.rs`).
+    membership: reconfig::Membership,
     report: SimReport,
 }
 
@@ -692,8 +751,8 @@ where
                 incarnation: 0,
                 started: false,
                 epoch: 0,
-                acceptor: cfg.acceptors.contains(&id),
-                learner: cfg.learners.contains(&id),
+                acceptor: cfg.acceptors.contains(&id) && cfg.is_initial_member(id),
+                learner: cfg.learners.contains(&id) && cfg.is_initial_member(id),
                 crash_exempt: cfg.crash_exempt.contains(&id),
                 app: NodeApp {
                     state: SimApp::default(),
@@ -748,6 +807,11 @@ where
             ballot_max: Ballot::ZERO,
             ballot_changes: 0,
             power_loss_pending: false,
+            reads: reads::Reads::new(cfg.seed, cfg.reads_per_s),
+            membership: reconfig::Membership::new(
+                &cfg.initial_member_ids(),
+                cfg.initial_members.is_some(),
+            ),
             report: SimReport {
                 seed: cfg.seed,
                 mix: cfg.mix,
@@ -786,6 +850,14 @@ where
                 ballot_changes: 0,
                 faults_remain_nodes: Vec::new(),
                 faults_remain_converge_us: None,
+                reads_issued: 0,
+                reads_answered: 0,
+                reads_checked: 0,
+                reconfigs_accepted: 0,
+                reconfigs_done: 0,
+                leader_replacements: 0,
+                configs_applied: 0,
+                session_drops: 0,
                 fingerprint: 0,
             },
             plan,
@@ -844,6 +916,9 @@ where
             self.schedule(self.cfg.snapshot_interval_us, Action::Snapshot);
         }
         self.schedule(BALLOT_SAMPLE_US, Action::Sample);
+        self.guarded(|w| w.probe_reads())?;
+        self.schedule_next_read();
+        self.schedule_first_reconfig();
 
         loop {
             let Some(Reverse(ev)) = self.queue.pop() else {
@@ -914,6 +989,7 @@ where
         report.converged_at_us = converged_at_us;
         report.time_to_converge_us = converged_at_us.saturating_sub(self.heal_at_us);
         report.ballot_changes = self.ballot_changes;
+        report.configs_applied = self.checker.configs_seen() as u64;
         report.fingerprint = self.trace.fingerprint();
         if self.cfg.require_acks && report.acked_values == 0 {
             return Err(self.violation(Failure::new(
@@ -1086,6 +1162,22 @@ where
                 Ok(())
             }
             Action::FaultsEnd => self.on_faults_end(),
+            Action::Read { retry } => self.on_read(retry),
+            Action::Reconfig => self.on_reconfig(),
+            Action::ReconfigAsk { step, to } => self.on_reconfig_ask(step, to),
+            Action::CrashAfterReconfig { node } => {
+                self.on_crash_after_reconfig(node);
+                Ok(())
+            }
+            Action::Session { node, peer, up } => self.on_session(node, peer, up),
+            Action::JointPartition { old_side } => {
+                self.on_joint_partition(&old_side);
+                Ok(())
+            }
+            Action::JointHeal { generation } => {
+                self.on_joint_heal(generation);
+                Ok(())
+            }
         }
     }
 
@@ -1253,6 +1345,7 @@ where
         self.call(i, |p, now, out| p.tick(now, out))?;
         self.schedule_tick(i, true);
         self.flush_parked(i);
+        self.node_session(i, true);
         Ok(())
     }
 
@@ -1451,7 +1544,11 @@ where
                 id,
                 incarnation,
             },
-        )
+        )?;
+        if self.reads.waiting_at(i) {
+            self.check_reads(i)?;
+        }
+        Ok(())
     }
 
     /// The learner passed over instances no acceptor holds any more: counted, checked (it
@@ -1523,10 +1620,15 @@ where
             Phase::FaultsRemain { exempt, .. } => exempt,
             _ => &[],
         };
+        // With changing memberships, clients reach the members of the configuration in effect.
+        let members_only = self.membership.on;
         (0..self.nodes.len())
             .filter(|&i| {
                 let s = &self.nodes[i];
-                s.proto.is_some() && self.now_us >= s.paused_until_us && !exempt.contains(&s.id)
+                s.proto.is_some()
+                    && self.now_us >= s.paused_until_us
+                    && !exempt.contains(&s.id)
+                    && (!members_only || s.learner)
             })
             .collect()
     }
@@ -1630,19 +1732,24 @@ where
 
     fn is_converged(&self) -> bool {
         self.nodes.iter().all(|s| s.proto.is_some())
-            && self.checker.converged(&self.live_learners())
+            && self
+                .checker
+                .converged_among(&self.live_learners(), &self.non_members())
     }
 
     fn liveness_violation(&mut self, why: &str) -> Box<Violation> {
         let live = self.live_learners();
         let mut f = match self.faults_remain_failure() {
             Some(f) => f,
-            None => self.checker.liveness_failure(&live).unwrap_or_else(|| {
-                Failure::new(
-                    ViolationKind::NotConverged,
-                    format!("{why}, yet the checkers found nothing missing"),
-                )
-            }),
+            None => self
+                .checker
+                .liveness_failure_among(&live, &self.non_members())
+                .unwrap_or_else(|| {
+                    Failure::new(
+                        ViolationKind::NotConverged,
+                        format!("{why}, yet the checkers found nothing missing"),
+                    )
+                }),
         };
         let (phase, bound) = match &self.phase {
             Phase::FaultsRemain { exempt, .. } => (

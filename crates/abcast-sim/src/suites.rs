@@ -240,9 +240,9 @@ fn set_rp_mutation(rp: &mut RingPaxosConfig, v: Variant) {
         .unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// Sequence Paxos' entry in the `reconfig` mix (see [`Proto::supports_reconfig`]): off until
-/// its `reconfigure` stops refusing.
-pub const SEQPAXOS_RECONFIGURES: bool = false;
+/// Sequence Paxos' entry in the `reconfig` mix (see [`Proto::supports_reconfig`]): on since
+/// its stop-sign reconfiguration landed (`seqpaxos/reconfig.rs`).
+pub const SEQPAXOS_RECONFIGURES: bool = true;
 
 /// Voters of the first configuration in the `reconfig` mix; the other nodes of its cluster
 /// are spares.

@@ -306,6 +306,12 @@ pub struct SimConfig {
     /// `SYNC_JOBS_IN_FLIGHT_MAX`); a node's next group begins its sync while up to this
     /// many older ones run, in order. 0: one to three, by seed (`1 + seed % 3`).
     pub sync_jobs_max: usize,
+    /// The transport's frame limit: a message whose body is larger is never delivered (the
+    /// runtime refuses to send a frame over its limit and goes on with the next), so a
+    /// protocol that sends one loses it for good rather than by chance. A protocol must
+    /// stay safe when that happens (liveness is its own business: it must keep its
+    /// messages below the limit). `None`: no limit.
+    pub max_message_bytes: Option<usize>,
     /// Upper bound of events processed in one run; exceeding it is a liveness violation
     /// (a message storm or a zero-delay loop).
     pub event_budget: u64,
@@ -352,6 +358,7 @@ impl SimConfig {
             snapshot_interval_us: 0,
             sync_delay_us: None,
             sync_jobs_max: 0,
+            max_message_bytes: None,
             event_budget: 20_000_000,
             replay: ReplayTarget::default(),
         }

@@ -674,6 +674,11 @@ pub fn seqpaxos_factory(cfg: &SimConfig, variant: Variant) -> Factory<SeqPaxos> 
     // ring protocols' late joiner does, and the partial fan-out crash can strike its
     // takeover.
     sp.priorities = vec![(NodeId(0), 1)];
+    if let Some(limit) = cfg.max_message_bytes {
+        // The protocol's own bound well below the transport's, as a node's config has it
+        // (4 MiB under the runtime's 64 MiB frames).
+        sp.max_message_bytes = (limit / 4).max(1024);
+    }
     sp.set_mutation(variant.mutation)
         .unwrap_or_else(|e| panic!("{e}"));
     Box::new(move |id, start, disk| {

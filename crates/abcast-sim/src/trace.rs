@@ -20,6 +20,8 @@ pub enum DropReason {
     DestinationDown,
     /// The destination is not a node of the simulation.
     UnknownDestination,
+    /// Over the transport's frame limit (`SimConfig::max_message_bytes`).
+    TooLarge,
 }
 
 /// One thing that happened in a run.

@@ -71,8 +71,14 @@ fn seqpaxos_changes_its_members_and_replaces_its_leader_under_faults() {
         t.reads_checked,
         t.session_drops
     );
-    assert!(t.reconfigs_done >= 200, "too few changes took effect: {t:?}");
-    assert!(t.leader_replacements >= 50, "too few leaders replaced: {t:?}");
+    assert!(
+        t.reconfigs_done >= 200,
+        "too few changes took effect: {t:?}"
+    );
+    assert!(
+        t.leader_replacements >= 50,
+        "too few leaders replaced: {t:?}"
+    );
     assert!(t.reads_checked >= 1000, "too few reads checked: {t:?}");
 }
 

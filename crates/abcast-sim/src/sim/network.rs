@@ -43,6 +43,14 @@ where
             self.drop_msg(from, to_id, kind, DropReason::UnknownDestination);
             return;
         };
+        if self
+            .cfg
+            .max_message_bytes
+            .is_some_and(|max| body.len() > max)
+        {
+            self.drop_msg(from, to_id, kind, DropReason::TooLarge);
+            return;
+        }
         let from_incarnation = self
             .index
             .get(&from)

@@ -47,6 +47,9 @@
 //! carries its whole batch in one datagram, so `batch_max_bytes` defaults to 40 KiB and
 //! `max_value_bytes` to what fits a datagram, and larger settings are refused.
 //!
+//! A leader-based protocol (`protocol = "seqpaxos" | "raft" | "omnipaxos" | "raftrs"`) has
+//! its own section; see `leader.rs`.
+//!
 //! Every error names the field and the reason. Durations in `[ring]` are in milliseconds,
 //! the unit seed 000 table 4.1 uses (`p1_resend_ms`, `value_resend_ms`, ...), except
 //! `batch_linger_us`, which is far below a millisecond.

@@ -134,6 +134,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_leader_only_generator_proposes_only_while_unpaused() {
+        let cfg = LoadConfig {
+            rate_per_s: 0,
+            value_bytes: 16,
+            window_values: 4,
+            max_values: None,
+            leader_only: true,
+        };
+        let mut g = LoadGen::new(cfg, 0);
+        assert!(
+            !g.wants_one(),
+            "paused until the driver sees this node lead"
+        );
+        g.paused = false;
+        assert!(g.wants_one());
+        g.paused = true;
+        assert!(!g.wants_one());
+    }
+
+    #[test]
     fn rate_limit_follows_the_clock() {
         let cfg = LoadConfig {
             rate_per_s: 1000,

@@ -105,7 +105,8 @@ impl SeqPaxos {
             self.phase = Phase::Accept;
             self.phase_since_us = self.now;
             self.accepted_owed = true;
-            self.decide(m.decided, out);
+            let early = self.early_decide.take().filter(|&(n, _)| n == m.n);
+            self.decide(m.decided.max(early.map_or(0, |(_, ld)| ld)), out);
             return;
         }
         // Line 10: `v_a ← PREFIX(v_a, ld) ++ suffix`, never below the decided prefix (the
@@ -143,7 +144,8 @@ impl SeqPaxos {
         self.phase = Phase::Accept;
         self.phase_since_us = self.now;
         self.accepted_owed = true;
-        self.decide(m.decided, out);
+        let early = self.early_decide.take().filter(|&(n, _)| n == m.n);
+        self.decide(m.decided.max(early.map_or(0, |(_, ld)| ld)), out);
     }
 
     /// Acceptor lines 13-16: entries that continue the log are appended; entries it holds
@@ -219,6 +221,18 @@ impl SeqPaxos {
             return;
         }
         if self.phase != Phase::Accept && !self.mutation(Mutation::SeqPaxosDecideInPrepare) {
+            // Not applied now (this log may hold entries of an older round there), but kept:
+            // the leader sends each decided length once, and a `Decide` that overtook the
+            // round's `AcceptSync` would otherwise be lost for good when no later one
+            // follows (the simulator's mixed seed 135: a follower stuck 15 entries behind
+            // after the load stopped). It applies once this round's sync is accepted.
+            if self.role == Role::Follower {
+                let best = match self.early_decide {
+                    Some((n, ld)) if n == m.n => ld.max(m.ld),
+                    _ => m.ld,
+                };
+                self.early_decide = Some((m.n, best));
+            }
             self.ask_prepare(out, false);
             return;
         }

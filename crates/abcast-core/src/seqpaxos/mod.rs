@@ -136,6 +136,9 @@ pub struct SeqPaxos {
     pub(crate) ld: LeaderState,
     /// Follower: an `Accepted` is owed to the leader at the next flush.
     pub(crate) accepted_owed: bool,
+    /// Follower: the highest `Decide` of its promised round that arrived before that
+    /// round's `AcceptSync` (reordered), applied once the sync is (`follower.rs`).
+    pub(crate) early_decide: Option<(Ballot, u64)>,
     /// Follower: when the phase last changed, and when it last asked to be prepared.
     pub(crate) phase_since_us: Micros,
     pub(crate) prepare_req_us: Option<Micros>,
@@ -249,6 +252,7 @@ impl SeqPaxos {
             leader_hint: None,
             ld: LeaderState::default(),
             accepted_owed: false,
+            early_decide: None,
             phase_since_us: 0,
             prepare_req_us: None,
             read_acks: Vec::new(),

@@ -46,7 +46,6 @@ use abcast_core::raft::{Raft, RaftConfig};
 use abcast_core::seqpaxos::{SeqPaxos, SeqPaxosConfig};
 use abcast_core::storage::{DurableLogStore, DurableOptions, LogStore, MemoryLogStore};
 use abcast_peers::{OmniPaxosCore, OmniPaxosCoreConfig, RaftRsCore, RaftRsCoreConfig};
-use abcast_runtime::disk::OsDir;
 use serde::Deserialize;
 
 /// Which leader-based protocol runs, with its checked configuration.
@@ -431,15 +430,7 @@ pub fn open_log_store(cfg: &NodeConfig) -> Result<Box<dyn LogStore + Send>, Conf
         StorageKind::None | StorageKind::Memory => Ok(Box::new(MemoryLogStore::new())),
         StorageKind::Durable { sync } => {
             let path = crate::node::log_dir(cfg, None);
-            let dir = OsDir::open(&path).map_err(|e| ConfigError {
-                field: "storage.dir",
-                reason: format!("cannot open {}: {e}", path.display()),
-            })?;
-            let dir = if sync && cfg.storage.direct_io {
-                dir.with_direct_writes()
-            } else {
-                dir
-            };
+            let dir = crate::node::open_log_dir(cfg, &path, sync)?;
             let opts = DurableOptions {
                 sync,
                 segment_bytes: cfg.storage.segment_bytes,
@@ -450,13 +441,7 @@ pub fn open_log_store(cfg: &NodeConfig) -> Result<Box<dyn LogStore + Send>, Conf
                 field: "storage.dir",
                 reason: e.0,
             })?;
-            if let Some(t) = &rec.torn_tail {
-                eprintln!(
-                    "[{me}] log: torn tail in {} at offset {} ({}): cut {} bytes, back to the \
-                     last whole record",
-                    t.file, t.offset, t.why, t.bytes_cut
-                );
-            }
+            crate::node::report_torn_tail(me, "log", rec.torn_tail.as_ref());
             eprintln!(
                 "[{me}] log {}: {} segments, {} records replayed",
                 path.display(),

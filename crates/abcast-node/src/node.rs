@@ -309,15 +309,7 @@ pub fn open_store(
         ))),
         StorageKind::Durable { sync } => {
             let path = log_dir(cfg, ring);
-            let dir = OsDir::open(&path).map_err(|e| ConfigError {
-                field: "storage.dir",
-                reason: format!("cannot open {}: {e}", path.display()),
-            })?;
-            let dir = if sync && cfg.storage.direct_io {
-                dir.with_direct_writes()
-            } else {
-                dir
-            };
+            let dir = open_log_dir(cfg, &path, sync)?;
             let opts = DurableOptions {
                 sync,
                 segment_bytes: cfg.storage.segment_bytes,
@@ -328,16 +320,35 @@ pub fn open_store(
                 field: "storage.dir",
                 reason: e.0,
             })?;
-            if let Some(t) = &rec.torn_tail {
-                eprintln!(
-                    "[{me}] acceptor log: torn tail in {} at offset {} ({}): cut {} bytes, \
-                     back to the last whole record",
-                    t.file, t.offset, t.why, t.bytes_cut
-                );
-            }
+            report_torn_tail(me, "acceptor log", rec.torn_tail.as_ref());
             eprintln!("[{me}] acceptor log {}: {rec}", path.display());
             Ok(Box::new(store))
         }
+    }
+}
+
+/// A durable log's directory, opened (with direct writes when the log is synced and the
+/// config asks for them); shared by the acceptor stores and the leader-based log stores.
+pub fn open_log_dir(cfg: &NodeConfig, path: &Path, sync: bool) -> Result<OsDir, ConfigError> {
+    let dir = OsDir::open(path).map_err(|e| ConfigError {
+        field: "storage.dir",
+        reason: format!("cannot open {}: {e}", path.display()),
+    })?;
+    Ok(if sync && cfg.storage.direct_io {
+        dir.with_direct_writes()
+    } else {
+        dir
+    })
+}
+
+/// Says on stderr what recovery cut off a log's torn tail, if it did.
+pub fn report_torn_tail(me: NodeId, what: &str, torn: Option<&abcast_core::storage::TornTail>) {
+    if let Some(t) = torn {
+        eprintln!(
+            "[{me}] {what}: torn tail in {} at offset {} ({}): cut {} bytes, back to the last \
+             whole record",
+            t.file, t.offset, t.why, t.bytes_cut
+        );
     }
 }
 

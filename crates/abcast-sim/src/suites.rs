@@ -678,6 +678,7 @@ pub fn seqpaxos_factory(cfg: &SimConfig, variant: Variant) -> Factory<SeqPaxos> 
         // The protocol's own bound well below the transport's, as a node's config has it
         // (4 MiB under the runtime's 64 MiB frames).
         sp.max_message_bytes = (limit / 4).max(1024);
+        sp.uncommitted_bytes_max = sp.max_message_bytes;
     }
     sp.set_mutation(variant.mutation)
         .unwrap_or_else(|e| panic!("{e}"));

@@ -96,25 +96,26 @@ fn seqpaxos_five_nodes_survive_the_mixed_preset_wide() {
 }
 
 /// Messages over the transport's frame limit never arrive (the runtime refuses such a frame
-/// and goes on with the next). Liveness is lost then, but never safety: an `AcceptSync` cut
-/// to `max_message_bytes` once let a follower take the leader's round with only part of
-/// the log, and a later leader adopted that shorter log and dropped chosen entries
-/// (`abcast demo --protocol seqpaxos --kill` disagreed on real processes). Every violation
-/// here must be a liveness one.
+/// and goes on with the next). Safety must hold: an `AcceptSync` cut to `max_message_bytes`
+/// once let a follower take the leader's round with only part of the log, and a later
+/// leader adopted that shorter log and dropped chosen entries (`abcast demo --protocol
+/// seqpaxos --kill` disagreed on real processes). And liveness too: a node far behind is
+/// caught up with decided entries in messages of `max_message_bytes` (`leader.rs`,
+/// `CatchUp` and `on_catch_up`), promises carry only the undecided tail, which
+/// `uncommitted_bytes_max` bounds, so no message that a node must get outgrows the frame.
+/// (Before the bounded catch-up, with 64 KB frames: 74, 100 and 5 of these 100 seeds lost
+/// liveness.)
 #[test]
-fn seqpaxos_stays_safe_when_oversize_messages_never_arrive() {
+fn seqpaxos_stays_safe_and_live_when_oversize_messages_never_arrive() {
     for mix in [FaultMix::Loss, FaultMix::Crash, FaultMix::PowerLoss] {
         let mut base = suites::config(P, mix, Variant::CORRECT);
-        base.max_message_bytes = Some(4000);
-        let mut liveness = 0;
+        base.max_message_bytes = Some(64_000);
         for seed in 0..100 {
             let cfg = base.with_run(seed, mix);
             let f = suites::seqpaxos_factory(&cfg, Variant::CORRECT);
             if let Err(v) = run_with_disk(&cfg, &f) {
-                assert_eq!(v.kind.property(), "liveness", "{v}");
-                liveness += 1;
+                panic!("{v}");
             }
         }
-        eprintln!("{mix:?}: {liveness} of 100 seeds lost liveness, none safety");
     }
 }

@@ -43,6 +43,14 @@ pub struct SeqPaxosConfig {
     /// Largest Accept or AcceptSync, in payload bytes (a follower far behind is caught up in
     /// several).
     pub max_message_bytes: usize,
+    /// Payload bytes of entries the leader appended and are not chosen yet (its undecided
+    /// tail), and of the proposals it holds while it prepares; batches beyond it are
+    /// dropped for their proposer to re-send (etcd's `MaxUncommittedEntriesSize`, Raft's
+    /// `max_uncommitted_bytes`). Not in the thesis, whose messages have no size limit:
+    /// a node's undecided tail is what its `Promise` carries to the next leader, and what
+    /// an `AcceptSync` must carry past the decided entries, so it must fit in one frame
+    /// of the runtime (64 MiB) with room to spare.
+    pub uncommitted_bytes_max: usize,
     /// The proposer's batching window (see `batcher.rs`).
     pub batch_max_bytes: usize,
     pub batch_linger_us: Micros,
@@ -78,6 +86,7 @@ impl Default for SeqPaxosConfig {
             heartbeat_delay_max_rounds: 3,
             resend_us: 100_000,
             max_message_bytes: 4 << 20,
+            uncommitted_bytes_max: 16 << 20,
             batch_max_bytes: 64 << 10,
             batch_linger_us: 200,
             // Raft's and the peer cores' window. With 200,000 values and 16 MiB per proposer
@@ -190,6 +199,15 @@ impl SeqPaxosConfig {
             return err(
                 "max_message_bytes",
                 format!("{} is below 1024", self.max_message_bytes),
+            );
+        }
+        if self.uncommitted_bytes_max < self.max_message_bytes {
+            return err(
+                "uncommitted_bytes_max",
+                format!(
+                    "{} is below max_message_bytes ({})",
+                    self.uncommitted_bytes_max, self.max_message_bytes
+                ),
             );
         }
         if self.batch_max_bytes == 0 || self.window_values == 0 || self.window_bytes == 0 {

@@ -60,10 +60,14 @@ impl SeqPaxos {
         self.set_leader_hint(m.n);
         self.ble.observe_leader(m.n);
         // Line 5.
+        // Line 5, from the higher of the leader's and this node's decided lengths: what
+        // lies between is chosen, and a leader that lacks it pulls it apart (`leader.rs`,
+        // `CatchUp`), so the suffix is this log's undecided tail, which fits in a message.
         let n_a = self.store.accepted_round();
         let len = self.log_len();
-        let suffix: Vec<Entry> = if n_a >= m.n_a && len > m.ld {
-            match self.store.entries(m.ld + 1, len + 1, usize::MAX) {
+        let start = m.ld.max(self.store.decided_idx()) + 1;
+        let suffix: Vec<Entry> = if n_a >= m.n_a && len >= start {
+            match self.store.entries(start, len + 1, usize::MAX) {
                 Ok(e) => e,
                 Err(e) => self.store_failed("reading the suffix to promise", e),
             }

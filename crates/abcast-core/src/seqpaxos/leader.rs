@@ -3,7 +3,9 @@
 //! `Accept` per follower per flush, the latest `Decide` only, the max `AcceptSync`); and the
 //! read-index barrier.
 
-use super::messages::{Accept, Accepted, Decide, Message, Nack, Prepare, Promise};
+use super::messages::{
+    Accept, Accepted, Decide, FetchReq, FetchResp, Message, Nack, Prepare, Promise,
+};
 use super::{Out, Phase, Role, SeqPaxos};
 use crate::ProposeError;
 use crate::event::Event;
@@ -93,6 +95,30 @@ pub struct LeaderState {
     pub read_round: u64,
     pub read_acks: BTreeSet<NodeId>,
     pub read_round_done: u64,
+    /// The entries this leader appended that are not chosen yet, `(index, payload bytes)`,
+    /// and their sum (bounded by `uncommitted_bytes_max`).
+    pub tail: VecDeque<(u64, usize)>,
+    pub tail_bytes: usize,
+    /// Payload bytes of `prop_cmds`.
+    pub prop_bytes: usize,
+    /// The decided entries this leader must pull before it can adopt a suffix.
+    pub catch_up: Option<CatchUp>,
+}
+
+/// A leader whose decided log ends below where the adopted promise's suffix starts pulls
+/// the decided entries in between, one message at a time (`FetchReq` / `FetchResp`, the
+/// messages of the final-sequence transfer). Not in the thesis: there a `Promise` carries
+/// `SUFFIX(v_a, ld)` from the *leader's* decided length, which is unbounded when the
+/// leader restarted far behind; here it starts at the promiser's own decided length too
+/// (`follower.rs`, Acceptor line 5), and what lies between is chosen, so any node that
+/// decided it can serve it.
+#[derive(Clone, Debug)]
+pub struct CatchUp {
+    /// The decided log must reach this index.
+    pub target: u64,
+    /// When the last `FetchReq` left, and how many were asked (the source rotates).
+    pub asked_us: Option<Micros>,
+    pub asked: usize,
 }
 
 /// Accepts in flight to one follower, in bytes, at most this many messages' worth.
@@ -177,12 +203,19 @@ impl SeqPaxos {
         self.ld.lds.remove(&r);
         self.ld.progress.remove(&r);
         self.ld.prepare_sent_us.insert(r, self.now);
+        // In the accept phase (Leader (2), a follower re-synchronised) the suffix is not
+        // used: the decided length the follower's promise starts after is the chosen one,
+        // so its suffix is at most its undecided tail.
+        let ld = match self.phase {
+            Phase::Accept => self.store.decided_idx(),
+            _ => self.ld.prepare_ld,
+        };
         out.send(
             r,
             Message::Prepare(Prepare {
                 config: self.config_id(),
                 n: self.ld.n_l,
-                ld: self.ld.prepare_ld,
+                ld,
                 n_a: self.store.accepted_round(),
             }),
         );
@@ -194,6 +227,7 @@ impl SeqPaxos {
         }
         self.role = Role::Follower;
         self.ld.prop_cmds.clear();
+        self.ld.prop_bytes = 0;
         self.ld.reads.clear();
         self.set_leader_hint(to);
         out.events.push(Event::SteppedDown { node: self.me });
@@ -204,7 +238,12 @@ impl SeqPaxos {
         match self.phase {
             Phase::Prepare => {
                 // Line 2 (bounded: beyond it the proposer re-sends later).
-                if self.ld.prop_cmds.len() < self.cfg.pending_batches_max {
+                let bytes = batch.payload_bytes();
+                if self.ld.prop_cmds.len() < self.cfg.pending_batches_max
+                    && (self.ld.prop_bytes + bytes <= self.cfg.uncommitted_bytes_max
+                        || self.ld.prop_cmds.is_empty())
+                {
+                    self.ld.prop_bytes += bytes;
                     self.ld.prop_cmds.push(batch);
                 }
             }
@@ -216,8 +255,17 @@ impl SeqPaxos {
                     self.hold(batch);
                     return;
                 }
+                // The undecided tail is bounded (`uncommitted_bytes_max`): beyond it the
+                // batch is dropped and its proposer re-sends it.
+                if self.ld.tail_bytes + batch.payload_bytes() > self.cfg.uncommitted_bytes_max
+                    && !self.ld.tail.is_empty()
+                {
+                    return;
+                }
                 // Lines 3-5; the send (lines 6-7) is the next flush's `Accept`.
                 let e = EntryBody::Values(batch).entry(self.log_len() + 1, self.ld.n_l);
+                self.ld.tail.push_back((e.index, e.payload.len()));
+                self.ld.tail_bytes += e.payload.len();
                 if let Err(err) = self.store.append(&[e]) {
                     self.store_failed("appending a proposal", err);
                 }
@@ -256,18 +304,27 @@ impl SeqPaxos {
         if self.role != Role::Leader || m.n != self.ld.n_l {
             return;
         }
-        if let Some(first) = m.suffix.first()
-            && first.index != self.ld.prepare_ld + 1
+        if self.phase == Phase::Prepare
+            && let Some(first) = m.suffix.first()
+            && first.index != self.ld.prepare_ld.max(m.ld) + 1
         {
-            // Acceptor line 5 cuts the suffix at the leader's `ld`; anything else is not a
-            // promise to this prepare.
+            // Acceptor line 5 cuts the suffix at the leader's `ld` (or the promiser's own,
+            // when higher); anything else is not a promise to this prepare.
+            return;
+        }
+        if m.ld > m.log_len || m.suffix.last().is_some_and(|e| e.index != m.log_len) {
             return;
         }
         let info = PromiseInfo {
             n_a: m.n_a,
             ld: m.ld,
             log_len: m.log_len,
-            suffix: m.suffix,
+            // Leader (2) does not use it.
+            suffix: if self.phase == Phase::Prepare {
+                m.suffix
+            } else {
+                Vec::new()
+            },
             amnesic: m.amnesic,
         };
         match self.phase {
@@ -308,7 +365,17 @@ impl SeqPaxos {
         else {
             return;
         };
-        let (max_n_a, max_log_len) = (max.n_a, max.log_len);
+        let (max_n_a, max_log_len, max_ld) = (max.n_a, max.log_len, max.ld);
+        let adopt_other = max_node != self.me && !self.mutation(Mutation::SeqPaxosAdoptOwnLog);
+        // Where the adopted suffix starts (Acceptor line 5 cuts it at the higher of the two
+        // decided lengths). What lies below it and above this leader's decided log is
+        // chosen: pull it first (`CatchUp`), then adopt.
+        let s = self.ld.prepare_ld.max(max_ld) + 1;
+        if adopt_other && self.store.decided_idx() + 1 < s {
+            self.start_catch_up(s - 1, out);
+            return;
+        }
+        self.ld.catch_up = None;
         let n_l = self.ld.n_l;
         // The leader accepts its own sequence in its round, and says so *before* it writes
         // a single entry of it: a crash may keep a prefix of the records written, and a log
@@ -317,10 +384,26 @@ impl SeqPaxos {
         if let Err(e) = self.store.set_accepted_round(n_l) {
             self.store_failed("accepting its round", e);
         }
-        // Line 14: `v_a ← PREFIX(v_a, ld) ++ suffix`.
-        if max_node != self.me && !self.mutation(Mutation::SeqPaxosAdoptOwnLog) {
-            let suffix = max.suffix.clone();
-            if let Err(e) = self.store.append_on_prefix(self.ld.prepare_ld + 1, &suffix) {
+        // Line 14: `v_a ← PREFIX(v_a, ld) ++ suffix`, from `s` on, never below the decided
+        // log (the entries there are the chosen ones, which the adopted log holds too).
+        if adopt_other {
+            let decided = self.store.decided_idx();
+            assert!(
+                max_log_len >= decided,
+                "{}: the adopted log ({max_log_len} entries, from {max_node}) is shorter than \
+                 the decided log ({decided}): a chosen entry would be lost",
+                self.me
+            );
+            let start = s.max(decided + 1);
+            let skip = (start - s) as usize;
+            let suffix: Vec<Entry> = self
+                .ld
+                .promises
+                .get(&max_node)
+                .and_then(|p| p.suffix.get(skip..))
+                .unwrap_or(&[])
+                .to_vec();
+            if let Err(e) = self.store.append_on_prefix(start, &suffix) {
                 self.store_failed("adopting the promised suffix", e);
             }
         }
@@ -330,6 +413,7 @@ impl SeqPaxos {
             self.hold_all_pending();
         }
         let mut next = self.log_len() + 1;
+        self.ld.prop_bytes = 0;
         let entries: Vec<Entry> = std::mem::take(&mut self.ld.prop_cmds)
             .into_iter()
             .map(|b| {
@@ -338,6 +422,10 @@ impl SeqPaxos {
                 e
             })
             .collect();
+        for e in &entries {
+            self.ld.tail.push_back((e.index, e.payload.len()));
+            self.ld.tail_bytes += e.payload.len();
+        }
         if let Err(e) = self.store.append(&entries) {
             self.store_failed("appending held proposals", e);
         }
@@ -407,6 +495,29 @@ impl SeqPaxos {
         let must_reach = if p.amnesic { len } else { self.ld.sync_len };
         let mut entries = self.read_entries(from, len + 1);
         let reached = from + entries.len() as u64 - 1;
+        let (p_ld, l_c) = (p.ld, self.ld.l_c);
+        if reached < must_reach && p_ld < l_c {
+            // Too far behind for one message, and part of the way is chosen: push the
+            // decided entries first, one message at a time; the follower stores them
+            // and asks to be prepared again (`on_catch_up`), and its next promise starts
+            // higher. Not in the thesis (no message size limit there); it keeps an
+            // `AcceptSync` within the undecided tail, which `uncommitted_bytes_max` bounds.
+            let first = (p_ld + 1).max(self.store.first_index());
+            let chunk = self.read_entries(first, l_c + 1);
+            self.ld.lds.remove(&r);
+            self.ld.progress.remove(&r);
+            self.ld.prepare_sent_us.insert(r, self.now);
+            out.send(
+                r,
+                Message::FetchResp(FetchResp {
+                    config: self.config_id(),
+                    from: first,
+                    entries: chunk,
+                    decided: l_c,
+                }),
+            );
+            return;
+        }
         if reached < must_reach {
             entries = match self.store.entries(from, must_reach + 1, usize::MAX) {
                 Ok(e) => e,
@@ -495,6 +606,11 @@ impl SeqPaxos {
                 self.log_len()
             );
             self.ld.l_c = chosen;
+            while self.ld.tail.front().is_some_and(|&(i, _)| i <= chosen) {
+                if let Some((_, b)) = self.ld.tail.pop_front() {
+                    self.ld.tail_bytes -= b;
+                }
+            }
             self.decide(chosen, out);
             self.answer_reads(out);
         }
@@ -507,6 +623,8 @@ impl SeqPaxos {
         if self.phase == Phase::Accept {
             // A cluster of one: nothing comes back, the leader's own length is chosen.
             self.advance_chosen(out);
+        } else if self.phase == Phase::Prepare {
+            self.ask_catch_up(out, false);
         }
         let others: Vec<NodeId> = self.others().collect();
         for r in others {
@@ -571,6 +689,92 @@ impl SeqPaxos {
                 }),
             );
         }
+    }
+
+    /// Starts (or raises the target of) the leader's pull of decided entries.
+    fn start_catch_up(&mut self, target: u64, out: &mut Out) {
+        let c = self.ld.catch_up.get_or_insert(CatchUp {
+            target,
+            asked_us: None,
+            asked: 0,
+        });
+        if target > c.target {
+            c.target = target;
+        }
+        self.ask_catch_up(out, true);
+    }
+
+    /// The next `FetchReq` of the leader's pull, to a promiser that decided the target (at
+    /// once, or when the last one went unanswered for `resend_us`).
+    fn ask_catch_up(&mut self, out: &mut Out, now: bool) {
+        let (decided, t, resend_us) = (self.store.decided_idx(), self.now, self.cfg.resend_us);
+        let config = self.config_id();
+        let Some(c) = self.ld.catch_up.as_mut() else {
+            return;
+        };
+        if !now && c.asked_us.is_some_and(|at| t < at + resend_us) {
+            return;
+        }
+        let sources: Vec<NodeId> = self
+            .ld
+            .promises
+            .iter()
+            .filter(|(n, p)| **n != self.me && p.ld >= c.target)
+            .map(|(n, _)| *n)
+            .collect();
+        if sources.is_empty() || decided >= c.target {
+            return;
+        }
+        let src = sources[c.asked % sources.len()];
+        c.asked += 1;
+        c.asked_us = Some(t);
+        out.send(
+            src,
+            Message::FetchReq(FetchReq {
+                config,
+                from: decided + 1,
+                to: c.target + 1,
+            }),
+        );
+    }
+
+    /// Decided entries for a member of this configuration that is behind (not a final-
+    /// sequence transfer, which `reconfig.rs` handles): the leader's pull while it
+    /// prepares, or a follower's push from its leader (`send_accept_sync`). Stored as
+    /// decided (`store_decided`: a chosen entry is the same in every log that holds it
+    /// in a round at or above the choosing one, so nothing accepted and still needed is
+    /// lost); then the pull goes on or the leader adopts, and a follower asks its leader
+    /// to prepare it again. False when the entries do not continue the decided log.
+    pub(crate) fn on_catch_up(&mut self, from: NodeId, r: &FetchResp, out: &mut Out) -> bool {
+        let next = self.store.decided_idx() + 1;
+        if r.config != self.config_id()
+            || r.from > next
+            || r.entries.last().is_none_or(|e| e.index < next)
+        {
+            return false;
+        }
+        let skip = (next - r.from) as usize;
+        if let Some(run) = r.entries.get(skip..) {
+            self.store_decided(next, run, out);
+        }
+        self.deliver(out);
+        match self.role {
+            Role::Leader if self.phase == Phase::Prepare && self.ld.catch_up.is_some() => {
+                let done = self
+                    .ld
+                    .catch_up
+                    .as_ref()
+                    .is_some_and(|c| self.store.decided_idx() >= c.target);
+                if done {
+                    self.try_adopt(out);
+                } else {
+                    self.ask_catch_up(out, true);
+                }
+            }
+            Role::Follower if self.leader() == Some(from) => self.ask_prepare(out, true),
+            _ => {}
+        }
+        true
     }
 
     pub(crate) fn on_prepare_req(&mut self, from: NodeId, out: &mut Out) {

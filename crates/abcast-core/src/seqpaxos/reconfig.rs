@@ -476,6 +476,10 @@ impl SeqPaxos {
         }
         let next = self.store.decided_idx() + 1;
         let (now, seg) = (self.now, self.cfg.fetch_segment_entries);
+        // A member behind in its own configuration (`leader.rs`, `on_catch_up`).
+        if self.participates() && self.on_catch_up(from, &r, out) {
+            return;
+        }
         let Some(f) = self.fetch.as_mut() else {
             if !self.member && r.from == next && !r.entries.is_empty() {
                 // A node outside the configuration follows the decided log, as a learner
@@ -584,7 +588,7 @@ impl SeqPaxos {
     /// its configuration again, `fetch_tick`). From the first entry that differs on, the
     /// log is replaced: an entry that differs from the chosen one was accepted in a round
     /// below the choosing one, and nothing after it in the same log can be chosen.
-    fn store_decided(&mut self, next: u64, run: &[Entry], out: &mut Out) {
+    pub(crate) fn store_decided(&mut self, next: u64, run: &[Entry], out: &mut Out) {
         let Some(end) = run.last().map(|e| e.index) else {
             return;
         };
@@ -737,6 +741,7 @@ impl SeqPaxos {
 
     /// The leader's proposals not yet in the log go to the held ones.
     pub(crate) fn hold_all_pending(&mut self) {
+        self.ld.prop_bytes = 0;
         for b in std::mem::take(&mut self.ld.prop_cmds) {
             self.hold(b);
         }

@@ -307,19 +307,30 @@ fn bridge_script(table: &str, ports: &str, links: &[(Ipv4Addr, Ipv4Addr)]) -> St
     s
 }
 
-/// The `nft -f` script of a node's namespace: its `input` chain resets every TCP segment
-/// from these peers (the stale phase of the constrained election; the bridge family here
-/// cannot reject), or nothing.
+/// The `nft -f` script of a node's namespace: every TCP segment between it and these peers
+/// is refused with a reset, both ways (the stale phase of the constrained election; the
+/// bridge family cannot reject here). What comes in from a peer is answered with a reset
+/// (resets themselves pass, or neither side would learn), what goes out to one is refused
+/// locally with a reset: each side's connection breaks at its next segment, and a new
+/// connect fails at once. No peer: no rule.
 fn reset_script(peers: &[Ipv4Addr]) -> String {
-    let mut s = format!(
-        "add table inet {NFT_TABLE}\n\
-         add chain inet {NFT_TABLE} input {{ type filter hook input priority 0; policy accept; }}\n\
-         flush chain inet {NFT_TABLE} input\n"
-    );
+    let mut s = String::new();
+    for chain in ["input", "output"] {
+        let _ = write!(
+            s,
+            "add table inet {NFT_TABLE}\n\
+             add chain inet {NFT_TABLE} {chain} {{ type filter hook {chain} priority 0; policy accept; }}\n\
+             flush chain inet {NFT_TABLE} {chain}\n"
+        );
+    }
     for addr in peers {
         let _ = writeln!(
             s,
-            "add rule inet {NFT_TABLE} input ip saddr {addr} meta l4proto tcp reject with tcp reset"
+            "add rule inet {NFT_TABLE} input ip saddr {addr} tcp flags & rst == 0 reject with tcp reset"
+        );
+        let _ = writeln!(
+            s,
+            "add rule inet {NFT_TABLE} output ip daddr {addr} meta l4proto tcp reject with tcp reset"
         );
     }
     s
@@ -534,6 +545,31 @@ fn check_privileges() -> Result<(), HarnessError> {
         }
     }
     Ok(())
+}
+
+/// The scenarios to run: all, or those `ABCAST_PC_SCENARIOS` names (comma-separated), to
+/// study one without waiting for the others.
+fn scenarios_from_env() -> Result<Vec<Scenario>, HarnessError> {
+    match std::env::var("ABCAST_PC_SCENARIOS") {
+        Ok(list) if !list.trim().is_empty() => parse_scenarios(&list),
+        _ => Ok(Scenario::ALL.to_vec()),
+    }
+}
+
+fn parse_scenarios(list: &str) -> Result<Vec<Scenario>, HarnessError> {
+    let mut out = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let Some(s) = Scenario::ALL.iter().find(|s| s.name() == name) else {
+            return Err(HarnessError::Usage(format!(
+                "ABCAST_PC_SCENARIOS: unknown scenario {name:?} (choose from {})",
+                Scenario::ALL.map(Scenario::name).join(", ")
+            )));
+        };
+        if !out.contains(s) {
+            out.push(*s);
+        }
+    }
+    Ok(out)
 }
 
 /// `--protocols`, checked.
@@ -1321,10 +1357,11 @@ fn run_all(
     out: &Path,
 ) -> Result<(Vec<RunResult>, bool), HarnessError> {
     let mut results = Vec::new();
-    let total = Scenario::ALL.len() * protocols.len() * args.runs as usize;
+    let scenarios = scenarios_from_env()?;
+    let total = scenarios.len() * protocols.len() * args.runs as usize;
     let mut done = 0;
     for run in 1..=args.runs {
-        for scenario in Scenario::ALL {
+        for &scenario in &scenarios {
             for &protocol in protocols {
                 if interrupted() {
                     return Ok((results, true));
@@ -1388,6 +1425,14 @@ fn runs_of<'a>(
     results
         .iter()
         .filter(move |r| r.scenario == s && r.protocol == p && r.error.is_none())
+}
+
+/// The scenarios that have runs, in [`Scenario::ALL`] order.
+fn ran(results: &[RunResult]) -> Vec<Scenario> {
+    Scenario::ALL
+        .into_iter()
+        .filter(|s| results.iter().any(|r| r.scenario == *s))
+        .collect()
 }
 
 /// Worst median over the paper's three scenarios; infinity if one never recovered.
@@ -1475,6 +1520,10 @@ fn write_plot(
     timeouts: &BTreeMap<&str, ElectionTimeout>,
 ) -> Result<(), HarnessError> {
     ensure_font().map_err(HarnessError::Runtime)?;
+    let scens = ran(results);
+    if scens.is_empty() {
+        return Ok(());
+    }
     let root = BitMapBackend::new(path, (1300, 1000)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_err)?;
     let root = root
@@ -1487,7 +1536,7 @@ fn write_plot(
     let cap_ms = CAP.as_secs_f64() * 1000.0;
     let y_lo = 5.0;
     let y_hi = cap_ms * 2.0;
-    let groups = Scenario::ALL.len() as f64;
+    let groups = scens.len() as f64;
     let mut chart = ChartBuilder::on(&top)
         .margin(12)
         .x_label_area_size(40)
@@ -1497,13 +1546,11 @@ fn write_plot(
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .x_labels(Scenario::ALL.len() * 2 + 1)
+        .x_labels(scens.len() * 2 + 1)
         .x_label_formatter(&|x| {
             let i = x.floor() as usize;
             if (x - x.floor() - 0.5).abs() < 0.01 {
-                Scenario::ALL
-                    .get(i)
-                    .map_or(String::new(), |s| s.name().to_string())
+                scens.get(i).map_or(String::new(), |s| s.name().to_string())
             } else {
                 String::new()
             }
@@ -1520,7 +1567,7 @@ fn write_plot(
         let mut bars = Vec::new();
         let mut whiskers = Vec::new();
         let mut nevers = Vec::new();
-        for (si, &s) in Scenario::ALL.iter().enumerate() {
+        for (si, &s) in scens.iter().enumerate() {
             let x0 = si as f64 + 0.1 + pi as f64 * width;
             let x1 = x0 + width * 0.9;
             let Some(m) = cell(results, s, p) else {
@@ -1588,8 +1635,8 @@ fn write_plot(
         .draw()
         .map_err(plot_err)?;
 
-    let panels = bottom.split_evenly((1, Scenario::ALL.len()));
-    for (s, area) in Scenario::ALL.iter().zip(panels.iter()) {
+    let panels = bottom.split_evenly((1, scens.len()));
+    for (s, area) in scens.iter().zip(panels.iter()) {
         let mut lines: Vec<(usize, Vec<(f64, f64)>)> = Vec::new();
         for (pi, &p) in protocols.iter().enumerate() {
             // The run whose recovery is the median's (closest to it).
@@ -1666,7 +1713,7 @@ fn medians_table(
         s.push_str(" ---: |");
     }
     s.push('\n');
-    for sc in Scenario::ALL {
+    for sc in ran(results) {
         let _ = write!(s, "| {} |", sc.name());
         for &p in protocols {
             let runs: Vec<&RunResult> = runs_of(results, sc, p).collect();
@@ -1724,7 +1771,7 @@ fn write_summary(
         args.runs
     );
     s.push_str("## Scenarios\n\n");
-    for sc in Scenario::ALL {
+    for sc in ran(results) {
         let _ = writeln!(s, "- **{}**: {}.", sc.name(), sc.about());
     }
     s.push_str("\n## Election timeouts (the configs the runs use)\n\n");
@@ -1806,7 +1853,7 @@ fn bench_json(
             m.insert(format!("{p}_election_timeout_ms"), json!(et.max_ms));
             m.insert(format!("{p}_bound_ms"), json!(et.bound_ms()));
         }
-        for s in Scenario::ALL {
+        for s in ran(results) {
             m.insert(
                 format!("{p}_{}_recovery_ms", s.key()),
                 as_json_ms(cell(results, s, p)),
@@ -1974,8 +2021,9 @@ mod tests {
             "an empty cut heals all"
         );
         let r = reset_script(&[b]);
-        assert!(r.contains("input ip saddr 10.77.1.2 meta l4proto tcp reject with tcp reset"));
-        assert_eq!(reset_script(&[]).lines().count(), 3);
+        assert!(r.contains("input ip saddr 10.77.1.2 tcp flags & rst == 0 reject with tcp reset"));
+        assert!(r.contains("output ip daddr 10.77.1.2 meta l4proto tcp reject with tcp reset"));
+        assert_eq!(reset_script(&[]).lines().count(), 6, "two chains, flushed");
     }
 
     fn line(delivered_by_origin: &[(u32, u64)]) -> StatsLine {

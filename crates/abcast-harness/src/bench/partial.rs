@@ -5,13 +5,15 @@
 //! resumes within 4 election timeouts in each scenario.
 //!
 //! Network. Every node runs in a network namespace of its own, on a bridge (`lan.rs`, links
-//! of 10 Gbit/s so the shaper never binds). A cut link is an `nft` rule in the receiving
-//! node's namespace (`table inet abcast_pc`, `input` chain, `ip saddr FROM drop`): packets
-//! vanish silently, as on a broken switch port, and the sender's TCP connection just stalls
-//! (no reset, no error: the node sees nothing but silence). A link is cut one way per rule;
-//! every scenario here cuts both directions of its pairs. The tables live in the nodes'
-//! namespaces, so deleting the namespaces (always, on every exit path but `kill -9`, and at
-//! the start of the next run for leftovers) removes them too.
+//! of 10 Gbit/s so the shaper never binds). The cut is one nft table on the bridge, in the
+//! caller's namespace (`table bridge abcast_pc_pcb`, chain `cut` on the `forward` hook): one
+//! rule per directed link, `ip saddr FROM ip daddr TO drop`, so a link can be cut one way;
+//! every scenario here cuts both directions of its pairs. Packets vanish silently, as on a
+//! broken switch port: the sender's TCP connection just stalls (no reset, no error; the node
+//! sees nothing but silence). One `nft -f` script is one transaction, so every link of a
+//! scenario goes at the same instant. The table is deleted when the run ends (also on error
+//! and Ctrl-C, which stops the run and writes what was measured), and a table or namespace
+//! left by a run that died (`kill -9`) is removed when the next run starts.
 //!
 //! The scenarios, as the paper's artifact builds them (`omnipaxos-artifacts`,
 //! `client.rs::create_partition`), with L the leader when the cut is made:
@@ -24,9 +26,11 @@
 //!   The artifact cuts C from L only, before the final cut; here C is cut from every node
 //!   so that its log goes stale under every protocol (a protocol that lets a node which
 //!   lost only its leader take over, as BLE without OmniPaxos' "happy" check does, would
-//!   otherwise make C the leader before the scenario starts). Its links are cut with
-//!   `reject with tcp reset` while it is stale, so that when they come back at the cut the
-//!   connections are re-dialled at once instead of waiting out TCP's retransmission backoff.
+//!   otherwise make C the leader before the scenario starts). While C is stale its links
+//!   are refused with TCP resets by rules in C's own namespace (`table inet abcast_pc`), so
+//!   that when they come back at the cut both ends re-dial at once instead of waiting out
+//!   TCP's retransmission backoff on stalled connections; the heal is applied right after
+//!   the cut, and its few milliseconds count against the protocol.
 //! - **chained** (3 nodes): the link L–F between the leader and one follower is cut; B is
 //!   connected to both. L and B are a majority: a protocol need not change leader at all,
 //!   but a follower that times out must not disrupt the leader (Raft without pre-vote
@@ -39,8 +43,8 @@
 //! Measurement. Every node runs the load generator with `--load-at-leader` (only the node
 //! that leads proposes, 16-byte values at a fixed rate) and prints a stats line every
 //! [`STATS_MS`]. A run starts the cluster, waits until every node names the same leader and
-//! values flow, arranges the scenario's roles, applies the cut (T0 = when the last namespace
-//! has its rules) and watches the stats lines. It has recovered at the first line after
+//! values flow, arranges the scenario's roles, applies the cut (T0 = when the nft
+//! transaction has returned) and watches the stats lines. It has recovered at the first line after
 //! which a majority of nodes have delivered a value proposed after T0: for some node o, a
 //! majority report more values of origin o delivered than o had proposed in its first line
 //! after T0. A value proposed after the cut and delivered at a majority means a leader that
@@ -48,12 +52,14 @@
 //! no line that lags it, can pass that test. A run that has not recovered [`CAP`] after T0
 //! never recovered (-1). After recovery the run is watched [`HOLD`] longer for the longest
 //! stall (no progress at a majority) and the leader changes, which a livelock would show.
+//! The resolution is one stats period: a recovery is seen at the first line after it.
 //!
 //! Results per invocation: `results.csv` (one row per run), `plot.png` (recovery time per
 //! scenario and protocol, log scale, with each protocol's 4-election-timeout bound; and
 //! values delivered at a majority around T0), `summary.md`, and per run a report with the
 //! roles, the coordinator each node named over time, and every node's log
-//! (`runs/SCENARIO-PROTOCOL-rN/`). Needs root (namespaces, `nft`).
+//! (`runs/SCENARIO-PROTOCOL-rN/`). Needs root (namespaces, `nft`). `ABCAST_PC_SCENARIOS`
+//! (comma-separated names) runs only some scenarios.
 
 use super::BenchArgs;
 use super::lan::EmulatedLan;
@@ -88,7 +94,7 @@ pub const DEFAULT_PROTOCOLS: [&str; 2] = ["seqpaxos", "raft"];
 /// Every protocol the bench can run.
 pub const PROTOCOLS: [&str; 4] = ["seqpaxos", "raft", "omnipaxos", "raftrs"];
 /// Stats period of every node: the resolution of the recovery time.
-pub const STATS_MS: u64 = 20;
+pub const STATS_MS: u64 = 10;
 /// Offered load at the leader, values per second, and the size of each value.
 pub const LOAD_RATE_PER_S: u64 = 1000;
 pub const VALUE_BYTES: u64 = 16;
@@ -419,8 +425,11 @@ pub struct RunResult {
     pub apply_ms: f64,
     /// `None`: never recovered within [`CAP`].
     pub recovery_ms: Option<f64>,
-    /// The node whose post-cut value a majority delivered first: the new leader.
+    /// The coordinator most nodes named when the run recovered: the new leader.
     pub new_leader: Option<u32>,
+    /// The node whose post-cut value a majority delivered first (the new leader, or the old
+    /// one when its last proposals were committed by the new one).
+    pub first_value_from: Option<u32>,
     /// Longest time without progress at a majority in the [`HOLD`] after recovery.
     pub stall_ms_max: Option<f64>,
     /// Coordinator changes the nodes reported after T0, summed over nodes.
@@ -446,6 +455,7 @@ impl RunResult {
             apply_ms: f64::NAN,
             recovery_ms: None,
             new_leader: None,
+            first_value_from: None,
             stall_ms_max: None,
             coordinator_changes: 0,
             final_views: String::new(),
@@ -825,6 +835,18 @@ impl Views {
             }
         }
         c
+    }
+
+    /// The coordinator most nodes name (ties: the lower id).
+    fn most_named_coordinator(&self) -> Option<u32> {
+        let mut votes: BTreeMap<u32, usize> = BTreeMap::new();
+        for c in self.latest.iter().flatten().filter_map(|l| l.coordinator) {
+            *votes.entry(c).or_default() += 1;
+        }
+        votes
+            .into_iter()
+            .max_by_key(|&(id, k)| (k, std::cmp::Reverse(id)))
+            .map(|(id, _)| id)
     }
 
     fn coordinators_text(&self) -> String {
@@ -1303,7 +1325,8 @@ fn measure(
             {
                 recovered_at = Some(at);
                 last_progress = (at, delivered);
-                r.new_leader = Some(o);
+                r.first_value_from = Some(o);
+                r.new_leader = views.most_named_coordinator().or(Some(o));
                 r.recovery_ms = Some(rel(at) * 1000.0);
             }
         }
@@ -1318,10 +1341,12 @@ fn measure(
         report,
         "cut applied in {:.1} ms; {}",
         r.apply_ms,
-        match (r.recovery_ms, r.new_leader) {
+        match (r.recovery_ms, r.first_value_from) {
             (Some(ms), Some(o)) => format!(
                 "recovered after {ms:.0} ms: a majority delivered values n{o} proposed after \
-                 the cut; longest stall in the next {} s: {:.0} ms",
+                 the cut, most nodes named n{} the leader; longest stall in the next {} s: \
+                 {:.0} ms",
+                r.new_leader.unwrap_or(o),
                 HOLD.as_secs(),
                 r.stall_ms_max.unwrap_or(0.0)
             ),
@@ -1455,7 +1480,7 @@ fn write_csv(
 ) -> Result<(), HarnessError> {
     let mut s = String::from(
         "scenario,protocol,run,nodes,leader_before,roles,cut_pairs,stale_by_values,\
-         cut_apply_ms,recovery_ms,new_leader,stall_ms_max_after_recovery,coordinator_changes,\
+         cut_apply_ms,recovery_ms,new_leader,first_value_from,stall_ms_max_after_recovery,coordinator_changes,\
          final_coordinators,election_timeout_ms_max,bound_ms,within_bound,error\n",
     );
     for r in results {
@@ -1471,7 +1496,7 @@ fn write_csv(
         };
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{},{},{},{}",
             r.scenario.name(),
             r.protocol,
             r.run,
@@ -1483,6 +1508,7 @@ fn write_csv(
             r.apply_ms,
             rec,
             r.new_leader.map_or(String::new(), |l| l.to_string()),
+            r.first_value_from.map_or(String::new(), |l| l.to_string()),
             r.stall_ms_max.map_or(String::new(), |v| format!("{v:.1}")),
             r.coordinator_changes,
             csv_field(&r.final_views),
@@ -1762,9 +1788,9 @@ fn write_summary(
         s,
         "- Each run: one node per network namespace on a bridge; every node runs the load \
          generator at the leader only ({LOAD_RATE_PER_S} values/s of {VALUE_BYTES} bytes, \
-         {LOAD_WINDOW} in flight), stats every {STATS_MS} ms; the cut is an nft rule per \
-         link in the receiving namespace that drops the sender's packets silently (both \
-         directions of every cut pair). Recovery: the first stats line after which a \
+         {LOAD_WINDOW} in flight), stats every {STATS_MS} ms; the cut is one nft transaction \
+         on the bridge, a rule per directed link that drops its packets silently (both \
+         directions of every cut pair); T0 = when that transaction has returned. Recovery: the first stats line after which a \
          majority has delivered a value proposed after the cut; never within {} s = -1. \
          {} run(s) per cell, interleaved; the median, then every run.\n",
         CAP.as_secs(),
@@ -1913,6 +1939,10 @@ pub fn run(args: &BenchArgs) -> Result<u8, HarnessError> {
     let _ = stop_flag();
     let (stamp, date) = utc_now();
     let out = create_out_dir(args, "partial-connectivity", &stamp)?;
+    // Absolute: the nodes resolve their config's storage directory from the config's own
+    // directory, not from here.
+    let out = fs::canonicalize(&out)
+        .map_err(|e| HarnessError::Runtime(format!("cannot resolve {}: {e}", out.display())))?;
     let (results, stopped) = run_all(&protocols, args, &out)?;
     note_interrupted(stopped);
     write_csv(&out.join("results.csv"), &results, &timeouts)?;

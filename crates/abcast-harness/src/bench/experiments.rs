@@ -39,10 +39,13 @@ pub enum BenchName {
     /// Leader-based protocols and the peer cores at one proposal in flight (seed 001
     /// fig 13).
     Latency,
+    /// The partial-connectivity scenarios on real processes: time until a leader a
+    /// majority can reach decides again (issue 17, must-show 2).
+    PartialConnectivity,
 }
 
 impl BenchName {
-    pub const ALL: [BenchName; 11] = [
+    pub const ALL: [BenchName; 12] = [
         BenchName::ValueSize,
         BenchName::Buffer,
         BenchName::RingSize,
@@ -54,6 +57,7 @@ impl BenchName {
         BenchName::Storage,
         BenchName::Concurrency,
         BenchName::Latency,
+        BenchName::PartialConnectivity,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -69,6 +73,7 @@ impl BenchName {
             BenchName::Storage => "storage",
             BenchName::Concurrency => "concurrency",
             BenchName::Latency => "latency",
+            BenchName::PartialConnectivity => "partial-connectivity",
         }
     }
 
@@ -120,6 +125,11 @@ impl BenchName {
             BenchName::Latency => {
                 "the same four at one proposal in flight, 3 nodes, 16 B values: the latency \
                  distribution (seed 001 fig 13)"
+            }
+            BenchName::PartialConnectivity => {
+                "quorum-loss, constrained election, chained (OmniPaxos EuroSys'23) and \
+                 openraft 2080 on real processes, links cut with nft: recovery time per \
+                 protocol (root)"
             }
         }
     }
@@ -255,6 +265,7 @@ pub fn experiment(name: BenchName, max_nodes: u32) -> Option<Experiment> {
         | BenchName::Trim
         | BenchName::Concurrency
         | BenchName::Latency
+        | BenchName::PartialConnectivity
         | BenchName::Storage => {
             return None;
         }
@@ -391,6 +402,7 @@ pub fn shape_sentences(exp: &Experiment, sweep: &[Medians], low_load: Option<&Me
         | BenchName::Trim
         | BenchName::Concurrency
         | BenchName::Latency
+        | BenchName::PartialConnectivity
         | BenchName::Storage => {
             format!("{} is not a sweep of one cluster.", exp.name.as_str())
         }

@@ -12,6 +12,7 @@ pub mod leader;
 pub mod multicast;
 pub mod multiring;
 mod output;
+pub mod partial;
 pub mod storage;
 pub mod trim;
 
@@ -73,8 +74,9 @@ pub struct BenchArgs {
     #[arg(long = "link-mbit", value_name = "MBIT_PER_S",
           value_parser = clap::value_parser!(u32).range(i64::from(lan::LAN_RATE_MBIT_MIN)..=i64::from(lan::LAN_RATE_MBIT_MAX)))]
     pub link_mbit: Option<u32>,
-    /// `concurrency` and `latency` only: the protocols to race, comma-separated (seqpaxos,
-    /// omnipaxos, raft, raftrs) [default: all four].
+    /// `concurrency`, `latency` and `partial-connectivity` only: the protocols to race,
+    /// comma-separated (seqpaxos, omnipaxos, raft, raftrs) [default: all four; seqpaxos,raft
+    /// for partial-connectivity].
     #[arg(long, value_name = "LIST")]
     pub protocols: Option<String>,
 }
@@ -433,12 +435,20 @@ pub fn run_bench(args: &BenchArgs) -> Result<u8, HarnessError> {
     if let Some(result) = multiring::run(name, args) {
         return result;
     }
-    if args.protocols.is_some() && !matches!(name, BenchName::Concurrency | BenchName::Latency) {
+    if args.protocols.is_some()
+        && !matches!(
+            name,
+            BenchName::Concurrency | BenchName::Latency | BenchName::PartialConnectivity
+        )
+    {
         return Err(HarnessError::Usage(format!(
             "--protocols applies to `bench concurrency` and `bench latency` only, not to \
              `bench {}`",
             name.as_str()
         )));
+    }
+    if name == BenchName::PartialConnectivity {
+        return partial::run(args);
     }
     if name == BenchName::Trim {
         return trim::run(args);

@@ -33,7 +33,11 @@
 //! keys every protocol has (`batch_max_bytes`, `batch_linger_us`, `window_values`,
 //! `window_bytes`, `max_value_bytes`, `value_resend_ms`); the ring-only keys are refused, so
 //! a setting never silently does nothing. Members are replicas; a Raft member without the
-//! acceptor role is a non-voting learner. Sequence Paxos and Raft keep their log in
+//! acceptor role is a non-voting learner. A member with `spare = true` (`nodeconfig.rs`)
+//! is left out of the first configuration: Sequence Paxos and Raft build it with the
+//! configuration of the other members, which does not name it, and it waits until a
+//! reconfiguration does (`SeqPaxos::new`'s construction contract; a Raft node not named
+//! waits to be added). Sequence Paxos and Raft keep their log in
 //! `storage.kind` (memory, or the durable log with group commit); `none` is refused (a
 //! leader-based log is the only copy of its entries). The peer cores run on their crates'
 //! in-memory storage only (`crates/abcast-peers/README.md`).
@@ -232,6 +236,7 @@ fn file_error(section: &str, e: ConfigError) -> NodeConfigError {
 pub(crate) fn leader_config(
     s: &LeaderSections<'_>,
     members: &[Member],
+    spares: &[NodeId],
     storage: &StorageKind,
 ) -> Result<Option<LeaderProtocol>, NodeConfigError> {
     let leader_based = matches!(s.protocol, "seqpaxos" | "raft" | "omnipaxos" | "raftrs");
@@ -299,7 +304,7 @@ pub(crate) fn leader_config(
                 if let Some(ps) = &f.priorities {
                     c.priorities.clear();
                     for (i, p) in ps.iter().enumerate() {
-                        if !ids.contains(&p.node) {
+                        if !ids.contains(&p.node) && !spares.contains(&NodeId(p.node)) {
                             return invalid(
                                 format!("seqpaxos.priorities[{i}].node"),
                                 format!("node {} is not a member", p.node),
@@ -612,6 +617,73 @@ addr = "127.0.0.1:7402"
             matches!(&err, Err(NodeConfigError::Invalid { field, .. }) if field == "members.roles"),
             "{err:?}"
         );
+    }
+
+    /// The members with node 3 added as a spare.
+    fn with_spare(protocol: &str) -> Result<NodeConfig, NodeConfigError> {
+        parse(
+            &format!(
+                "protocol = \"{protocol}\"\n{MEMBERS}[[members]]\nid = 3\naddr = \"127.0.0.1:7403\"\n\
+                 spare = true\n"
+            ),
+            Some(3),
+            Path::new("/tmp"),
+        )
+    }
+
+    #[test]
+    fn a_spare_is_in_the_address_book_but_not_in_the_first_configuration() {
+        let c = with_spare("seqpaxos").unwrap();
+        assert_eq!(c.spares, vec![NodeId(3)]);
+        assert_eq!(c.members.len(), 4);
+        assert!(c.peer_addrs().iter().any(|(n, _)| *n == NodeId(3)));
+        let Some(LeaderProtocol::SeqPaxos(sp)) = &c.leader else {
+            panic!("{:?}", c.leader)
+        };
+        let ids: Vec<u32> = sp.members.iter().map(|m| m.id.0).collect();
+        assert_eq!(ids, vec![0, 1, 2]);
+        let c = with_spare("raft").unwrap();
+        let Some(LeaderProtocol::Raft(r)) = &c.leader else {
+            panic!("{:?}", c.leader)
+        };
+        assert_eq!(r.voters, vec![NodeId(0), NodeId(1), NodeId(2)]);
+        assert!(r.learners.is_empty());
+        // A priority may name the spare: it is a candidate once a configuration names it.
+        let text = format!(
+            "protocol = \"seqpaxos\"\n{MEMBERS}[[members]]\nid = 3\naddr = \"127.0.0.1:7403\"\n\
+             spare = true\n[seqpaxos]\npriorities = [{{ node = 3, priority = 2 }}]\n"
+        );
+        assert!(parse(&text, Some(0), Path::new("/tmp")).is_ok());
+    }
+
+    #[test]
+    fn spares_are_refused_where_nothing_could_add_them() {
+        for protocol in ["uring", "ringpaxos", "omnipaxos", "raftrs"] {
+            let err = with_spare(protocol);
+            assert!(
+                matches!(&err, Err(NodeConfigError::Invalid { field, reason })
+                    if field == "members[3].spare" && reason.contains(protocol)),
+                "{protocol}: {err:?}"
+            );
+        }
+        let all = MEMBERS.replace("\"\n", "\"\nspare = true\n");
+        let err = parse(
+            &format!("protocol = \"raft\"\n{all}"),
+            Some(0),
+            Path::new("/tmp"),
+        );
+        assert!(
+            matches!(&err, Err(NodeConfigError::Invalid { field, .. }) if field == "members"),
+            "{err:?}"
+        );
+        assert!(matches!(
+            parse(
+                &format!("protocol = \"raft\"\n{MEMBERS}spare = \"yes\"\n"),
+                Some(0),
+                Path::new("/tmp")
+            ),
+            Err(NodeConfigError::Syntax(_))
+        ));
     }
 
     #[test]

@@ -91,7 +91,8 @@ pub struct StatusArgs {
     #[arg(long)]
     pub json: bool,
     /// Give up when the node answers nothing for this many seconds.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    #[arg(long, default_value_t = 10, allow_hyphen_values = true,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub timeout_s: u64,
 }
 
@@ -110,7 +111,8 @@ pub struct ReconfigureArgs {
     #[arg(long, value_name = "IDS", value_parser = parse_node_list)]
     pub learners: Option<NodeList>,
     /// Give up when the change is not in effect after this many seconds.
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    #[arg(long, default_value_t = 30, allow_hyphen_values = true,
+          value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub timeout_s: u64,
     /// Print one JSON object instead of the text.
     #[arg(long)]
@@ -125,7 +127,8 @@ pub struct ReadArgs {
     #[arg(long)]
     pub node: String,
     /// Give up when no read point comes within this many seconds.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    #[arg(long, default_value_t = 10, allow_hyphen_values = true,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub timeout_s: u64,
     /// Print one JSON object instead of the text.
     #[arg(long)]
@@ -964,6 +967,189 @@ pub fn format_payload(payload: &[u8]) -> String {
     s
 }
 
+/// How [`run_load`] loads a node.
+#[derive(Clone, Debug)]
+pub struct LoadSpec {
+    /// Values proposed and not yet decided, at most (at most `MAX_CLIENT_PENDING_VALUES`
+    /// of the node, 65,536).
+    pub window_values: usize,
+    /// Bytes per value (at least 8: the first 8 are the value's number, little-endian).
+    pub value_bytes: usize,
+    /// After `stop`, wait this long at most for the values in flight to be decided.
+    pub drain: Duration,
+    /// Fail when values are in flight and none is decided for this long.
+    pub stall_max: Duration,
+}
+
+/// What [`run_load`]'s callback hears, as it happens.
+#[derive(Debug)]
+pub enum LoadEvent<'a> {
+    /// The node took these values: from now on they are the cluster's to decide.
+    Proposed(&'a [ValueId]),
+    /// These values (taken before) are decided.
+    Decided(&'a [ValueId]),
+    /// The node took none of a request (`Busy`, or a refusal with its reason): the client
+    /// waits a little and asks again; nothing was given to the cluster.
+    Refused(Option<&'a str>),
+}
+
+/// What [`run_load`] counted.
+#[derive(Clone, Debug, Default)]
+pub struct LoadReport {
+    /// Values the node took (`Proposed`), and of those the ones decided.
+    pub proposed: u64,
+    pub decided: u64,
+    /// Requests the node refused whole (`Busy` or `Error`), retried.
+    pub refused_requests: u64,
+    /// Values taken and never decided, after the drain: dropped.
+    pub undecided: Vec<ValueId>,
+    /// The first few refusal texts, for the log.
+    pub refusal_texts: Vec<String>,
+}
+
+/// A client that proposes continuously at `addr` (the seed 001 §4.1 client: a window of
+/// proposals in flight, the next as soon as one is decided) until `stop`, then waits up
+/// to `spec.drain` for what is in flight. Every value the node took and never decided is
+/// reported as dropped. A `Busy` or refused request is asked again after a pause; it is no
+/// drop (nothing was taken) but its time is lost, as the seed's client retries.
+pub fn run_load(
+    addr: &str,
+    spec: &LoadSpec,
+    stop: &std::sync::atomic::AtomicBool,
+    mut on: impl FnMut(Instant, LoadEvent<'_>),
+) -> Result<LoadReport, ClientError> {
+    use std::sync::atomic::Ordering;
+    const REFUSAL_TEXTS_MAX: usize = 8;
+    if spec.value_bytes < 8 || spec.window_values == 0 {
+        return Err(ClientError::Usage(
+            "the load needs values of at least 8 bytes and a window of at least 1".into(),
+        ));
+    }
+    let mut client = Client::connect(addr)?;
+    let mut report = LoadReport::default();
+    let mut pending: HashSet<ValueId> = HashSet::new();
+    let mut early: HashSet<ValueId> = HashSet::new();
+    let mut asked: Option<usize> = None;
+    let mut next_value: u64 = 0;
+    let mut last_progress = Instant::now();
+    let mut drain_until: Option<Instant> = None;
+    let mut retry_at: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        if drain_until.is_none() && stop.load(Ordering::Relaxed) {
+            drain_until = Some(now + spec.drain);
+        }
+        if let Some(d) = drain_until
+            && asked.is_none()
+            && (pending.is_empty() || now >= d)
+        {
+            report.undecided = pending.into_iter().collect();
+            report
+                .undecided
+                .sort_unstable_by_key(|id| (id.node.0, id.seq));
+            return Ok(report);
+        }
+        if !pending.is_empty() && now.duration_since(last_progress) > spec.stall_max {
+            return Err(ClientError::Refused(format!(
+                "no value decided for {:.1} s with {} in flight",
+                spec.stall_max.as_secs_f64(),
+                pending.len()
+            )));
+        }
+        if asked.is_none()
+            && drain_until.is_none()
+            && retry_at.is_none_or(|t| now >= t)
+            && pending.len() < spec.window_values
+        {
+            let n = (spec.window_values - pending.len())
+                .min(VALUES_PER_REQUEST)
+                .min(MAX_VALUES_PER_FRAME);
+            let payloads = (0..n)
+                .map(|i| {
+                    let mut v = vec![0u8; spec.value_bytes];
+                    v[..8].copy_from_slice(&(next_value + i as u64).to_le_bytes());
+                    Bytes::from(v)
+                })
+                .collect();
+            next_value += n as u64;
+            client.send(&ClientFrame::Propose { payloads })?;
+            asked = Some(n);
+            retry_at = None;
+        }
+        let frame = match client.recv(Some(Duration::from_millis(20))) {
+            Ok(f) => f,
+            Err(ClientError::Timeout(_)) => continue,
+            Err(e) => return Err(e),
+        };
+        let at = Instant::now();
+        match frame {
+            ClientFrame::Proposed { ids } => {
+                let Some(n) = asked.take() else {
+                    return Err(ClientError::Unexpected("Proposed without a request".into()));
+                };
+                if ids.len() > n {
+                    return Err(ClientError::Unexpected(format!(
+                        "{} ids for {n} values",
+                        ids.len()
+                    )));
+                }
+                report.proposed += ids.len() as u64;
+                on(at, LoadEvent::Proposed(&ids));
+                let mut decided_now = Vec::new();
+                for id in ids.iter().copied() {
+                    if early.remove(&id) {
+                        decided_now.push(id);
+                    } else {
+                        pending.insert(id);
+                    }
+                }
+                if !decided_now.is_empty() {
+                    report.decided += decided_now.len() as u64;
+                    last_progress = at;
+                    on(at, LoadEvent::Decided(&decided_now));
+                }
+                if ids.len() < n {
+                    retry_at = Some(at + BUSY_PAUSE);
+                }
+                if pending.is_empty() {
+                    last_progress = at;
+                }
+            }
+            ClientFrame::Busy => {
+                asked = None;
+                report.refused_requests += 1;
+                retry_at = Some(at + BUSY_PAUSE);
+                on(at, LoadEvent::Refused(None));
+            }
+            ClientFrame::Error { text } => {
+                asked = None;
+                report.refused_requests += 1;
+                retry_at = Some(at + BUSY_PAUSE);
+                on(at, LoadEvent::Refused(Some(&text)));
+                if report.refusal_texts.len() < REFUSAL_TEXTS_MAX {
+                    report.refusal_texts.push(text);
+                }
+            }
+            ClientFrame::Decided { ids } => {
+                let mut decided_now = Vec::with_capacity(ids.len());
+                for id in ids {
+                    if pending.remove(&id) {
+                        decided_now.push(id);
+                    } else {
+                        early.insert(id);
+                    }
+                }
+                if !decided_now.is_empty() {
+                    report.decided += decided_now.len() as u64;
+                    last_progress = at;
+                    on(at, LoadEvent::Decided(&decided_now));
+                }
+            }
+            other => return Err(unexpected(&other)),
+        }
+    }
+}
+
 /// `abcast propose`: proposes the values (or one per stdin line) and prints each value's id
 /// (`node:seq`) once it is decided.
 pub fn run_propose(args: ProposeArgs) -> Result<(), ClientError> {
@@ -1067,6 +1253,64 @@ pub fn run_learn(args: LearnArgs) -> Result<(), ClientError> {
 mod tests {
     use super::*;
     use abcast_core::NodeId;
+
+    #[test]
+    fn node_lists_and_configurations_are_checked() {
+        assert_eq!(parse_node_list("0, 1,3"), Ok(NodeList(vec![0, 1, 3])));
+        for bad in ["", "0,", "a", "1,1", "-1", "4294967296"] {
+            assert!(parse_node_list(bad).is_err(), "{bad:?}");
+        }
+        let c = configuration_of(&[0, 1, 3], &[4]).unwrap();
+        assert_eq!(
+            describe_configuration(&c),
+            "configuration 0: voters 0, 1, 3; learners 4"
+        );
+        assert!(configuration_of(&[], &[4]).is_err());
+        assert!(configuration_of(&[1], &[1]).is_err());
+        // The same nodes with the same votes, in any order and under any id.
+        let mut other = configuration_of(&[3, 0, 1], &[4]).unwrap();
+        other.id = 9;
+        assert!(same_members(&c, &other));
+        assert!(!same_members(
+            &c,
+            &configuration_of(&[0, 1, 3, 4], &[]).unwrap()
+        ));
+        assert!(!same_members(
+            &c,
+            &configuration_of(&[0, 1, 3], &[]).unwrap()
+        ));
+    }
+
+    #[test]
+    fn a_leaders_status_shows_its_followers_and_the_pending_change() {
+        let r = StatusReport {
+            node: NodeId(2),
+            leader: Some(NodeId(2)),
+            leading: true,
+            delivered_upto: 10,
+            decided_max: 12,
+            configuration: configuration_of(&[0, 1, 2], &[]).ok(),
+            configuration_pending: configuration_of(&[0, 1, 3], &[]).ok(),
+            followers: vec![abcast_core::FollowerProgress {
+                node: NodeId(0),
+                accepted: 9,
+                decided: 8,
+                voter: true,
+            }],
+            ..StatusReport::default()
+        };
+        let text = status_text(&r, "127.0.0.1:7502");
+        assert!(
+            text.contains("leader:        this node (leading)"),
+            "{text}"
+        );
+        assert!(text.contains("pending:       configuration 0: voters 0, 1, 3"));
+        assert!(text.contains("yes"), "{text}");
+        let j = status_json(&r);
+        assert_eq!(j["leader"], 2);
+        assert_eq!(j["followers"][0]["accepted"], 9);
+        assert_eq!(j["configuration_pending"]["voters"][2], 3);
+    }
 
     #[test]
     fn output_formats() {

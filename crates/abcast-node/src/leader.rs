@@ -11,6 +11,10 @@
 //! max_message_bytes = 4194304 # largest Accept / AcceptSync
 //! pending_batches_max = 65536 # proposals held while a leader prepares
 //! priorities = [{ node = 0, priority = 1 }]   # the preferred leader
+//! transfer = "pull"           # how new members get the log after a stop-sign: "pull"
+//!                             # (segments from several nodes) or "eager" (the leader pushes)
+//! fetch_segment_entries = 512 # entries per segment a new member asks one node for
+//! fetch_parallel = 4          # nodes a new member asks at once
 //! [raft]                      # every field optional
 //! heartbeat_interval_ms = 50
 //! election_timeout_min_ms = 300
@@ -47,7 +51,7 @@ use abcast_core::NodeId;
 use abcast_core::batcher::BatchLimits;
 use abcast_core::config::{ConfigError, Member, StartInfo};
 use abcast_core::raft::{Raft, RaftConfig};
-use abcast_core::seqpaxos::{SeqPaxos, SeqPaxosConfig};
+use abcast_core::seqpaxos::{SeqPaxos, SeqPaxosConfig, Transfer};
 use abcast_core::storage::{DurableLogStore, DurableOptions, LogStore, MemoryLogStore};
 use abcast_peers::{OmniPaxosCore, OmniPaxosCoreConfig, RaftRsCore, RaftRsCoreConfig};
 use serde::Deserialize;
@@ -101,6 +105,9 @@ pub(crate) struct FileSeqPaxos {
     max_message_bytes: Option<usize>,
     pending_batches_max: Option<usize>,
     priorities: Option<Vec<FilePriority>>,
+    transfer: Option<String>,
+    fetch_segment_entries: Option<u64>,
+    fetch_parallel: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -301,6 +308,19 @@ pub(crate) fn leader_config(
                 set!(c.resend_us, ms("seqpaxos.resend_ms", f.resend_ms)?);
                 set!(c.max_message_bytes, f.max_message_bytes);
                 set!(c.pending_batches_max, f.pending_batches_max);
+                set!(c.fetch_segment_entries, f.fetch_segment_entries);
+                set!(c.fetch_parallel, f.fetch_parallel);
+                match f.transfer.as_deref() {
+                    None => {}
+                    Some("pull") => c.transfer = Transfer::Pull,
+                    Some("eager") => c.transfer = Transfer::Eager,
+                    Some(other) => {
+                        return invalid(
+                            "seqpaxos.transfer",
+                            format!("{other:?}: expected \"pull\" or \"eager\""),
+                        );
+                    }
+                }
                 if let Some(ps) = &f.priorities {
                     c.priorities.clear();
                     for (i, p) in ps.iter().enumerate() {
@@ -562,6 +582,14 @@ addr = "127.0.0.1:7402"
         assert_eq!(sp.heartbeat_interval_us, 20_000);
         assert_eq!(sp.batch_linger_us, 50);
         assert_eq!(sp.priorities, vec![(NodeId(2), 3)]);
+        assert_eq!(sp.transfer, Transfer::Pull);
+        let c =
+            load("protocol = \"seqpaxos\"\n[seqpaxos]\ntransfer = \"eager\"\nfetch_parallel = 2\n")
+                .unwrap();
+        let Some(LeaderProtocol::SeqPaxos(sp)) = &c.leader else {
+            panic!("{:?}", c.leader)
+        };
+        assert_eq!((sp.transfer, sp.fetch_parallel), (Transfer::Eager, 2));
         assert_eq!(c.storage.snapshot_interval_ms, 0);
 
         let c = load("protocol = \"raft\"\n[raft]\nelection_timeout_min_ms = 150\nelection_timeout_max_ms = 300\nread_lease = true\n").unwrap();
@@ -715,6 +743,14 @@ addr = "127.0.0.1:7402"
                 "protocol = \"seqpaxos\"\n[seqpaxos]\npriorities = [{ node = 9, priority = 1 }]\n"
             ),
             "seqpaxos.priorities[0].node"
+        );
+        assert_eq!(
+            field("protocol = \"seqpaxos\"\n[seqpaxos]\ntransfer = \"lazy\"\n"),
+            "seqpaxos.transfer"
+        );
+        assert_eq!(
+            field("protocol = \"seqpaxos\"\n[seqpaxos]\nfetch_parallel = 0\n"),
+            "seqpaxos.fetch_parallel"
         );
         assert_eq!(
             field("protocol = \"raft\"\n[raft]\nheartbeat_interval_ms = 0\n"),

@@ -39,10 +39,13 @@ pub enum BenchName {
     /// Leader-based protocols and the peer cores at one proposal in flight (seed 001
     /// fig 13).
     Latency,
+    /// Replace a follower, then the leader, under load: Sequence Paxos pull and eager,
+    /// Raft's joint consensus (seed 001 fig 10, 12, table 5.1).
+    Reconfig,
 }
 
 impl BenchName {
-    pub const ALL: [BenchName; 11] = [
+    pub const ALL: [BenchName; 12] = [
         BenchName::ValueSize,
         BenchName::Buffer,
         BenchName::RingSize,
@@ -54,6 +57,7 @@ impl BenchName {
         BenchName::Storage,
         BenchName::Concurrency,
         BenchName::Latency,
+        BenchName::Reconfig,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -69,6 +73,7 @@ impl BenchName {
             BenchName::Storage => "storage",
             BenchName::Concurrency => "concurrency",
             BenchName::Latency => "latency",
+            BenchName::Reconfig => "reconfig",
         }
     }
 
@@ -120,6 +125,11 @@ impl BenchName {
             BenchName::Latency => {
                 "the same four at one proposal in flight, 3 nodes, 16 B values: the latency \
                  distribution (seed 001 fig 13)"
+            }
+            BenchName::Reconfig => {
+                "3 nodes + a spare under load: replace a follower, replace the leader; \
+                 Sequence Paxos pull and eager, Raft joint consensus: throughput over time, \
+                 gap, dropped proposals (seed 001 fig 10, 12, table 5.1)"
             }
         }
     }
@@ -255,6 +265,7 @@ pub fn experiment(name: BenchName, max_nodes: u32) -> Option<Experiment> {
         | BenchName::Trim
         | BenchName::Concurrency
         | BenchName::Latency
+        | BenchName::Reconfig
         | BenchName::Storage => {
             return None;
         }
@@ -391,6 +402,7 @@ pub fn shape_sentences(exp: &Experiment, sweep: &[Medians], low_load: Option<&Me
         | BenchName::Trim
         | BenchName::Concurrency
         | BenchName::Latency
+        | BenchName::Reconfig
         | BenchName::Storage => {
             format!("{} is not a sweep of one cluster.", exp.name.as_str())
         }

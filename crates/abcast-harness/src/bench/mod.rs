@@ -12,6 +12,7 @@ pub mod leader;
 pub mod multicast;
 pub mod multiring;
 mod output;
+pub mod reconfig;
 pub mod storage;
 pub mod trim;
 
@@ -74,7 +75,8 @@ pub struct BenchArgs {
           value_parser = clap::value_parser!(u32).range(i64::from(lan::LAN_RATE_MBIT_MIN)..=i64::from(lan::LAN_RATE_MBIT_MAX)))]
     pub link_mbit: Option<u32>,
     /// `concurrency` and `latency` only: the protocols to race, comma-separated (seqpaxos,
-    /// omnipaxos, raft, raftrs) [default: all four].
+    /// omnipaxos, raft, raftrs) [default: all four]. `reconfig`: seqpaxos (pull and
+    /// eager), seqpaxos-pull, seqpaxos-eager, raft [default: all].
     #[arg(long, value_name = "LIST")]
     pub protocols: Option<String>,
 }
@@ -433,9 +435,14 @@ pub fn run_bench(args: &BenchArgs) -> Result<u8, HarnessError> {
     if let Some(result) = multiring::run(name, args) {
         return result;
     }
-    if args.protocols.is_some() && !matches!(name, BenchName::Concurrency | BenchName::Latency) {
+    if args.protocols.is_some()
+        && !matches!(
+            name,
+            BenchName::Concurrency | BenchName::Latency | BenchName::Reconfig
+        )
+    {
         return Err(HarnessError::Usage(format!(
-            "--protocols applies to `bench concurrency` and `bench latency` only, not to \
+            "--protocols applies to `bench concurrency`, `latency` and `reconfig` only, not to \
              `bench {}`",
             name.as_str()
         )));
@@ -448,6 +455,9 @@ pub fn run_bench(args: &BenchArgs) -> Result<u8, HarnessError> {
     }
     if name == BenchName::Latency {
         return leader::run_latency(args);
+    }
+    if name == BenchName::Reconfig {
+        return reconfig::run(args);
     }
     if name == BenchName::Multicast {
         // Two protocols per point and figures per learner: its own runner.

@@ -34,7 +34,7 @@ const BUSY_PAUSE: Duration = Duration::from_millis(10);
 pub const REDIRECTS_MAX: usize = 4;
 /// Pause between two status polls (and before asking again after `Busy` or a node that
 /// knows no leader yet).
-const POLL_PAUSE: Duration = Duration::from_millis(20);
+const POLL_PAUSE: Duration = Duration::from_millis(5);
 /// Most nodes one list names (`--members`, `--learners`).
 const LIST_NODES_MAX: usize = 1024;
 
@@ -645,7 +645,7 @@ pub fn reconfigure_and_wait(
             }
             Err(ClientError::NotLeader { hint: None, .. }) | Err(ClientError::Busy) => {
                 left("waiting for a leader that takes the change")?;
-                std::thread::sleep(POLL_PAUSE * 5);
+                std::thread::sleep(POLL_PAUSE * 10);
             }
             Err(e) => return Err(e),
         }

@@ -63,6 +63,9 @@ pub const WINDOW_DEFAULT: u64 = 10_000;
 const WINDOW_MAX: u64 = 65_536;
 /// The timeline's bin.
 pub const BIN_MS: u64 = 50;
+/// The zoomed timeline's bin, and the zoom's range in seconds from the request.
+const FINE_BIN_MS: u64 = 10;
+const ZOOM_S: (f64, f64) = (-0.3, 1.2);
 /// Throughput counts as back once a window of this length holds this share of *before*.
 pub const RECOVERY_WINDOW_MS: u64 = 250;
 pub const RECOVERY_SHARE: f64 = 0.5;
@@ -181,8 +184,9 @@ struct RunOut {
     request_s: f64,
     gap_from_s: f64,
     gap_to_s: f64,
-    /// Decided values per bin since the load started.
+    /// Decided values per bin since the load started, and per fine bin.
     bins: Vec<u64>,
+    fine: Vec<u64>,
     old_leader: Option<u32>,
     new_leader: Option<u32>,
     replaced: Option<u32>,
@@ -539,6 +543,7 @@ struct Figures {
     gap_to_s: f64,
     recovery_ms: Option<f64>,
     bins: Vec<u64>,
+    fine: Vec<u64>,
 }
 
 fn figures(decisions: &[(f64, u64)], request_s: f64, stop_s: f64, in_effect_s: f64) -> Figures {
@@ -598,11 +603,17 @@ fn figures(decisions: &[(f64, u64)], request_s: f64, stop_s: f64, in_effect_s: f
     let after_from = window_end.max(in_effect_s);
     let bin_s = BIN_MS as f64 / 1e3;
     let n_bins = ((stop_s / bin_s).ceil() as usize).max(1);
-    let mut bins = vec![0u64; n_bins];
-    for &(t, n) in decisions {
-        let i = ((t / bin_s) as usize).min(n_bins - 1);
-        bins[i] += n;
-    }
+    let binned = |bin_s: f64| {
+        let n_bins = ((stop_s / bin_s).ceil() as usize).max(1);
+        let mut bins = vec![0u64; n_bins];
+        for &(t, n) in decisions {
+            let i = ((t / bin_s) as usize).min(n_bins - 1);
+            bins[i] += n;
+        }
+        bins
+    };
+    let bins = binned(bin_s);
+    let fine = binned(FINE_BIN_MS as f64 / 1e3);
     // Degraded: the whole bins in [request, window_end] below the share of `before`.
     let low = RECOVERY_SHARE * before * bin_s;
     let degraded_bins = (0..n_bins)
@@ -620,6 +631,7 @@ fn figures(decisions: &[(f64, u64)], request_s: f64, stop_s: f64, in_effect_s: f
         gap_to_s: gap_to,
         recovery_ms: recovered_at.map(|s| (s - request_s) * 1e3),
         bins,
+        fine,
     }
 }
 
@@ -746,6 +758,7 @@ fn run_case(case: Case, args: &BenchArgs, window: u64, r: u32) -> Result<RunOut,
     out.recovery_ms = f.recovery_ms;
     out.degraded_ms = f.degraded_ms;
     out.bins = f.bins;
+    out.fine = f.fine;
     out.mean = if stop_s > 0.0 {
         decisions
             .iter()
@@ -867,132 +880,196 @@ fn median_run(runs: &[RunOut]) -> Option<&RunOut> {
     good.get(good.len().saturating_sub(1) / 2).copied()
 }
 
-/// A variant, its median run, and that run's timeline as plot points.
-type Shown<'a> = (Variant, &'a RunOut, Vec<(f64, f64)>);
+/// One variant's series in a chart: its timeline as plot points, its gap and the moment
+/// the change took effect (seconds from the request), and the gap's length.
+struct Series {
+    variant: Variant,
+    points: Vec<(f64, f64)>,
+    gap: (f64, f64),
+    gap_ms: f64,
+    in_effect: f64,
+}
 
-/// Throughput over time around the request, one panel per change, one line per variant
-/// (its median run), each variant's gap shaded in its colour.
-fn plot(path: &Path, results: &BTreeMap<Case, Vec<RunOut>>) -> Result<(), String> {
-    ensure_font()?;
-    let err = |e: &dyn std::fmt::Display| e.to_string();
-    let root = BitMapBackend::new(path, (1100, 900)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let root = root
-        .titled(
-            "Throughput around a reconfiguration, 3 nodes + spare, 16 B values (cf. seed 001 fig 10, 12)",
-            (FONT_FAMILY, 22).into_font().style(FontStyle::Bold),
-        )
-        .map_err(|e| err(&e))?;
-    let areas = root.split_evenly((Change::ALL.len(), 1));
-    let bin_s = BIN_MS as f64 / 1e3;
-    for (change, area) in Change::ALL.iter().zip(areas.iter()) {
-        let shown: Vec<(Variant, &RunOut)> = results
-            .iter()
-            .filter(|(c, _)| c.change == *change)
-            .filter_map(|(c, runs)| median_run(runs).map(|r| (c.variant, r)))
-            .collect();
-        let lines: Vec<Shown<'_>> = shown
-            .iter()
-            .map(|&(v, r)| {
-                let pts = r
-                    .bins
-                    .iter()
-                    .enumerate()
-                    // The last bin may be cut short by the stop.
-                    .take(r.bins.len().saturating_sub(1))
-                    .map(|(i, n)| {
-                        (
-                            (i as f64 + 0.5) * bin_s - r.request_s,
-                            *n as f64 / bin_s / 1e3,
-                        )
-                    })
-                    .collect();
-                (v, r, pts)
-            })
-            .collect();
-        let x_lo = lines
-            .iter()
-            .flat_map(|l| l.2.first().map(|p| p.0))
-            .fold(f64::INFINITY, f64::min);
-        let x_hi = lines
-            .iter()
-            .flat_map(|l| l.2.last().map(|p| p.0))
-            .fold(f64::NEG_INFINITY, f64::max);
-        let (x_lo, x_hi) = if x_lo.is_finite() && x_hi > x_lo {
-            (x_lo, x_hi)
-        } else {
-            (-1.0, 1.0)
-        };
-        let y_hi = lines
-            .iter()
-            .flat_map(|l| l.2.iter().map(|p| p.1))
-            .fold(0.0f64, f64::max)
-            .max(1.0)
-            * 1.15;
-        let mut chart = ChartBuilder::on(area)
-            .caption(
-                format!("{} (median run by gap; shaded: the gap)", change.name()),
-                (FONT_FAMILY, 18),
+/// A run's bins as plot points: x in seconds from the request, y in thousand values/s,
+/// within `[x_lo, x_hi]` (the last bin, cut short by the stop, left out).
+fn bin_points(bins: &[u64], bin_s: f64, request_s: f64, x_lo: f64, x_hi: f64) -> Vec<(f64, f64)> {
+    bins.iter()
+        .enumerate()
+        .take(bins.len().saturating_sub(1))
+        .map(|(i, n)| {
+            (
+                (i as f64 + 0.5) * bin_s - request_s,
+                *n as f64 / bin_s / 1e3,
             )
-            .margin(12)
-            .x_label_area_size(45)
-            .y_label_area_size(70)
-            .build_cartesian_2d(x_lo..x_hi, 0.0..y_hi)
+        })
+        .filter(|(x, _)| *x >= x_lo && *x <= x_hi)
+        .collect()
+}
+
+fn draw_chart(
+    area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+    caption: &str,
+    y_desc: &str,
+    (x_lo, x_hi): (f64, f64),
+    series: &[Series],
+    label_gaps: bool,
+) -> Result<(), String> {
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let y_hi = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .fold(0.0f64, f64::max)
+        .max(1.0)
+        * 1.2;
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, (FONT_FAMILY, 17))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(x_lo..x_hi, 0.0..y_hi)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds from the reconfigure request")
+        .y_desc(y_desc)
+        .label_style((FONT_FAMILY, 14))
+        .axis_desc_style((FONT_FAMILY, 15))
+        .light_line_style(WHITE.mix(0.0))
+        .draw()
+        .map_err(|e| err(&e))?;
+    for (k, s) in series.iter().enumerate() {
+        let color = PALETTE[Variant::ALL
+            .iter()
+            .position(|x| *x == s.variant)
+            .unwrap_or(0)
+            % PALETTE.len()];
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(s.gap.0, 0.0), (s.gap.1, y_hi)],
+                color.mix(0.2).filled(),
+            )))
             .map_err(|e| err(&e))?;
         chart
-            .configure_mesh()
-            .x_desc("seconds from the reconfigure request")
-            .y_desc("thousand values/s (50 ms bins)")
-            .label_style((FONT_FAMILY, 15))
-            .axis_desc_style((FONT_FAMILY, 16))
-            .light_line_style(WHITE.mix(0.0))
-            .draw()
+            .draw_series(LineSeries::new(s.points.clone(), color.stroke_width(2)))
+            .map_err(|e| err(&e))?
+            .label(format!("{} (gap {:.0} ms)", s.variant.title(), s.gap_ms))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
+            });
+        chart
+            .draw_series(DashedLineSeries::new(
+                vec![(s.in_effect, 0.0), (s.in_effect, y_hi)],
+                6,
+                4,
+                color.stroke_width(1),
+            ))
             .map_err(|e| err(&e))?;
-        for (v, r, pts) in &lines {
-            let color =
-                PALETTE[Variant::ALL.iter().position(|x| x == v).unwrap_or(0) % PALETTE.len()];
+        if label_gaps {
+            // A bracket over the gap, with its length, one row per variant.
+            let y = y_hi * (0.97 - 0.05 * k as f64);
             chart
-                .draw_series(std::iter::once(Rectangle::new(
-                    [
-                        (r.gap_from_s - r.request_s, 0.0),
-                        (r.gap_to_s - r.request_s, y_hi),
-                    ],
-                    color.mix(0.18).filled(),
+                .draw_series(std::iter::once(PathElement::new(
+                    vec![(s.gap.0, y), (s.gap.1, y)],
+                    color.stroke_width(4),
                 )))
                 .map_err(|e| err(&e))?;
             chart
-                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-                .map_err(|e| err(&e))?
-                .label(format!("{} (gap {:.0} ms)", v.title(), r.gap_ms))
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
-                });
-            let effect = r.in_effect_ms / 1e3;
-            chart
-                .draw_series(DashedLineSeries::new(
-                    vec![(effect, 0.0), (effect, y_hi)],
-                    6,
-                    4,
-                    color.stroke_width(1),
-                ))
+                .draw_series(std::iter::once(Text::new(
+                    format!("gap {:.0} ms", s.gap_ms),
+                    (s.gap.1 + (x_hi - x_lo) * 0.01, y),
+                    (FONT_FAMILY, 13).into_font().color(&color),
+                )))
                 .map_err(|e| err(&e))?;
         }
-        chart
-            .draw_series(std::iter::once(PathElement::new(
-                vec![(0.0, 0.0), (0.0, y_hi)],
-                BLACK.stroke_width(1),
-            )))
-            .map_err(|e| err(&e))?
-            .label("request (dashed: in effect)")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], BLACK.stroke_width(1)));
+    }
+    chart
+        .draw_series(std::iter::once(PathElement::new(
+            vec![(0.0, 0.0), (0.0, y_hi)],
+            BLACK.stroke_width(1),
+        )))
+        .map_err(|e| err(&e))?
+        .label("request (dashed: in effect)")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], BLACK.stroke_width(1)));
+    if !label_gaps {
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .label_font((FONT_FAMILY, 14))
+            .position(SeriesLabelPosition::LowerLeft)
+            .label_font((FONT_FAMILY, 13))
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .draw()
             .map_err(|e| err(&e))?;
+    }
+    Ok(())
+}
+
+/// Throughput over time, one row per change, one line per variant (its median run by
+/// gap): the whole run in 50 ms bins on the left, and on the right a zoom from
+/// `ZOOM_S.0` to `ZOOM_S.1` around the request in 10 ms bins, where the gap (shaded, and
+/// bracketed with its length) is wide enough to see. Dashed: the change in effect.
+fn plot(path: &Path, results: &BTreeMap<Case, Vec<RunOut>>) -> Result<(), String> {
+    ensure_font()?;
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let root = BitMapBackend::new(path, (1400, 950)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let root = root
+        .titled(
+            "Throughput around a reconfiguration, 3 nodes + a spare, 16 B values (cf. seed 001 \
+             fig 10, 12)",
+            (FONT_FAMILY, 22).into_font().style(FontStyle::Bold),
+        )
+        .map_err(|e| err(&e))?;
+    let rows = root.split_evenly((Change::ALL.len(), 1));
+    for (change, row) in Change::ALL.iter().zip(rows.iter()) {
+        let runs: Vec<(Variant, &RunOut)> = results
+            .iter()
+            .filter(|(c, _)| c.change == *change)
+            .filter_map(|(c, runs)| median_run(runs).map(|r| (c.variant, r)))
+            .collect();
+        let series = |bins: fn(&RunOut) -> &[u64], bin_ms: u64, lo: f64, hi: f64| -> Vec<Series> {
+            runs.iter()
+                .map(|&(v, r)| Series {
+                    variant: v,
+                    points: bin_points(bins(r), bin_ms as f64 / 1e3, r.request_s, lo, hi),
+                    gap: (r.gap_from_s - r.request_s, r.gap_to_s - r.request_s),
+                    gap_ms: r.gap_ms,
+                    in_effect: r.in_effect_ms / 1e3,
+                })
+                .collect()
+        };
+        let whole = series(|r| &r.bins, BIN_MS, f64::NEG_INFINITY, f64::INFINITY);
+        let x_lo = whole
+            .iter()
+            .flat_map(|s| s.points.first().map(|p| p.0))
+            .fold(f64::INFINITY, f64::min);
+        let x_hi = whole
+            .iter()
+            .flat_map(|s| s.points.last().map(|p| p.0))
+            .fold(f64::NEG_INFINITY, f64::max);
+        let range = if x_lo.is_finite() && x_hi > x_lo {
+            (x_lo, x_hi)
+        } else {
+            (-1.0, 1.0)
+        };
+        let (w, _) = row.dim_in_pixel();
+        let (left, right) = row.split_horizontally(w * 11 / 20);
+        draw_chart(
+            &left,
+            &format!("{}: the whole run", change.name()),
+            "thousand values/s (50 ms bins)",
+            range,
+            &whole,
+            false,
+        )?;
+        let zoom = series(|r| &r.fine, FINE_BIN_MS, ZOOM_S.0, ZOOM_S.1);
+        draw_chart(
+            &right,
+            &format!("{}: zoom on the request", change.name()),
+            "thousand values/s (10 ms bins)",
+            ZOOM_S,
+            &zoom,
+            true,
+        )?;
     }
     root.present().map_err(|e| err(&e))?;
     Ok(())
@@ -1047,6 +1124,8 @@ fn summary(
          effect, to the end of the load;\n\
          - **asked** / **in effect**: from the request until the leader took it, and until a \
          status showed the new configuration with no change pending;\n\
+         - **run mean**: decided values over the whole load divided by its duration (the \
+         seed's average throughput, n / t_execution, of figures 10 and 12);\n\
          - **dropped**: values the node took (`Proposed`) and never decided, even {} s after \
          the load stopped. A `Busy` or refused request is not a drop (nothing was taken); \
          the client waits {} ms and asks again, so its time shows in the gap; such requests \
@@ -1057,17 +1136,17 @@ fn summary(
     );
     let _ = writeln!(
         s,
-        "| change | protocol | gap ms | degraded ms | recovery ms | in effect ms | before values/s | after values/s | dropped (total) | refused requests | good runs |"
+        "| change | protocol | gap ms | degraded ms | recovery ms | in effect ms | before values/s | after values/s | run mean values/s | dropped (total) | refused requests | good runs |"
     );
     let _ = writeln!(
         s,
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
     for (c, runs) in results {
         let dropped: u64 = runs.iter().map(|r| r.dropped).sum();
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/{} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/{} |",
             c.change.name(),
             c.variant.title(),
             spread(runs, |r| Some(r.gap_ms), 0),
@@ -1076,6 +1155,7 @@ fn summary(
             spread(runs, |r| Some(r.in_effect_ms), 0),
             med(runs, |r| Some(r.before)).map_or("n/a".into(), |v| group(v.round() as u64)),
             med(runs, |r| Some(r.after)).map_or("n/a".into(), |v| group(v.round() as u64)),
+            med(runs, |r| Some(r.mean)).map_or("n/a".into(), |v| group(v.round() as u64)),
             dropped,
             spread(runs, |r| Some(r.refused_requests as f64), 0),
             runs.iter().filter(|r| r.ok).count(),
@@ -1309,6 +1389,42 @@ mod tests {
         assert!((f.gap_ms - 3000.0).abs() < 1e-6, "{f:?}");
         assert_eq!(f.degraded_ms, 3000.0);
         assert_eq!(f.after, 0.0);
+    }
+
+    #[test]
+    fn the_plot_and_the_files_are_written_from_runs() {
+        let d = steady_with_silence();
+        let f = figures(&d, 5.0, 10.0, 5.1);
+        let run = |run: u32| RunOut {
+            run,
+            ok: true,
+            before: f.before,
+            after: f.after,
+            gap_ms: f.gap_ms,
+            recovery_ms: f.recovery_ms,
+            in_effect_ms: 100.0,
+            request_s: 5.0,
+            gap_from_s: f.gap_from_s,
+            gap_to_s: f.gap_to_s,
+            bins: f.bins.clone(),
+            fine: f.fine.clone(),
+            ..RunOut::default()
+        };
+        let mut results = BTreeMap::new();
+        for change in Change::ALL {
+            for variant in Variant::ALL {
+                results.insert(Case { change, variant }, vec![run(1), run(2)]);
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("abcast-reconfig-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("plot.png");
+        plot(&path, &results).unwrap();
+        assert!(std::fs::metadata(&path).unwrap().len() > 10_000);
+        let csv = csv_text(&results);
+        assert_eq!(csv.lines().count(), 1 + 12);
+        assert!(timeline_csv(&results).lines().count() > 12 * 190);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -973,10 +973,17 @@ fn draw_chart(
                     color.stroke_width(4),
                 )))
                 .map_err(|e| err(&e))?;
+            // The label right of the bracket, or left of it near the right edge.
+            let span = x_hi - x_lo;
+            let x = if s.gap.1 + span * 0.12 < x_hi {
+                s.gap.1 + span * 0.01
+            } else {
+                s.gap.0 - span * 0.11
+            };
             chart
                 .draw_series(std::iter::once(Text::new(
                     format!("gap {:.0} ms", s.gap_ms),
-                    (s.gap.1 + (x_hi - x_lo) * 0.01, y),
+                    (x, y),
                     (FONT_FAMILY, 13).into_font().color(&color),
                 )))
                 .map_err(|e| err(&e))?;

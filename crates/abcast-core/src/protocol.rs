@@ -247,6 +247,31 @@ pub struct Status {
     pub log_bytes: u64,
     /// Bytes of acceptor log appended since the node started.
     pub log_appended_bytes: u64,
+    /// The configuration in effect as this node knows it, for a protocol that reconfigures
+    /// (Sequence Paxos: the configuration it is in, a member or not; Raft: the last
+    /// committed one, both voter sets while joint). `None` where the protocol has no
+    /// configuration of its own to report.
+    pub configuration: Option<Configuration>,
+    /// A change under way, as this node knows it: the configuration it leads to (Sequence
+    /// Paxos: a stop-sign in the log, not yet delivered here; Raft: a change whose learner
+    /// or joint stage is not done). `None` when none is.
+    pub configuration_pending: Option<Configuration>,
+    /// At a leader: every other node it replicates to, with its progress as the leader
+    /// sees it; empty at any other node and for protocols without a leader's view.
+    pub followers: Vec<FollowerProgress>,
+}
+
+/// One follower's replication, as its leader sees it ([`Status::followers`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FollowerProgress {
+    pub node: NodeId,
+    /// The follower holds the leader's log up to here (Raft `matchIndex`, Sequence Paxos
+    /// `las`: its accepted length in the leader's round).
+    pub accepted: Instance,
+    /// The leader told it that entries up to here are decided (never above `accepted`).
+    pub decided: Instance,
+    /// The follower votes (counts in quorums); false for a Raft learner.
+    pub voter: bool,
 }
 
 /// One group's (ring's) state inside a composite protocol.

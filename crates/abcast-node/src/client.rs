@@ -1,19 +1,27 @@
-//! Clients of a running node's client port: `abcast propose` and `abcast learn`, and the
-//! small blocking [`Client`] they are built on (the wire format is in
-//! `runtime::clientwire`).
+//! Clients of a running node's client port: `abcast propose`, `learn`, `follow`,
+//! `status`, `reconfigure` and `read`, and the small blocking [`Client`] they are built on
+//! (the wire format is in `runtime::clientwire`).
+//!
+//! `reconfigure` is a cluster-wide operation: a node that is not the leader answers with a
+//! `NotLeader` hint naming the leader and its client port, and the client asks there
+//! ([`reconfigure_and_wait`], at most [`REDIRECTS_MAX`] times), then polls the status until
+//! the new configuration is in effect. `read` is per node (its read point is about that
+//! node's state), so a `NotLeader` answer is an error that names the leader.
 //!
 //! A client keeps one `Propose` request in flight and at most [`PROPOSE_WINDOW_VALUES`]
 //! values waiting to be decided, so it never asks the node to hold more than that for it.
 
-use abcast_core::{Batch, DecodeError, Instance, ValueId};
-use abcast_runtime::clientwire::{ClientFrame, MAX_VALUES_PER_FRAME};
+use abcast_core::config::{Configuration, Member, Roles};
+use abcast_core::{Batch, DecodeError, Instance, NodeId, ValueId};
+use abcast_runtime::clientwire::{ClientFrame, MAX_VALUES_PER_FRAME, StatusReport};
 use abcast_runtime::frame::{self, FrameError};
 use abcast_runtime::history::Gap;
 use bytes::{Bytes, BytesMut};
+use serde_json::{Value, json};
 use std::collections::{HashSet, VecDeque};
 use std::fmt;
 use std::io::{self, BufRead, BufWriter, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 /// Most values one client has proposed and not yet seen decided.
@@ -22,6 +30,13 @@ pub const PROPOSE_WINDOW_VALUES: usize = 4096;
 const VALUES_PER_REQUEST: usize = 256;
 /// Pause after the node answered `Busy`.
 const BUSY_PAUSE: Duration = Duration::from_millis(10);
+/// `reconfigure` follows this many `NotLeader` hints at most before it gives up.
+pub const REDIRECTS_MAX: usize = 4;
+/// Pause between two status polls (and before asking again after `Busy` or a node that
+/// knows no leader yet).
+const POLL_PAUSE: Duration = Duration::from_millis(5);
+/// Most nodes one list names (`--members`, `--learners`).
+const LIST_NODES_MAX: usize = 1024;
 
 /// Arguments of `abcast propose`.
 #[derive(clap::Args, Debug, Clone)]
@@ -66,9 +81,137 @@ pub struct FollowArgs {
     pub stop: bool,
 }
 
+/// Arguments of `abcast status`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct StatusArgs {
+    /// Client address of a node (its `client_addr`).
+    #[arg(long)]
+    pub node: String,
+    /// Print one JSON object instead of the text.
+    #[arg(long)]
+    pub json: bool,
+    /// Give up when the node answers nothing for this many seconds.
+    #[arg(long, default_value_t = 10, allow_hyphen_values = true,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub timeout_s: u64,
+}
+
+/// Arguments of `abcast reconfigure`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ReconfigureArgs {
+    /// Client address of a node (its `client_addr`); a node that is not the leader names
+    /// the leader, which is asked instead.
+    #[arg(long)]
+    pub node: String,
+    /// The voting members of the new configuration, comma-separated node ids (e.g. 0,1,3).
+    #[arg(long, value_name = "IDS", value_parser = parse_node_list)]
+    pub members: NodeList,
+    /// Non-voting learners of the new configuration (Raft only; Sequence Paxos refuses
+    /// them: every member is a replica).
+    #[arg(long, value_name = "IDS", value_parser = parse_node_list)]
+    pub learners: Option<NodeList>,
+    /// Give up when the change is not in effect after this many seconds.
+    #[arg(long, default_value_t = 30, allow_hyphen_values = true,
+          value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub timeout_s: u64,
+    /// Print one JSON object instead of the text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `abcast read`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ReadArgs {
+    /// Client address of a node (its `client_addr`): the leader, for a protocol with a
+    /// read index (Sequence Paxos, Raft).
+    #[arg(long)]
+    pub node: String,
+    /// Give up when no read point comes within this many seconds.
+    #[arg(long, default_value_t = 10, allow_hyphen_values = true,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub timeout_s: u64,
+    /// Print one JSON object instead of the text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Node ids as `--members` and `--learners` give them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeList(pub Vec<u32>);
+
+/// A comma-separated list of node ids, each once (`--members 0,1,3`).
+pub fn parse_node_list(text: &str) -> Result<NodeList, String> {
+    let mut ids: Vec<u32> = Vec::new();
+    for part in text.split(',') {
+        let part = part.trim();
+        if part.is_empty() {
+            return Err(format!(
+                "{text:?}: an empty entry; give node ids separated by commas, e.g. 0,1,3"
+            ));
+        }
+        let id: u32 = part.parse().map_err(|_| {
+            format!(
+                "{part:?} is not a node id (a number from 0 to {})",
+                u32::MAX
+            )
+        })?;
+        if ids.contains(&id) {
+            return Err(format!("node {id} is named twice"));
+        }
+        ids.push(id);
+        if ids.len() > LIST_NODES_MAX {
+            return Err(format!("more than {LIST_NODES_MAX} nodes"));
+        }
+    }
+    Ok(NodeList(ids))
+}
+
+/// The configuration `--members` and `--learners` describe: members with every role,
+/// learners without the acceptor role. A node in both lists is refused.
+pub fn configuration_of(members: &[u32], learners: &[u32]) -> Result<Configuration, String> {
+    if members.is_empty() {
+        return Err("--members names no node: a configuration needs a voting member".into());
+    }
+    if let Some(n) = learners.iter().find(|n| members.contains(n)) {
+        return Err(format!(
+            "node {n} is in --members and in --learners: a node votes or only learns"
+        ));
+    }
+    let mut out: Vec<Member> = members
+        .iter()
+        .map(|&id| Member {
+            id: NodeId(id),
+            roles: Roles::PAL,
+        })
+        .collect();
+    out.extend(learners.iter().map(|&id| Member {
+        id: NodeId(id),
+        roles: Roles {
+            proposer: true,
+            acceptor: false,
+            learner: true,
+        },
+    }));
+    let c = Configuration {
+        id: 0,
+        members: out,
+    };
+    c.validate().map_err(|e| e.to_string())?;
+    Ok(c)
+}
+
 /// Why a client command failed.
 #[derive(Debug)]
 pub enum ClientError {
+    /// A command-line argument is out of its space (exit status 2).
+    Usage(String),
+    /// The node is not the leader: `hint` is the one it believes in, with its client port.
+    NotLeader {
+        hint: Option<NodeId>,
+        client_addr: Option<SocketAddr>,
+    },
+    /// The node is busy (a bound reached, a change already under way): retry later.
+    Busy,
     Connect {
         addr: String,
         source: io::Error,
@@ -101,6 +244,30 @@ pub enum LearnEvent {
 impl fmt::Display for ClientError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            ClientError::Usage(m) => write!(f, "{m}"),
+            ClientError::NotLeader { hint, client_addr } => match (hint, client_addr) {
+                (Some(l), Some(a)) => write!(
+                    f,
+                    "the node is not the leader; the leader is node {} (client port {a})",
+                    l.0
+                ),
+                (Some(l), None) => write!(
+                    f,
+                    "the node is not the leader; the leader is node {} (its client port is \
+                     not in the node's config)",
+                    l.0
+                ),
+                (None, _) => write!(
+                    f,
+                    "the node is not the leader and knows no leader (an election may be \
+                     under way, or the node is outside the configuration)"
+                ),
+            },
+            ClientError::Busy => write!(
+                f,
+                "the node is busy (a change already under way, the leader still preparing, \
+                 or a bound reached); retry later"
+            ),
             ClientError::Connect { addr, source } => {
                 write!(f, "cannot connect to {addr}: {source}")
             }
@@ -119,6 +286,16 @@ impl fmt::Display for ClientError {
 }
 
 impl std::error::Error for ClientError {}
+
+impl ClientError {
+    /// The process exit status for this error: 2 for bad input, 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ClientError::Usage(_) => 2,
+            _ => 1,
+        }
+    }
+}
 
 impl From<io::Error> for ClientError {
     fn from(e: io::Error) -> Self {
@@ -296,6 +473,59 @@ impl Client {
         }
     }
 
+    /// One answer to a request on this connection: the first frame that is not a delivery
+    /// or a decision of an earlier request (those are skipped).
+    fn answer(&mut self, timeout: Duration) -> Result<ClientFrame, ClientError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ClientError::Timeout(timeout));
+            }
+            match self.recv(Some(left))? {
+                ClientFrame::Delivered { .. } | ClientFrame::Decided { .. } => continue,
+                ClientFrame::Gap { .. } => continue,
+                f => return Ok(f),
+            }
+        }
+    }
+
+    /// The node's status: leader, configuration, followers' progress (`abcast status`).
+    pub fn status(&mut self, timeout: Duration) -> Result<StatusReport, ClientError> {
+        self.send(&ClientFrame::GetStatus)?;
+        match self.answer(timeout)? {
+            ClientFrame::StatusReport { report } => Ok(*report),
+            ClientFrame::Error { text } => Err(ClientError::Refused(text)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Asks the node to move to `config` (its id is ignored). `Ok` once the leader started
+    /// the change; `NotLeader` (with the leader, when known), `Busy`, or `Refused` with
+    /// the protocol's reason otherwise.
+    pub fn reconfigure(
+        &mut self,
+        config: &Configuration,
+        timeout: Duration,
+    ) -> Result<(), ClientError> {
+        self.send(&ClientFrame::Reconfigure {
+            config: config.clone(),
+        })?;
+        match self.answer(timeout)? {
+            ClientFrame::ReconfigureAsked => Ok(()),
+            f => Err(refusal(f)),
+        }
+    }
+
+    /// A linearizable-read barrier at this node: the read point (`abcast read`).
+    pub fn read_barrier(&mut self, timeout: Duration) -> Result<Instance, ClientError> {
+        self.send(&ClientFrame::ReadBarrier)?;
+        match self.answer(timeout)? {
+            ClientFrame::ReadPoint { upto } => Ok(upto),
+            f => Err(refusal(f)),
+        }
+    }
+
     /// The next delivered batch after `subscribe`; a gap is an error (`ClientError::Gap`).
     pub fn next_delivery(
         &mut self,
@@ -327,6 +557,394 @@ impl Client {
     }
 }
 
+fn unexpected(f: &ClientFrame) -> ClientError {
+    ClientError::Unexpected(format!("frame kind {}", f.kind()))
+}
+
+/// A refusal frame as an error.
+fn refusal(f: ClientFrame) -> ClientError {
+    match f {
+        ClientFrame::NotLeader { hint, client_addr } => {
+            ClientError::NotLeader { hint, client_addr }
+        }
+        ClientFrame::Busy => ClientError::Busy,
+        ClientFrame::Error { text } => ClientError::Refused(text),
+        other => unexpected(&other),
+    }
+}
+
+/// Whether `have` is `want` as `reconfigure` asked for it: the same nodes, each voting or
+/// not as asked (ids and order of members aside).
+pub fn same_members(have: &Configuration, want: &Configuration) -> bool {
+    let key = |c: &Configuration| {
+        let mut v: Vec<(u32, bool)> = c
+            .members
+            .iter()
+            .map(|m| (m.id.0, m.roles.acceptor))
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    key(have) == key(want)
+}
+
+/// What [`reconfigure_and_wait`] saw.
+#[derive(Debug, Clone)]
+pub struct ReconfigureOutcome {
+    /// The client port of the node that took the request (the leader then).
+    pub asked_at: String,
+    /// The leader's id when it took the request, if it said.
+    pub asked_leader: Option<NodeId>,
+    /// Since the call: until the leader took the request, until the change was in effect.
+    pub asked_after: Duration,
+    pub in_effect_after: Duration,
+    /// The status that showed the change in effect (`configuration` is the new one).
+    pub report: StatusReport,
+    /// The `NotLeader` hints followed, as `(node, client port)`.
+    pub redirects: Vec<(Option<NodeId>, String)>,
+}
+
+/// Asks `node` to move the cluster to `config`, following `NotLeader` hints to the leader
+/// (at most [`REDIRECTS_MAX`]) and asking again after `Busy` or a node that knows no
+/// leader yet, then polls the status until the new configuration is in effect: a status
+/// whose `configuration` has `config`'s members (voters and learners as asked), a higher
+/// id than before the request, and no change pending. Fails when that is not so within
+/// `timeout`, saying how far it got.
+pub fn reconfigure_and_wait(
+    node: &str,
+    config: &Configuration,
+    timeout: Duration,
+) -> Result<ReconfigureOutcome, ClientError> {
+    let t0 = Instant::now();
+    let deadline = t0 + timeout;
+    let left = |what: &str| -> Result<Duration, ClientError> {
+        let l = deadline.saturating_duration_since(Instant::now());
+        if l.is_zero() {
+            Err(ClientError::Refused(format!(
+                "no answer within {:.1} s while {what}",
+                timeout.as_secs_f64()
+            )))
+        } else {
+            Ok(l)
+        }
+    };
+    let mut addr = node.to_string();
+    let mut redirects = Vec::new();
+    // 1. The leader takes the request.
+    let (mut client, before) = loop {
+        let mut c = Client::connect(&addr)?;
+        let before = c.status(left("reading the status")?)?;
+        match c.reconfigure(config, left("asking for the change")?) {
+            Ok(()) => break (c, before),
+            Err(ClientError::NotLeader {
+                hint,
+                client_addr: Some(a),
+            }) if redirects.len() < REDIRECTS_MAX && a.to_string() != addr => {
+                addr = a.to_string();
+                redirects.push((hint, addr.clone()));
+            }
+            Err(ClientError::NotLeader { hint: None, .. }) | Err(ClientError::Busy) => {
+                left("waiting for a leader that takes the change")?;
+                std::thread::sleep(POLL_PAUSE * 10);
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let asked_after = t0.elapsed();
+    let before_id = before.configuration.as_ref().map(|c| c.id);
+    // 2. Until the new configuration is in effect. The node that took the request may
+    // step down (a leader that removed itself); its status still shows the change, and if
+    // it does not, the leader it names is asked.
+    let mut last: Option<StatusReport> = None;
+    loop {
+        let wait = match left("waiting for the new configuration to take effect") {
+            Ok(w) => w,
+            Err(e) => {
+                return Err(match last {
+                    Some(r) => ClientError::Refused(format!(
+                        "{e}; the last status ({}) shows {}{}",
+                        addr,
+                        r.configuration
+                            .as_ref()
+                            .map_or("no configuration".to_string(), describe_configuration),
+                        r.configuration_pending
+                            .as_ref()
+                            .map_or(String::new(), |p| format!(
+                                ", a change pending to {}",
+                                describe_configuration(p)
+                            ))
+                    )),
+                    None => e,
+                });
+            }
+        };
+        match client.status(wait.min(Duration::from_secs(2))) {
+            Ok(r) => {
+                let done = r.configuration_pending.is_none()
+                    && r.configuration.as_ref().is_some_and(|c| {
+                        same_members(c, config) && before_id.is_none_or(|b| c.id > b)
+                    });
+                if done {
+                    return Ok(ReconfigureOutcome {
+                        asked_at: addr,
+                        asked_leader: before.leader,
+                        asked_after,
+                        in_effect_after: t0.elapsed(),
+                        report: r,
+                        redirects,
+                    });
+                }
+                let elsewhere = r
+                    .leader
+                    .filter(|&l| l != r.node)
+                    .and(r.leader_client_addr)
+                    .map(|a| a.to_string())
+                    .filter(|a| *a != addr);
+                last = Some(r);
+                if let Some(a) = elsewhere
+                    && let Ok(c) = Client::connect(&a)
+                {
+                    client = c;
+                    addr = a;
+                }
+            }
+            Err(_) => {
+                // The connection broke (or the node is slow): connect again.
+                if let Ok(c) = Client::connect(&addr) {
+                    client = c;
+                }
+            }
+        }
+        std::thread::sleep(POLL_PAUSE);
+    }
+}
+
+/// `voters 0, 1, 3; learners 4` (configuration 2).
+pub fn describe_configuration(c: &Configuration) -> String {
+    let list = |acceptor: bool| {
+        let v: Vec<String> = (c.members.iter())
+            .filter(|m| m.roles.acceptor == acceptor)
+            .map(|m| m.id.0.to_string())
+            .collect();
+        v.join(", ")
+    };
+    let learners = list(false);
+    if learners.is_empty() {
+        format!("configuration {}: voters {}", c.id, list(true))
+    } else {
+        format!(
+            "configuration {}: voters {}; learners {learners}",
+            c.id,
+            list(true)
+        )
+    }
+}
+
+fn configuration_json(c: &Configuration) -> Value {
+    let ids = |acceptor: bool| -> Vec<u32> {
+        (c.members.iter())
+            .filter(|m| m.roles.acceptor == acceptor)
+            .map(|m| m.id.0)
+            .collect()
+    };
+    json!({ "id": c.id, "voters": ids(true), "learners": ids(false) })
+}
+
+/// The status as one JSON object (`abcast status --json`).
+pub fn status_json(r: &StatusReport) -> Value {
+    json!({
+        "node": r.node.0,
+        "leader": r.leader.map(|n| n.0),
+        "leader_client_addr": r.leader_client_addr.map(|a| a.to_string()),
+        "leading": r.leading,
+        "amnesic": r.amnesic,
+        "ballot": { "round": r.ballot.round, "node": r.ballot.node.0,
+                    "incarnation": r.ballot.incarnation },
+        "delivered_upto": r.delivered_upto,
+        "decided_max": r.decided_max,
+        "values_in_flight": r.values_in_flight,
+        "configuration": r.configuration.as_ref().map(configuration_json),
+        "configuration_pending": r.configuration_pending.as_ref().map(configuration_json),
+        "followers": r.followers.iter().map(|f| json!({
+            "node": f.node.0,
+            "voter": f.voter,
+            "accepted": f.accepted,
+            "decided": f.decided,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The status as text (`abcast status`).
+pub fn status_text(r: &StatusReport, addr: &str) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let leader = match (r.leader, r.leader_client_addr) {
+        (Some(l), _) if l == r.node => format!(
+            "this node ({})",
+            if r.leading {
+                "leading"
+            } else {
+                "taking the lead: preparing"
+            }
+        ),
+        (Some(l), Some(a)) => format!("node {} (client port {a})", l.0),
+        (Some(l), None) => format!("node {}", l.0),
+        (None, _) => "none known".into(),
+    };
+    let _ = writeln!(s, "node {} at {addr}", r.node.0);
+    let _ = writeln!(s, "  leader:        {leader}");
+    let _ = writeln!(
+        s,
+        "  ballot:        round {}, node {}, incarnation {}{}",
+        r.ballot.round,
+        r.ballot.node.0,
+        r.ballot.incarnation,
+        if r.amnesic {
+            " (amnesic: lost its state at a restart, not yet repaired)"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        s,
+        "  delivered:     up to {} here; decided up to {}; {} of this node's values in flight",
+        r.delivered_upto, r.decided_max, r.values_in_flight
+    );
+    match &r.configuration {
+        Some(c) => {
+            let _ = writeln!(s, "  configuration: {}", describe_configuration(c));
+        }
+        None => {
+            let _ = writeln!(s, "  configuration: not reported by this protocol");
+        }
+    }
+    if let Some(p) = &r.configuration_pending {
+        let _ = writeln!(s, "  pending:       {}", describe_configuration(p));
+    }
+    if !r.followers.is_empty() {
+        let _ = writeln!(s, "  followers, as this leader sees them:");
+        let _ = writeln!(
+            s,
+            "    {:>6}  {:>5}  {:>12}  {:>12}  {:>10}",
+            "node", "votes", "accepted", "decided", "behind"
+        );
+        let top = r
+            .followers
+            .iter()
+            .map(|f| f.accepted)
+            .max()
+            .unwrap_or(0)
+            .max(r.decided_max);
+        for f in &r.followers {
+            let _ = writeln!(
+                s,
+                "    {:>6}  {:>5}  {:>12}  {:>12}  {:>10}",
+                f.node.0,
+                if f.voter { "yes" } else { "no" },
+                f.accepted,
+                f.decided,
+                top.saturating_sub(f.accepted)
+            );
+        }
+    }
+    s
+}
+
+/// `abcast status`.
+pub fn run_status(args: StatusArgs) -> Result<(), ClientError> {
+    let mut client = Client::connect(&args.node)?;
+    let r = client.status(Duration::from_secs(args.timeout_s))?;
+    if args.json {
+        println!("{}", status_json(&r));
+    } else {
+        print!("{}", status_text(&r, &args.node));
+    }
+    Ok(())
+}
+
+/// `abcast reconfigure`.
+pub fn run_reconfigure(args: ReconfigureArgs) -> Result<(), ClientError> {
+    let learners = args.learners.clone().map(|l| l.0).unwrap_or_default();
+    let config = configuration_of(&args.members.0, &learners).map_err(ClientError::Usage)?;
+    let o = reconfigure_and_wait(&args.node, &config, Duration::from_secs(args.timeout_s))?;
+    let c = o.report.configuration.clone().unwrap_or(config);
+    if args.json {
+        println!(
+            "{}",
+            json!({
+                "ok": true,
+                "asked_at": o.asked_at,
+                "asked_leader": o.asked_leader.map(|n| n.0),
+                "asked_ms": o.asked_after.as_secs_f64() * 1e3,
+                "in_effect_ms": o.in_effect_after.as_secs_f64() * 1e3,
+                "configuration": configuration_json(&c),
+                "leader": o.report.leader.map(|n| n.0),
+                "redirects": o.redirects.iter().map(|(n, a)| json!({
+                    "node": n.map(|n| n.0), "client_addr": a })).collect::<Vec<_>>(),
+            })
+        );
+    } else {
+        for (n, a) in &o.redirects {
+            match n {
+                Some(n) => println!("not the leader; asked the leader, node {}, at {a}", n.0),
+                None => println!("not the leader; asked {a}"),
+            }
+        }
+        println!(
+            "asked at {} after {:.0} ms; in effect after {:.0} ms: {}",
+            o.asked_at,
+            o.asked_after.as_secs_f64() * 1e3,
+            o.in_effect_after.as_secs_f64() * 1e3,
+            describe_configuration(&c)
+        );
+        match o.report.leader {
+            Some(l) => println!("leader: node {}", l.0),
+            None => println!("leader: none known yet (an election is under way)"),
+        }
+    }
+    Ok(())
+}
+
+/// `abcast read`.
+pub fn run_read(args: ReadArgs) -> Result<(), ClientError> {
+    let timeout = Duration::from_secs(args.timeout_s);
+    let mut client = Client::connect(&args.node)?;
+    let t0 = Instant::now();
+    let upto = match client.read_barrier(timeout) {
+        Ok(u) => u,
+        Err(ClientError::Timeout(_)) => {
+            return Err(ClientError::Refused(format!(
+                "no read point within {} s: the leader could not confirm its leadership with \
+                 a majority (a partition, or an election under way), or this node did not \
+                 deliver up to the read point",
+                args.timeout_s
+            )));
+        }
+        Err(ClientError::NotLeader { hint, client_addr }) => {
+            let e = ClientError::NotLeader { hint, client_addr };
+            return Err(ClientError::Refused(match client_addr {
+                Some(a) => format!("{e}; ask it: abcast read --node {a}"),
+                None => e.to_string(),
+            }));
+        }
+        Err(e) => return Err(e),
+    };
+    let ms = t0.elapsed().as_secs_f64() * 1e3;
+    if args.json {
+        println!(
+            "{}",
+            json!({ "ok": true, "node": args.node, "read_point": upto, "ms": ms })
+        );
+    } else {
+        println!(
+            "read point {upto} ({ms:.1} ms): the node at {} has applied every instance up to \
+             {upto}, so a read of its state now is linearizable",
+            args.node
+        );
+    }
+    Ok(())
+}
+
 /// Formats a value id as `node:seq` (the format `abcast propose` and `abcast learn` print).
 pub fn format_id(id: ValueId) -> String {
     format!("{}:{}", id.node.0, id.seq)
@@ -347,6 +965,189 @@ pub fn format_payload(payload: &[u8]) -> String {
         }
     }
     s
+}
+
+/// How [`run_load`] loads a node.
+#[derive(Clone, Debug)]
+pub struct LoadSpec {
+    /// Values proposed and not yet decided, at most (at most `MAX_CLIENT_PENDING_VALUES`
+    /// of the node, 65,536).
+    pub window_values: usize,
+    /// Bytes per value (at least 8: the first 8 are the value's number, little-endian).
+    pub value_bytes: usize,
+    /// After `stop`, wait this long at most for the values in flight to be decided.
+    pub drain: Duration,
+    /// Fail when values are in flight and none is decided for this long.
+    pub stall_max: Duration,
+}
+
+/// What [`run_load`]'s callback hears, as it happens.
+#[derive(Debug)]
+pub enum LoadEvent<'a> {
+    /// The node took these values: from now on they are the cluster's to decide.
+    Proposed(&'a [ValueId]),
+    /// These values (taken before) are decided.
+    Decided(&'a [ValueId]),
+    /// The node took none of a request (`Busy`, or a refusal with its reason): the client
+    /// waits a little and asks again; nothing was given to the cluster.
+    Refused(Option<&'a str>),
+}
+
+/// What [`run_load`] counted.
+#[derive(Clone, Debug, Default)]
+pub struct LoadReport {
+    /// Values the node took (`Proposed`), and of those the ones decided.
+    pub proposed: u64,
+    pub decided: u64,
+    /// Requests the node refused whole (`Busy` or `Error`), retried.
+    pub refused_requests: u64,
+    /// Values taken and never decided, after the drain: dropped.
+    pub undecided: Vec<ValueId>,
+    /// The first few refusal texts, for the log.
+    pub refusal_texts: Vec<String>,
+}
+
+/// A client that proposes continuously at `addr` (the seed 001 §4.1 client: a window of
+/// proposals in flight, the next as soon as one is decided) until `stop`, then waits up
+/// to `spec.drain` for what is in flight. Every value the node took and never decided is
+/// reported as dropped. A `Busy` or refused request is asked again after a pause; it is no
+/// drop (nothing was taken) but its time is lost, as the seed's client retries.
+pub fn run_load(
+    addr: &str,
+    spec: &LoadSpec,
+    stop: &std::sync::atomic::AtomicBool,
+    mut on: impl FnMut(Instant, LoadEvent<'_>),
+) -> Result<LoadReport, ClientError> {
+    use std::sync::atomic::Ordering;
+    const REFUSAL_TEXTS_MAX: usize = 8;
+    if spec.value_bytes < 8 || spec.window_values == 0 {
+        return Err(ClientError::Usage(
+            "the load needs values of at least 8 bytes and a window of at least 1".into(),
+        ));
+    }
+    let mut client = Client::connect(addr)?;
+    let mut report = LoadReport::default();
+    let mut pending: HashSet<ValueId> = HashSet::new();
+    let mut early: HashSet<ValueId> = HashSet::new();
+    let mut asked: Option<usize> = None;
+    let mut next_value: u64 = 0;
+    let mut last_progress = Instant::now();
+    let mut drain_until: Option<Instant> = None;
+    let mut retry_at: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        if drain_until.is_none() && stop.load(Ordering::Relaxed) {
+            drain_until = Some(now + spec.drain);
+        }
+        if let Some(d) = drain_until
+            && asked.is_none()
+            && (pending.is_empty() || now >= d)
+        {
+            report.undecided = pending.into_iter().collect();
+            report
+                .undecided
+                .sort_unstable_by_key(|id| (id.node.0, id.seq));
+            return Ok(report);
+        }
+        if !pending.is_empty() && now.duration_since(last_progress) > spec.stall_max {
+            return Err(ClientError::Refused(format!(
+                "no value decided for {:.1} s with {} in flight",
+                spec.stall_max.as_secs_f64(),
+                pending.len()
+            )));
+        }
+        if asked.is_none()
+            && drain_until.is_none()
+            && retry_at.is_none_or(|t| now >= t)
+            && pending.len() < spec.window_values
+        {
+            let n = (spec.window_values - pending.len())
+                .min(VALUES_PER_REQUEST)
+                .min(MAX_VALUES_PER_FRAME);
+            let payloads = (0..n)
+                .map(|i| {
+                    let mut v = vec![0u8; spec.value_bytes];
+                    v[..8].copy_from_slice(&(next_value + i as u64).to_le_bytes());
+                    Bytes::from(v)
+                })
+                .collect();
+            next_value += n as u64;
+            client.send(&ClientFrame::Propose { payloads })?;
+            asked = Some(n);
+            retry_at = None;
+        }
+        let frame = match client.recv(Some(Duration::from_millis(20))) {
+            Ok(f) => f,
+            Err(ClientError::Timeout(_)) => continue,
+            Err(e) => return Err(e),
+        };
+        let at = Instant::now();
+        match frame {
+            ClientFrame::Proposed { ids } => {
+                let Some(n) = asked.take() else {
+                    return Err(ClientError::Unexpected("Proposed without a request".into()));
+                };
+                if ids.len() > n {
+                    return Err(ClientError::Unexpected(format!(
+                        "{} ids for {n} values",
+                        ids.len()
+                    )));
+                }
+                report.proposed += ids.len() as u64;
+                on(at, LoadEvent::Proposed(&ids));
+                let mut decided_now = Vec::new();
+                for id in ids.iter().copied() {
+                    if early.remove(&id) {
+                        decided_now.push(id);
+                    } else {
+                        pending.insert(id);
+                    }
+                }
+                if !decided_now.is_empty() {
+                    report.decided += decided_now.len() as u64;
+                    last_progress = at;
+                    on(at, LoadEvent::Decided(&decided_now));
+                }
+                if ids.len() < n {
+                    retry_at = Some(at + BUSY_PAUSE);
+                }
+                if pending.is_empty() {
+                    last_progress = at;
+                }
+            }
+            ClientFrame::Busy => {
+                asked = None;
+                report.refused_requests += 1;
+                retry_at = Some(at + BUSY_PAUSE);
+                on(at, LoadEvent::Refused(None));
+            }
+            ClientFrame::Error { text } => {
+                asked = None;
+                report.refused_requests += 1;
+                retry_at = Some(at + BUSY_PAUSE);
+                on(at, LoadEvent::Refused(Some(&text)));
+                if report.refusal_texts.len() < REFUSAL_TEXTS_MAX {
+                    report.refusal_texts.push(text);
+                }
+            }
+            ClientFrame::Decided { ids } => {
+                let mut decided_now = Vec::with_capacity(ids.len());
+                for id in ids {
+                    if pending.remove(&id) {
+                        decided_now.push(id);
+                    } else {
+                        early.insert(id);
+                    }
+                }
+                if !decided_now.is_empty() {
+                    report.decided += decided_now.len() as u64;
+                    last_progress = at;
+                    on(at, LoadEvent::Decided(&decided_now));
+                }
+            }
+            other => return Err(unexpected(&other)),
+        }
+    }
 }
 
 /// `abcast propose`: proposes the values (or one per stdin line) and prints each value's id
@@ -452,6 +1253,64 @@ pub fn run_learn(args: LearnArgs) -> Result<(), ClientError> {
 mod tests {
     use super::*;
     use abcast_core::NodeId;
+
+    #[test]
+    fn node_lists_and_configurations_are_checked() {
+        assert_eq!(parse_node_list("0, 1,3"), Ok(NodeList(vec![0, 1, 3])));
+        for bad in ["", "0,", "a", "1,1", "-1", "4294967296"] {
+            assert!(parse_node_list(bad).is_err(), "{bad:?}");
+        }
+        let c = configuration_of(&[0, 1, 3], &[4]).unwrap();
+        assert_eq!(
+            describe_configuration(&c),
+            "configuration 0: voters 0, 1, 3; learners 4"
+        );
+        assert!(configuration_of(&[], &[4]).is_err());
+        assert!(configuration_of(&[1], &[1]).is_err());
+        // The same nodes with the same votes, in any order and under any id.
+        let mut other = configuration_of(&[3, 0, 1], &[4]).unwrap();
+        other.id = 9;
+        assert!(same_members(&c, &other));
+        assert!(!same_members(
+            &c,
+            &configuration_of(&[0, 1, 3, 4], &[]).unwrap()
+        ));
+        assert!(!same_members(
+            &c,
+            &configuration_of(&[0, 1, 3], &[]).unwrap()
+        ));
+    }
+
+    #[test]
+    fn a_leaders_status_shows_its_followers_and_the_pending_change() {
+        let r = StatusReport {
+            node: NodeId(2),
+            leader: Some(NodeId(2)),
+            leading: true,
+            delivered_upto: 10,
+            decided_max: 12,
+            configuration: configuration_of(&[0, 1, 2], &[]).ok(),
+            configuration_pending: configuration_of(&[0, 1, 3], &[]).ok(),
+            followers: vec![abcast_core::FollowerProgress {
+                node: NodeId(0),
+                accepted: 9,
+                decided: 8,
+                voter: true,
+            }],
+            ..StatusReport::default()
+        };
+        let text = status_text(&r, "127.0.0.1:7502");
+        assert!(
+            text.contains("leader:        this node (leading)"),
+            "{text}"
+        );
+        assert!(text.contains("pending:       configuration 0: voters 0, 1, 3"));
+        assert!(text.contains("yes"), "{text}");
+        let j = status_json(&r);
+        assert_eq!(j["leader"], 2);
+        assert_eq!(j["followers"][0]["accepted"], 9);
+        assert_eq!(j["configuration_pending"]["voters"][2], 3);
+    }
 
     #[test]
     fn output_formats() {

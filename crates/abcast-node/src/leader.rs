@@ -11,6 +11,10 @@
 //! max_message_bytes = 4194304 # largest Accept / AcceptSync
 //! pending_batches_max = 65536 # proposals held while a leader prepares
 //! priorities = [{ node = 0, priority = 1 }]   # the preferred leader
+//! transfer = "pull"           # how new members get the log after a stop-sign: "pull"
+//!                             # (segments from several nodes) or "eager" (the leader pushes)
+//! fetch_segment_entries = 512 # entries per segment a new member asks one node for
+//! fetch_parallel = 4          # nodes a new member asks at once
 //! [raft]                      # every field optional
 //! heartbeat_interval_ms = 50
 //! election_timeout_min_ms = 300
@@ -33,7 +37,11 @@
 //! keys every protocol has (`batch_max_bytes`, `batch_linger_us`, `window_values`,
 //! `window_bytes`, `max_value_bytes`, `value_resend_ms`); the ring-only keys are refused, so
 //! a setting never silently does nothing. Members are replicas; a Raft member without the
-//! acceptor role is a non-voting learner. Sequence Paxos and Raft keep their log in
+//! acceptor role is a non-voting learner. A member with `spare = true` (`nodeconfig.rs`)
+//! is left out of the first configuration: Sequence Paxos and Raft build it with the
+//! configuration of the other members, which does not name it, and it waits until a
+//! reconfiguration does (`SeqPaxos::new`'s construction contract; a Raft node not named
+//! waits to be added). Sequence Paxos and Raft keep their log in
 //! `storage.kind` (memory, or the durable log with group commit); `none` is refused (a
 //! leader-based log is the only copy of its entries). The peer cores run on their crates'
 //! in-memory storage only (`crates/abcast-peers/README.md`).
@@ -43,7 +51,7 @@ use abcast_core::NodeId;
 use abcast_core::batcher::BatchLimits;
 use abcast_core::config::{ConfigError, Member, StartInfo};
 use abcast_core::raft::{Raft, RaftConfig};
-use abcast_core::seqpaxos::{SeqPaxos, SeqPaxosConfig};
+use abcast_core::seqpaxos::{SeqPaxos, SeqPaxosConfig, Transfer};
 use abcast_core::storage::{DurableLogStore, DurableOptions, LogStore, MemoryLogStore};
 use abcast_peers::{OmniPaxosCore, OmniPaxosCoreConfig, RaftRsCore, RaftRsCoreConfig};
 use serde::Deserialize;
@@ -97,6 +105,9 @@ pub(crate) struct FileSeqPaxos {
     max_message_bytes: Option<usize>,
     pending_batches_max: Option<usize>,
     priorities: Option<Vec<FilePriority>>,
+    transfer: Option<String>,
+    fetch_segment_entries: Option<u64>,
+    fetch_parallel: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -232,6 +243,7 @@ fn file_error(section: &str, e: ConfigError) -> NodeConfigError {
 pub(crate) fn leader_config(
     s: &LeaderSections<'_>,
     members: &[Member],
+    spares: &[NodeId],
     storage: &StorageKind,
 ) -> Result<Option<LeaderProtocol>, NodeConfigError> {
     let leader_based = matches!(s.protocol, "seqpaxos" | "raft" | "omnipaxos" | "raftrs");
@@ -296,10 +308,23 @@ pub(crate) fn leader_config(
                 set!(c.resend_us, ms("seqpaxos.resend_ms", f.resend_ms)?);
                 set!(c.max_message_bytes, f.max_message_bytes);
                 set!(c.pending_batches_max, f.pending_batches_max);
+                set!(c.fetch_segment_entries, f.fetch_segment_entries);
+                set!(c.fetch_parallel, f.fetch_parallel);
+                match f.transfer.as_deref() {
+                    None => {}
+                    Some("pull") => c.transfer = Transfer::Pull,
+                    Some("eager") => c.transfer = Transfer::Eager,
+                    Some(other) => {
+                        return invalid(
+                            "seqpaxos.transfer",
+                            format!("{other:?}: expected \"pull\" or \"eager\""),
+                        );
+                    }
+                }
                 if let Some(ps) = &f.priorities {
                     c.priorities.clear();
                     for (i, p) in ps.iter().enumerate() {
-                        if !ids.contains(&p.node) {
+                        if !ids.contains(&p.node) && !spares.contains(&NodeId(p.node)) {
                             return invalid(
                                 format!("seqpaxos.priorities[{i}].node"),
                                 format!("node {} is not a member", p.node),
@@ -557,6 +582,14 @@ addr = "127.0.0.1:7402"
         assert_eq!(sp.heartbeat_interval_us, 20_000);
         assert_eq!(sp.batch_linger_us, 50);
         assert_eq!(sp.priorities, vec![(NodeId(2), 3)]);
+        assert_eq!(sp.transfer, Transfer::Pull);
+        let c =
+            load("protocol = \"seqpaxos\"\n[seqpaxos]\ntransfer = \"eager\"\nfetch_parallel = 2\n")
+                .unwrap();
+        let Some(LeaderProtocol::SeqPaxos(sp)) = &c.leader else {
+            panic!("{:?}", c.leader)
+        };
+        assert_eq!((sp.transfer, sp.fetch_parallel), (Transfer::Eager, 2));
         assert_eq!(c.storage.snapshot_interval_ms, 0);
 
         let c = load("protocol = \"raft\"\n[raft]\nelection_timeout_min_ms = 150\nelection_timeout_max_ms = 300\nread_lease = true\n").unwrap();
@@ -614,6 +647,73 @@ addr = "127.0.0.1:7402"
         );
     }
 
+    /// The members with node 3 added as a spare.
+    fn with_spare(protocol: &str) -> Result<NodeConfig, NodeConfigError> {
+        parse(
+            &format!(
+                "protocol = \"{protocol}\"\n{MEMBERS}[[members]]\nid = 3\naddr = \"127.0.0.1:7403\"\n\
+                 spare = true\n"
+            ),
+            Some(3),
+            Path::new("/tmp"),
+        )
+    }
+
+    #[test]
+    fn a_spare_is_in_the_address_book_but_not_in_the_first_configuration() {
+        let c = with_spare("seqpaxos").unwrap();
+        assert_eq!(c.spares, vec![NodeId(3)]);
+        assert_eq!(c.members.len(), 4);
+        assert!(c.peer_addrs().iter().any(|(n, _)| *n == NodeId(3)));
+        let Some(LeaderProtocol::SeqPaxos(sp)) = &c.leader else {
+            panic!("{:?}", c.leader)
+        };
+        let ids: Vec<u32> = sp.members.iter().map(|m| m.id.0).collect();
+        assert_eq!(ids, vec![0, 1, 2]);
+        let c = with_spare("raft").unwrap();
+        let Some(LeaderProtocol::Raft(r)) = &c.leader else {
+            panic!("{:?}", c.leader)
+        };
+        assert_eq!(r.voters, vec![NodeId(0), NodeId(1), NodeId(2)]);
+        assert!(r.learners.is_empty());
+        // A priority may name the spare: it is a candidate once a configuration names it.
+        let text = format!(
+            "protocol = \"seqpaxos\"\n{MEMBERS}[[members]]\nid = 3\naddr = \"127.0.0.1:7403\"\n\
+             spare = true\n[seqpaxos]\npriorities = [{{ node = 3, priority = 2 }}]\n"
+        );
+        assert!(parse(&text, Some(0), Path::new("/tmp")).is_ok());
+    }
+
+    #[test]
+    fn spares_are_refused_where_nothing_could_add_them() {
+        for protocol in ["uring", "ringpaxos", "omnipaxos", "raftrs"] {
+            let err = with_spare(protocol);
+            assert!(
+                matches!(&err, Err(NodeConfigError::Invalid { field, reason })
+                    if field == "members[3].spare" && reason.contains(protocol)),
+                "{protocol}: {err:?}"
+            );
+        }
+        let all = MEMBERS.replace("\"\n", "\"\nspare = true\n");
+        let err = parse(
+            &format!("protocol = \"raft\"\n{all}"),
+            Some(0),
+            Path::new("/tmp"),
+        );
+        assert!(
+            matches!(&err, Err(NodeConfigError::Invalid { field, .. }) if field == "members"),
+            "{err:?}"
+        );
+        assert!(matches!(
+            parse(
+                &format!("protocol = \"raft\"\n{MEMBERS}spare = \"yes\"\n"),
+                Some(0),
+                Path::new("/tmp")
+            ),
+            Err(NodeConfigError::Syntax(_))
+        ));
+    }
+
     #[test]
     fn wrong_settings_are_refused_naming_the_field() {
         // A ring-only key does nothing for a leader-based protocol: refused.
@@ -643,6 +743,14 @@ addr = "127.0.0.1:7402"
                 "protocol = \"seqpaxos\"\n[seqpaxos]\npriorities = [{ node = 9, priority = 1 }]\n"
             ),
             "seqpaxos.priorities[0].node"
+        );
+        assert_eq!(
+            field("protocol = \"seqpaxos\"\n[seqpaxos]\ntransfer = \"lazy\"\n"),
+            "seqpaxos.transfer"
+        );
+        assert_eq!(
+            field("protocol = \"seqpaxos\"\n[seqpaxos]\nfetch_parallel = 0\n"),
+            "seqpaxos.fetch_parallel"
         );
         assert_eq!(
             field("protocol = \"raft\"\n[raft]\nheartbeat_interval_ms = 0\n"),

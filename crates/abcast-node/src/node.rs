@@ -178,6 +178,13 @@ pub fn run_node(args: NodeArgs) -> Result<(), NodeError> {
     }
     if let Some(lp) = cfg.leader.clone() {
         eprintln!("[{}] protocol {}", cfg.node_id, lp.name());
+        if cfg.spares.contains(&cfg.node_id) {
+            eprintln!(
+                "[{}] a spare: outside the first configuration, it waits until a \
+                 reconfiguration names it",
+                cfg.node_id
+            );
+        }
         match lp {
             LeaderProtocol::SeqPaxos(c) => {
                 run_node_on(&cfg, &args, &stop, &mut out, |cfg, start| {
@@ -489,6 +496,7 @@ fn driver_config(
     snapshot_path: PathBuf,
 ) -> DriverConfig {
     let mut dcfg = DriverConfig::new(cfg.node_id, cfg.cluster_id, cfg.peer_addrs());
+    dcfg.client_addrs = cfg.client_addrs();
     dcfg.incarnation = start.incarnation;
     dcfg.transport = cfg.transport.clone();
     dcfg.periodic_us = args.stats_ms.saturating_mul(1000);

@@ -10,6 +10,7 @@
 //! addr = "127.0.0.1:7400"           # peer port
 //! client_addr = "127.0.0.1:7500"    # client port (propose/learn), optional
 //! roles = ["proposer", "acceptor", "learner"]   # default: all three
+//! spare = false                     # seqpaxos and raft only: see below
 //! [ring]        # every field optional, defaults from RingConfig; times in ms except batch_linger_us
 //! [transport]   # buffer_size, tcp_nodelay, send_queue_bytes, client_queue_bytes, backoff_ms_min, backoff_ms_max,
 //!               # unicast = "tcp" | "udp" (how messages to one peer travel)
@@ -49,6 +50,17 @@
 //!
 //! A leader-based protocol (`protocol = "seqpaxos" | "raft" | "omnipaxos" | "raftrs"`) has
 //! its own section; see `leader.rs`.
+//!
+//! **Spares** (`protocol = "seqpaxos"` or `"raft"`): a member with `spare = true` is in the
+//! address book (every node connects to it, it has its ports) but not in the protocol's
+//! first configuration. It starts, waits, forwards what is proposed to it, and joins when
+//! a reconfiguration names it (`abcast reconfigure --node ADDR --members ...`): a Sequence
+//! Paxos spare fetches the log up to the stop-sign (pull or eager), a Raft spare takes the
+//! leader's log as a learner before it votes. Every node is started from the same file;
+//! the file describes the *first* configuration, and later ones live in the log (with
+//! durable storage a restarted node takes its configuration from its log, not the file).
+//! The other protocols refuse `spare = true`, and a configuration needs at least one member
+//! that is not a spare.
 //!
 //! Every error names the field and the reason. Durations in `[ring]` are in milliseconds,
 //! the unit seed 000 table 4.1 uses (`p1_resend_ms`, `value_resend_ms`, ...), except
@@ -98,6 +110,9 @@ pub struct NodeConfig {
     /// A leader-based protocol's configuration (`protocol = "seqpaxos" | "raft" |
     /// "omnipaxos" | "raftrs"`, `crate::leader`).
     pub leader: Option<LeaderProtocol>,
+    /// Members outside the first configuration (`spare = true`, seqpaxos and raft only):
+    /// in `members` (the address book), not in `leader`'s configuration.
+    pub spares: Vec<NodeId>,
 }
 
 /// The protocols `abcast node` runs.
@@ -197,6 +212,13 @@ impl NodeConfig {
     /// Peer addresses for the driver.
     pub fn peer_addrs(&self) -> Vec<(NodeId, SocketAddr)> {
         self.members.iter().map(|m| (m.id, m.addr)).collect()
+    }
+
+    /// The client ports of the members that have one (named in `NotLeader` answers).
+    pub fn client_addrs(&self) -> Vec<(NodeId, SocketAddr)> {
+        (self.members.iter())
+            .filter_map(|m| m.client_addr.map(|a| (m.id, a)))
+            .collect()
     }
 }
 
@@ -404,6 +426,7 @@ struct FileMember {
     addr: String,
     client_addr: Option<String>,
     roles: Option<Vec<String>>,
+    spare: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -517,7 +540,12 @@ pub fn parse(
     let (protocol, mut ringpaxos, multicast) = protocol_config(&file, &ring.members)?;
     transport.multicast = multicast;
     let mut storage = storage_config(&file.storage, base_dir)?;
-    let leader = leader::leader_config(&leader_sections(&file), &ring.members, &storage.kind)?;
+    let spares = spares(&file)?;
+    let first: Vec<Member> = (ring.members.iter())
+        .filter(|m| !spares.contains(&m.id))
+        .cloned()
+        .collect();
+    let leader = leader::leader_config(&leader_sections(&file), &first, &spares, &storage.kind)?;
     if leader.is_some() {
         if !file.rings.is_empty() || file.multiring.is_some() {
             return invalid(
@@ -576,6 +604,7 @@ pub fn parse(
         protocol,
         ringpaxos,
         leader,
+        spares,
     };
     if let Some(mr) = cfg.ringpaxos_rings() {
         for (i, spec) in mr.rings.iter().enumerate() {
@@ -629,6 +658,35 @@ fn leader_sections(file: &FileConfig) -> leader::LeaderSections<'_> {
         },
         ring_only_keys,
     }
+}
+
+/// The members with `spare = true`, checked: only for the protocols that reconfigure, and
+/// never every member.
+fn spares(file: &FileConfig) -> Result<Vec<NodeId>, NodeConfigError> {
+    let mut spares = Vec::new();
+    for (i, m) in file.members.iter().enumerate() {
+        if m.spare != Some(true) {
+            continue;
+        }
+        let protocol = file.protocol.as_deref().unwrap_or("uring");
+        if !matches!(protocol, "seqpaxos" | "raft") {
+            return invalid(
+                format!("members[{i}].spare"),
+                format!(
+                    "protocol = \"{protocol}\" cannot add nodes to its configuration; spares \
+                     are for protocol = \"seqpaxos\" or \"raft\""
+                ),
+            );
+        }
+        spares.push(NodeId(m.id));
+    }
+    if !spares.is_empty() && spares.len() == file.members.len() {
+        return invalid(
+            "members",
+            "every member is a spare: the first configuration needs at least one member",
+        );
+    }
+    Ok(spares)
 }
 
 /// `[[members]]`: the ring's members with their roles, and their addresses (each used once).

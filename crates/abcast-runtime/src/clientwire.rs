@@ -17,6 +17,18 @@
 //! | 136 | `FollowAsked` | node -> client | empty: the change is asked for; it takes effect once decided in the ring |
 //! | 137 | `Gap` | node -> client | from u64, to u64 (exclusive), snapshot_upto u64, reason u8, len u32, UTF-8 how_to_fetch: a subscription's instances `[from, to)` whose values this stream does not carry (`history::GapReason`: 1 not held here, 2 a peer's snapshot installed, 3 skipped, 4 decided without values: no-ops, duplicates) |
 //!
+//! | 138 | `GetStatus` | client -> node | empty |
+//! | 139 | `StatusReport` | node -> client | [`StatusReport`]: the node, its leader (and the leader's client address), ballot, delivered and decided indices, the configuration in effect and any pending change, each follower's progress as a leader sees it |
+//! | 140 | `Reconfigure` | client -> node | a configuration (id u64, ignored; count u32, then per member: id u32, roles u8 with bits proposer 1, acceptor 2, learner 4) |
+//! | 141 | `ReconfigureAsked` | node -> client | empty: the leader started the change; it is in effect once the node's status shows it |
+//! | 142 | `NotLeader` | node -> client | has_hint u8, hint u32, len u16, UTF-8 client address of the hint (empty: unknown): only the leader answers; retry there |
+//! | 143 | `ReadBarrier` | client -> node | empty |
+//! | 144 | `ReadPoint` | node -> client | upto u64: a read of this node's state is linearizable once it applied every instance up to `upto` (it has, when this is sent) |
+//!
+//! `Reconfigure` and `ReadBarrier` are answered with one frame each: `ReconfigureAsked` or
+//! `ReadPoint`, else `NotLeader`, `Busy` (a change already under way, a bound reached) or
+//! `Error{text}` (the protocol has no reconfiguration, an invalid configuration).
+//!
 //! A subscription never passes an instance silently: every instance from `from_instance`
 //! on comes as a `Delivered` or inside a `Gap`. The client wire has no version of its own
 //! (the frame header's version is shared with the peer protocol and unchanged); a client
@@ -26,8 +38,12 @@
 
 use abcast_core::DecodeError;
 use abcast_core::codec::{Decoder, Encoder};
-use abcast_core::types::{Batch, Instance, NodeId, ValueId};
+use abcast_core::config::Configuration;
+use abcast_core::protocol::FollowerProgress;
+use abcast_core::replog::{ENTRY_MEMBERS_MAX, get_configuration, put_configuration};
+use abcast_core::types::{Ballot, Batch, Instance, NodeId, ValueId};
 use bytes::Bytes;
+use std::net::SocketAddr;
 
 use crate::history::{Gap, GapReason};
 
@@ -41,6 +57,13 @@ pub const KIND_DELIVERED: u8 = 134;
 pub const KIND_FOLLOW: u8 = 135;
 pub const KIND_FOLLOW_ASKED: u8 = 136;
 pub const KIND_GAP: u8 = 137;
+pub const KIND_GET_STATUS: u8 = 138;
+pub const KIND_STATUS_REPORT: u8 = 139;
+pub const KIND_RECONFIGURE: u8 = 140;
+pub const KIND_RECONFIGURE_ASKED: u8 = 141;
+pub const KIND_NOT_LEADER: u8 = 142;
+pub const KIND_READ_BARRIER: u8 = 143;
+pub const KIND_READ_POINT: u8 = 144;
 
 /// Most values in one `Propose` frame (and ids in one reply).
 pub const MAX_VALUES_PER_FRAME: usize = 1 << 16;
@@ -48,6 +71,37 @@ pub const MAX_VALUES_PER_FRAME: usize = 1 << 16;
 const MAX_BATCH_VALUES: usize = 1 << 24;
 /// Longest error text.
 const MAX_ERROR_BYTES: usize = 64 << 10;
+/// Longest socket address text (`[ipv6%scope]:port` fits with room to spare).
+const MAX_ADDR_BYTES: usize = 128;
+
+/// A node's figures as `abcast status` shows them (the body of `StatusReport`): the
+/// protocol's [`abcast_core::Status`] as the client needs it, and what the node adds (its
+/// delivered index, the leader's client address).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StatusReport {
+    pub node: NodeId,
+    /// The leader (coordinator) this node believes in.
+    pub leader: Option<NodeId>,
+    /// The leader's client port, when the node knows it.
+    pub leader_client_addr: Option<SocketAddr>,
+    /// This node leads (and completed its prepare phase).
+    pub leading: bool,
+    /// This node lost its state at a restart and is not yet repaired.
+    pub amnesic: bool,
+    pub ballot: Ballot,
+    /// Every instance up to here was delivered (or passed over) at this node.
+    pub delivered_upto: Instance,
+    /// The highest instance this node knows to be decided.
+    pub decided_max: Instance,
+    /// Values proposed here and not yet decided.
+    pub values_in_flight: u64,
+    /// The configuration in effect, and a change under way (`Status::configuration`,
+    /// `configuration_pending`); `None` where the protocol reports none.
+    pub configuration: Option<Configuration>,
+    pub configuration_pending: Option<Configuration>,
+    /// At a leader: each follower's progress as it sees it.
+    pub followers: Vec<FollowerProgress>,
+}
 
 /// One client-port frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,6 +136,25 @@ pub enum ClientFrame {
     Gap {
         gap: Gap,
     },
+    GetStatus,
+    StatusReport {
+        report: Box<StatusReport>,
+    },
+    /// Move to this configuration (its id is ignored: the protocol numbers it).
+    Reconfigure {
+        config: Configuration,
+    },
+    ReconfigureAsked,
+    /// Only the leader answers this request; `hint` is the leader this node believes in,
+    /// with its client port when known.
+    NotLeader {
+        hint: Option<NodeId>,
+        client_addr: Option<SocketAddr>,
+    },
+    ReadBarrier,
+    ReadPoint {
+        upto: Instance,
+    },
 }
 
 impl ClientFrame {
@@ -97,6 +170,13 @@ impl ClientFrame {
             ClientFrame::Follow { .. } => KIND_FOLLOW,
             ClientFrame::FollowAsked => KIND_FOLLOW_ASKED,
             ClientFrame::Gap { .. } => KIND_GAP,
+            ClientFrame::GetStatus => KIND_GET_STATUS,
+            ClientFrame::StatusReport { .. } => KIND_STATUS_REPORT,
+            ClientFrame::Reconfigure { .. } => KIND_RECONFIGURE,
+            ClientFrame::ReconfigureAsked => KIND_RECONFIGURE_ASKED,
+            ClientFrame::NotLeader { .. } => KIND_NOT_LEADER,
+            ClientFrame::ReadBarrier => KIND_READ_BARRIER,
+            ClientFrame::ReadPoint { .. } => KIND_READ_POINT,
         }
     }
 
@@ -149,6 +229,15 @@ impl ClientFrame {
                 e.put_u32(t.len() as u32);
                 e.put_slice(t);
             }
+            ClientFrame::GetStatus | ClientFrame::ReconfigureAsked | ClientFrame::ReadBarrier => {}
+            ClientFrame::StatusReport { report } => put_report(&mut e, report),
+            ClientFrame::Reconfigure { config } => put_configuration(&mut e, config),
+            ClientFrame::NotLeader { hint, client_addr } => {
+                e.put_u8(u8::from(hint.is_some()));
+                e.put_u32(hint.map_or(0, |n| n.0));
+                put_addr(&mut e, *client_addr);
+            }
+            ClientFrame::ReadPoint { upto } => e.put_u64(*upto),
         }
         e.finish()
     }
@@ -243,11 +332,199 @@ impl ClientFrame {
                     },
                 }
             }
+            KIND_GET_STATUS => ClientFrame::GetStatus,
+            KIND_STATUS_REPORT => ClientFrame::StatusReport {
+                report: Box::new(get_report(&mut d)?),
+            },
+            KIND_RECONFIGURE => ClientFrame::Reconfigure {
+                config: get_configuration(&mut d)?,
+            },
+            KIND_RECONFIGURE_ASKED => ClientFrame::ReconfigureAsked,
+            KIND_NOT_LEADER => {
+                let has = get_flag(&mut d, "not_leader.has_hint")?;
+                let node = NodeId(d.u32("not_leader.hint")?);
+                let client_addr = get_addr(&mut d, "not_leader.client_addr")?;
+                if !has && (node.0 != 0 || client_addr.is_some()) {
+                    return Err(DecodeError::Invalid {
+                        what: "not_leader",
+                        detail: "a client address or node without a hint".into(),
+                    });
+                }
+                ClientFrame::NotLeader {
+                    hint: has.then_some(node),
+                    client_addr,
+                }
+            }
+            KIND_READ_BARRIER => ClientFrame::ReadBarrier,
+            KIND_READ_POINT => ClientFrame::ReadPoint {
+                upto: d.u64("read_point.upto")?,
+            },
             other => return Err(DecodeError::UnknownKind(other)),
         };
         d.finish()?;
         Ok(f)
     }
+}
+
+fn get_flag(d: &mut Decoder, what: &'static str) -> Result<bool, DecodeError> {
+    match d.u8(what)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        v => Err(DecodeError::Invalid {
+            what,
+            detail: format!("{v}, expected 0 or 1"),
+        }),
+    }
+}
+
+/// An optional socket address: `len u16` and its text (`len` 0: none).
+fn put_addr(e: &mut Encoder, a: Option<SocketAddr>) {
+    let text = a.map(|a| a.to_string()).unwrap_or_default();
+    let t = &text.as_bytes()[..text.len().min(MAX_ADDR_BYTES)];
+    e.put_u16(t.len() as u16);
+    e.put_slice(t);
+}
+
+fn get_addr(d: &mut Decoder, what: &'static str) -> Result<Option<SocketAddr>, DecodeError> {
+    let n = usize::from(d.u16(what)?);
+    if n == 0 {
+        return Ok(None);
+    }
+    if n > MAX_ADDR_BYTES {
+        return Err(DecodeError::Invalid {
+            what,
+            detail: format!("{n} bytes, at most {MAX_ADDR_BYTES}"),
+        });
+    }
+    let b = d.bytes(n, what)?;
+    let text = std::str::from_utf8(&b).map_err(|_| DecodeError::Invalid {
+        what,
+        detail: "not UTF-8".into(),
+    })?;
+    text.parse::<SocketAddr>()
+        .map(Some)
+        .map_err(|e| DecodeError::Invalid {
+            what,
+            detail: format!("{text:?} is not an address: {e}"),
+        })
+}
+
+fn put_opt_config(e: &mut Encoder, c: Option<&Configuration>) {
+    match c {
+        None => e.put_u8(0),
+        Some(c) => {
+            e.put_u8(1);
+            put_configuration(e, c);
+        }
+    }
+}
+
+fn get_opt_config(
+    d: &mut Decoder,
+    what: &'static str,
+) -> Result<Option<Configuration>, DecodeError> {
+    Ok(if get_flag(d, what)? {
+        Some(get_configuration(d)?)
+    } else {
+        None
+    })
+}
+
+const REPORT_LEADING: u8 = 1;
+const REPORT_AMNESIC: u8 = 2;
+
+/// `StatusReport`'s body: `node u32 | flags u8 (1 leading, 2 amnesic) | has_leader u8 |
+/// leader u32 | leader client address | ballot round u32, node u32, incarnation u32 |
+/// delivered_upto u64 | decided_max u64 | values_in_flight u64 | configuration (flag u8,
+/// then as in `Reconfigure`) | pending configuration (same) | followers count u32, then
+/// per follower: node u32, accepted u64, decided u64, voter u8`.
+fn put_report(e: &mut Encoder, r: &StatusReport) {
+    e.put_u32(r.node.0);
+    let mut flags = 0;
+    if r.leading {
+        flags |= REPORT_LEADING;
+    }
+    if r.amnesic {
+        flags |= REPORT_AMNESIC;
+    }
+    e.put_u8(flags);
+    e.put_u8(u8::from(r.leader.is_some()));
+    e.put_u32(r.leader.map_or(0, |n| n.0));
+    put_addr(e, r.leader_client_addr);
+    e.put_u32(r.ballot.round);
+    e.put_u32(r.ballot.node.0);
+    e.put_u32(r.ballot.incarnation);
+    e.put_u64(r.delivered_upto);
+    e.put_u64(r.decided_max);
+    e.put_u64(r.values_in_flight);
+    put_opt_config(e, r.configuration.as_ref());
+    put_opt_config(e, r.configuration_pending.as_ref());
+    let n = r.followers.len().min(ENTRY_MEMBERS_MAX);
+    e.put_u32(n as u32);
+    for f in &r.followers[..n] {
+        e.put_u32(f.node.0);
+        e.put_u64(f.accepted);
+        e.put_u64(f.decided);
+        e.put_u8(u8::from(f.voter));
+    }
+}
+
+fn get_report(d: &mut Decoder) -> Result<StatusReport, DecodeError> {
+    let node = NodeId(d.u32("status.node")?);
+    let flags = d.u8("status.flags")?;
+    if flags & !(REPORT_LEADING | REPORT_AMNESIC) != 0 {
+        return Err(DecodeError::Invalid {
+            what: "status.flags",
+            detail: format!("{flags:#x} has unknown bits"),
+        });
+    }
+    let has_leader = get_flag(d, "status.has_leader")?;
+    let leader = NodeId(d.u32("status.leader")?);
+    let leader_client_addr = get_addr(d, "status.leader_client_addr")?;
+    if !has_leader && (leader.0 != 0 || leader_client_addr.is_some()) {
+        return Err(DecodeError::Invalid {
+            what: "status.leader",
+            detail: "a leader's node or address without the leader flag".into(),
+        });
+    }
+    let ballot = Ballot {
+        round: d.u32("status.ballot.round")?,
+        node: NodeId(d.u32("status.ballot.node")?),
+        incarnation: d.u32("status.ballot.incarnation")?,
+    };
+    let delivered_upto = d.u64("status.delivered_upto")?;
+    let decided_max = d.u64("status.decided_max")?;
+    let values_in_flight = d.u64("status.values_in_flight")?;
+    let configuration = get_opt_config(d, "status.configuration")?;
+    let configuration_pending = get_opt_config(d, "status.configuration_pending")?;
+    let n = d.count("status.followers", ENTRY_MEMBERS_MAX, 21)?;
+    let mut followers = Vec::with_capacity(n);
+    for _ in 0..n {
+        let node = NodeId(d.u32("status.follower.node")?);
+        let accepted = d.u64("status.follower.accepted")?;
+        let decided = d.u64("status.follower.decided")?;
+        let voter = get_flag(d, "status.follower.voter")?;
+        followers.push(FollowerProgress {
+            node,
+            accepted,
+            decided,
+            voter,
+        });
+    }
+    Ok(StatusReport {
+        node,
+        leader: has_leader.then_some(leader),
+        leader_client_addr,
+        leading: flags & REPORT_LEADING != 0,
+        amnesic: flags & REPORT_AMNESIC != 0,
+        ballot,
+        delivered_upto,
+        decided_max,
+        values_in_flight,
+        configuration,
+        configuration_pending,
+        followers,
+    })
 }
 
 #[cfg(test)]
@@ -302,9 +579,195 @@ mod tests {
         });
     }
 
+    fn member(id: u32, acceptor: bool) -> abcast_core::config::Member {
+        abcast_core::config::Member {
+            id: NodeId(id),
+            roles: abcast_core::config::Roles {
+                proposer: true,
+                acceptor,
+                learner: true,
+            },
+        }
+    }
+
+    fn report() -> StatusReport {
+        StatusReport {
+            node: NodeId(1),
+            leader: Some(NodeId(2)),
+            leader_client_addr: Some("127.0.0.1:7502".parse().unwrap()),
+            leading: false,
+            amnesic: true,
+            ballot: Ballot {
+                round: 4,
+                node: NodeId(2),
+                incarnation: 1,
+            },
+            delivered_upto: 99,
+            decided_max: 100,
+            values_in_flight: 3,
+            configuration: Some(Configuration {
+                id: 1,
+                members: vec![member(0, true), member(1, true), member(2, true)],
+            }),
+            configuration_pending: Some(Configuration {
+                id: 2,
+                members: vec![
+                    member(0, true),
+                    member(1, true),
+                    member(3, true),
+                    member(4, false),
+                ],
+            }),
+            followers: vec![FollowerProgress {
+                node: NodeId(0),
+                accepted: 100,
+                decided: 98,
+                voter: true,
+            }],
+        }
+    }
+
+    fn body(f: &ClientFrame) -> Vec<u8> {
+        f.encode().iter().flat_map(|c| c.iter().copied()).collect()
+    }
+
+    #[test]
+    fn the_status_reconfigure_and_read_frames_roundtrip() {
+        roundtrip(ClientFrame::GetStatus);
+        roundtrip(ClientFrame::StatusReport {
+            report: Box::new(report()),
+        });
+        roundtrip(ClientFrame::StatusReport {
+            report: Box::default(),
+        });
+        roundtrip(ClientFrame::Reconfigure {
+            config: Configuration {
+                id: 0,
+                members: vec![member(0, true), member(4, false)],
+            },
+        });
+        roundtrip(ClientFrame::ReconfigureAsked);
+        roundtrip(ClientFrame::NotLeader {
+            hint: Some(NodeId(7)),
+            client_addr: Some("[::1]:9000".parse().unwrap()),
+        });
+        roundtrip(ClientFrame::NotLeader {
+            hint: Some(NodeId(0)),
+            client_addr: None,
+        });
+        roundtrip(ClientFrame::NotLeader {
+            hint: None,
+            client_addr: None,
+        });
+        roundtrip(ClientFrame::ReadBarrier);
+        roundtrip(ClientFrame::ReadPoint { upto: 1 << 40 });
+    }
+
+    #[test]
+    fn every_truncation_of_the_new_frames_is_an_error() {
+        let frames = [
+            ClientFrame::StatusReport {
+                report: Box::new(report()),
+            },
+            ClientFrame::Reconfigure {
+                config: Configuration {
+                    id: 3,
+                    members: vec![member(0, true), member(1, true)],
+                },
+            },
+            ClientFrame::NotLeader {
+                hint: Some(NodeId(2)),
+                client_addr: Some("10.0.0.2:7502".parse().unwrap()),
+            },
+            ClientFrame::ReadPoint { upto: 5 },
+        ];
+        for f in &frames {
+            let all = body(f);
+            for cut in 0..all.len() {
+                let r = ClientFrame::decode(f.kind(), Bytes::copy_from_slice(&all[..cut]));
+                assert!(r.is_err(), "kind {} cut at {cut} decoded: {r:?}", f.kind());
+            }
+            // A byte too many is refused too.
+            let mut long = all.clone();
+            long.push(0);
+            assert!(matches!(
+                ClientFrame::decode(f.kind(), Bytes::from(long)),
+                Err(DecodeError::Trailing { left: 1 })
+            ));
+        }
+        // Empty frames take no body.
+        for kind in [KIND_GET_STATUS, KIND_RECONFIGURE_ASKED, KIND_READ_BARRIER] {
+            assert!(ClientFrame::decode(kind, Bytes::from_static(&[0])).is_err());
+        }
+    }
+
+    #[test]
+    fn malformed_fields_of_the_new_frames_are_named() {
+        let err = |kind: u8, b: Vec<u8>| match ClientFrame::decode(kind, Bytes::from(b)) {
+            Err(e) => e.to_string(),
+            Ok(f) => panic!("decoded {f:?}"),
+        };
+        // A configuration with a node twice, with no acceptor, with unknown role bits.
+        let mut twice = body(&ClientFrame::Reconfigure {
+            config: Configuration {
+                id: 0,
+                members: vec![member(1, true), member(2, true)],
+            },
+        });
+        twice[17..21].copy_from_slice(&1u32.to_le_bytes());
+        assert!(err(KIND_RECONFIGURE, twice).contains("twice"));
+        let none = body(&ClientFrame::Reconfigure {
+            config: Configuration {
+                id: 0,
+                members: vec![member(1, false)],
+            },
+        });
+        assert!(err(KIND_RECONFIGURE, none).contains("acceptor"));
+        let mut bits = body(&ClientFrame::Reconfigure {
+            config: Configuration {
+                id: 0,
+                members: vec![member(1, true)],
+            },
+        });
+        let last = bits.len() - 1;
+        bits[last] = 0x80;
+        assert!(err(KIND_RECONFIGURE, bits).contains("roles"));
+        // A member count far beyond the body.
+        let mut huge = vec![0u8; 8];
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(err(KIND_RECONFIGURE, huge).contains("configuration.members"));
+        // NotLeader: a flag that is no flag, an address that is not one, an address
+        // without a hint.
+        assert!(err(KIND_NOT_LEADER, vec![2, 0, 0, 0, 0, 0, 0]).contains("has_hint"));
+        let mut addr = vec![1, 3, 0, 0, 0, 5, 0];
+        addr.extend_from_slice(b"nope!");
+        assert!(err(KIND_NOT_LEADER, addr).contains("not an address"));
+        let mut utf = vec![1, 3, 0, 0, 0, 2, 0];
+        utf.extend_from_slice(&[0xff, 0xfe]);
+        assert!(err(KIND_NOT_LEADER, utf).contains("UTF-8"));
+        let mut orphan = vec![0, 0, 0, 0, 0, 9, 0];
+        orphan.extend_from_slice(b"1.2.3.4:5");
+        assert!(err(KIND_NOT_LEADER, orphan).contains("without a hint"));
+        let mut long = vec![1, 3, 0, 0, 0, 0xff, 0xff];
+        long.extend_from_slice(&[b'1'; 300]);
+        assert!(err(KIND_NOT_LEADER, long).contains("at most"));
+        // StatusReport: unknown flag bits, a follower's voter flag out of its space.
+        let mut flags = body(&ClientFrame::StatusReport {
+            report: Box::new(report()),
+        });
+        flags[4] = 0x10;
+        assert!(err(KIND_STATUS_REPORT, flags).contains("status.flags"));
+        let mut voter = body(&ClientFrame::StatusReport {
+            report: Box::new(report()),
+        });
+        let last = voter.len() - 1;
+        voter[last] = 9;
+        assert!(err(KIND_STATUS_REPORT, voter).contains("voter"));
+    }
+
     #[test]
     fn garbage_bodies_are_errors_not_panics() {
-        for kind in 128..=140u8 {
+        for kind in 128..=150u8 {
             for len in 0..64usize {
                 let body = Bytes::from(
                     (0..len)

@@ -10,9 +10,9 @@
 //! | --- | --- |
 //! | `propose(payload)` | a [`Ticket`] with the value's id; `ticket.wait(t)` returns once this node delivered the value, with the application's result for it (`Application::deliver`'s `results[i]`); `ticket.wait_decided(t)` once it is decided (a node without the learner role delivers nothing: use this there) |
 //! | `subscribe(from, capacity)` | a [`DeliveryStream`] of deliveries from instance `from`, replayed from the node's history where it holds them, with a [`Gap`] marker wherever it does not (never a silent jump) |
-//! | `read_barrier(t)` | a [`ReadPoint`]: once this node's application has applied up to `upto`, a read of its state is linearizable. `Protocol::read_index` where the protocol has one; where it answers `Unsupported` (every protocol today) the read is ordered through the log: an **empty value** is proposed as a marker and awaited, so applications see empty values delivered and must treat them as no-ops |
-//! | `reconfigure(config)` | `Protocol::reconfigure`'s answer; today's protocols refuse with `Unsupported` |
-//! | `status()` | the protocol's status and the transport's counters |
+//! | `read_barrier(t)` | a [`ReadPoint`]: once this node's application has applied up to `upto`, a read of its state is linearizable. `Protocol::read_index` where the protocol has one (Sequence Paxos and Raft, at the leader); where it answers `Unsupported` (the ring protocols) the read is ordered through the log: an **empty value** is proposed as a marker and awaited, so applications see empty values delivered and must treat them as no-ops |
+//! | `reconfigure(config)` | `Protocol::reconfigure`'s answer: `Ok` once the change is under way (Sequence Paxos and Raft, at the leader; `NotLeader { hint }` elsewhere), `Unsupported` from the protocols without reconfiguration; the change is in effect once `status()` shows it |
+//! | `status()` | the protocol's status (leader, configuration, a change pending, followers' progress at a leader) and the transport's counters |
 //! | `shutdown()` | stops the loop, joins the thread, returns the application and the last figures, or the error that stopped the node |
 //!
 //! Bounded everywhere: the command channel holds `COMMANDS_MAX` commands (a full one answers
@@ -556,7 +556,9 @@ impl<A> NodeHandle<A> {
     }
 
     /// Asks the protocol to move to `config`; `Ok` means the change is under way (see
-    /// `Protocol::reconfigure`). Today's protocols answer `Unsupported`.
+    /// `Protocol::reconfigure`); it is in effect once `status()` shows it as the
+    /// configuration with no change pending. Protocols without reconfiguration answer
+    /// `Unsupported`.
     pub fn reconfigure(&self, config: Configuration) -> Result<(), HandleError> {
         let (tx, rx) = mailbox(1, None);
         self.commands

@@ -487,6 +487,7 @@ impl Protocol for Toy {
             groups: Vec::new(),
             log_bytes: 0,
             log_appended_bytes: 0,
+            ..Status::default()
         }
     }
 }

@@ -41,6 +41,22 @@ enum Command {
     /// The change is a control value decided in that ring, so every learner agrees on the
     /// point where this learner's delivery of the ring starts or stops.
     Follow(abcast_node::client::FollowArgs),
+    /// Show a node's view: the leader, the configuration (and a change under way), each
+    /// follower's progress as the leader sees it, and this node's delivered index.
+    Status(abcast_node::client::StatusArgs),
+    /// Move a Sequence Paxos or Raft cluster to a new configuration, and wait until it is
+    /// in effect.
+    ///
+    /// Any node may be asked: one that is not the leader names the leader, which is asked
+    /// instead. New members must be running (started as spares: `spare = true` in the
+    /// config file). Replacing the leader is allowed.
+    Reconfigure(abcast_node::client::ReconfigureArgs),
+    /// A linearizable-read barrier at a node (read index): prints the read point.
+    ///
+    /// Once the node has applied every instance up to the read point (it has when this
+    /// returns), a read of its state is linearizable. Sequence Paxos and Raft answer at
+    /// the leader; other protocols order the read through the log.
+    Read(abcast_node::client::ReadArgs),
     /// Run a local cluster under load and report on it.
     ///
     /// Starts N node processes on 127.0.0.1, loads them, then prints throughput, latency,
@@ -81,6 +97,18 @@ fn main() -> ExitCode {
         Command::Follow(args) => match abcast_node::client::run_follow(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(1, e),
+        },
+        Command::Status(args) => match abcast_node::client::run_status(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e.exit_code(), e),
+        },
+        Command::Reconfigure(args) => match abcast_node::client::run_reconfigure(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e.exit_code(), e),
+        },
+        Command::Read(args) => match abcast_node::client::run_read(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e.exit_code(), e),
         },
         Command::Demo(args) => match abcast_harness::demo::run_demo(&args) {
             Ok(code) => ExitCode::from(code),

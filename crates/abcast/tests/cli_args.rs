@@ -44,7 +44,16 @@ fn help_of_every_command_succeeds_and_explains_it() {
     let top = abcast(&["--help"]);
     assert!(top.status.success());
     let text = stdout(&top);
-    for cmd in ["node", "propose", "learn", "demo", "bench"] {
+    for cmd in [
+        "node",
+        "propose",
+        "learn",
+        "demo",
+        "bench",
+        "status",
+        "reconfigure",
+        "read",
+    ] {
         assert!(
             text.contains(cmd),
             "top-level help does not mention {cmd}: {text}"
@@ -144,4 +153,41 @@ fn kill_needs_a_majority_to_survive_and_time_for_two_outages() {
 fn unknown_command_and_flag_are_refused() {
     assert_usage_error(&["frobnicate"], "frobnicate");
     assert_usage_error(&["demo", "--colour"], "--colour");
+}
+
+#[test]
+fn reconfigure_lists_are_checked_before_any_node_is_asked() {
+    let node = ["reconfigure", "--node", "127.0.0.1:1"];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        node.iter().chain(extra).copied().collect()
+    };
+    assert_usage_error(&with(&[]), "--members");
+    assert_usage_error(&with(&["--members", "0,1,1"]), "--members");
+    assert_usage_error(&with(&["--members", "0,,1"]), "--members");
+    assert_usage_error(&with(&["--members", "0,-1"]), "--members");
+    assert_usage_error(
+        &with(&["--members", "0,1", "--learners", "1"]),
+        "--learners",
+    );
+    assert_usage_error(
+        &with(&["--members", "0", "--timeout-s", "0"]),
+        "--timeout-s",
+    );
+    assert_usage_error(&["status"], "--node");
+    assert_usage_error(&["read", "--node", "x", "--timeout-s", "-1"], "--timeout-s");
+}
+
+#[test]
+fn an_unreachable_node_is_a_runtime_error_naming_it() {
+    for args in [
+        &["status", "--node", "127.0.0.1:1"][..],
+        &["read", "--node", "127.0.0.1:1"][..],
+        &["reconfigure", "--node", "127.0.0.1:1", "--members", "0,1,2"][..],
+    ] {
+        let out = abcast(args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "abcast {args:?}: {err}");
+        assert!(err.contains("cannot connect to 127.0.0.1:1"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
 }

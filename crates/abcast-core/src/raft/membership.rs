@@ -102,6 +102,15 @@ impl ConfigLog {
         );
     }
 
+    /// The last configuration committed at `commit` (C_0 if none is).
+    pub fn committed(&self, commit: u64) -> &Membership {
+        self.entries
+            .iter()
+            .rev()
+            .find(|(i, _)| *i <= commit)
+            .map_or(&self.entries[0].1, |(_, m)| m)
+    }
+
     /// Configurations held (the last committed one and those above the commit index).
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
@@ -193,6 +202,53 @@ pub(crate) fn to_configuration(m: &Membership) -> Configuration {
         }
     }
     Configuration { id: m.id, members }
+}
+
+impl Raft {
+    /// `Status::configuration` and `configuration_pending`: the last committed
+    /// configuration, and where a change under way leads (its voters without the outgoing
+    /// set, its learners), if one is: an entry above the commit index, a committed joint
+    /// configuration not yet followed by C_new, or a change this leader holds (learners
+    /// catching up).
+    pub(crate) fn configuration_status(&self) -> (Configuration, Option<Configuration>) {
+        let committed = self.configs.committed(self.commit);
+        let current = self.configs.current();
+        let target = |voters: &[NodeId], learners: &[NodeId], id: u64| {
+            to_configuration(&Membership {
+                id,
+                voters: voters.to_vec(),
+                outgoing: Vec::new(),
+                learners: learners.to_vec(),
+            })
+        };
+        let pending = if let Some(c) = self.lead.as_ref().and_then(|l| l.change.as_ref()) {
+            Some(target(&c.voters, &c.learners, current.id))
+        } else if self.configs.current_index() > self.commit || current.is_joint() {
+            Some(target(&current.voters, &current.learners, current.id))
+        } else {
+            None
+        };
+        (to_configuration(committed), pending)
+    }
+
+    /// `Status::followers`: at the leader, every node it replicates to, with its match
+    /// index and the commit index it was sent (`min(match, commit)`, as appends carry it).
+    pub(crate) fn follower_progress(&self) -> Vec<crate::protocol::FollowerProgress> {
+        let Some(lead) = &self.lead else {
+            return Vec::new();
+        };
+        let current = self.configs.current();
+        lead.progress
+            .iter()
+            .filter(|(n, _)| **n != self.me)
+            .map(|(&n, p)| crate::protocol::FollowerProgress {
+                node: n,
+                accepted: p.match_index,
+                decided: p.match_index.min(self.commit),
+                voter: current.is_voter(n),
+            })
+            .collect()
+    }
 }
 
 /// A change asked for at this leader, not yet at its joint stage's commit.

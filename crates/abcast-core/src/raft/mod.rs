@@ -563,6 +563,7 @@ impl Protocol for Raft {
     }
 
     fn status(&self) -> Status {
+        let (configuration, configuration_pending) = self.configuration_status();
         let m = self.configs.current();
         let mut view: Vec<NodeId> = m.voters.iter().chain(&m.outgoing).copied().collect();
         view.sort_unstable();
@@ -578,6 +579,9 @@ impl Protocol for Raft {
             amnesic: self.amnesic,
             view,
             log_bytes: self.store.log_bytes(),
+            configuration: Some(configuration),
+            configuration_pending,
+            followers: self.follower_progress(),
             ..Status::default()
         }
     }

@@ -1304,3 +1304,68 @@ fn each_raft_mutation_breaks_its_rule() {
         Mutation::RaftJointSingleMajority
     )));
 }
+
+/// The configuration's members as `(id, votes)`, sorted.
+fn members_of(c: Option<&Configuration>) -> Vec<(u32, bool)> {
+    let mut v: Vec<(u32, bool)> = c
+        .map(|c| {
+            c.members
+                .iter()
+                .map(|m| (m.id.0, m.roles.acceptor))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn status_shows_the_configuration_a_change_pending_and_the_followers_at_the_leader() {
+    let mut net = Net::new(4, RaftConfig::new(&[0, 1, 2], &[]), false);
+    let leader = net.stable_leader();
+    let mut proposed = Vec::new();
+    for _ in 0..20 {
+        proposed.push(net.propose(leader));
+        net.step();
+    }
+    assert!(net.run_until(1_000_000, |n| (0..3).all(|i| n.has_all(i, &proposed))));
+    let st = net.raft(leader).status();
+    assert_eq!(
+        members_of(st.configuration.as_ref()),
+        vec![(0, true), (1, true), (2, true)]
+    );
+    assert_eq!(st.configuration_pending, None);
+    let followers: Vec<u32> = st.followers.iter().map(|f| f.node.0).collect();
+    assert!(
+        followers.len() >= 2 && !followers.contains(&leader),
+        "{followers:?}"
+    );
+    for f in &st.followers {
+        assert!(f.decided <= f.accepted, "{f:?}");
+        assert_eq!(f.voter, f.node.0 < 3, "{f:?}");
+    }
+    let follower = (0..3).find(|&i| i != leader).expect("a follower");
+    let keep = (0..3)
+        .find(|&i| i != leader && i != follower)
+        .expect("a third");
+    assert!(net.raft(follower).status().followers.is_empty());
+
+    // Replace the follower by node 3: pending until C_new is committed, then in effect.
+    let want = [leader, keep, 3];
+    net.reconfigure(leader, &want).expect("the change starts");
+    let mut target: Vec<(u32, bool)> = want.iter().map(|&i| (i, true)).collect();
+    target.sort_unstable();
+    assert_eq!(
+        members_of(net.raft(leader).status().configuration_pending.as_ref()),
+        target
+    );
+    assert!(
+        net.run_until(3_000_000, |n| {
+            let st = n.raft(leader).status();
+            st.configuration_pending.is_none() && members_of(st.configuration.as_ref()) == target
+        }),
+        "the change takes effect and the status says so"
+    );
+    let st = net.raft(leader).status();
+    assert!(st.followers.iter().any(|f| f.node.0 == 3 && f.voter));
+}

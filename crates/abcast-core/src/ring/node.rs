@@ -366,6 +366,7 @@ impl RingNode {
             groups: Vec::new(),
             log_bytes: self.log_bytes(),
             log_appended_bytes: self.acc.as_ref().map_or(0, |a| a.store.appended_bytes()),
+            ..Status::default()
         }
     }
 }

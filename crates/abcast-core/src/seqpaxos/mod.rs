@@ -543,6 +543,51 @@ impl SeqPaxos {
         }
     }
 
+    /// `Status::configuration_pending`: the configuration a stop-sign of this one names,
+    /// once it is in the log here (or being fetched) and until this node enters it.
+    fn pending_configuration(&self) -> Option<Configuration> {
+        if let Some(f) = &self.fetch {
+            return Some(f.next.clone());
+        }
+        if let Some((_, next, _)) = &self.pending_ss {
+            return Some(next.clone());
+        }
+        let last = self.log_len();
+        if last <= self.base {
+            return None;
+        }
+        let e = self
+            .store
+            .entries(last, last + 1, 0)
+            .ok()?
+            .into_iter()
+            .next()?;
+        match EntryBody::decode(&e.payload) {
+            Ok(EntryBody::StopSign(c)) if c.id > self.cfg.config_id => Some(c),
+            _ => None,
+        }
+    }
+
+    /// `Status::followers`: at a leader in the accept phase, each other member's accepted
+    /// length (`las`) and the decided length it was sent.
+    fn follower_progress(&self) -> Vec<crate::protocol::FollowerProgress> {
+        if !(self.participates() && self.role == Role::Leader && self.phase == Phase::Accept) {
+            return Vec::new();
+        }
+        self.others()
+            .map(|n| {
+                let accepted = self.ld.las.get(&n).copied().unwrap_or(0);
+                let sent = self.ld.progress.get(&n).map_or(0, |p| p.decided_sent);
+                crate::protocol::FollowerProgress {
+                    node: n,
+                    accepted,
+                    decided: sent.min(accepted),
+                    voter: true,
+                }
+            })
+            .collect()
+    }
+
     pub(crate) fn drain_ble(&mut self, out: &mut Out) {
         for (to, m) in self.ble_out.drain(..) {
             out.sends.push((to, m));
@@ -659,6 +704,9 @@ impl Protocol for SeqPaxos {
             amnesic: self.amnesic,
             view: self.cfg.members.iter().map(|m| m.id).collect(),
             log_bytes: self.store.log_bytes(),
+            configuration: Some(self.cfg.configuration()),
+            configuration_pending: self.pending_configuration(),
+            followers: self.follower_progress(),
             ..Status::default()
         }
     }

@@ -42,10 +42,13 @@ pub enum BenchName {
     /// The partial-connectivity scenarios on real processes: time until a leader a
     /// majority can reach decides again (issue 17, must-show 2).
     PartialConnectivity,
+    /// Replace a follower, then the leader, under load: Sequence Paxos pull and eager,
+    /// Raft's joint consensus (seed 001 fig 10, 12, table 5.1).
+    Reconfig,
 }
 
 impl BenchName {
-    pub const ALL: [BenchName; 12] = [
+    pub const ALL: [BenchName; 13] = [
         BenchName::ValueSize,
         BenchName::Buffer,
         BenchName::RingSize,
@@ -58,6 +61,7 @@ impl BenchName {
         BenchName::Concurrency,
         BenchName::Latency,
         BenchName::PartialConnectivity,
+        BenchName::Reconfig,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -74,6 +78,7 @@ impl BenchName {
             BenchName::Concurrency => "concurrency",
             BenchName::Latency => "latency",
             BenchName::PartialConnectivity => "partial-connectivity",
+            BenchName::Reconfig => "reconfig",
         }
     }
 
@@ -130,6 +135,11 @@ impl BenchName {
                 "quorum-loss, constrained election, chained (OmniPaxos EuroSys'23) and \
                  openraft 2080 on real processes, links cut with nft: recovery time per \
                  protocol (root)"
+            }
+            BenchName::Reconfig => {
+                "3 nodes + a spare under load: replace a follower, replace the leader; \
+                 Sequence Paxos pull and eager, Raft joint consensus: throughput over time, \
+                 gap, dropped proposals (seed 001 fig 10, 12, table 5.1)"
             }
         }
     }
@@ -266,6 +276,7 @@ pub fn experiment(name: BenchName, max_nodes: u32) -> Option<Experiment> {
         | BenchName::Concurrency
         | BenchName::Latency
         | BenchName::PartialConnectivity
+        | BenchName::Reconfig
         | BenchName::Storage => {
             return None;
         }
@@ -403,6 +414,7 @@ pub fn shape_sentences(exp: &Experiment, sweep: &[Medians], low_load: Option<&Me
         | BenchName::Concurrency
         | BenchName::Latency
         | BenchName::PartialConnectivity
+        | BenchName::Reconfig
         | BenchName::Storage => {
             format!("{} is not a sweep of one cluster.", exp.name.as_str())
         }

@@ -13,6 +13,7 @@ pub mod multicast;
 pub mod multiring;
 mod output;
 pub mod partial;
+pub mod reconfig;
 pub mod storage;
 pub mod trim;
 
@@ -76,7 +77,8 @@ pub struct BenchArgs {
     pub link_mbit: Option<u32>,
     /// `concurrency`, `latency` and `partial-connectivity` only: the protocols to race,
     /// comma-separated (seqpaxos, omnipaxos, raft, raftrs) [default: all four; seqpaxos,raft
-    /// for partial-connectivity].
+    /// for partial-connectivity]. `reconfig`: seqpaxos (pull and eager), seqpaxos-pull,
+    /// seqpaxos-eager, raft [default: all].
     #[arg(long, value_name = "LIST")]
     pub protocols: Option<String>,
 }
@@ -438,11 +440,14 @@ pub fn run_bench(args: &BenchArgs) -> Result<u8, HarnessError> {
     if args.protocols.is_some()
         && !matches!(
             name,
-            BenchName::Concurrency | BenchName::Latency | BenchName::PartialConnectivity
+            BenchName::Concurrency
+                | BenchName::Latency
+                | BenchName::PartialConnectivity
+                | BenchName::Reconfig
         )
     {
         return Err(HarnessError::Usage(format!(
-            "--protocols applies to `bench concurrency` and `bench latency` only, not to \
+            "--protocols applies to `bench concurrency`, `latency` and `reconfig` only, not to \
              `bench {}`",
             name.as_str()
         )));
@@ -458,6 +463,9 @@ pub fn run_bench(args: &BenchArgs) -> Result<u8, HarnessError> {
     }
     if name == BenchName::Latency {
         return leader::run_latency(args);
+    }
+    if name == BenchName::Reconfig {
+        return reconfig::run(args);
     }
     if name == BenchName::Multicast {
         // Two protocols per point and figures per learner: its own runner.

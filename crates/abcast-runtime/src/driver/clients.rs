@@ -5,21 +5,22 @@
 use super::conns::Conn;
 use super::{
     COMMANDS, COMMANDS_PER_ITERATION, Driver, DriverError, MAX_CLIENT_PENDING_VALUES, MAX_READS,
-    MAX_TICKETS, REPLAY_BYTES_PER_ITERATION,
+    MAX_TICKETS, REPLAY_BYTES_PER_ITERATION, ReadReply,
 };
 use crate::Hooks;
-use crate::clientwire::{ClientFrame, KIND_DELIVERED};
+use crate::clientwire::{ClientFrame, KIND_DELIVERED, StatusReport};
 use crate::frame::Frame;
 use crate::handle::{
     self, Command, HandleError, MailTx, NodeStatus, PushError as MailPushError, ReadAnswer,
     StreamEvent, TicketEvent,
 };
 use crate::history::{Gap, GapReason, Item};
-use abcast_core::protocol::{Ack, ReadState};
-use abcast_core::{Delivery, GroupId, Instance, Micros, ProposeError, Protocol};
+use abcast_core::protocol::{Ack, ReadState, ReconfigureError};
+use abcast_core::{Delivery, GroupId, Instance, Micros, NodeId, ProposeError, Protocol};
 use bytes::Bytes;
 use mio::Token;
 use std::collections::BTreeSet;
+use std::net::SocketAddr;
 use std::sync::mpsc::TryRecvError;
 
 /// Where a subscriber is in the delivery sequence.
@@ -72,6 +73,18 @@ impl<P: Protocol> Driver<P> {
         }
         self.deliver_to_clients(d);
         self.deliver_to_streams(d);
+        if d.batch.origin() == self.cfg.me && !self.marker_reads.is_empty() {
+            let waiting: Vec<Token> = d
+                .batch
+                .ids()
+                .filter_map(|id| self.marker_reads.remove(&id.seq))
+                .collect();
+            for token in waiting {
+                // The marker's own place is the read point: everything decided before the
+                // barrier was asked is before it.
+                self.reply(token, &ClientFrame::ReadPoint { upto: d.instance });
+            }
+        }
         if d.batch.origin() == self.cfg.me && !self.tickets.is_empty() {
             for (j, id) in d.batch.ids().enumerate() {
                 if let Some(t) = self.tickets.remove(&id.seq) {
@@ -326,13 +339,123 @@ impl<P: Protocol> Driver<P> {
             return;
         }
         let upto = self.delivered_upto;
-        self.reads.retain(|_, (target, tx)| match target {
-            Some(t) if *t <= upto => {
-                let _ = tx.push(ReadAnswer::Ready(*t));
+        let mut ready: Vec<(Token, Instance)> = Vec::new();
+        let conns = &self.conns;
+        self.reads.retain(|_, (target, who)| match (*target, who) {
+            (Some(t), ReadReply::Handle(tx)) if t <= upto => {
+                let _ = tx.push(ReadAnswer::Ready(t));
                 false
             }
-            _ => !tx.is_gone(),
+            (Some(t), ReadReply::Client(token)) if t <= upto => {
+                ready.push((*token, t));
+                false
+            }
+            (_, ReadReply::Handle(tx)) => !tx.is_gone(),
+            (_, ReadReply::Client(token)) => conns.contains_key(token),
         });
+        for (token, t) in ready {
+            self.reply(token, &ClientFrame::ReadPoint { upto: t });
+        }
+    }
+
+    /// Read barriers waiting, over both kinds; those of closed connections are dropped
+    /// first when the bound is reached.
+    fn reads_full(&mut self) -> bool {
+        if self.reads.len() + self.marker_reads.len() < MAX_READS {
+            return false;
+        }
+        let conns = &self.conns;
+        self.reads.retain(|_, (_, who)| match who {
+            ReadReply::Handle(tx) => !tx.is_gone(),
+            ReadReply::Client(token) => conns.contains_key(token),
+        });
+        self.marker_reads
+            .retain(|_, token| conns.contains_key(token));
+        self.reads.len() + self.marker_reads.len() >= MAX_READS
+    }
+
+    /// The client port of node `n` (this node's own, or one `DriverConfig::client_addrs`
+    /// names).
+    fn client_addr_of(&self, n: NodeId) -> Option<SocketAddr> {
+        if n == self.cfg.me {
+            return self.client_addr();
+        }
+        (self.cfg.client_addrs.iter())
+            .find(|(id, _)| *id == n)
+            .map(|(_, a)| *a)
+    }
+
+    fn not_leader(&self, hint: Option<NodeId>) -> ClientFrame {
+        ClientFrame::NotLeader {
+            hint,
+            client_addr: hint.and_then(|h| self.client_addr_of(h)),
+        }
+    }
+
+    /// What `abcast status` shows: the protocol's status, this node's delivered index and
+    /// the leader's client port.
+    fn status_report(&self) -> StatusReport {
+        let st = self.protocol.status();
+        StatusReport {
+            node: self.cfg.me,
+            leader: st.coordinator,
+            leader_client_addr: st.coordinator.and_then(|l| self.client_addr_of(l)),
+            leading: st.leading,
+            amnesic: st.amnesic,
+            ballot: st.ballot,
+            delivered_upto: self.delivered_upto,
+            decided_max: st.decided_max,
+            values_in_flight: st.values_in_flight as u64,
+            configuration: st.configuration,
+            configuration_pending: st.configuration_pending,
+            followers: st.followers,
+        }
+    }
+
+    /// A client's read barrier: the protocol's read index, or, where it has none, an empty
+    /// marker value ordered through the log (its instance is the read point, as for the
+    /// handle's `read_barrier`). The answer is a `ReadPoint` once this node delivered up to
+    /// it; refusals at once.
+    fn client_read<A: Hooks + ?Sized>(
+        &mut self,
+        now: Micros,
+        app: &mut A,
+        token: Token,
+    ) -> Result<(), DriverError> {
+        if self.reads_full() {
+            self.reply(token, &ClientFrame::Busy);
+            return Ok(());
+        }
+        let id = self.next_read_id;
+        self.next_read_id = self.next_read_id.wrapping_add(1);
+        let refusal = match self.protocol.read_index(now, id, &mut self.outbox) {
+            Ok(()) => {
+                self.reads.insert(id, (None, ReadReply::Client(token)));
+                None
+            }
+            Err(ProposeError::Unsupported { .. }) => {
+                match self.protocol.propose(now, Bytes::new(), &mut self.outbox) {
+                    Ok(vid) => {
+                        app.proposed(now, vid, false);
+                        self.marker_reads.insert(vid.seq, token);
+                        None
+                    }
+                    Err(e) => Some(e),
+                }
+            }
+            Err(e) => Some(e),
+        };
+        if let Some(e) = refusal {
+            let answer = match e {
+                ProposeError::NotLeader { hint } => self.not_leader(hint),
+                ProposeError::Busy => ClientFrame::Busy,
+                e => ClientFrame::Error {
+                    text: e.to_string(),
+                },
+            };
+            self.reply(token, &answer);
+        }
+        self.carry_out(now, app)
     }
 
     pub(super) fn on_commands<A: Hooks + ?Sized>(
@@ -402,7 +525,7 @@ impl<P: Protocol> Driver<P> {
                 Ok(())
             }
             Command::ReadBarrier { reply } => {
-                if self.reads.len() >= MAX_READS {
+                if self.reads_full() {
                     let _ = reply.push(ReadAnswer::Refused(HandleError::Busy));
                     return Ok(());
                 }
@@ -410,7 +533,7 @@ impl<P: Protocol> Driver<P> {
                 self.next_read_id = self.next_read_id.wrapping_add(1);
                 match self.protocol.read_index(now, id, &mut self.outbox) {
                     Ok(()) => {
-                        self.reads.insert(id, (None, reply));
+                        self.reads.insert(id, (None, ReadReply::Handle(reply)));
                     }
                     Err(ProposeError::Unsupported { .. }) => {
                         let _ = reply.push(ReadAnswer::Unsupported);
@@ -589,6 +712,31 @@ impl<P: Protocol> Driver<P> {
                 };
                 self.reply(token, &answer);
             }
+            ClientFrame::GetStatus => {
+                let report = self.status_report();
+                self.reply(
+                    token,
+                    &ClientFrame::StatusReport {
+                        report: Box::new(report),
+                    },
+                );
+            }
+            ClientFrame::Reconfigure { config } => {
+                let r = self.protocol.reconfigure(now, config, &mut self.outbox);
+                self.carry_out(now, app)?;
+                let answer = match r {
+                    Ok(()) => ClientFrame::ReconfigureAsked,
+                    Err(ReconfigureError::Refused(ProposeError::NotLeader { hint })) => {
+                        self.not_leader(hint)
+                    }
+                    Err(ReconfigureError::Refused(ProposeError::Busy)) => ClientFrame::Busy,
+                    Err(e) => ClientFrame::Error {
+                        text: e.to_string(),
+                    },
+                };
+                self.reply(token, &answer);
+            }
+            ClientFrame::ReadBarrier => self.client_read(now, app, token)?,
             other => {
                 return Ok(Err(format!(
                     "unexpected client frame kind {}",

@@ -119,6 +119,10 @@ pub struct DriverConfig {
     /// Take a snapshot this often (0 = never) and write it to `snapshot_path`.
     pub snapshot_interval_us: Micros,
     pub snapshot_path: Option<PathBuf>,
+    /// The client ports of the other nodes, named in the client port's `NotLeader` and
+    /// `StatusReport` answers so a client can go to the leader (empty: the answers name
+    /// the leader's id only).
+    pub client_addrs: Vec<(NodeId, SocketAddr)>,
 }
 
 impl DriverConfig {
@@ -137,6 +141,7 @@ impl DriverConfig {
             sync_thread: true,
             snapshot_interval_us: 0,
             snapshot_path: None,
+            client_addrs: Vec::new(),
         }
     }
 }
@@ -184,6 +189,12 @@ fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> DriverError {
     move |source| DriverError::Io { what, source }
 }
 
+/// Who waits for a read barrier: a handle's verb, or a client-port connection.
+enum ReadReply {
+    Handle(MailTx<ReadAnswer>),
+    Client(Token),
+}
+
 /// The event loop of one node, generic over the protocol it drives.
 pub struct Driver<P: Protocol> {
     cfg: DriverConfig,
@@ -214,8 +225,12 @@ pub struct Driver<P: Protocol> {
     streams: Vec<(Cursor, MailTx<StreamEvent>)>,
     /// Values proposed through a handle, by seq, awaiting their outcome.
     tickets: BTreeMap<u64, MailTx<TicketEvent>>,
-    /// Read barriers asked of the protocol: the instance to reach once it answered.
-    reads: HashMap<u64, (Option<Instance>, MailTx<ReadAnswer>)>,
+    /// Read barriers asked of the protocol: the instance to reach once it answered, and
+    /// who waits for it.
+    reads: HashMap<u64, (Option<Instance>, ReadReply)>,
+    /// Client-port read barriers ordered through the log (the protocol has no read index):
+    /// the seq of the empty marker value proposed, and the connection waiting for it.
+    marker_reads: HashMap<u64, Token>,
     next_read_id: u64,
     commands: Option<Receiver<Command>>,
     /// Every instance up to here was delivered or passed over (single group).
@@ -295,6 +310,7 @@ impl<P: Protocol> Driver<P> {
             streams: Vec::new(),
             tickets: BTreeMap::new(),
             reads: HashMap::new(),
+            marker_reads: HashMap::new(),
             next_read_id: 1,
             commands: None,
             delivered_upto: 0,

@@ -384,6 +384,12 @@ impl Raft {
     /// The leader's timers: heartbeat rounds, paused probes, check-quorum, an abandoned
     /// transfer, the next step of a configuration change.
     pub(crate) fn tick_leader(&mut self, out: &mut Out) {
+        // A removed leader's hand-over: it goes once `TimeoutNow` left or the transfer's
+        // deadline passed (before the expired transfer is forgotten below).
+        self.step_down_if_removed(out);
+        if self.role != Role::Leader {
+            return;
+        }
         let now = self.now;
         let interval = self.cfg.heartbeat_interval_us;
         let Some(lead) = self.lead.as_mut() else {
@@ -551,6 +557,7 @@ impl Raft {
             if self.role == Role::Leader {
                 self.send_timeout_now(out);
                 self.advance_change(out);
+                self.step_down_if_removed(out);
             }
             return;
         }

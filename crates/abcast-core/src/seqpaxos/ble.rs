@@ -266,6 +266,14 @@ impl Ble {
     }
 }
 
+impl super::SeqPaxos {
+    /// This node's Ballot Leader Election, read only (for status lines and scenario
+    /// stories: its ballot, the leader it elected, whether it is quorum-connected).
+    pub fn ble(&self) -> &Ble {
+        &self.ble
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

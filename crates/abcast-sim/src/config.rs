@@ -56,8 +56,8 @@ pub enum FaultMix {
     /// under load, one to three *episodes*, one after another without a heal between
     /// them, each holding one shape still for a while under load: the **quorum-loss**
     /// scenario (every link down but those of one hub node; the leader is not the hub),
-    /// the **constrained election** (the same, after the hub was cut off inbound long
-    /// enough for its log to fall behind), the **chained** scenario (the link between the
+    /// the **constrained election** (the same with the old leader isolated, after the hub
+    /// was cut off inbound long enough for its log to fall behind), the **chained** scenario (the link between the
     /// leader and one other node down both ways), the **openraft 2080** shape (the old
     /// leader reaches only a bridge node, which reaches two others that reach each other;
     /// the rest isolated), or **random one-way links** (each directed link down with a

@@ -1014,9 +1014,10 @@ pub enum PartialShape {
     /// OmniPaxos EuroSys'23 figure 1a: every link is down except those of one hub node
     /// (not the leader): the leader can reach only the hub, and so can everybody else.
     QuorumLoss,
-    /// Figure 1b: the quorum-loss shape, with the hub's log behind (it was cut off inbound
-    /// for a while first), so a protocol that elects only an up-to-date node cannot elect
-    /// the one node that a majority reaches.
+    /// Figure 1b: the quorum-loss shape with the old leader cut off from the hub too (so it
+    /// is isolated), and the hub's log behind (it was cut off inbound for a while first):
+    /// a protocol that elects only an up-to-date node cannot elect the one node that a
+    /// majority reaches.
     ConstrainedElection,
     /// Figure 1c: the link between the leader and one other node is down both ways; both
     /// still reach a majority through the others.
@@ -1160,8 +1161,11 @@ where
             PartialShape::QuorumLoss | PartialShape::ConstrainedElection => {
                 let hub = self.partial_pick(1, &[leader])[0];
                 let h = id(self, hub);
-                let cut = self.all_links_but(|a, _| a == h);
+                let mut cut = self.all_links_but(|a, _| a == h);
                 if shape == PartialShape::ConstrainedElection {
+                    // The old leader isolated: it cannot bring the hub's log up to date.
+                    cut.insert((l, h));
+                    cut.insert((h, l));
                     // First the hub hears nothing for `lag_us`: its log falls behind.
                     let lag: BTreeSet<(NodeId, NodeId)> = self
                         .nodes
@@ -1177,7 +1181,7 @@ where
                     (
                         lag,
                         format!(
-                            "leader {l}, hub {h} (cut off inbound for {}us first)",
+                            "leader {l} isolated, hub {h} (cut off inbound for {}us first)",
                             plan.lag_us
                         ),
                     )

@@ -39,8 +39,10 @@
 //!   four and a half.
 //! - Sequence Paxos' requests to raise the ballot (`raise_above`) take effect at once only
 //!   for the election BLE just made of this node (the leader event of the round that just
-//!   ended, or the head start): that ballot was refused, and the next round elects this
-//!   node again, above it. Any other request (a stale leader's `Nack`, an amnesic node's
+//!   ended, or the head start): that ballot was refused, and the next `tick` elects this
+//!   node again, above it, once a round (waiting for the round's end cost a whole round
+//!   when a hub that had been cut off came back with a ballot below what the others had
+//!   promised meanwhile: partial mix, seed 551, 249 ms). Any other request (a stale leader's `Nack`, an amnesic node's
 //!   recovered promise) only sets a floor that this node's next election starts above. A
 //!   node does not campaign because it learned that a higher ballot exists: BLE elects from
 //!   what its rounds hear (lines 9-15). Raising on a `Nack` made the old leader of the
@@ -108,6 +110,10 @@ pub struct Ble {
     floor: Ballot,
     /// BLE elected this node at the end of the last round (or gave it the head start).
     elected_self: bool,
+    /// That election's ballot was refused and raised: the next `tick` elects this node
+    /// again (once per round, see `raise_above`).
+    reelect: bool,
+    reelected_this_round: bool,
     /// BLE names this node the leader, but Sequence Paxos stepped down for a higher ballot
     /// (see the module comment).
     deposed: bool,
@@ -149,6 +155,8 @@ impl Ble {
             now_us: 0,
             floor: Ballot::ZERO,
             elected_self: false,
+            reelect: false,
+            reelected_this_round: false,
             deposed: false,
         }
     }
@@ -178,12 +186,17 @@ impl Ble {
 
     /// This node's ballot must be above `b` (Sequence Paxos promised `b`, so a leader event
     /// for a ballot not above it would start nothing). For the election BLE just made of
-    /// this node, `n` is raised past `b` now and the next round elects it again; otherwise
-    /// `b` becomes a floor that this node's next election starts above (see the module
-    /// comment: a node does not campaign because a higher ballot exists).
+    /// this node, `n` is raised past `b` now and the next `tick` elects it again, once per
+    /// round (a second refusal waits for the round's end, so two nodes elected at once
+    /// cannot outbid each other more than once a round); otherwise `b` becomes a floor
+    /// that this node's next election starts above (see the module comment: a node does
+    /// not campaign because a higher ballot exists).
     pub fn raise_above(&mut self, b: Ballot) {
         if self.elected_self {
             self.raise_now(b);
+            if !self.reelected_this_round && self.leader.is_some_and(|l| l < self.ballot) {
+                self.reelect = true;
+            }
         } else {
             self.floor = self.floor.max(b);
             if self.leader == Some(self.ballot) && b > self.ballot {
@@ -254,9 +267,17 @@ impl Ble {
     pub fn tick(&mut self, now: Micros, out: &mut Vec<(NodeId, Message)>) -> Option<Ballot> {
         self.now_us = self.now_us.max(now);
         if now < self.round_ends_us {
+            if std::mem::take(&mut self.reelect) {
+                // The refused election, made again above what refused it.
+                self.reelected_this_round = true;
+                self.leader = Some(self.ballot);
+                return Some(self.ballot);
+            }
             return None;
         }
         self.elected_self = false;
+        self.reelect = false;
+        self.reelected_this_round = false;
         let heard = self.ballots.len() + 1;
         let elected = if heard >= self.majority {
             self.quorum_connected = true;
@@ -302,8 +323,7 @@ impl Ble {
             }
             Some(l) if top == l => {
                 let others_connected = self.ballots.iter().any(|(_, _, qc)| *qc);
-                if !(self.deposed && self.candidate && top == self.ballot && !others_connected)
-                {
+                if !(self.deposed && self.candidate && top == self.ballot && !others_connected) {
                     return None;
                 }
                 // Deposed, and the only quorum-connected node heard: lead again.
@@ -540,14 +560,17 @@ mod tests {
         ble.on_reply(NodeId(1), &reply(3, ble_ballot(0, 0, NodeId(1), 0), true));
         assert_eq!(ble.tick(150_000, &mut out), None, "node 1 is connected");
         ble.on_reply(NodeId(1), &reply(4, ble_ballot(0, 0, NodeId(1), 0), false));
-        let again = ble.tick(200_000, &mut out).expect("the only connected node");
+        let again = ble
+            .tick(200_000, &mut out)
+            .expect("the only connected node");
         assert!(again > higher && again == ble.ballot());
     }
 
     /// Sequence Paxos refusing the ballot BLE just elected this node with raises it at
-    /// once; the next round elects the node again, higher.
+    /// once, and the next tick elects the node again, higher; a second refusal in the
+    /// same round waits for the round's end.
     #[test]
-    fn a_refused_election_is_raised_at_once_and_made_again() {
+    fn a_refused_election_is_raised_and_made_again_once_a_round() {
         let mut ble = Ble::new(&cfg(), NodeId(2), 0, 0);
         let mut out = Vec::new();
         ble.start(0, &mut out);
@@ -556,8 +579,12 @@ mod tests {
         let promised = ble_ballot(7, 0, NodeId(3), 0);
         ble.raise_above(promised);
         assert!(ble.ballot() > promised);
-        ble.on_reply(NodeId(1), &reply(2, ble_ballot(0, 0, NodeId(1), 0), true));
-        let second = ble.tick(100_000, &mut out).expect("elected again");
+        let second = ble.tick(51_000, &mut out).expect("elected again at once");
         assert!(second > first && second == ble.ballot());
+        ble.raise_above(ble_ballot(9, 0, NodeId(3), 0));
+        assert_eq!(ble.tick(52_000, &mut out), None, "once a round");
+        ble.on_reply(NodeId(1), &reply(2, ble_ballot(0, 0, NodeId(1), 0), true));
+        let third = ble.tick(100_000, &mut out).expect("at the round's end");
+        assert!(third > second && third == ble.ballot());
     }
 }

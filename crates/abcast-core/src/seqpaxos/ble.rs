@@ -104,6 +104,8 @@ pub struct Ble {
     round_ends_us: Micros,
     /// Whether this node may be elected (an amnesic node may not: it must never lead).
     candidate: bool,
+    /// A deliberately broken variant (tests only, `mutations` feature).
+    mutation: Option<crate::mutation::Mutation>,
     /// The time of the last `tick`, what a reply's quorum-connected flag is judged at.
     now_us: Micros,
     /// This node's next election starts above this ballot (`raise_above`).
@@ -152,6 +154,7 @@ impl Ble {
             leader: None,
             round_ends_us: 0,
             candidate: true,
+            mutation: cfg.mutation.get(),
             now_us: 0,
             floor: Ballot::ZERO,
             elected_self: false,
@@ -302,10 +305,15 @@ impl Ble {
 
     /// Lines 9-15, among quorum-connected candidates.
     fn check_leader(&mut self) -> Option<Ballot> {
+        // The broken variant: appendix A as written, every ballot heard a candidate.
+        let any = crate::mutation::on(
+            self.mutation,
+            crate::mutation::Mutation::SeqPaxosBleIgnoresQuorumConnectivity,
+        );
         let top = self
             .ballots
             .iter()
-            .filter(|(_, _, qc)| *qc)
+            .filter(|(_, _, qc)| *qc || any)
             .map(|(_, b, _)| *b)
             .chain(self.candidate.then_some(self.ballot))
             .max();

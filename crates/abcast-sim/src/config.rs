@@ -72,7 +72,12 @@ pub enum FaultMix {
     /// value proposed since the start is delivered at a majority, and again within every
     /// bound after that until the episode ends ([`crate::ViolationKind::PartialConnectivityStall`]).
     /// The others (Raft, the ring protocols) are held to safety, and to liveness after the
-    /// heal only.
+    /// heal only. Raft with pre-vote and check-quorum does not survive the constrained
+    /// election: no leader until the heal (the hub is refused by the up-to-date check, the
+    /// others reach only the hub); it recovers from quorum loss and from the openraft 2080
+    /// shape (check-quorum deposes the old leader) in one to three election timeouts, and
+    /// never loses its leader in the chained one (pre-vote), though the cut-off end waits
+    /// until the heal (`testdata/scenarios/raft/*.txt`, docs/testing.md).
     PartialConnectivity,
 }
 

@@ -210,7 +210,7 @@ fn main() -> ExitCode {
                 .map(|s| format!("{}={}", s.name(), t.partial_shapes[s.index()]))
                 .collect();
             eprintln!(
-                "sweep: {} partial: episodes {}; held to the bound {}: recovery max {} ms (seed {}),                  later windows max {} ms",
+                "sweep: {} partial: episodes {}; held to the bound {}: recovery max {} ms (seed {}), later windows max {} ms",
                 a.proto,
                 shapes.join(" "),
                 t.partial_checked,

@@ -46,6 +46,12 @@ pub enum Mutation {
     /// A leader goes on appending proposals after its stop-sign (`STOPPED()` of appendix B
     /// removed, §2.4.3): the old configuration decides entries where the new one starts.
     SeqPaxosExtendAfterStopSign,
+    /// Ballot Leader Election elects the highest ballot it heard whether or not its node is
+    /// quorum-connected (the OmniPaxos EuroSys'23 rule removed, appendix A as written): in
+    /// the quorum-loss scenario the old leader, cut off from its majority, stays the
+    /// highest ballot every node hears through the one node that reaches everybody, and
+    /// nobody replaces it.
+    SeqPaxosBleIgnoresQuorumConnectivity,
     // Raft
     /// Raft voters grant votes without the up-to-date check (seed 001 §2.5): a candidate
     /// missing committed entries can win and overwrite them.
@@ -62,7 +68,7 @@ pub enum Mutation {
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 16] = [
+    pub const ALL: [Mutation; 17] = [
         Mutation::VoteIgnoresEpoch,
         Mutation::AmnesicPromisesCount,
         Mutation::RepairIgnored,
@@ -75,6 +81,7 @@ impl Mutation {
         Mutation::SeqPaxosNoSyncBeforeReply,
         Mutation::SeqPaxosDecideInPrepare,
         Mutation::SeqPaxosExtendAfterStopSign,
+        Mutation::SeqPaxosBleIgnoresQuorumConnectivity,
         // Raft
         Mutation::RaftVoteWithoutLogCheck,
         Mutation::RaftCommitOldTermByCount,
@@ -96,6 +103,9 @@ impl Mutation {
             Mutation::SeqPaxosNoSyncBeforeReply => "seqpaxos_no_sync_before_reply",
             Mutation::SeqPaxosDecideInPrepare => "seqpaxos_decide_in_prepare",
             Mutation::SeqPaxosExtendAfterStopSign => "seqpaxos_extend_after_stopsign",
+            Mutation::SeqPaxosBleIgnoresQuorumConnectivity => {
+                "seqpaxos_ble_ignores_quorum_connectivity"
+            }
             Mutation::RaftVoteWithoutLogCheck => "raft_vote_without_log_check",
             Mutation::RaftCommitOldTermByCount => "raft_commit_old_term_by_count",
             Mutation::RaftNoSyncBeforeReply => "raft_no_sync_before_reply",

@@ -115,6 +115,11 @@ pub enum ViolationKind {
     /// A reconfiguration the plan asked for could not be asked (the protocol said its
     /// configuration was invalid, or that it has no reconfiguration).
     ReconfigRefused,
+    /// In an episode of the partial-connectivity mix, with some node reachable both ways
+    /// by a majority, no such node led, or no value proposed since the episode started (or
+    /// since the last bound) was delivered at a majority, within
+    /// `SimConfig::partial_bound_us` (for a protocol that claims it).
+    PartialConnectivityStall,
 }
 
 impl ViolationKind {
@@ -130,7 +135,12 @@ impl ViolationKind {
             DuplicateDelivery | ValueInTwoInstances | NeverProposed | PayloadMismatch
             | BadValueId | UnknownAck => "integrity",
             LostAckedValue => "durability",
-            NotDelivered | NotConverged | EventBudget | NothingAcked | TooBusy => "liveness",
+            NotDelivered
+            | NotConverged
+            | EventBudget
+            | NothingAcked
+            | TooBusy
+            | PartialConnectivityStall => "liveness",
             Decode | CodecMismatch => "codec",
             BadConfig => "config",
             StorageFailed => "storage",

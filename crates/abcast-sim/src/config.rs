@@ -52,11 +52,38 @@ pub enum FaultMix {
     /// for protocols that reconfigure (`suites::Proto::supports_reconfig`); not in
     /// [`FaultMix::ALL`].
     Reconfig,
+    /// Partial connectivity (OmniPaxos EuroSys'23 §2; openraft issue 2080): after a warm-up
+    /// under load, one to three *episodes*, one after another without a heal between
+    /// them, each holding one shape still for a while under load: the **quorum-loss**
+    /// scenario (every link down but those of one hub node; the leader is not the hub),
+    /// the **constrained election** (the same with the old leader isolated, after the hub
+    /// was cut off inbound long enough for its log to fall behind), the **chained** scenario (the link between the
+    /// leader and one other node down both ways), the **openraft 2080** shape (the old
+    /// leader reaches only a bridge node, which reaches two others that reach each other;
+    /// the rest isolated), or **random one-way links** (each directed link down with a
+    /// drawn chance, and in half the seeds the leader deaf or mute). Node roles are drawn
+    /// per episode (the leader is the current one three times in four). No loss, crash or
+    /// heavy tail: connectivity is the fault. Then the full heal.
+    ///
+    /// A protocol that claims to survive partial connectivity
+    /// ([`SimConfig::partial_bound_us`]: Sequence Paxos with its Ballot Leader Election)
+    /// is held to it during each episode in which some node is reachable both ways by a
+    /// majority: within the bound of the episode's start, a node so reachable leads and a
+    /// value proposed since the start is delivered at a majority, and again within every
+    /// bound after that until the episode ends ([`crate::ViolationKind::PartialConnectivityStall`]).
+    /// The others (Raft, the ring protocols) are held to safety, and to liveness after the
+    /// heal only. Raft with pre-vote and check-quorum does not survive the constrained
+    /// election: no leader until the heal (the hub is refused by the up-to-date check, the
+    /// others reach only the hub); it recovers from quorum loss and from the openraft 2080
+    /// shape (check-quorum deposes the old leader) in one to three election timeouts, and
+    /// never loses its leader in the chained one (pre-vote), though the cut-off end waits
+    /// until the heal (`testdata/scenarios/raft/*.txt`, docs/testing.md).
+    PartialConnectivity,
 }
 
 impl FaultMix {
     /// Every preset, for sweeps.
-    pub const ALL: [FaultMix; 9] = [
+    pub const ALL: [FaultMix; 10] = [
         FaultMix::None,
         FaultMix::Loss,
         FaultMix::Partition,
@@ -66,10 +93,11 @@ impl FaultMix {
         FaultMix::Pause,
         FaultMix::PowerLoss,
         FaultMix::LearnerSkip,
+        FaultMix::PartialConnectivity,
     ];
 
     /// Every mix, [`FaultMix::Reconfig`] included (names, parsing).
-    pub const EVERY: [FaultMix; 10] = [
+    pub const EVERY: [FaultMix; 11] = [
         FaultMix::None,
         FaultMix::Loss,
         FaultMix::Partition,
@@ -80,6 +108,7 @@ impl FaultMix {
         FaultMix::PowerLoss,
         FaultMix::LearnerSkip,
         FaultMix::Reconfig,
+        FaultMix::PartialConnectivity,
     ];
 
     /// The name used in `ABCAST_SIM_MIX` and in replay lines.
@@ -95,6 +124,7 @@ impl FaultMix {
             FaultMix::PowerLoss => "power_loss",
             FaultMix::LearnerSkip => "learner_skip",
             FaultMix::Reconfig => "reconfig",
+            FaultMix::PartialConnectivity => "partial",
         }
     }
 }
@@ -240,6 +270,11 @@ pub struct SimConfig {
     /// failure timeouts; it is the tight liveness bound, where `converge_bound_us` is the
     /// loose one after the full heal.
     pub faults_remain_bound_us: Micros,
+    /// The partial-connectivity mix's liveness bound, for a protocol that claims to elect a
+    /// leader reachable by a majority in each of its shapes (see
+    /// [`FaultMix::PartialConnectivity`]); `None` (the default): the mix checks safety,
+    /// and liveness after the heal only.
+    pub partial_bound_us: Option<Micros>,
     /// The run fails ([`crate::ViolationKind::NothingAcked`]) if no value was acknowledged:
     /// a sweep whose protocol never decides anything would otherwise pass every safety
     /// check. On for every protocol suite; off for probes that propose nothing.
@@ -337,6 +372,7 @@ impl SimConfig {
             heal_load_us: 500_000,
             converge_bound_us: 20_000_000,
             faults_remain_bound_us: 1_500_000,
+            partial_bound_us: None,
             require_acks: false,
             busy_rejections_max: None,
             power_loss_ppm: 0,

@@ -40,10 +40,14 @@ pub enum FaultKind {
     /// the links came back, and the ghost still believed in its ballot. Counted per crash
     /// of the successor.
     Ghost,
+    /// An episode of the partial-connectivity mix: one of its shapes (quorum loss,
+    /// constrained election, chained, the openraft 2080 bridge, random one-way links) held
+    /// still under load. Counted per episode.
+    PartialConnectivity,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 8] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::CrossIncarnation,
         FaultKind::OutlivesTakeover,
         FaultKind::FaultsRemain,
@@ -52,6 +56,7 @@ impl FaultKind {
         FaultKind::Pause,
         FaultKind::LearnerSkip,
         FaultKind::Ghost,
+        FaultKind::PartialConnectivity,
     ];
 
     pub fn name(self) -> &'static str {
@@ -64,6 +69,7 @@ impl FaultKind {
             FaultKind::Pause => "pause",
             FaultKind::LearnerSkip => "learner_skip",
             FaultKind::Ghost => "ghost",
+            FaultKind::PartialConnectivity => "partial_connectivity",
         }
     }
 

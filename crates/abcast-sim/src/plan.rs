@@ -83,7 +83,25 @@ pub struct FaultPlan {
     /// reported to both ends, as the runtime reports its connections: `peer_unreachable`
     /// and `peer_reconnected`.
     pub session_notices: bool,
+    /// The partial-connectivity mix: its warm-up and episodes (`sim/faults.rs`).
+    pub partial: Option<PartialPlan>,
 }
+
+/// The schedule of the partial-connectivity mix ([`FaultMix::PartialConnectivity`]): all
+/// links up until `warmup_us`, then `episodes` shapes one after another, each held still
+/// for `hold_us` (a constrained election first spends `lag_us` of it with the hub cut off
+/// inbound, so that its log falls behind, and holds its shape for the rest). The shapes
+/// and the nodes' roles are drawn when each episode starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartialPlan {
+    pub warmup_us: Micros,
+    pub episodes: u32,
+    pub hold_us: Micros,
+    pub lag_us: Micros,
+}
+
+/// An episode of the partial-connectivity mix holds its shape at least this long.
+pub const PARTIAL_HOLD_MIN_US: Micros = 600_000;
 
 /// Messages a down node's peers keep for it, at most (the runtime's queues are bounded too).
 pub const PARKED_PER_NODE_MAX: usize = 64;
@@ -122,6 +140,9 @@ impl std::fmt::Debug for FaultPlan {
         }
         if self.session_notices {
             d.field("session_notices", &self.session_notices);
+        }
+        if let Some(p) = &self.partial {
+            d.field("partial", p);
         }
         d.finish()
     }
@@ -198,6 +219,7 @@ impl FaultPlan {
             crash_after_reconfig_ppm: 0,
             joint_partition_ppm: 0,
             session_notices: false,
+            partial: None,
         }
     }
 
@@ -216,6 +238,15 @@ impl FaultPlan {
     /// | pause | 0 | 0 | 100 .. 100-3100 | - | every 300-900 ms, down 50-600 ms, coordinator 20 % | - |
     /// | learner_skip | 0 | 0-2 % | 100 .. 100-3100 | - | every 200-600 ms, down 300-1500 ms, coordinator 20 % | - |
     /// | reconfig | 0-10 % | 0-2 % | 100 .. 100-5100 | every 100-800 ms in 50 % of seeds | every 150-700 ms, down 50-600 ms, leader 40 % | - |
+    /// | partial | 0 | 0 | 100 .. 100-3100 | the partial-connectivity episodes below | - | - |
+    ///
+    /// The partial mix warms up 200-400 ms with every link up, then plays 1-3 episodes
+    /// (fewer if the fault phase cannot hold each for `PARTIAL_HOLD_MIN_US`), each held
+    /// for an equal share of the rest of the fault phase; a constrained election spends
+    /// 150-300 ms of its share letting the hub's log fall behind. Links that go down and
+    /// up are reported to both ends (`session_notices`) in half the seeds. No heavy tail:
+    /// a reply held past its heartbeat round would stretch Ballot Leader Election's
+    /// timeout, which the mix's bound does not allow for.
     ///
     /// The reconfig mix also asks for a reconfiguration every 100-400 ms of the fault phase,
     /// crashes the leader, the added or the removed node 0-30 ms after 30 % of the
@@ -313,11 +344,27 @@ impl FaultPlan {
                 plan.joint_partition_ppm = 400_000;
                 plan.session_notices = true;
             }
+            FaultMix::PartialConnectivity => {
+                let warmup_us = rng.between(200_000, 400_000);
+                let rest = cfg.fault_phase_us.saturating_sub(warmup_us);
+                let wanted = rng.between(1, 3);
+                let episodes = (1..=wanted)
+                    .rev()
+                    .find(|k| rest / k >= PARTIAL_HOLD_MIN_US)
+                    .unwrap_or(1);
+                plan.partial = Some(PartialPlan {
+                    warmup_us,
+                    episodes: episodes as u32,
+                    hold_us: rest / episodes,
+                    lag_us: rng.between(150_000, 300_000),
+                });
+                plan.session_notices = rng.chance_ppm(500_000);
+            }
         }
         // The faults of issue 15, drawn after the others.
         let mix = cfg.mix;
         plan.long_delay_ppm = match mix {
-            FaultMix::None | FaultMix::LateJoin => 0,
+            FaultMix::None | FaultMix::LateJoin | FaultMix::PartialConnectivity => 0,
             FaultMix::Loss => rng.between(1_000, 10_000) as u32,
             _ => rng.between(1_000, 5_000) as u32,
         };

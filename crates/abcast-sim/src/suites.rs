@@ -11,11 +11,14 @@
 //! | mixed | in memory | U-Ring 5 nodes (so a crash can strike while another acceptor is amnesic); the others as above |
 //! | power_loss | durable log with fdatasync on the simulator's disks, machine crashes, the pipelined group commit; U-Ring and Ring Paxos learners snapshot every 100 ms (so acceptors trim) | as above |
 //! | learner_skip | in memory, windows of 128 instances, no snapshots | as above |
+//! | partial | in memory | Sequence Paxos and Raft 5 nodes (the partial-connectivity shapes need five); the others as above; a 2.5 s fault phase |
 //!
 //! The bounds every run is held to (a run that breaks one fails): a value acknowledged
 //! (`require_acks`); the connected learners converged within `FAULTS_REMAIN_BOUND_US` (five
 //! failure timeouts) while up to f acceptors stay faulty; everything converged within
-//! `CONVERGE_BOUND_US` of the full heal; at most `BUSY_REJECTIONS_MAX` `Busy` answers.
+//! `CONVERGE_BOUND_US` of the full heal; at most `BUSY_REJECTIONS_MAX` `Busy` answers; in
+//! the partial mix, for Sequence Paxos, a leader a majority reaches and a new value decided
+//! at a majority within [`partial_bound_us`] of each episode and of each window after.
 //!
 //! A variant ([`Variant`]) is the protocol as it is, or one of the deliberately broken ones
 //! of `abcast_core::mutation` (with the `mutations` feature): the replay line names it as
@@ -128,6 +131,16 @@ impl Proto {
         v
     }
 
+    /// Whether the protocol claims to elect a leader that a majority reaches, and to decide
+    /// again, within [`partial_bound_us`] of any shape of the partial-connectivity mix
+    /// (OmniPaxos' claim for Ballot Leader Election with its quorum-connectivity rule): the
+    /// mix then holds it to that bound. Raft (pre-vote, check-quorum) does not survive the
+    /// constrained election (`testdata/scenarios/raft/constrained_election.txt`); the ring
+    /// protocols make no such claim.
+    pub fn claims_partial_connectivity(self) -> bool {
+        self == Proto::SeqPaxos
+    }
+
     /// Whether this is Multi-Ring Paxos, over either ring protocol.
     pub fn is_multiring(self) -> bool {
         matches!(self, Proto::MultiRing | Proto::MultiRingPaxos)
@@ -165,6 +178,7 @@ impl Proto {
             FaultMix::PowerLoss => &[PowerLoss, CrossIncarnation],
             FaultMix::LearnerSkip => &[LearnerSkip],
             FaultMix::Reconfig => &[CrossIncarnation, OutlivesTakeover],
+            FaultMix::PartialConnectivity => &[PartialConnectivity],
         }
     }
 }
@@ -252,6 +266,28 @@ pub const RECONFIG_SPARES: u32 = 2;
 /// The fault phase of the `reconfig` mix.
 pub const RECONFIG_FAULT_PHASE_US: Micros = 3_000_000;
 
+/// The fault phase of the `partial` mix: a warm-up and up to three episodes of at least
+/// `plan::PARTIAL_HOLD_MIN_US` each.
+pub const PARTIAL_FAULT_PHASE_US: Micros = 2_500_000;
+
+/// Sequence Paxos' election timeout: one Ballot Leader Election round Δ
+/// (`SeqPaxosConfig::heartbeat_interval_us`, 50 ms; the suite keeps the default). A leader
+/// not heard in a round is replaced (appendix A line 16).
+pub const SEQPAXOS_ELECTION_TIMEOUT_US: Micros = 50_000;
+
+/// What the `partial` mix's bound allows beyond four election timeouts: up to half a round
+/// by which a reply's quorum-connected flag may lag the cut (`seqpaxos/ble.rs`), the
+/// messages of a prepare, a sync and a decide (up to 3.1 ms a hop here), and the 1 ms
+/// ticks. 50 ms, one Δ. Measured over 1,000 seeds: the slowest recovery is 222 ms (4.4 Δ).
+pub const PARTIAL_SLACK_US: Micros = 50_000;
+
+/// The `partial` mix's liveness bound for a protocol that claims it
+/// ([`Proto::claims_partial_connectivity`]): four election timeouts (OmniPaxos EuroSys'23:
+/// "guaranteed recovery in at most four election timeouts") plus [`PARTIAL_SLACK_US`].
+pub fn partial_bound_us() -> Micros {
+    4 * SEQPAXOS_ELECTION_TIMEOUT_US + PARTIAL_SLACK_US
+}
+
 /// Linearizable reads per second of every suite's load (answered by the protocols with a
 /// read-index barrier, refused as `Unsupported` by the others).
 pub const READS_PER_S: u32 = 50;
@@ -261,6 +297,8 @@ fn node_count(proto: Proto, mix: FaultMix) -> u32 {
     match (proto, mix) {
         (_, FaultMix::Reconfig) => RECONFIG_VOTERS + RECONFIG_SPARES,
         (Proto::URing | Proto::SeqPaxos | Proto::Raft, FaultMix::Mixed) => 5,
+        // The quorum-loss, constrained-election and openraft 2080 shapes need five.
+        (Proto::SeqPaxos | Proto::Raft, FaultMix::PartialConnectivity) => 5,
         (Proto::URing | Proto::SeqPaxos | Proto::Raft, _) => 3,
         (Proto::RingPaxos, _) => 6,
         (Proto::MultiRing | Proto::MultiRingPaxos, _) => 5,
@@ -284,6 +322,9 @@ pub fn config(proto: Proto, mix: FaultMix, variant: Variant) -> SimConfig {
         // before (a few heartbeats each, longer behind crashes and partitions). A replay
         // line carries the fault phase, so it is set here and not in `adjust`.
         cfg.fault_phase_us = RECONFIG_FAULT_PHASE_US;
+    }
+    if mix == FaultMix::PartialConnectivity {
+        cfg.fault_phase_us = PARTIAL_FAULT_PHASE_US;
     }
     cfg
 }
@@ -315,6 +356,9 @@ fn adjust(proto: Proto, cfg: &mut SimConfig) {
             .filter(|n| n.0 < RECONFIG_VOTERS)
             .collect();
         cfg.initial_members = Some(members);
+    }
+    if cfg.mix == FaultMix::PartialConnectivity && proto.claims_partial_connectivity() {
+        cfg.partial_bound_us = Some(partial_bound_us());
     }
     cfg.reads_per_s = READS_PER_S;
     cfg.require_acks = true;

@@ -57,6 +57,14 @@ pub struct SweepReport {
     pub leader_replacements: u64,
     pub configs_applied: u64,
     pub session_drops: u64,
+    /// The partial-connectivity mix (see [`SimReport`]'s fields of the same names): episodes
+    /// per shape, episodes held to the bound, the slowest recovery (and its seed) and the
+    /// slowest later window.
+    pub partial_shapes: [u64; 5],
+    pub partial_checked: u64,
+    pub partial_recover_us_max: Micros,
+    pub partial_recover_seed: u64,
+    pub partial_window_us_max: Micros,
 }
 
 impl SweepReport {
@@ -79,6 +87,15 @@ impl SweepReport {
         self.leader_replacements += r.leader_replacements;
         self.configs_applied += r.configs_applied;
         self.session_drops += r.session_drops;
+        for (a, b) in self.partial_shapes.iter_mut().zip(r.partial_shapes) {
+            *a += b;
+        }
+        self.partial_checked += r.partial_checked;
+        if r.partial_recover_us_max > self.partial_recover_us_max {
+            self.partial_recover_us_max = r.partial_recover_us_max;
+            self.partial_recover_seed = r.seed;
+        }
+        self.partial_window_us_max = self.partial_window_us_max.max(r.partial_window_us_max);
         self.runs += 1;
         self.proposed_values += r.proposed_values;
         self.acked_values += r.acked_values;
@@ -142,6 +159,15 @@ impl SweepReport {
         self.leader_replacements += o.leader_replacements;
         self.configs_applied += o.configs_applied;
         self.session_drops += o.session_drops;
+        for (a, b) in self.partial_shapes.iter_mut().zip(o.partial_shapes) {
+            *a += b;
+        }
+        self.partial_checked += o.partial_checked;
+        if o.partial_recover_us_max > self.partial_recover_us_max {
+            self.partial_recover_us_max = o.partial_recover_us_max;
+            self.partial_recover_seed = o.partial_recover_seed;
+        }
+        self.partial_window_us_max = self.partial_window_us_max.max(o.partial_window_us_max);
     }
 }
 

@@ -336,6 +336,21 @@ fn seqpaxos_deciding_before_the_log_is_the_leaders_is_caught() {
     );
 }
 
+/// Ballot Leader Election without OmniPaxos' quorum-connectivity rule (appendix A as
+/// written): in a quorum-loss episode the hub keeps electing the cut-off leader, whose
+/// ballot is the highest it hears, and nobody a majority reaches ever leads. Caught by
+/// the partial-connectivity mix's bound (first at seed 0; 94 of 200 seeds), and shown by
+/// `testdata/scenarios/seqpaxos/seqpaxos_ble_ignores_quorum_connectivity_is_caught_by_quorum_loss.txt`.
+#[test]
+fn seqpaxos_ble_ignoring_quorum_connectivity_is_caught_by_the_partial_mix() {
+    caught(
+        Proto::SeqPaxos,
+        Mutation::SeqPaxosBleIgnoresQuorumConnectivity,
+        FaultMix::PartialConnectivity,
+        10,
+    );
+}
+
 // Raft (seed 001 §2.5, §2.5.1): each broken variant removes one rule.
 
 #[test]

@@ -86,6 +86,21 @@ fn raft_amnesic_restarts_under_the_learner_skip_crashes_stay_in_agreement() {
     sweep_mix(P, FaultMix::LearnerSkip, 0..200);
 }
 
+/// Partial connectivity (issue 17): Raft makes no claim there (it stalls in the
+/// constrained election, `testdata/scenarios/raft/constrained_election.txt`), so the mix
+/// holds it to safety (agreement, integrity, no acknowledged value lost, reads) and to
+/// convergence after the heal.
+#[test]
+fn raft_stays_safe_under_partial_connectivity_and_converges_after_the_heal() {
+    let r = sweep_mix(P, FaultMix::PartialConnectivity, 0..200);
+    assert!(
+        r.totals.partial_shapes.iter().all(|&n| n > 0),
+        "{:?}",
+        r.totals.partial_shapes
+    );
+    assert_eq!(r.totals.partial_checked, 0, "Raft is held to no bound");
+}
+
 /// The seeds the sweeps found bugs at (issue 17), each replayed under its mix: a dead
 /// leader's held messages kept its followers from electing another (partition 4 and 18,
 /// mixed 6 and 16); two voters drew the same election timeouts and split every vote

@@ -28,6 +28,37 @@
 //! - The delay grows by Δ on a late reply (line 27) but only up to
 //!   `heartbeat_delay_max_rounds` Δ, and shrinks by Δ after a round without one: a single
 //!   slow reply must not slow every later election.
+//! - The quorum-connected flag of a reply is as fresh as the replier can make it (issue 17):
+//!   true if the replier's current round already heard a majority, or if that round is
+//!   younger than half a delay (its replies may still be on their way) and its last round
+//!   heard a majority. A flag taken from the last *finished* round alone is up to two
+//!   rounds old, and in the quorum-loss scenario the hub waits for the cut-off leader's
+//!   flag to turn before it raises its ballot (one round) and is elected (the next): with
+//!   the cut just after everybody's round began, that was five rounds after the cut
+//!   (partial mix, seed 272: 245 ms with Δ = 50 ms); with the fresh flag it is at most
+//!   four and a half.
+//! - Sequence Paxos' requests to raise the ballot (`raise_above`) take effect at once only
+//!   for the election BLE just made of this node (the leader event of the round that just
+//!   ended, or the head start): that ballot was refused, and the next `tick` elects this
+//!   node again, above it, once a round (waiting for the round's end cost a whole round
+//!   when a hub that had been cut off came back with a ballot below what the others had
+//!   promised meanwhile: partial mix, seed 551, 249 ms). Any other request (a stale leader's `Nack`, an amnesic node's
+//!   recovered promise) only sets a floor that this node's next election starts above. A
+//!   node does not campaign because it learned that a higher ballot exists: BLE elects from
+//!   what its rounds hear (lines 9-15). Raising on a `Nack` made the old leader of the
+//!   chained scenario the top candidate of its next round again, with n1 promising to each
+//!   in turn: the two leaders took turns for as long as proposals reached both
+//!   (`testdata/scenarios/seqpaxos/chained.txt`), the livelock the `n_max` departure above
+//!   avoids; and a leader rejoining after a partition deposed the one elected meanwhile.
+//! - A leader deposed that way (BLE still names it, Sequence Paxos stepped down for a
+//!   higher ballot it does not hear) stays deposed while it hears another quorum-connected
+//!   node, which may be following the ballot that deposed it (the chained scenario's middle
+//!   node); once it is the only quorum-connected node it hears, nobody else can lead, and
+//!   it elects itself again, above the ballot that deposed it. Without this, BLE kept
+//!   naming the deposed node, which no longer led, and no round changed that: after a
+//!   chained episode left the old leader deposed, a second one that muted the new leader
+//!   left the old leader the only node a majority reaches, and nobody led (partial mix,
+//!   seed 376).
 
 use super::config::SeqPaxosConfig;
 use super::messages::{HeartbeatReply, HeartbeatRequest, Message};
@@ -73,6 +104,21 @@ pub struct Ble {
     round_ends_us: Micros,
     /// Whether this node may be elected (an amnesic node may not: it must never lead).
     candidate: bool,
+    /// A deliberately broken variant (tests only, `mutations` feature).
+    mutation: Option<crate::mutation::Mutation>,
+    /// The time of the last `tick`, what a reply's quorum-connected flag is judged at.
+    now_us: Micros,
+    /// This node's next election starts above this ballot (`raise_above`).
+    floor: Ballot,
+    /// BLE elected this node at the end of the last round (or gave it the head start).
+    elected_self: bool,
+    /// That election's ballot was refused and raised: the next `tick` elects this node
+    /// again (once per round, see `raise_above`).
+    reelect: bool,
+    reelected_this_round: bool,
+    /// BLE names this node the leader, but Sequence Paxos stepped down for a higher ballot
+    /// (see the module comment).
+    deposed: bool,
 }
 
 impl Ble {
@@ -108,6 +154,13 @@ impl Ble {
             leader: None,
             round_ends_us: 0,
             candidate: true,
+            mutation: cfg.mutation.get(),
+            now_us: 0,
+            floor: Ballot::ZERO,
+            elected_self: false,
+            reelect: false,
+            reelected_this_round: false,
+            deposed: false,
         }
     }
 
@@ -135,8 +188,27 @@ impl Ble {
     }
 
     /// This node's ballot must be above `b` (Sequence Paxos promised `b`, so a leader event
-    /// for a ballot not above it would start nothing): raise `n` past it.
+    /// for a ballot not above it would start nothing). For the election BLE just made of
+    /// this node, `n` is raised past `b` now and the next `tick` elects it again, once per
+    /// round (a second refusal waits for the round's end, so two nodes elected at once
+    /// cannot outbid each other more than once a round); otherwise `b` becomes a floor
+    /// that this node's next election starts above (see the module comment: a node does
+    /// not campaign because a higher ballot exists).
     pub fn raise_above(&mut self, b: Ballot) {
+        if self.elected_self {
+            self.raise_now(b);
+            if !self.reelected_this_round && self.leader.is_some_and(|l| l < self.ballot) {
+                self.reelect = true;
+            }
+        } else {
+            self.floor = self.floor.max(b);
+            if self.leader == Some(self.ballot) && b > self.ballot {
+                self.deposed = true;
+            }
+        }
+    }
+
+    fn raise_now(&mut self, b: Ballot) {
         if self.ballot <= b {
             self.ballot = ble_ballot(
                 ballot_n(b).saturating_add(1),
@@ -151,15 +223,30 @@ impl Ble {
     /// one it elected. A follower promises any higher ballot, also one its own BLE did not
     /// elect (its node was not quorum-connected here when it won elsewhere); without this,
     /// that leader's failure would go unnoticed here, since BLE replaces only the leader it
-    /// knows (lines 10-11).
+    /// knows (lines 10-11). This node's own ballot is the head start (§4.4.3): an election
+    /// of this node, as if BLE had made it.
     pub fn observe_leader(&mut self, b: Ballot) {
         if self.leader.is_none_or(|l| l < b) {
             self.leader = Some(b);
+            self.deposed = false;
         }
+        if b == self.ballot {
+            self.elected_self = true;
+        }
+    }
+
+    /// Whether a reply now says this node is quorum-connected (see the module comment):
+    /// its current round heard a majority, or is younger than half a delay and its last
+    /// round did.
+    fn connected_now(&self) -> bool {
+        let round_start = self.round_ends_us.saturating_sub(self.delay_us);
+        let young = self.now_us < round_start.saturating_add(self.delay_us / 2);
+        self.ballots.len() + 1 >= self.majority || (young && self.quorum_connected)
     }
 
     /// Starts the first round (call once, at `now`).
     pub fn start(&mut self, now: Micros, out: &mut Vec<(NodeId, Message)>) {
+        self.now_us = self.now_us.max(now);
         self.new_round(now, out);
     }
 
@@ -181,9 +268,19 @@ impl Ble {
 
     /// Line 16: the round's timeout. Returns the leader elected, if a new one.
     pub fn tick(&mut self, now: Micros, out: &mut Vec<(NodeId, Message)>) -> Option<Ballot> {
+        self.now_us = self.now_us.max(now);
         if now < self.round_ends_us {
+            if std::mem::take(&mut self.reelect) {
+                // The refused election, made again above what refused it.
+                self.reelected_this_round = true;
+                self.leader = Some(self.ballot);
+                return Some(self.ballot);
+            }
             return None;
         }
+        self.elected_self = false;
+        self.reelect = false;
+        self.reelected_this_round = false;
         let heard = self.ballots.len() + 1;
         let elected = if heard >= self.majority {
             self.quorum_connected = true;
@@ -208,10 +305,15 @@ impl Ble {
 
     /// Lines 9-15, among quorum-connected candidates.
     fn check_leader(&mut self) -> Option<Ballot> {
+        // The broken variant: appendix A as written, every ballot heard a candidate.
+        let any = crate::mutation::on(
+            self.mutation,
+            crate::mutation::Mutation::SeqPaxosBleIgnoresQuorumConnectivity,
+        );
         let top = self
             .ballots
             .iter()
-            .filter(|(_, _, qc)| *qc)
+            .filter(|(_, _, qc)| *qc || any)
             .map(|(_, b, _)| *b)
             .chain(self.candidate.then_some(self.ballot))
             .max();
@@ -222,13 +324,36 @@ impl Ble {
         match self.leader {
             Some(l) if top < l => {
                 // Lines 10-11: the leader is not among the quorum-connected nodes heard.
-                self.raise_above(l);
+                self.raise_now(l);
                 self.leader = None;
+                self.deposed = false;
                 None
             }
-            Some(l) if top == l => None,
+            Some(l) if top == l => {
+                let others_connected = self.ballots.iter().any(|(_, _, qc)| *qc);
+                if !(self.deposed && self.candidate && top == self.ballot && !others_connected) {
+                    return None;
+                }
+                // Deposed, and the only quorum-connected node heard: lead again.
+                let floor = self.floor;
+                self.raise_now(floor);
+                self.deposed = false;
+                self.elected_self = true;
+                self.leader = Some(self.ballot);
+                Some(self.ballot)
+            }
             _ => {
-                // Lines 13-15.
+                self.deposed = false;
+                // Lines 13-15. This node's own election starts above its floor (it stays
+                // the top: its ballot only grows).
+                let top = if self.candidate && top == self.ballot {
+                    let floor = self.floor;
+                    self.raise_now(floor);
+                    self.elected_self = true;
+                    self.ballot
+                } else {
+                    top
+                };
                 self.leader = Some(top);
                 Some(top)
             }
@@ -246,7 +371,7 @@ impl Ble {
                 config: self.config,
                 round: m.round,
                 ballot: self.ballot,
-                quorum_connected: self.quorum_connected && self.candidate,
+                quorum_connected: self.connected_now() && self.candidate,
             }),
         ));
     }
@@ -263,6 +388,14 @@ impl Ble {
         } else if m.round < self.round {
             self.late_reply = true;
         }
+    }
+}
+
+impl super::SeqPaxos {
+    /// This node's Ballot Leader Election, read only (for status lines and scenario
+    /// stories: its ballot, the leader it elected, whether it is quorum-connected).
+    pub fn ble(&self) -> &Ble {
+        &self.ble
     }
 }
 
@@ -366,5 +499,100 @@ mod tests {
             },
         );
         assert!(ble.ballots.is_empty());
+    }
+
+    fn reply(round: u64, ballot: Ballot, quorum_connected: bool) -> HeartbeatReply {
+        HeartbeatReply {
+            config: 0,
+            round,
+            ballot,
+            quorum_connected,
+        }
+    }
+
+    /// The flag `on_request` puts in the reply to a request arriving now.
+    fn flag(ble: &Ble) -> bool {
+        let mut out = Vec::new();
+        ble.on_request(
+            NodeId(1),
+            &HeartbeatRequest {
+                config: 0,
+                round: 1,
+            },
+            &mut out,
+        );
+        match out.pop() {
+            Some((_, Message::HeartbeatReply(r))) => r.quorum_connected,
+            other => panic!("no reply: {other:?}"),
+        }
+    }
+
+    /// A reply's quorum-connected flag is fresh: true while the current round is young and
+    /// the last one heard a majority, or once the current one did; false once the current
+    /// round is half a delay old without a majority (the quorum-loss hub then sees the
+    /// cut-off leader drop out a round earlier).
+    #[test]
+    fn a_reply_says_quorum_connected_only_while_the_current_round_can_hear_a_majority() {
+        let mut ble = Ble::new(&cfg(), NodeId(2), 0, 0);
+        let mut out = Vec::new();
+        ble.start(0, &mut out);
+        ble.on_reply(NodeId(3), &reply(1, ble_ballot(0, 0, NodeId(3), 0), true));
+        ble.tick(50_000, &mut out);
+        assert!(ble.quorum_connected());
+        ble.tick(60_000, &mut out);
+        assert!(flag(&ble), "a young round: the last round's answer");
+        ble.tick(76_000, &mut out);
+        assert!(!flag(&ble), "half a delay without a majority");
+        ble.on_reply(NodeId(1), &reply(2, ble_ballot(0, 0, NodeId(1), 0), true));
+        assert!(flag(&ble), "the current round heard a majority");
+    }
+
+    /// A leader deposed by a higher ballot it does not hear (a `Nack`) does not campaign
+    /// while another quorum-connected node is heard (the chained scenario's middle node,
+    /// which follows the higher ballot); once it is the only one, it leads again, above
+    /// the ballot that deposed it.
+    #[test]
+    fn a_deposed_leader_leads_again_only_when_no_other_connected_node_is_heard() {
+        let mut ble = Ble::new(&cfg(), NodeId(2), 0, 0);
+        let mut out = Vec::new();
+        ble.start(0, &mut out);
+        ble.on_reply(NodeId(1), &reply(1, ble_ballot(0, 0, NodeId(1), 0), true));
+        let mine = ble.tick(50_000, &mut out).expect("elected");
+        assert_eq!(mine, ble.ballot());
+        // Rounds go by; then a Nack names a higher ballot (node 3's, not heard here).
+        ble.on_reply(NodeId(1), &reply(2, ble_ballot(0, 0, NodeId(1), 0), true));
+        assert_eq!(ble.tick(100_000, &mut out), None);
+        let higher = ble_ballot(4, 0, NodeId(3), 0);
+        ble.raise_above(higher);
+        assert_eq!(ble.ballot(), mine, "no campaign on a Nack");
+        ble.on_reply(NodeId(1), &reply(3, ble_ballot(0, 0, NodeId(1), 0), true));
+        assert_eq!(ble.tick(150_000, &mut out), None, "node 1 is connected");
+        ble.on_reply(NodeId(1), &reply(4, ble_ballot(0, 0, NodeId(1), 0), false));
+        let again = ble
+            .tick(200_000, &mut out)
+            .expect("the only connected node");
+        assert!(again > higher && again == ble.ballot());
+    }
+
+    /// Sequence Paxos refusing the ballot BLE just elected this node with raises it at
+    /// once, and the next tick elects the node again, higher; a second refusal in the
+    /// same round waits for the round's end.
+    #[test]
+    fn a_refused_election_is_raised_and_made_again_once_a_round() {
+        let mut ble = Ble::new(&cfg(), NodeId(2), 0, 0);
+        let mut out = Vec::new();
+        ble.start(0, &mut out);
+        ble.on_reply(NodeId(1), &reply(1, ble_ballot(0, 0, NodeId(1), 0), true));
+        let first = ble.tick(50_000, &mut out).expect("elected");
+        let promised = ble_ballot(7, 0, NodeId(3), 0);
+        ble.raise_above(promised);
+        assert!(ble.ballot() > promised);
+        let second = ble.tick(51_000, &mut out).expect("elected again at once");
+        assert!(second > first && second == ble.ballot());
+        ble.raise_above(ble_ballot(9, 0, NodeId(3), 0));
+        assert_eq!(ble.tick(52_000, &mut out), None, "once a round");
+        ble.on_reply(NodeId(1), &reply(2, ble_ballot(0, 0, NodeId(1), 0), true));
+        let third = ble.tick(100_000, &mut out).expect("at the round's end");
+        assert!(third > second && third == ble.ballot());
     }
 }

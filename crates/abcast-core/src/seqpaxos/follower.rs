@@ -96,10 +96,20 @@ impl SeqPaxos {
             self.refuse(from, m.n, out);
             return;
         }
-        if self.role != Role::Follower || self.phase != Phase::Prepare {
+        if self.role != Role::Follower {
             return;
         }
-        if self.store.accepted_round() == m.n {
+        // A sync of the round this log accepted is taken in the accept phase too: a
+        // follower that asked to be prepared again (an Accept overtook the first sync) and
+        // answered the new Prepare before the first sync arrived is in the accept phase
+        // when the second one comes, and the leader waits for its Accepted: ignored, it
+        // stalled the follower until the leader's re-send (`resend_us`, 100 ms; partial
+        // mix, seeds 86 and 235).
+        let same_round = self.store.accepted_round() == m.n;
+        if self.phase != Phase::Prepare && !same_round {
+            return;
+        }
+        if same_round {
             // A second sync in the round this log already accepted (a re-prepare after a
             // lost message, or a duplicate): the log is a prefix of this leader's sequence
             // and its entries may have counted toward a chosen length, so it is never cut,

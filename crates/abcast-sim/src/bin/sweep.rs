@@ -13,6 +13,7 @@
 //! replays it. Exit status: 0 when no seed failed, 1 when some did, 2 on bad arguments.
 
 use abcast_core::mutation::Mutation;
+use abcast_sim::sim::PartialShape;
 use abcast_sim::suites::{self, Proto, SuiteReport, Variant};
 use abcast_sim::{FaultKind, FaultMix};
 use std::cell::RefCell;
@@ -33,7 +34,7 @@ struct Args {
     json: bool,
 }
 
-const USAGE: &str = "usage: sweep --protocol uring|ringpaxos|multiring|multiring-ringpaxos --mix MIX|all --seeds N \
+const USAGE: &str = "usage: sweep --protocol uring|ringpaxos|multiring|multiring-ringpaxos|seqpaxos|raft --mix MIX|all --seeds N \
                      [--seed-start S] [--jobs J] [--mutation NAME] [--stop] [--json]";
 
 fn parse() -> Result<Args, String> {
@@ -203,6 +204,21 @@ fn main() -> ExitCode {
             t.configs_applied,
             faults.join(" ")
         );
+        if mix == FaultMix::PartialConnectivity {
+            let shapes: Vec<String> = PartialShape::ALL
+                .iter()
+                .map(|s| format!("{}={}", s.name(), t.partial_shapes[s.index()]))
+                .collect();
+            eprintln!(
+                "sweep: {} partial: episodes {}; held to the bound {}: recovery max {} ms (seed {}), later windows max {} ms",
+                a.proto,
+                shapes.join(" "),
+                t.partial_checked,
+                t.partial_recover_us_max / 1000,
+                t.partial_recover_seed,
+                t.partial_window_us_max / 1000
+            );
+        }
         all.merge(r);
         if a.stop && stopped.load(Ordering::Relaxed) > 0 {
             break;
@@ -240,7 +256,8 @@ fn main() -> ExitCode {
              \"proposed_values\":{},\"acked_values\":{},\"crashes\":{},\"time_to_converge_us_max\":{},\
              \"faults_remain_runs\":{},\"faults_remain_converge_us_max\":{},\"busy_rejections_max\":{},\
              \"messages_held_long\":{},\"messages_parked\":{},\"reads_answered\":{},\"reads_checked\":{},\
-             \"reconfigs_accepted\":{},\"reconfigs_done\":{},\"leader_replacements\":{},\"configs_applied\":{}}}",
+             \"reconfigs_accepted\":{},\"reconfigs_done\":{},\"leader_replacements\":{},\"configs_applied\":{},\
+             \"partial_checked\":{},\"partial_recover_us_max\":{},\"partial_window_us_max\":{}}}",
             a.proto,
             json_string(&a.mix_name),
             a.variant
@@ -266,6 +283,9 @@ fn main() -> ExitCode {
             t.reconfigs_done,
             t.leader_replacements,
             t.configs_applied,
+            t.partial_checked,
+            t.partial_recover_us_max,
+            t.partial_window_us_max,
         );
     }
     if all.violations.is_empty() {

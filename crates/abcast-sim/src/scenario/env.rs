@@ -66,6 +66,9 @@ struct Rule {
     /// A partition: the message crosses between this set and the rest (`out`: from the
     /// set only, `in`: into it only).
     cut: Option<(Vec<u32>, bool, bool)>,
+    /// `both`: the rule holds the other way too (`to` to `from`), so one rule cuts a set
+    /// of links both ways.
+    both: bool,
 }
 
 impl Rule {
@@ -76,8 +79,11 @@ impl Rule {
                 return false;
             }
         }
-        (self.from.is_empty() || self.from.contains(&from))
-            && (self.to.is_empty() || self.to.contains(&to))
+        let ends = |from: u32, to: u32| {
+            (self.from.is_empty() || self.from.contains(&from))
+                && (self.to.is_empty() || self.to.contains(&to))
+        };
+        (ends(from, to) || (self.both && ends(to, from)))
             && (self.kinds.is_empty() || self.kinds.iter().any(|k| k == info.kind))
             && self.instance.is_none_or(|i| info.instance == Some(i))
             && self
@@ -687,6 +693,7 @@ impl<A: Adapter> Env<A> {
                     instance: None,
                     value: None,
                     cut: Some((set, out, inn)),
+                    both: false,
                 });
                 Ok(String::new())
             }
@@ -725,6 +732,7 @@ impl<A: Adapter> Env<A> {
                 Ok(String::new())
             }
             "ballots" => self.cmd_ballots(args),
+            "clock" => Ok(format!("t={} us", self.now)),
             _ => Err(format!("unknown command {cmd:?}")),
         }
     }
@@ -809,29 +817,96 @@ impl<A: Adapter> Env<A> {
 
     fn cmd_run(&mut self, args: &mut Args) -> Result<String, String> {
         let until: Option<String> = args.opt("until")?;
-        match until.as_deref() {
-            None => {
-                let us: Micros = args.req("us")?;
-                self.run_for(us)?;
-                Ok(String::new())
+        let Some(until) = until else {
+            let us: Micros = args.req("us")?;
+            self.run_for(us)?;
+            return Ok(String::new());
+        };
+        let nodes = node_list(args, "node")?;
+        if nodes.is_empty() {
+            return Err("node= is missing".into());
+        }
+        if let Some(i) = nodes.iter().find(|&&i| i >= self.nodes.len()) {
+            return Err(format!("no node {i}"));
+        }
+        let max: Micros = args.req("max-us")?;
+        let step: Micros = args.opt("step-us")?.unwrap_or(1_000);
+        let timed = args.flag("timed")?;
+        let start = self.now;
+        let end = self.now + max.min(RUN_MAX_US);
+        let after = |now: Micros| {
+            if timed {
+                format!(" after {} us", now - start)
+            } else {
+                String::new()
             }
-            Some("leading") => {
-                let i = self.node_arg(args)?;
-                let max: Micros = args.req("max-us")?;
-                let step: Micros = args.opt("step-us")?.unwrap_or(1_000);
-                let end = self.now + max.min(RUN_MAX_US);
+        };
+        match until.as_str() {
+            "leading" => loop {
+                if let Some(&i) = nodes
+                    .iter()
+                    .find(|&&i| self.status_of(i).is_some_and(|s| s.leading))
+                {
+                    return Ok(format!("n{i} leads{}", after(self.now)));
+                }
+                if self.now >= end {
+                    return Err(format!(
+                        "{} does not lead within {max} us",
+                        Self::names(&nodes)
+                    ));
+                }
+                self.run_for(step)?;
+            },
+            "delivered" => {
+                let value: String = args.req("value")?;
+                let need: usize = args.opt("count")?.unwrap_or(nodes.len());
                 loop {
-                    if self.status_of(i).is_some_and(|s| s.leading) {
-                        return Ok(format!("n{i} leads"));
+                    let have: Vec<usize> = nodes
+                        .iter()
+                        .copied()
+                        .filter(|&i| self.delivered_now(i, &value))
+                        .collect();
+                    if have.len() >= need {
+                        return Ok(format!(
+                            "{value} delivered at {}{}",
+                            Self::names(&have),
+                            after(self.now)
+                        ));
                     }
                     if self.now >= end {
-                        return Err(format!("n{i} does not lead within {max} us"));
+                        return Err(format!(
+                            "{value} delivered at {} of {} ({} needed) within {max} us",
+                            if have.is_empty() {
+                                "none".to_string()
+                            } else {
+                                Self::names(&have)
+                            },
+                            Self::names(&nodes),
+                            need
+                        ));
                     }
                     self.run_for(step)?;
                 }
             }
-            Some(u) => Err(format!("until={u}: only until=leading")),
+            u => Err(format!("until={u}: until=leading or until=delivered")),
         }
+    }
+
+    /// `n0 n2`.
+    fn names(nodes: &[usize]) -> String {
+        nodes
+            .iter()
+            .map(|i| format!("n{i}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Whether node `i`'s current life delivered the value `v`.
+    fn delivered_now(&self, i: usize, v: &str) -> bool {
+        self.lives[self.nodes[i].life].entries.iter().any(|e| {
+            matches!(e, Entry::Deliver { values, .. }
+                if values.iter().any(|(_, p)| p.as_ref() == v.as_bytes()))
+        })
     }
 
     fn cmd_stabilize(&mut self, args: &mut Args) -> Result<String, String> {
@@ -939,6 +1014,7 @@ impl<A: Adapter> Env<A> {
             instance: args.opt("instance")?,
             value: args.opt("value")?,
             cut: None,
+            both: args.flag("both")?,
         });
         Ok(String::new())
     }

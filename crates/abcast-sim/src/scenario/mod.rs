@@ -14,7 +14,7 @@
 //! itself, LEVEL one of quiet, deliveries (the default), events, msgs, all):
 //!
 //! - `cluster protocol=P nodes=N [options]`: a new cluster, every node started fresh
-//!   (options: [`uring`], [`ringpaxos`], [`multiring`], [`raft`]).
+//!   (options: [`uring`], [`ringpaxos`], [`multiring`], [`raft`], [`seqpaxos`]).
 //! - `needs mutations`: skip the file (with a note) in a build without the broken variants.
 //! - `trace level=L`: the default level from here on.
 //! - `propose node=I[,J..] values=a,b|v0..v9 [group=G] [every-us=U]`: one `propose` per
@@ -22,14 +22,20 @@
 //! - `tick [node=I] [us=U]`: the clock moves U (default 0) and the nodes tick once; no
 //!   message moves.
 //! - `run us=U`: rounds of 100 us (every running node ticks, then the network empties).
-//!   `run until=leading node=I max-us=U [step-us=S]`: until node I leads (fails past U).
+//!   `run until=leading node=I[,J..] max-us=U [step-us=S] [timed]`: until one of the nodes
+//!   leads (fails past U); `timed` says how long it took. `run until=delivered
+//!   node=I[,J..] value=V [count=K] max-us=U [step-us=S] [timed]`: until K of the nodes
+//!   (default all) delivered V in their current lives.
+//! - `clock`: the scenario's time.
 //! - `stabilize [max-us=U] [quiet-us=Q]`: rounds until nothing but heartbeats happened for
 //!   Q (default 1 s), at most U (default 10 s).
 //! - `deliver-msgs [from=] [to=] [kind=] [drop|hold|dup]`: the queued messages that match,
 //!   and what they cause, until none matches; by the standing rules unless a fate is given.
-//! - `rule deliver|drop|hold|dup [from=] [to=] [kind=] [instance=] [value=]`: a standing
-//!   network rule (first match wins); `partition nodes=I,.. [oneway=out|in]` cuts a set off;
-//!   `heal` removes every rule and partition.
+//! - `rule deliver|drop|hold|dup [from=] [to=] [kind=] [instance=] [value=] [both]`: a
+//!   standing network rule (first match wins) for messages from a node of `from` to a node
+//!   of `to` (and, with `both`, from `to` to `from`: `rule drop from=0,1 to=3,4 both` cuts
+//!   the four links between the two sets both ways); `partition nodes=I,.. [oneway=out|in]`
+//!   cuts a set off; `heal` removes every rule and partition.
 //! - `held`, `release-held [from=] [to=] [kind=] [n=]`: messages kept back, and handing
 //!   them over (whatever the rules say now).
 //! - `stop node=` / `resume node=`: freeze a node and cut it off, then thaw it (state kept).
@@ -52,6 +58,7 @@ pub mod multiring;
 pub mod raft;
 mod ring;
 pub mod ringpaxos;
+pub mod seqpaxos;
 pub mod uring;
 
 pub use adapter::{Adapter, Args, MsgInfo};
@@ -73,8 +80,9 @@ pub fn new_cluster(args: &mut Args) -> Result<Box<dyn Cluster>, String> {
         ringpaxos::RingPaxosAdapter::NAME => make::<ringpaxos::RingPaxosAdapter>(args),
         multiring::MultiRingAdapter::NAME => make::<multiring::MultiRingAdapter>(args),
         raft::RaftAdapter::NAME => make::<raft::RaftAdapter>(args),
+        seqpaxos::SeqPaxosAdapter::NAME => make::<seqpaxos::SeqPaxosAdapter>(args),
         p => Err(format!(
-            "unknown protocol {p:?} (uring, ringpaxos, multiring, raft)"
+            "unknown protocol {p:?} (uring, ringpaxos, multiring, raft, seqpaxos)"
         )),
     }
 }

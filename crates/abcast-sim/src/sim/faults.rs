@@ -35,7 +35,7 @@
 //! SimConfig::faults_remain_bound_us` the connected learners must have converged (values of
 //! the faulty nodes' own proposers excepted unless acknowledged). Then the full heal.
 
-use super::{Action, Phase, Pipe, SimResult, World};
+use super::{Action, Phase, Pipe, SimResult, Violation, World};
 use crate::checker::{Failure, ViolationKind};
 use crate::faults::FaultKind;
 use crate::rng::SimRng;
@@ -418,6 +418,8 @@ where
         let before = std::mem::take(&mut self.blocked);
         self.links_changed(&before);
         self.ghost = None;
+        self.partial_check = None;
+        self.partial_pending = None;
         self.loss_ppm = 0;
         self.dup_ppm = 0;
         self.power_loss_pending = false;
@@ -1001,5 +1003,455 @@ where
                     )
                 }),
         )
+    }
+}
+
+// ---- partial connectivity ---------------------------------------------------------------
+
+/// The shapes of the partial-connectivity mix ([`crate::FaultMix::PartialConnectivity`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartialShape {
+    /// OmniPaxos EuroSys'23 figure 1a: every link is down except those of one hub node
+    /// (not the leader): the leader can reach only the hub, and so can everybody else.
+    QuorumLoss,
+    /// Figure 1b: the quorum-loss shape with the old leader cut off from the hub too (so it
+    /// is isolated), and the hub's log behind (it was cut off inbound for a while first):
+    /// a protocol that elects only an up-to-date node cannot elect the one node that a
+    /// majority reaches.
+    ConstrainedElection,
+    /// Figure 1c: the link between the leader and one other node is down both ways; both
+    /// still reach a majority through the others.
+    Chained,
+    /// openraft issue 2080: the old leader reaches only a bridge node; the bridge and two
+    /// others reach each other (a majority of five); the rest is isolated.
+    OpenRaft2080,
+    /// Every directed link down with a drawn chance, and in half the episodes the leader
+    /// deaf (it sends, hears nothing) or mute (it hears, nothing it sends arrives).
+    OneWay,
+}
+
+impl PartialShape {
+    pub const ALL: [PartialShape; 5] = [
+        PartialShape::QuorumLoss,
+        PartialShape::ConstrainedElection,
+        PartialShape::Chained,
+        PartialShape::OpenRaft2080,
+        PartialShape::OneWay,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PartialShape::QuorumLoss => "quorum_loss",
+            PartialShape::ConstrainedElection => "constrained_election",
+            PartialShape::Chained => "chained",
+            PartialShape::OpenRaft2080 => "openraft_2080",
+            PartialShape::OneWay => "one_way",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The liveness check of one window of a partial-connectivity episode (for a protocol
+/// that claims it): by `deadline_us`, a node of `connected` leads and a value whose client
+/// number is at least `first_value` is delivered at `majority` nodes.
+#[derive(Debug)]
+pub(super) struct PartialCheck {
+    pub shape: PartialShape,
+    pub episode_start_us: Micros,
+    pub since_us: Micros,
+    pub deadline_us: Micros,
+    pub first_value: u64,
+    /// The nodes reachable both ways by a majority (themselves included).
+    pub connected: Vec<usize>,
+    pub majority: usize,
+    /// Values of this window (client number) and the nodes that delivered them.
+    pub delivered: BTreeMap<u64, BTreeSet<NodeId>>,
+    pub decided: bool,
+    /// Windows passed in this episode.
+    pub windows: u32,
+}
+
+impl<P, F> World<'_, P, F>
+where
+    P: Protocol,
+    F: Fn(NodeId, StartInfo, MemDir) -> Result<P, StorageError>,
+{
+    /// The node a partial-connectivity episode calls the leader: the one leading now (the
+    /// lowest id if several think so), else the one most nodes believe in, else none.
+    fn partial_leader(&self) -> Option<usize> {
+        (0..self.nodes.len())
+            .find(|&i| {
+                self.nodes[i]
+                    .proto
+                    .as_ref()
+                    .is_some_and(|p| p.status().leading)
+            })
+            .or_else(|| {
+                self.believed_coordinator()
+                    .and_then(|c| self.index.get(&c).copied())
+            })
+    }
+
+    /// Every directed link between two nodes, except those `keep` says (both ways).
+    fn all_links_but(&self, keep: impl Fn(NodeId, NodeId) -> bool) -> BTreeSet<(NodeId, NodeId)> {
+        let mut out = BTreeSet::new();
+        for a in &self.nodes {
+            for b in &self.nodes {
+                if a.id != b.id && !keep(a.id, b.id) && !keep(b.id, a.id) {
+                    out.insert((a.id, b.id));
+                }
+            }
+        }
+        out
+    }
+
+    /// Draws `count` distinct node indexes other than those of `not`.
+    fn partial_pick(&mut self, count: usize, not: &[usize]) -> Vec<usize> {
+        let mut pool: Vec<usize> = (0..self.nodes.len()).filter(|i| !not.contains(i)).collect();
+        let mut out = Vec::new();
+        while out.len() < count && !pool.is_empty() {
+            let k = self.rng.below(pool.len() as u64) as usize;
+            out.push(pool.swap_remove(k));
+        }
+        out
+    }
+
+    /// Episode `k` of the partial-connectivity mix starts: a shape and roles are drawn, the
+    /// links go down as the shape says (a constrained election first cuts the hub off
+    /// inbound and takes its shape `lag_us` later), and the next episode is scheduled.
+    pub(super) fn on_partial_episode(&mut self, k: u32) {
+        let Some(plan) = self.plan.partial.clone() else {
+            return;
+        };
+        if self.now_us >= self.fault_end_us || self.nodes.len() < 3 {
+            return;
+        }
+        let ends_us = self
+            .now_us
+            .saturating_add(plan.hold_us)
+            .min(self.fault_end_us);
+        if k + 1 < plan.episodes {
+            self.schedule(ends_us, Action::PartialEpisode { k: k + 1 });
+        }
+        let n = self.nodes.len();
+        let roll = self.rng.below(100);
+        let mut shape = match roll {
+            0..25 => PartialShape::QuorumLoss,
+            25..45 => PartialShape::ConstrainedElection,
+            45..65 => PartialShape::Chained,
+            65..80 => PartialShape::OpenRaft2080,
+            _ => PartialShape::OneWay,
+        };
+        if shape == PartialShape::OpenRaft2080 && n < 5 {
+            shape = PartialShape::Chained;
+        }
+        let current = self.partial_leader();
+        let leader = match current {
+            Some(l) if self.rng.chance_ppm(750_000) => l,
+            _ => self.rng.below(n as u64) as usize,
+        };
+        self.report.faults.add(FaultKind::PartialConnectivity, 1);
+        self.report.partial_shapes[shape.index()] += 1;
+        let id = |w: &Self, i: usize| w.nodes[i].id;
+        let l = id(self, leader);
+        let (blocked, roles) = match shape {
+            PartialShape::QuorumLoss | PartialShape::ConstrainedElection => {
+                let hub = self.partial_pick(1, &[leader])[0];
+                let h = id(self, hub);
+                let mut cut = self.all_links_but(|a, _| a == h);
+                if shape == PartialShape::ConstrainedElection {
+                    // The old leader isolated: it cannot bring the hub's log up to date.
+                    cut.insert((l, h));
+                    cut.insert((h, l));
+                    // First the hub hears nothing for `lag_us`: its log falls behind.
+                    let lag: BTreeSet<(NodeId, NodeId)> = self
+                        .nodes
+                        .iter()
+                        .filter(|s| s.id != h)
+                        .map(|s| (s.id, h))
+                        .collect();
+                    self.schedule(
+                        self.now_us.saturating_add(plan.lag_us).min(ends_us),
+                        Action::PartialCut { shape },
+                    );
+                    self.partial_pending = Some(cut);
+                    (
+                        lag,
+                        format!(
+                            "leader {l} isolated, hub {h} (cut off inbound for {}us first)",
+                            plan.lag_us
+                        ),
+                    )
+                } else {
+                    (cut, format!("leader {l}, hub {h}"))
+                }
+            }
+            PartialShape::Chained => {
+                let other = self.partial_pick(1, &[leader])[0];
+                let o = id(self, other);
+                let cut: BTreeSet<(NodeId, NodeId)> = [(l, o), (o, l)].into_iter().collect();
+                (cut, format!("leader {l}, cut from {o}"))
+            }
+            PartialShape::OpenRaft2080 => {
+                let r = self.partial_pick(3, &[leader]);
+                let (b, a, c) = (id(self, r[0]), id(self, r[1]), id(self, r[2]));
+                let keep = |x: NodeId, y: NodeId| {
+                    (x == l && y == b) || (x == b && (y == a || y == c)) || (x == a && y == c)
+                };
+                let cut = self.all_links_but(keep);
+                (
+                    cut,
+                    format!(
+                        "old leader {l}, bridge {b}, {a} and {c} with the bridge, the rest isolated"
+                    ),
+                )
+            }
+            PartialShape::OneWay => {
+                let ppm = self.rng.between(100_000, 400_000) as u32;
+                let mut cut = BTreeSet::new();
+                for a in 0..n {
+                    for b in 0..n {
+                        if a != b && self.rng.chance_ppm(ppm) {
+                            cut.insert((id(self, a), id(self, b)));
+                        }
+                    }
+                }
+                let mut what = format!("each link down one way with {}%", ppm / 10_000);
+                if self.rng.chance_ppm(500_000) {
+                    let deaf = self.rng.chance_ppm(500_000);
+                    for s in &self.nodes {
+                        if s.id != l {
+                            cut.insert(if deaf { (s.id, l) } else { (l, s.id) });
+                        }
+                    }
+                    what.push_str(&format!(
+                        ", and leader {l} {}",
+                        if deaf { "deaf" } else { "mute" }
+                    ));
+                }
+                (cut, what)
+            }
+        };
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Note(format!(
+                "partial connectivity, episode {} of {}: {} ({roles}) until {ends_us}us",
+                k + 1,
+                plan.episodes,
+                shape.name()
+            )),
+        );
+        self.set_blocked(blocked);
+        self.partial_check = None;
+        if shape != PartialShape::ConstrainedElection {
+            self.arm_partial_check(shape, self.now_us);
+        }
+    }
+
+    /// A constrained election's hub has fallen behind: the quorum-loss shape now.
+    pub(super) fn on_partial_cut(&mut self, shape: PartialShape) {
+        let Some(cut) = self.partial_pending.take() else {
+            return;
+        };
+        if self.now_us >= self.fault_end_us {
+            return;
+        }
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Note(format!("partial connectivity: {} shape now", shape.name())),
+        );
+        self.set_blocked(cut);
+        self.arm_partial_check(shape, self.now_us);
+    }
+
+    fn set_blocked(&mut self, blocked: BTreeSet<(NodeId, NodeId)>) {
+        let before = std::mem::replace(&mut self.blocked, blocked);
+        self.links_changed(&before);
+        self.report.partition_changes += 1;
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Partition {
+                blocked: self.blocked.iter().copied().collect(),
+            },
+        );
+    }
+
+    /// The nodes reachable both ways by a majority of the acceptors (themselves included).
+    fn majority_connected(&self) -> (Vec<usize>, usize) {
+        let members: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].acceptor)
+            .collect();
+        let majority = members.len() / 2 + 1;
+        let connected = members
+            .iter()
+            .copied()
+            .filter(|&x| {
+                let a = self.nodes[x].id;
+                let both = members
+                    .iter()
+                    .filter(|&&y| {
+                        let b = self.nodes[y].id;
+                        y == x
+                            || (!self.blocked.contains(&(a, b)) && !self.blocked.contains(&(b, a)))
+                    })
+                    .count();
+                both >= majority
+            })
+            .collect();
+        (connected, majority)
+    }
+
+    /// Arms the check of an episode (or of its next window) from `since`, if the protocol
+    /// claims it and some node is reachable both ways by a majority.
+    fn arm_partial_check(&mut self, shape: PartialShape, episode_start_us: Micros) {
+        let Some(bound) = self.cfg.partial_bound_us else {
+            return;
+        };
+        let (connected, majority) = self.majority_connected();
+        if connected.is_empty() {
+            self.trace.record(
+                self.now_us,
+                TraceEvent::Note(
+                    "partial connectivity: no node reaches a majority; no bound".into(),
+                ),
+            );
+            return;
+        }
+        let windows = self.partial_check.as_ref().map_or(0, |c| c.windows);
+        if windows == 0 {
+            self.report.partial_checked += 1;
+        }
+        self.partial_check = Some(PartialCheck {
+            shape,
+            episode_start_us,
+            since_us: self.now_us,
+            deadline_us: self.now_us.saturating_add(bound),
+            first_value: self.next_client_value + 1,
+            connected,
+            majority,
+            delivered: BTreeMap::new(),
+            decided: false,
+            windows,
+        });
+    }
+
+    /// A delivery during a checked window: counts the values proposed since it began.
+    pub(super) fn partial_delivered(&mut self, node: NodeId, d: &abcast_core::Delivery) {
+        let Some(c) = self.partial_check.as_mut() else {
+            return;
+        };
+        if c.decided {
+            return;
+        }
+        for v in d.batch.values() {
+            let Some(head) = v.payload.get(..8) else {
+                continue;
+            };
+            let mut b = [0u8; 8];
+            b.copy_from_slice(head);
+            let number = u64::from_le_bytes(b);
+            if number < c.first_value {
+                continue;
+            }
+            let at = c.delivered.entry(number).or_default();
+            at.insert(node);
+            if at.len() >= c.majority {
+                c.decided = true;
+                break;
+            }
+        }
+    }
+
+    /// After every event of a checked window: once a value of the window is delivered at a
+    /// majority while a node reachable by a majority leads, the window passed; the next
+    /// one starts.
+    pub(super) fn check_partial(&mut self) {
+        let Some(c) = self.partial_check.as_ref() else {
+            return;
+        };
+        if !c.decided {
+            return;
+        }
+        let leads = c.connected.iter().any(|&i| {
+            self.nodes[i]
+                .proto
+                .as_ref()
+                .is_some_and(|p| p.status().leading)
+        });
+        if !leads {
+            return;
+        }
+        let took = self.now_us.saturating_sub(c.since_us);
+        let (shape, start, first) = (c.shape, c.episode_start_us, c.windows == 0);
+        if first {
+            let recovered = self.now_us.saturating_sub(start);
+            self.report.partial_recover_us_max = self.report.partial_recover_us_max.max(recovered);
+            self.trace.record(
+                self.now_us,
+                TraceEvent::Note(format!(
+                    "partial connectivity ({}): a node a majority reaches leads and a new value is decided at a majority, {recovered}us after the episode began",
+                    shape.name()
+                )),
+            );
+        }
+        self.report.partial_window_us_max = self.report.partial_window_us_max.max(took);
+        if let Some(c) = self.partial_check.as_mut() {
+            c.windows += 1;
+        }
+        self.arm_partial_check(shape, start);
+    }
+
+    /// The check's deadline passed: the liveness violation, with who leads and who is
+    /// reachable.
+    pub(super) fn partial_failure(&mut self) -> Box<Violation> {
+        let Some(c) = self.partial_check.as_ref() else {
+            return self.liveness_violation("partial connectivity");
+        };
+        let connected: Vec<String> = c
+            .connected
+            .iter()
+            .map(|&i| self.nodes[i].id.to_string())
+            .collect();
+        let best = c.delivered.values().map(|s| s.len()).max().unwrap_or(0);
+        let mut detail = format!(
+            "partial connectivity ({}), episode since {}us, window {} since {}us: within {}us, {} [nodes a majority reaches both ways: {}; a value of the window reached at most {} of the {} deliveries needed; node status:",
+            c.shape.name(),
+            c.episode_start_us,
+            c.windows + 1,
+            c.since_us,
+            c.deadline_us - c.since_us,
+            if c.decided {
+                "values were decided, but no node a majority reaches leads"
+            } else {
+                "no value proposed since was delivered at a majority"
+            },
+            connected.join(" "),
+            best,
+            c.majority
+        );
+        for s in &self.nodes {
+            match s.proto.as_ref() {
+                Some(p) => {
+                    let st = p.status();
+                    detail.push_str(&format!(
+                        " {}: coordinator {:?} leading {} ballot {} delivered_upto {};",
+                        s.id,
+                        st.coordinator.map(|c| c.0),
+                        st.leading,
+                        st.ballot,
+                        st.delivered_upto
+                    ));
+                }
+                None => detail.push_str(&format!(" {}: down;", s.id)),
+            }
+        }
+        detail.push(']');
+        self.violation(Failure::new(
+            ViolationKind::PartialConnectivityStall,
+            detail,
+        ))
     }
 }

@@ -37,6 +37,8 @@
 
 mod faults;
 mod network;
+
+pub use faults::PartialShape;
 mod reads;
 mod reconfig;
 
@@ -206,6 +208,14 @@ pub struct SimReport {
     pub configs_applied: u64,
     /// Links that went down and told both ends (`Protocol::peer_unreachable`).
     pub session_drops: u64,
+    /// The partial-connectivity mix: episodes per shape ([`PartialShape::ALL`] order),
+    /// episodes held to the mix's liveness bound (`SimConfig::partial_bound_us`), the
+    /// longest time from an episode's start until a node a majority reaches led and a
+    /// new value was decided at a majority, and the longest any later window took.
+    pub partial_shapes: [u64; 5],
+    pub partial_checked: u64,
+    pub partial_recover_us_max: Micros,
+    pub partial_window_us_max: Micros,
     /// Equal for two runs that did exactly the same things (a determinism check).
     pub fingerprint: u64,
 }
@@ -326,6 +336,14 @@ enum Action {
     /// ... and its end, unless the partition changed since (`partition_changes`).
     JointHeal {
         generation: u64,
+    },
+    /// Episode `k` of the partial-connectivity mix starts (`faults.rs`).
+    PartialEpisode {
+        k: u32,
+    },
+    /// ... a constrained election's hub has fallen behind: its shape now.
+    PartialCut {
+        shape: PartialShape,
     },
     /// A link to `peer` went down or came back (`FaultPlan::session_notices`).
     Session {
@@ -541,6 +559,7 @@ where
     fn delivered(&mut self, now: Micros, d: &Delivery, _results: &[Bytes]) -> SimResult<()> {
         let (id, incarnation) = (self.id, self.incarnation);
         self.w.first_delivery(self.i);
+        self.w.partial_delivered(id, d);
         self.w.trace.record(
             now,
             TraceEvent::Deliver {
@@ -711,6 +730,10 @@ struct World<'a, P: Protocol, F> {
     reads: reads::Reads,
     /// The configuration in effect and the reconfiguration under way (`reconfig.rs`).
     membership: reconfig::Membership,
+    /// The partial-connectivity mix: the liveness check of the episode under way, and a
+    /// constrained election's shape waiting for its hub to fall behind.
+    partial_check: Option<faults::PartialCheck>,
+    partial_pending: Option<BTreeSet<(NodeId, NodeId)>>,
     report: SimReport,
 }
 
@@ -812,6 +835,8 @@ where
                 &cfg.initial_member_ids(),
                 cfg.initial_members.is_some(),
             ),
+            partial_check: None,
+            partial_pending: None,
             report: SimReport {
                 seed: cfg.seed,
                 mix: cfg.mix,
@@ -858,6 +883,10 @@ where
                 leader_replacements: 0,
                 configs_applied: 0,
                 session_drops: 0,
+                partial_shapes: [0; 5],
+                partial_checked: 0,
+                partial_recover_us_max: 0,
+                partial_window_us_max: 0,
                 fingerprint: 0,
             },
             plan,
@@ -911,6 +940,9 @@ where
                 self.schedule(at, Action::CrashNode { node, down_us });
             }
         }
+        if let Some(p) = &self.plan.partial {
+            self.schedule(p.warmup_us, Action::PartialEpisode { k: 0 });
+        }
         self.schedule(self.fault_end_us, Action::FaultsEnd);
         if self.cfg.snapshot_interval_us > 0 {
             self.schedule(self.cfg.snapshot_interval_us, Action::Snapshot);
@@ -936,6 +968,12 @@ where
                      within faults_remain_bound_us",
                 ));
             }
+            if let Some(c) = &self.partial_check
+                && ev.at_us > c.deadline_us
+            {
+                self.now_us = c.deadline_us;
+                return Err(self.partial_failure());
+            }
             let deadline_us = self.deadline_us();
             if ev.at_us > deadline_us && self.converged_at_us.is_none() {
                 self.now_us = deadline_us;
@@ -953,6 +991,9 @@ where
                 )));
             }
             self.guarded(|w| w.handle(ev.action))?;
+            if self.partial_check.is_some() {
+                self.check_partial();
+            }
             if self.now_us < self.load_end_us {
                 continue;
             }
@@ -1170,6 +1211,14 @@ where
                 Ok(())
             }
             Action::Session { node, peer, up } => self.on_session(node, peer, up),
+            Action::PartialEpisode { k } => {
+                self.on_partial_episode(k);
+                Ok(())
+            }
+            Action::PartialCut { shape } => {
+                self.on_partial_cut(shape);
+                Ok(())
+            }
             Action::JointPartition { old_side } => {
                 self.on_joint_partition(&old_side);
                 Ok(())

@@ -8,7 +8,8 @@
 //! heartbeat_interval_ms = 50  # BLE's Δ: a leader is replaced after one round without it
 //! heartbeat_delay_max_rounds = 3
 //! resend_ms = 100             # an unanswered Prepare or unaccepted entries go again
-//! max_message_bytes = 4194304 # largest Accept / AcceptSync
+//! max_message_bytes = 4194304 # largest Accept / AcceptSync / catch-up message
+//! uncommitted_bytes_max = 16777216 # the leader's undecided tail (what a Promise carries)
 //! pending_batches_max = 65536 # proposals held while a leader prepares
 //! priorities = [{ node = 0, priority = 1 }]   # the preferred leader
 //! transfer = "pull"           # how new members get the log after a stop-sign: "pull"
@@ -103,6 +104,7 @@ pub(crate) struct FileSeqPaxos {
     heartbeat_delay_max_rounds: Option<u32>,
     resend_ms: Option<u64>,
     max_message_bytes: Option<usize>,
+    uncommitted_bytes_max: Option<usize>,
     pending_batches_max: Option<usize>,
     priorities: Option<Vec<FilePriority>>,
     transfer: Option<String>,
@@ -307,6 +309,7 @@ pub(crate) fn leader_config(
                 set!(c.heartbeat_delay_max_rounds, f.heartbeat_delay_max_rounds);
                 set!(c.resend_us, ms("seqpaxos.resend_ms", f.resend_ms)?);
                 set!(c.max_message_bytes, f.max_message_bytes);
+                set!(c.uncommitted_bytes_max, f.uncommitted_bytes_max);
                 set!(c.pending_batches_max, f.pending_batches_max);
                 set!(c.fetch_segment_entries, f.fetch_segment_entries);
                 set!(c.fetch_parallel, f.fetch_parallel);
@@ -341,6 +344,19 @@ pub(crate) fn leader_config(
                 }
             }
             c.validate().map_err(|e| file_error("seqpaxos", e))?;
+            // A Promise carries up to the undecided tail and an AcceptSync up to it plus one
+            // message's worth: both must fit in the runtime's frame, or they never arrive.
+            let frame = abcast_runtime::frame::MAX_BODY_BYTES / 2;
+            if c.uncommitted_bytes_max + c.max_message_bytes > frame {
+                return Err(NodeConfigError::Invalid {
+                    field: "seqpaxos.uncommitted_bytes_max".into(),
+                    reason: format!(
+                        "{} + max_message_bytes {} is above {frame}, half the transport's \
+                         frame limit: a Promise or AcceptSync could never be sent",
+                        c.uncommitted_bytes_max, c.max_message_bytes
+                    ),
+                });
+            }
             LeaderProtocol::SeqPaxos(c)
         }
         "raft" => {
@@ -615,6 +631,29 @@ addr = "127.0.0.1:7402"
         assert!(matches!(&c.leader, Some(LeaderProtocol::RaftRs(o)) if o.election_tick == 30));
         // The ring protocols are untouched.
         assert_eq!(load("").unwrap().leader, None);
+    }
+
+    /// A Promise or AcceptSync that cannot fit in a frame would never arrive.
+    #[test]
+    fn an_undecided_tail_beyond_the_frame_limit_is_refused() {
+        let c =
+            load("protocol = \"seqpaxos\"\n[seqpaxos]\nuncommitted_bytes_max = 8388608\n").unwrap();
+        let Some(LeaderProtocol::SeqPaxos(sp)) = &c.leader else {
+            panic!("{:?}", c.leader)
+        };
+        assert_eq!(sp.uncommitted_bytes_max, 8 << 20);
+        let err = load("protocol = \"seqpaxos\"\n[seqpaxos]\nuncommitted_bytes_max = 40000000\n");
+        assert!(
+            matches!(&err, Err(NodeConfigError::Invalid { field, .. })
+                if field == "seqpaxos.uncommitted_bytes_max"),
+            "{err:?}"
+        );
+        let err = load("protocol = \"seqpaxos\"\n[seqpaxos]\nuncommitted_bytes_max = 2048\n");
+        assert!(
+            matches!(&err, Err(NodeConfigError::Invalid { field, .. })
+                if field == "seqpaxos.uncommitted_bytes_max"),
+            "{err:?}"
+        );
     }
 
     #[test]

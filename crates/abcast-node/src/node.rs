@@ -26,7 +26,7 @@ use abcast_runtime::{
 use base64::Engine;
 use hdrhistogram::Histogram;
 use hdrhistogram::serialization::{Serializer, V2Serializer};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::io::{self, Write};
 use std::net::SocketAddr;
@@ -664,18 +664,131 @@ const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
 /// FNV-1a 64 of one value id (node id u32 LE, seq u64 LE) appended to `hash`.
-pub fn order_hash_step(mut hash: u64, id: ValueId) -> u64 {
-    for b in id
-        .node
-        .0
-        .to_le_bytes()
-        .into_iter()
-        .chain(id.seq.to_le_bytes())
-    {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(FNV_PRIME);
+pub fn order_hash_step(hash: u64, id: ValueId) -> u64 {
+    order_hash_run(hash, id.node, id.seq, 1)
+}
+
+/// [`order_hash_step`] over the ids `(node, first_seq) .. (node, first_seq + count)`, in
+/// order: a delivered batch's values. The same function of the delivered sequence, with the
+/// node id's bytes taken once per batch instead of once per value.
+pub fn order_hash_run(mut hash: u64, node: NodeId, first_seq: u64, count: u64) -> u64 {
+    let node = node.0.to_le_bytes();
+    for seq in first_seq..first_seq.saturating_add(count) {
+        for b in node {
+            hash = (hash ^ u64::from(b)).wrapping_mul(FNV_PRIME);
+        }
+        for b in seq.to_le_bytes() {
+            hash = (hash ^ u64::from(b)).wrapping_mul(FNV_PRIME);
+        }
     }
     hash
+}
+
+/// Propose times of the load generator's values not yet delivered here, by sequence number.
+///
+/// The generator's values take increasing sequence numbers, so a ring indexed by
+/// `seq - base` stands in for a hash map: an insert is a push, a lookup an index. A value
+/// that is never delivered (lost in a leader change) would pin the ring's front, so past
+/// [`PROPOSE_RING_MAX`] entries the front moves to an overflow map, where a very late
+/// delivery still finds it; the overflow takes out-of-order sequence numbers too.
+#[derive(Debug, Default)]
+struct ProposeTimes {
+    /// Sequence number of `ring[0]`.
+    base: u64,
+    /// Propose time, or [`NOT_PENDING`].
+    ring: VecDeque<Micros>,
+    /// Entries of `ring` that are not [`NOT_PENDING`].
+    pending: usize,
+    overflow: HashMap<u64, Micros>,
+}
+
+const NOT_PENDING: Micros = Micros::MAX;
+/// 4 Mi entries, 32 MiB: four times the largest window the benches use.
+const PROPOSE_RING_MAX: usize = 1 << 22;
+
+impl ProposeTimes {
+    fn is_empty(&self) -> bool {
+        self.pending == 0 && self.overflow.is_empty()
+    }
+
+    fn insert(&mut self, seq: u64, t: Micros) {
+        let t = t.min(NOT_PENDING - 1);
+        if self.pending == 0 {
+            self.ring.clear();
+            self.base = seq;
+        }
+        if seq < self.base {
+            self.overflow.insert(seq, t);
+            return;
+        }
+        let ahead = seq - self.base;
+        if ahead < self.ring.len() as u64 {
+            let slot = &mut self.ring[ahead as usize];
+            if *slot == NOT_PENDING {
+                self.pending += 1;
+            }
+            *slot = t;
+            return;
+        }
+        if ahead - self.ring.len() as u64 >= PROPOSE_RING_MAX as u64 {
+            // A jump past the whole ring: keep what is pending, start the ring anew here.
+            self.spill_front(self.ring.len());
+            self.ring.clear();
+            self.base = seq;
+        }
+        let at = (seq - self.base) as usize;
+        self.ring.resize(at, NOT_PENDING);
+        self.ring.push_back(t);
+        self.pending += 1;
+        if self.ring.len() > PROPOSE_RING_MAX {
+            self.spill_front(self.ring.len() - PROPOSE_RING_MAX);
+        }
+    }
+
+    /// Moves the first `n` entries of the ring to the overflow map.
+    fn spill_front(&mut self, n: usize) {
+        for _ in 0..n {
+            let Some(t) = self.ring.pop_front() else {
+                break;
+            };
+            if t != NOT_PENDING {
+                self.overflow.insert(self.base, t);
+                self.pending -= 1;
+            }
+            self.base += 1;
+        }
+    }
+
+    /// Removes and returns the propose time of `seq`.
+    fn take(&mut self, seq: u64) -> Option<Micros> {
+        if let Some(ahead) = seq.checked_sub(self.base)
+            && let Some(slot) = self.ring.get_mut(ahead as usize)
+        {
+            let t = std::mem::replace(slot, NOT_PENDING);
+            if t != NOT_PENDING {
+                self.pending -= 1;
+                return Some(t);
+            }
+            return None;
+        }
+        if self.overflow.is_empty() {
+            None
+        } else {
+            self.overflow.remove(&seq)
+        }
+    }
+
+    /// Drops the delivered entries at the ring's front.
+    fn trim(&mut self) {
+        if self.pending == 0 {
+            self.ring.clear();
+            return;
+        }
+        while self.ring.front() == Some(&NOT_PENDING) {
+            self.ring.pop_front();
+            self.base += 1;
+        }
+    }
 }
 
 /// The sequence numbers delivered from one origin, as disjoint, non-adjacent intervals
@@ -736,7 +849,7 @@ struct NodeStats<'w> {
     duplicate_deliveries: u64,
     latency_us: Histogram<u64>,
     /// Propose time of the load generator's values not yet delivered here.
-    proposed_at: HashMap<u64, Micros>,
+    proposed_at: ProposeTimes,
     /// Multi-Ring: per-ring figures, and the position in the merged order (the delivery
     /// log's first column, since instance numbers are per ring).
     multi: bool,
@@ -775,7 +888,7 @@ impl<'w> NodeStats<'w> {
             seen: HashMap::new(),
             duplicate_deliveries: 0,
             latency_us,
-            proposed_at: HashMap::new(),
+            proposed_at: ProposeTimes::default(),
             multi: false,
             groups: BTreeMap::new(),
             merged_position: 0,
@@ -971,13 +1084,26 @@ impl Application for NodeStats<'_> {
             .entry(b.origin())
             .or_default()
             .insert(b.first_seq(), n);
-        let mine = b.origin() == self.me && !self.proposed_at.is_empty();
-        for id in b.ids() {
-            self.order_hash = order_hash_step(self.order_hash, id);
-            if mine && let Some(t) = self.proposed_at.remove(&id.seq) {
-                self.latency_us
-                    .saturating_record(now.saturating_sub(t).max(1));
+        self.order_hash = order_hash_run(self.order_hash, b.origin(), b.first_seq(), n);
+        if b.origin() == self.me && !self.proposed_at.is_empty() {
+            // Values proposed in one loop iteration share a propose time: record runs of
+            // equal latencies at once.
+            let (mut run_lat, mut run_len) = (0, 0);
+            for seq in b.first_seq()..b.first_seq().saturating_add(n) {
+                if let Some(t) = self.proposed_at.take(seq) {
+                    let lat = now.saturating_sub(t).max(1);
+                    if lat != run_lat && run_len > 0 {
+                        self.latency_us.saturating_record_n(run_lat, run_len);
+                        run_len = 0;
+                    }
+                    run_lat = lat;
+                    run_len += 1;
+                }
             }
+            if run_len > 0 {
+                self.latency_us.saturating_record_n(run_lat, run_len);
+            }
+            self.proposed_at.trim();
         }
     }
 
@@ -1093,6 +1219,69 @@ mod tests {
             ),
             h
         );
+    }
+
+    #[test]
+    fn order_hash_run_is_order_hash_step_per_value() {
+        let mut h = FNV_OFFSET;
+        for seq in 7..107 {
+            h = order_hash_step(
+                h,
+                ValueId {
+                    node: NodeId(3),
+                    seq,
+                },
+            );
+        }
+        assert_eq!(order_hash_run(FNV_OFFSET, NodeId(3), 7, 100), h);
+        assert_eq!(order_hash_run(h, NodeId(3), 5, 0), h);
+    }
+
+    #[test]
+    fn propose_times_find_every_pending_value() {
+        let mut p = ProposeTimes::default();
+        assert!(p.is_empty());
+        for seq in 10..20 {
+            p.insert(seq, seq * 100);
+        }
+        // A client proposal took 20: a gap.
+        p.insert(21, 2100);
+        assert_eq!(p.take(12), Some(1200));
+        assert_eq!(p.take(12), None, "taken once");
+        assert_eq!(p.take(20), None);
+        p.trim();
+        for seq in [10, 11, 13, 14, 15, 16, 17, 18, 19, 21] {
+            assert_eq!(p.take(seq), Some(seq * 100), "{seq}");
+            p.trim();
+        }
+        assert!(p.is_empty());
+        // Out of order, and below the ring's base.
+        p.insert(50, 5);
+        p.insert(40, 4);
+        assert_eq!(p.take(40), Some(4));
+        assert_eq!(p.take(50), Some(5));
+        assert!(p.is_empty());
+    }
+
+    #[test]
+    fn propose_times_spill_a_lost_value_and_still_find_it() {
+        let mut p = ProposeTimes::default();
+        p.insert(0, 1); // never delivered until the very end
+        let n = PROPOSE_RING_MAX as u64 + 10;
+        for seq in 1..n {
+            p.insert(seq, 2);
+            assert_eq!(p.take(seq), Some(2));
+            p.trim();
+        }
+        assert!(p.ring.len() <= PROPOSE_RING_MAX);
+        assert_eq!(p.take(0), Some(1));
+        assert!(p.is_empty());
+        // A jump far past the ring keeps what was pending.
+        p.insert(5, 7);
+        p.insert(5 + 2 * PROPOSE_RING_MAX as u64, 8);
+        assert_eq!(p.take(5), Some(7));
+        assert_eq!(p.take(5 + 2 * PROPOSE_RING_MAX as u64), Some(8));
+        assert!(p.is_empty());
     }
 
     #[test]

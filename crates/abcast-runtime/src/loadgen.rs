@@ -2,14 +2,15 @@
 //! the loop's clock) or as fast as the proposer's window allows, with at most
 //! `window_values` of this node's values in flight.
 //!
-//! A payload is an 8-byte sequence number followed by filler. Payloads are cut from a large
-//! shared arena, so proposing a value costs one copy of its bytes and no allocation.
+//! A payload is an 8-byte sequence number followed by filler. Payloads are written a chunk
+//! of sequence numbers at a time into a large shared arena and handed out as slices of it,
+//! so proposing a value costs no copy and no allocation.
 
 use abcast_core::Micros;
 use bytes::{Bytes, BytesMut};
 
-/// Payloads are cut from arenas of at least this size.
-const ARENA_BYTES: usize = 4 << 20;
+/// Payloads are written in chunks of about this size (at least one payload).
+const CHUNK_BYTES: usize = 256 << 10;
 /// The bucket holds at most this much time's worth of tokens: enough to cover the loop's
 /// millisecond wake-up granularity, small enough that a stall does not cause a burst.
 const BURST_US: u64 = 5_000;
@@ -41,7 +42,9 @@ pub(crate) struct LoadGen {
     pub(crate) proposed: u64,
     /// `leader_only` and this node does not lead (refreshed every loop iteration).
     pub(crate) paused: bool,
-    arena: BytesMut,
+    /// Payloads of sequence numbers `chunk_seq ..`, back to back.
+    chunk: Bytes,
+    chunk_seq: u64,
     filler: Vec<u8>,
 }
 
@@ -58,7 +61,8 @@ impl LoadGen {
             in_flight: 0,
             proposed: 0,
             paused,
-            arena: BytesMut::new(),
+            chunk: Bytes::new(),
+            chunk_seq: 0,
             filler,
         }
     }
@@ -103,17 +107,28 @@ impl LoadGen {
         Some((missing * 1e6 / self.cfg.rate_per_s as f64).ceil() as Micros)
     }
 
-    /// The next payload: sequence number, then filler.
+    /// The next payload: sequence number (`proposed`), then filler. Calling it again
+    /// without [`LoadGen::on_proposed`] in between gives the same payload again.
     pub(crate) fn next_payload(&mut self) -> Bytes {
         let size = self.cfg.value_bytes;
-        if self.arena.capacity() - self.arena.len() < size {
-            self.arena = BytesMut::with_capacity(ARENA_BYTES.max(size));
+        if size == 0 {
+            return Bytes::new();
         }
-        let seq = self.proposed.to_le_bytes();
-        let head = size.min(seq.len());
-        self.arena.extend_from_slice(&seq[..head]);
-        self.arena.extend_from_slice(&self.filler[head..size]);
-        self.arena.split().freeze()
+        let per_chunk = (CHUNK_BYTES / size).max(1) as u64;
+        let mut at = self.proposed.wrapping_sub(self.chunk_seq);
+        if self.proposed < self.chunk_seq || at >= (self.chunk.len() / size) as u64 {
+            let mut arena = BytesMut::with_capacity(per_chunk as usize * size);
+            let head = size.min(8);
+            for seq in self.proposed..self.proposed.saturating_add(per_chunk) {
+                arena.extend_from_slice(&seq.to_le_bytes()[..head]);
+                arena.extend_from_slice(&self.filler[head..size]);
+            }
+            self.chunk = arena.freeze();
+            self.chunk_seq = self.proposed;
+            at = 0;
+        }
+        let start = at as usize * size;
+        self.chunk.slice(start..start + size)
     }
 
     pub(crate) fn on_proposed(&mut self) {
@@ -197,6 +212,31 @@ mod tests {
             g.on_proposed();
         }
         assert_eq!(g.proposed, 5);
+    }
+
+    #[test]
+    fn payloads_follow_the_proposals_across_chunks() {
+        for size in [1, 3, 8, 16, 1000, CHUNK_BYTES + 5] {
+            let cfg = LoadConfig {
+                rate_per_s: 0,
+                value_bytes: size,
+                window_values: usize::MAX,
+                max_values: None,
+                leader_only: false,
+            };
+            let mut g = LoadGen::new(cfg, 0);
+            let per_chunk = (CHUNK_BYTES / size).max(1) as u64;
+            for n in 0..(2 * per_chunk + 3).min(40_000) {
+                let p = g.next_payload();
+                // A refused proposal asks again: the same payload.
+                assert_eq!(g.next_payload(), p);
+                let head = size.min(8);
+                assert_eq!(p.len(), size);
+                assert_eq!(&p[..head], &n.to_le_bytes()[..head], "size {size} seq {n}");
+                assert_eq!(&p[head..], &g.filler[head..], "size {size} seq {n}");
+                g.on_proposed();
+            }
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@
 
 use crate::ProposeError;
 use crate::protocol::Ack;
-use crate::types::{Batch, BatchBuilder, BatchKey, Micros, NodeId, ValueId};
+use crate::types::{Batch, BatchBuilder, BatchKey, Micros, NodeId, UniformRun, ValueId, Values};
 use bytes::Bytes;
 use std::collections::BTreeMap;
 
@@ -273,6 +273,140 @@ impl Batcher {
         Ok((id, [ready, None]))
     }
 
+    /// Takes `values` in order, as [`Batcher::propose`] on each would (the same checks,
+    /// the same batches), in one call: the driver's load generator and a client's frame of
+    /// values pay the per-call costs of the layers above once per run instead of once per
+    /// value. Returns the first id and how many were taken; their ids are consecutive. It
+    /// stops at the first value refused, which is returned as the error only when it is the
+    /// first. Batches that must leave now are appended to `ready`, in order.
+    pub fn propose_many(
+        &mut self,
+        now: Micros,
+        values: Values<'_>,
+        l: &BatchLimits,
+        ready: &mut Vec<Batch>,
+    ) -> Result<(ValueId, usize), ProposeError> {
+        match values {
+            Values::Uniform(run)
+                if run.value_bytes() <= l.max_value_bytes
+                    && run.value_bytes() < l.batch_max_bytes / 2 =>
+            {
+                self.propose_uniform(now, run, l, ready)
+            }
+            // Values that travel alone or are refused as too large, and a client's values:
+            // one by one.
+            _ => {
+                let first = ValueId {
+                    node: self.me,
+                    seq: self.next_seq,
+                };
+                let mut taken = 0;
+                for i in 0..values.len() {
+                    let Some(payload) = values.get(i) else {
+                        break;
+                    };
+                    match self.propose(now, payload, l) {
+                        Ok((id, r)) => {
+                            debug_assert_eq!(id.seq, first.seq + taken as u64, "consecutive ids");
+                            ready.extend(r.into_iter().flatten());
+                            taken += 1;
+                        }
+                        Err(e) if taken == 0 => return Err(e),
+                        Err(_) => break,
+                    }
+                }
+                Ok((first, taken))
+            }
+        }
+    }
+
+    /// [`Batcher::propose_many`] for small values of one size: instead of checking the
+    /// window and the open batch before each value, it works out how many values `propose`
+    /// would take before one of its checks changes (the window's values and bytes, the
+    /// life's ids, the open batch filling up) and appends them in one copy.
+    fn propose_uniform(
+        &mut self,
+        now: Micros,
+        run: &UniformRun,
+        l: &BatchLimits,
+        ready: &mut Vec<Batch>,
+    ) -> Result<(ValueId, usize), ProposeError> {
+        let vb = run.value_bytes();
+        debug_assert!(vb < l.batch_max_bytes / 2 && vb <= l.max_value_bytes);
+        let first = ValueId {
+            node: self.me,
+            seq: self.next_seq,
+        };
+        let mut taken = 0;
+        // Bounded: every round takes at least one value, or stops.
+        while taken < run.count() {
+            let refusal = if self.next_seq >= self.seq_end {
+                Some(ProposeError::IdsExhausted {
+                    seq_end: self.seq_end,
+                })
+            } else if !self.has_room(l) {
+                Some(ProposeError::Busy)
+            } else {
+                None
+            };
+            if let Some(e) = refusal {
+                if taken == 0 {
+                    return Err(e);
+                }
+                break;
+            }
+            // `propose` takes value j of this round while `values_in_flight + j <
+            // window_values`, `bytes_total + j * vb < window_bytes`, ids last, and closes
+            // the open batch after the value that brings it to `batch_max_bytes`.
+            let room_values = l.window_values - self.values_in_flight();
+            let room_bytes = match vb {
+                0 => usize::MAX,
+                _ => (l.window_bytes - self.bytes_total()).div_ceil(vb),
+            };
+            let ids = usize::try_from(self.seq_end - self.next_seq).unwrap_or(usize::MAX);
+            let open_bytes = self.open.as_ref().map_or(0, BatchBuilder::payload_bytes);
+            let to_full = match vb {
+                0 => usize::MAX,
+                _ => l
+                    .batch_max_bytes
+                    .saturating_sub(open_bytes)
+                    .div_ceil(vb)
+                    .max(1),
+            };
+            let k = (run.count() - taken)
+                .min(room_values)
+                .min(room_bytes)
+                .min(ids)
+                .min(to_full);
+            assert!(k >= 1, "a round with room takes a value");
+            if self.open.is_none() {
+                self.open = Some(BatchBuilder::new(
+                    self.me,
+                    self.next_seq,
+                    l.batch_max_bytes.min(1 << 20),
+                ));
+                self.open_since_us = now;
+            }
+            let Some(open) = self.open.as_mut() else {
+                return Err(ProposeError::Busy);
+            };
+            debug_assert_eq!(
+                open.first_seq() + open.len() as u64,
+                self.next_seq,
+                "the open batch numbers values from next_seq"
+            );
+            let data = &run.data()[taken * vb..(taken + k) * vb];
+            open.push_uniform(data, vb, k);
+            self.next_seq += k as u64;
+            assert!(self.next_seq <= self.seq_end, "a seq past the life's range");
+            taken += k;
+            if open.payload_bytes() >= l.batch_max_bytes {
+                ready.extend(self.close_open(now));
+            }
+        }
+        Ok((first, taken))
+    }
+
     /// Time passes: batches to (re-)send, in order. Everything in flight is re-sent when the
     /// coordinator changed, the rest when their re-send timeout ran out ([`ResendTimer`]); the open batch closes when few
     /// batches are in flight or it lingered `batch_linger_us`.
@@ -353,6 +487,116 @@ mod tests {
             max_value_bytes: 1 << 20,
             value_resend_us: 1_000_000,
         }
+    }
+
+    #[test]
+    fn a_run_of_values_makes_the_batches_one_by_one_proposals_make() {
+        let l = BatchLimits {
+            batch_max_bytes: 1000,
+            window_values: 5000,
+            ..limits()
+        };
+        let payloads: Vec<Bytes> = (0..3000u32)
+            .map(|i| Bytes::from(vec![i as u8; (i % 60) as usize]))
+            .collect();
+        let mut one = Batcher::new(NodeId(2), 7);
+        let mut one_ready = Vec::new();
+        let mut taken_one = 0;
+        for p in &payloads {
+            match one.propose(0, p.clone(), &l) {
+                Ok((_, r)) => {
+                    one_ready.extend(r.into_iter().flatten());
+                    taken_one += 1;
+                }
+                Err(e) => {
+                    assert_eq!(e, ProposeError::Busy);
+                    break;
+                }
+            }
+        }
+        let mut many = Batcher::new(NodeId(2), 7);
+        let mut many_ready = Vec::new();
+        let mut taken_many = 0;
+        for run in payloads.chunks(333) {
+            match many.propose_many(0, Values::Each(run), &l, &mut many_ready) {
+                Ok((first, n)) => {
+                    assert_eq!(first.seq, 7 + taken_many as u64, "consecutive ids");
+                    taken_many += n;
+                    if n < run.len() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    assert_eq!(e, ProposeError::Busy, "the first value refused");
+                    break;
+                }
+            }
+        }
+        assert!(taken_one < payloads.len(), "the byte window stops both");
+        assert_eq!(taken_many, taken_one);
+        assert_eq!(many_ready, one_ready, "the same batches");
+        assert_eq!(
+            many.propose_many(0, Values::Each(&payloads[..1]), &l, &mut many_ready),
+            Err(ProposeError::Busy),
+            "a refusal of the first value is the error"
+        );
+    }
+
+    #[test]
+    fn a_uniform_run_makes_the_batches_and_refusals_one_by_one_proposals_make() {
+        // Sizes on both sides of every check: empty values, values that fill a batch
+        // exactly, the largest that still share one, one that travels alone, one too big.
+        for vb in [0, 1, 16, 100, 250, 499, 500, 2000] {
+            for (window_values, window_bytes, start) in [
+                (5000, 64 << 10, 7),
+                (37, 64 << 10, 7),
+                (5000, 3333, 7),
+                (5000, 64 << 10, (2 << 40) - 50),
+            ] {
+                let l = BatchLimits {
+                    batch_max_bytes: 1000,
+                    window_values,
+                    window_bytes,
+                    max_value_bytes: 1500,
+                    ..limits()
+                };
+                let count = 3000;
+                let data: Vec<u8> = (0..vb * count).map(|i| (i % 251) as u8).collect();
+                let run = UniformRun::new(Bytes::from(data), vb, count).expect("sizes add up");
+                let mut one = Batcher::new(NodeId(1), start);
+                let mut one_ready = Vec::new();
+                let mut one_refusal = None;
+                for i in 0..count {
+                    match one.propose(0, run.get(i).expect("in the run"), &l) {
+                        Ok((_, r)) => one_ready.extend(r.into_iter().flatten()),
+                        Err(e) => {
+                            one_refusal = Some(e);
+                            break;
+                        }
+                    }
+                }
+                let mut many = Batcher::new(NodeId(1), start);
+                let mut many_ready = Vec::new();
+                let what = format!("vb {vb} window {window_values}/{window_bytes} start {start}");
+                match many.propose_many(0, Values::Uniform(&run), &l, &mut many_ready) {
+                    Ok((first, n)) => {
+                        assert_eq!(first.seq, start, "{what}");
+                        assert_eq!(n as u64, one.next_seq - start, "{what}: taken");
+                    }
+                    Err(e) => {
+                        assert_eq!(one.next_seq, start, "{what}: refused the first");
+                        assert_eq!(Some(e), one_refusal, "{what}");
+                    }
+                }
+                assert_eq!(many_ready, one_ready, "{what}: the same batches");
+                assert_eq!(many.next_seq, one.next_seq, "{what}");
+                assert_eq!(many.values_in_flight(), one.values_in_flight(), "{what}");
+                assert_eq!(many.bytes_total(), one.bytes_total(), "{what}");
+                // The open batches hold the same values: closing them gives equal batches.
+                assert_eq!(many.close_open(0), one.close_open(0), "{what}: open batch");
+            }
+        }
+        assert!(UniformRun::new(Bytes::from_static(b"abc"), 2, 2).is_none());
     }
 
     #[test]

@@ -54,6 +54,6 @@ pub use protocol::{
     Outbox, Protocol, ReadState, ReconfigureError, Skip, Snapshot, Status, Subscription,
 };
 pub use types::{
-    Ballot, Batch, BatchKey, Decree, GroupId, Instance, META_MAX_BYTES, Micros, NodeId, Value,
-    ValueId,
+    Ballot, Batch, BatchKey, Decree, GroupId, Instance, META_MAX_BYTES, Micros, NodeId, UniformRun,
+    Value, ValueId, Values,
 };

@@ -383,6 +383,47 @@ pub trait Protocol {
         out: &mut Outbox<Self::Message>,
     ) -> Result<ValueId, ProposeError>;
 
+    /// Offers `values` in order, as [`Protocol::propose`] called on each would, and returns
+    /// the first id and how many were taken: consecutive ids of this node. It stops at the
+    /// first value refused, and returns that refusal only when it is the first. A protocol
+    /// whose proposals go through a [`crate::batcher::Batcher`] takes the run in one call
+    /// ([`crate::batcher::Batcher::propose_many`]), so a load generator or a client frame
+    /// of many values pays this layer's per-call costs (bookkeeping, outbox checks,
+    /// flushes) once per run, not once per value.
+    fn propose_many(
+        &mut self,
+        now: Micros,
+        values: crate::Values<'_>,
+        out: &mut Outbox<Self::Message>,
+    ) -> Result<(ValueId, usize), ProposeError> {
+        let mut first = None;
+        let mut taken = 0;
+        for i in 0..values.len() {
+            let Some(payload) = values.get(i) else {
+                break;
+            };
+            match self.propose(now, payload, out) {
+                Ok(id) => {
+                    first.get_or_insert(id);
+                    taken += 1;
+                }
+                Err(e) if taken == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        match first {
+            Some(id) => Ok((id, taken)),
+            // An empty run: nothing taken, nothing refused.
+            None => Ok((
+                ValueId {
+                    node: self.node(),
+                    seq: 0,
+                },
+                0,
+            )),
+        }
+    }
+
     /// A message from a peer. Never panics on a message that is well-formed but wrong in
     /// content (stale ballot, unknown instance, a node outside the ring): such a message is
     /// ignored or answered.

@@ -304,6 +304,90 @@ impl Iterator for BatchIter<'_> {
     }
 }
 
+/// Values offered to [`crate::Protocol::propose_many`] in one call.
+#[derive(Clone, Copy, Debug)]
+pub enum Values<'a> {
+    /// Each value its own payload (a client frame's values).
+    Each(&'a [Bytes]),
+    /// Values of one size, back to back (a load generator's payloads).
+    Uniform(&'a UniformRun),
+}
+
+impl Values<'_> {
+    /// How many values.
+    pub fn len(&self) -> usize {
+        match self {
+            Values::Each(v) => v.len(),
+            Values::Uniform(r) => r.count,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Value `i`'s payload (a slice of the shared buffer: no copy).
+    pub fn get(&self, i: usize) -> Option<Bytes> {
+        match self {
+            Values::Each(v) => v.get(i).cloned(),
+            Values::Uniform(r) => r.get(i),
+        }
+    }
+}
+
+/// `count` values of `value_bytes` bytes each, back to back in one buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UniformRun {
+    data: Bytes,
+    value_bytes: usize,
+    count: usize,
+}
+
+impl UniformRun {
+    /// `None` unless `data` holds exactly `count` values of `value_bytes` bytes.
+    pub fn new(data: Bytes, value_bytes: usize, count: usize) -> Option<UniformRun> {
+        (value_bytes.checked_mul(count) == Some(data.len())).then_some(UniformRun {
+            data,
+            value_bytes,
+            count,
+        })
+    }
+    /// The whole values in `data`, `value_bytes` each (`value_bytes > 0`; a partial value
+    /// at the end is left out).
+    pub fn of(data: Bytes, value_bytes: usize) -> UniformRun {
+        let count = data.len().checked_div(value_bytes).unwrap_or(0);
+        UniformRun {
+            data: data.slice(..count * value_bytes),
+            value_bytes,
+            count,
+        }
+    }
+    /// `count` empty values.
+    pub fn empty_values(count: usize) -> UniformRun {
+        UniformRun {
+            data: Bytes::new(),
+            value_bytes: 0,
+            count,
+        }
+    }
+    pub fn data(&self) -> &Bytes {
+        &self.data
+    }
+    pub fn value_bytes(&self) -> usize {
+        self.value_bytes
+    }
+    pub fn count(&self) -> usize {
+        self.count
+    }
+    /// Value `i`'s payload.
+    pub fn get(&self, i: usize) -> Option<Bytes> {
+        (i < self.count).then(|| {
+            let start = i * self.value_bytes;
+            self.data.slice(start..start + self.value_bytes)
+        })
+    }
+}
+
 /// Builds a batch by appending values: one copy of each payload into the batch buffer.
 #[derive(Debug)]
 pub struct BatchBuilder {
@@ -331,6 +415,17 @@ impl BatchBuilder {
             .extend_from_slice(&(payload.len() as u32).to_le_bytes());
         self.data.extend_from_slice(payload);
         id
+    }
+    /// Appends `count` values of `value_bytes` bytes each, back to back in `data`: one
+    /// copy of the run, the lengths written in one pass.
+    pub fn push_uniform(&mut self, data: &[u8], value_bytes: usize, count: usize) {
+        debug_assert_eq!(data.len(), value_bytes * count, "a run of equal values");
+        let len = (value_bytes as u32).to_le_bytes();
+        self.lens.reserve(4 * count);
+        for _ in 0..count {
+            self.lens.extend_from_slice(&len);
+        }
+        self.data.extend_from_slice(data);
     }
     pub fn len(&self) -> usize {
         self.lens.len() / 4

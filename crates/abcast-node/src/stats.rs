@@ -57,7 +57,7 @@ pub struct StatsLine {
     pub delivered_values: u64,
     pub delivered_bytes: u64,
     pub delivered_instance: u64,
-    /// FNV-1a 64 over the delivered value ids, in delivery order, as hex.
+    /// FNV-1a 64 over the delivered value ids, in delivery order, as hex (`node::OrderHash`).
     pub order_hash: String,
     pub proposed_values: u64,
     pub acked_values: u64,

@@ -173,6 +173,16 @@ impl Front {
         self.batcher.propose(now, payload, &self.limits)
     }
 
+    /// [`Batcher::propose_many`]: the batches that must leave now go to `ready`.
+    pub(crate) fn propose_many(
+        &mut self,
+        now: Micros,
+        values: abcast_core::Values<'_>,
+        ready: &mut Vec<Batch>,
+    ) -> Result<(ValueId, usize), ProposeError> {
+        self.batcher.propose_many(now, values, &self.limits, ready)
+    }
+
     /// Batches to (re-)propose now (see `Batcher::tick`), in order.
     pub(crate) fn tick(&mut self, now: Micros, coordinator_changed: bool) -> Vec<Batch> {
         let mut v = std::mem::take(&mut self.scratch);

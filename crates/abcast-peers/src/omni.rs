@@ -596,11 +596,34 @@ impl<S: Storage<OpEntry>> Protocol for OmniPaxosCore<S> {
         out: &mut Outbox<OmniPaxosMessage>,
     ) -> Result<ValueId, ProposeError> {
         let (id, ready) = self.front.propose(now, payload)?;
-        for b in ready.iter().flatten() {
-            self.append(b);
+        // A value that only joined the open batch gives OmniPaxos nothing to send: its
+        // outgoing messages are taken only when a batch was appended (the crate's
+        // `take_outgoing_messages` allocates per call, which per value cost it a sixth of
+        // the leader's time).
+        if ready.iter().any(Option::is_some) {
+            for b in ready.iter().flatten() {
+                self.append(b);
+            }
+            self.settle(now, out);
         }
-        self.settle(now, out);
         Ok(id)
+    }
+
+    fn propose_many(
+        &mut self,
+        now: Micros,
+        values: abcast_core::Values<'_>,
+        out: &mut Outbox<OmniPaxosMessage>,
+    ) -> Result<(ValueId, usize), ProposeError> {
+        let mut ready = Vec::new();
+        let r = self.front.propose_many(now, values, &mut ready);
+        if !ready.is_empty() {
+            for b in &ready {
+                self.append(b);
+            }
+            self.settle(now, out);
+        }
+        r
     }
 
     fn receive(

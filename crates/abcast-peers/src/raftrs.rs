@@ -470,11 +470,32 @@ impl Protocol for RaftRsCore {
         out: &mut Outbox<RaftRsMessage>,
     ) -> Result<ValueId, ProposeError> {
         let (id, ready) = self.front.propose(now, payload)?;
-        for b in ready.iter().flatten() {
-            self.propose_batch(b);
+        // A value that only joined the open batch changes nothing raft-rs knows of: it is
+        // asked for a `Ready` only when a batch was proposed to it.
+        if ready.iter().any(Option::is_some) {
+            for b in ready.iter().flatten() {
+                self.propose_batch(b);
+            }
+            self.drain(now, out);
         }
-        self.drain(now, out);
         Ok(id)
+    }
+
+    fn propose_many(
+        &mut self,
+        now: Micros,
+        values: abcast_core::Values<'_>,
+        out: &mut Outbox<RaftRsMessage>,
+    ) -> Result<(ValueId, usize), ProposeError> {
+        let mut ready = Vec::new();
+        let r = self.front.propose_many(now, values, &mut ready);
+        if !ready.is_empty() {
+            for b in &ready {
+                self.propose_batch(b);
+            }
+            self.drain(now, out);
+        }
+        r
     }
 
     fn receive(

@@ -60,6 +60,16 @@ pub trait Hooks: Application {
     /// A value was taken by `propose`; `by_load` tells the built-in load generator's values
     /// from the client port's.
     fn proposed(&mut self, _now: Micros, _id: ValueId, _by_load: bool) {}
+    /// `count` values with consecutive ids from `first` were taken by one `propose_many`.
+    fn proposed_run(&mut self, now: Micros, first: ValueId, count: usize, by_load: bool) {
+        for i in 0..count as u64 {
+            let id = ValueId {
+                node: first.node,
+                seq: first.seq + i,
+            };
+            self.proposed(now, id, by_load);
+        }
+    }
     /// `propose` answered `Busy`.
     fn busy(&mut self, _now: Micros) {}
     /// Called every `DriverConfig::periodic_us` with the protocol's status (stats lines).

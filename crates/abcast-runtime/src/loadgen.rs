@@ -3,10 +3,11 @@
 //! `window_values` of this node's values in flight.
 //!
 //! A payload is an 8-byte sequence number followed by filler. Payloads are written a chunk
-//! of sequence numbers at a time into a large shared arena and handed out as slices of it,
-//! so proposing a value costs no copy and no allocation.
+//! of sequence numbers at a time into a large shared arena (two arenas, written in turn)
+//! and handed out as runs of it (`next_run`), so proposing costs no allocation and one
+//! reference per run.
 
-use abcast_core::Micros;
+use abcast_core::{Micros, UniformRun};
 use bytes::{Bytes, BytesMut};
 
 /// Payloads are written in chunks of about this size (at least one payload).
@@ -45,6 +46,9 @@ pub(crate) struct LoadGen {
     /// Payloads of sequence numbers `chunk_seq ..`, back to back.
     chunk: Bytes,
     chunk_seq: u64,
+    /// The chunk before `chunk`: a run of payloads that crosses into a new chunk still
+    /// holds slices of the old one, so the new one is written into the one before.
+    spare: Bytes,
     filler: Vec<u8>,
 }
 
@@ -63,6 +67,7 @@ impl LoadGen {
             paused,
             chunk: Bytes::new(),
             chunk_seq: 0,
+            spare: Bytes::new(),
             filler,
         }
     }
@@ -85,10 +90,24 @@ impl LoadGen {
 
     /// Whether the generator wants to propose one more value now.
     pub(crate) fn wants_one(&self) -> bool {
-        !self.done()
-            && !self.paused
-            && self.in_flight < self.cfg.window_values
-            && (self.cfg.rate_per_s == 0 || self.tokens >= 1.0)
+        self.wants(1) == 1
+    }
+
+    /// How many values the generator wants to propose now, at most `max`: what its window,
+    /// its tokens and `max_values` allow.
+    pub(crate) fn wants(&self, max: usize) -> usize {
+        if self.done() || self.paused {
+            return 0;
+        }
+        let mut n = max.min(self.cfg.window_values.saturating_sub(self.in_flight));
+        if let Some(m) = self.cfg.max_values {
+            n = n.min(usize::try_from(m.saturating_sub(self.proposed)).unwrap_or(usize::MAX));
+        }
+        if self.cfg.rate_per_s > 0 {
+            // Tokens are at most `burst()`, a few thousand: the cast cannot overflow.
+            n = n.min(self.tokens.max(0.0).floor() as usize);
+        }
+        n
     }
 
     /// How long until a token is available, if that (and nothing else) is what the
@@ -109,33 +128,77 @@ impl LoadGen {
 
     /// The next payload: sequence number (`proposed`), then filler. Calling it again
     /// without [`LoadGen::on_proposed`] in between gives the same payload again.
+    #[cfg(test)]
     pub(crate) fn next_payload(&mut self) -> Bytes {
+        self.payload_at(self.proposed)
+    }
+
+    /// The payloads of the next values, at most `n` and at least one when `n > 0`: those
+    /// `next_payload` would give one by one with `on_proposed` in between, as one run of
+    /// one chunk (one slice, not one per value). Calling it again without
+    /// `on_proposed_many` gives the same payloads again.
+    pub(crate) fn next_run(&mut self, n: usize) -> UniformRun {
+        let size = self.cfg.value_bytes;
+        if size == 0 {
+            return UniformRun::empty_values(n);
+        }
+        let at = self.chunk_index(self.proposed);
+        let count = n.min(self.chunk.len() / size - at);
+        UniformRun::of(self.chunk.slice(at * size..(at + count) * size), size)
+    }
+
+    /// The payload of sequence number `seq`.
+    #[cfg(test)]
+    fn payload_at(&mut self, seq: u64) -> Bytes {
         let size = self.cfg.value_bytes;
         if size == 0 {
             return Bytes::new();
         }
-        let per_chunk = (CHUNK_BYTES / size).max(1) as u64;
-        let mut at = self.proposed.wrapping_sub(self.chunk_seq);
-        if self.proposed < self.chunk_seq || at >= (self.chunk.len() / size) as u64 {
-            let mut arena = BytesMut::with_capacity(per_chunk as usize * size);
-            let head = size.min(8);
-            for seq in self.proposed..self.proposed.saturating_add(per_chunk) {
-                arena.extend_from_slice(&seq.to_le_bytes()[..head]);
-                arena.extend_from_slice(&self.filler[head..size]);
-            }
-            self.chunk = arena.freeze();
-            self.chunk_seq = self.proposed;
-            at = 0;
-        }
-        let start = at as usize * size;
+        let start = self.chunk_index(seq) * size;
         self.chunk.slice(start..start + size)
     }
 
+    /// Where payload `seq` is in the chunk, after starting a new chunk at `seq` if the
+    /// current one does not hold it (`value_bytes > 0`). A new chunk reuses the memory of
+    /// the chunk before the current one when nothing holds a slice of it any more (no
+    /// allocation, no page faults: the kernel's zeroing of fresh pages was a tenth of a
+    /// 16-byte-value leader's time).
+    fn chunk_index(&mut self, seq: u64) -> usize {
+        let size = self.cfg.value_bytes.max(1);
+        let per_chunk = (CHUNK_BYTES / size).max(1) as u64;
+        let mut at = seq.wrapping_sub(self.chunk_seq);
+        if seq < self.chunk_seq || at >= (self.chunk.len() / size) as u64 {
+            let capacity = per_chunk as usize * size;
+            let reuse = std::mem::replace(&mut self.spare, std::mem::take(&mut self.chunk));
+            let mut arena = match reuse.try_into_mut() {
+                Ok(mut old) if old.capacity() >= capacity => {
+                    old.clear();
+                    old
+                }
+                _ => BytesMut::with_capacity(capacity),
+            };
+            let head = size.min(8);
+            for s in seq..seq.saturating_add(per_chunk) {
+                arena.extend_from_slice(&s.to_le_bytes()[..head]);
+                arena.extend_from_slice(&self.filler[head..size]);
+            }
+            self.chunk = arena.freeze();
+            self.chunk_seq = seq;
+            at = 0;
+        }
+        at as usize
+    }
+
+    #[cfg(test)]
     pub(crate) fn on_proposed(&mut self) {
-        self.proposed += 1;
-        self.in_flight += 1;
+        self.on_proposed_many(1);
+    }
+
+    pub(crate) fn on_proposed_many(&mut self, n: usize) {
+        self.proposed += n as u64;
+        self.in_flight += n;
         if self.cfg.rate_per_s > 0 {
-            self.tokens -= 1.0;
+            self.tokens -= n as f64;
         }
     }
 
@@ -253,5 +316,50 @@ mod tests {
         let p = g.next_payload();
         assert_eq!(&p[..8], &1u64.to_le_bytes());
         assert_eq!(&p[8..10], b"ij");
+    }
+
+    #[test]
+    fn runs_of_payloads_are_the_one_by_one_payloads_and_reuse_the_chunk() {
+        for size in [0, 16, 1000] {
+            let cfg = LoadConfig {
+                rate_per_s: 0,
+                value_bytes: size,
+                window_values: 100_000,
+                max_values: Some(40_000),
+                leader_only: false,
+            };
+            let mut one = LoadGen::new(cfg.clone(), 0);
+            let mut many = LoadGen::new(cfg, 0);
+            let mut chunks = std::collections::BTreeSet::new();
+            while many.wants(1000) > 0 {
+                let run = many.next_run(many.wants(777));
+                assert!(run.count() >= 1);
+                if many.proposed == 0 {
+                    // Refused: asked again, the same run.
+                    assert_eq!(many.next_run(777), run);
+                }
+                for i in 0..run.count() {
+                    let p = run.get(i).expect("in the run");
+                    assert_eq!(p, one.next_payload(), "size {size}");
+                    one.on_proposed();
+                }
+                if size > 0 {
+                    chunks.insert(
+                        run.data().as_ptr() as usize
+                            - (many.proposed - many.chunk_seq) as usize * size,
+                    );
+                }
+                let n = run.count();
+                drop(run);
+                many.on_proposed_many(n);
+                many.on_acked(n);
+            }
+            assert_eq!(many.proposed, 40_000, "max_values bounds the runs");
+            assert_eq!(many.wants(1), 0);
+            if size == 16 {
+                // 40,000 values of 16 bytes fill 2.4 chunks: the third is the first again.
+                assert_eq!(chunks.len(), 2, "chunks in use");
+            }
+        }
     }
 }

@@ -513,6 +513,26 @@ impl Protocol for Raft {
         Ok(id)
     }
 
+    fn propose_many(
+        &mut self,
+        now: Micros,
+        values: crate::Values<'_>,
+        out: &mut Out,
+    ) -> Result<(ValueId, usize), ProposeError> {
+        if !self.begin(now) {
+            return Err(ProposeError::Busy);
+        }
+        let mut ready = Vec::new();
+        let r = self
+            .batcher
+            .propose_many(self.now, values, &self.limits, &mut ready);
+        for batch in ready {
+            self.dispatch(batch, out);
+        }
+        self.flush(out);
+        r
+    }
+
     fn receive(&mut self, now: Micros, from: NodeId, msg: Message, out: &mut Out) {
         if !self.begin(now) {
             return;

@@ -618,6 +618,25 @@ impl Protocol for SeqPaxos {
         Ok(id)
     }
 
+    fn propose_many(
+        &mut self,
+        now: Micros,
+        values: crate::Values<'_>,
+        out: &mut Out,
+    ) -> Result<(ValueId, usize), ProposeError> {
+        self.begin(now, out);
+        let limits = self.cfg.batch_limits();
+        let mut ready = Vec::new();
+        let r = self
+            .batcher
+            .propose_many(self.now, values, &limits, &mut ready);
+        for b in ready {
+            self.submit(b, out);
+        }
+        self.after_input(out);
+        r
+    }
+
     fn receive(&mut self, now: Micros, from: NodeId, msg: Message, out: &mut Out) {
         self.begin(now, out);
         if from == self.me {

@@ -45,7 +45,7 @@ use super::transport::datagram::{Datagrams, Shape};
 use super::transport::tcp::TcpLinks;
 use super::transport::{InFrame, LinkNotice, Logger, Readiness, TransportConfig, Unicast};
 use abcast_core::storage::StorageError;
-use abcast_core::{Instance, Micros, NodeId, Outbox, ProposeError, Protocol};
+use abcast_core::{Instance, Micros, NodeId, Outbox, ProposeError, Protocol, Values};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -82,6 +82,8 @@ const READS_PER_EVENT: usize = 16;
 const MAX_CONNS: usize = 1024;
 /// Most proposals of the load generator per iteration, so sockets are served in between.
 const LOAD_PER_ITERATION: usize = 4096;
+/// Values the load generator offers in one `propose_many` call.
+const LOAD_RUN_MAX: usize = 512;
 /// Most of one client's values waiting to be decided; more are answered `Busy`.
 const MAX_CLIENT_PENDING_VALUES: usize = 1 << 16;
 /// Longest poll: the loop re-checks its stop condition at least this often.
@@ -535,18 +537,33 @@ impl<P: Protocol> Driver<P> {
                 load.paused = !self.protocol.status().leading;
             }
         }
+        let mut budget = LOAD_PER_ITERATION;
+        // Bounded: each round proposes at least one value of the budget, or stops.
         for _ in 0..LOAD_PER_ITERATION {
             let Some(load) = self.load.as_mut() else {
                 break;
             };
-            if !load.wants_one() || !self.protocol.can_propose() {
+            let want = load.wants(budget.min(LOAD_RUN_MAX));
+            if want == 0 || !self.protocol.can_propose() {
                 break;
             }
-            let payload = load.next_payload();
-            match self.protocol.propose(now, payload, &mut self.outbox) {
-                Ok(id) => {
-                    load.on_proposed();
-                    app.proposed(now, id, true);
+            // One call per run of values (`Protocol::propose_many`), as a client frame of
+            // many values would be: the per-call costs of the protocol's front (its
+            // bookkeeping, outbox checks, flushes) and of this loop are paid per run.
+            let run = load.next_run(want);
+            let r = self
+                .protocol
+                .propose_many(now, Values::Uniform(&run), &mut self.outbox);
+            // The generator reuses a chunk once nothing holds a slice of it.
+            drop(run);
+            match r {
+                Ok((first, taken)) => {
+                    load.on_proposed_many(taken);
+                    app.proposed_run(now, first, taken, true);
+                    if taken == 0 {
+                        break;
+                    }
+                    budget = budget.saturating_sub(taken);
                 }
                 Err(ProposeError::Busy) => {
                     app.busy(now);

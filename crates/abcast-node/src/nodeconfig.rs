@@ -13,7 +13,8 @@
 //! spare = false                     # seqpaxos and raft only: see below
 //! [ring]        # every field optional, defaults from RingConfig; times in ms except batch_linger_us
 //! [transport]   # buffer_size, tcp_nodelay, send_queue_bytes, client_queue_bytes, backoff_ms_min, backoff_ms_max,
-//!               # unicast = "tcp" | "udp" (how messages to one peer travel)
+//!               # unicast = "tcp" | "udp" (how messages to one peer travel),
+//!               # busy_poll_us (spin this long after an event before sleeping; 0 = never)
 //! [storage]     # kind = "memory", dir = "abcast-data"
 //! [[link_faults]]   # optional, repeatable: injected delay/loss on links, for experiments
 //! from = 0          # sending node; omitted = every node
@@ -461,6 +462,7 @@ struct FileTransport {
     backoff_ms_min: Option<u64>,
     backoff_ms_max: Option<u64>,
     unicast: Option<String>,
+    busy_poll_us: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -828,6 +830,9 @@ fn transport_config(t: &FileTransport) -> Result<TransportConfig, NodeConfigErro
     if let Some(v) = t.backoff_ms_max {
         transport.backoff_ms_max = v;
     }
+    if let Some(v) = t.busy_poll_us {
+        transport.busy_poll_us = v;
+    }
     if let Some(v) = &t.unicast {
         transport.unicast = match Unicast::parse(v) {
             Some(u) => u,
@@ -841,6 +846,12 @@ fn transport_config(t: &FileTransport) -> Result<TransportConfig, NodeConfigErro
     }
     if transport.buffer_size > (1 << 30) {
         return invalid("transport.buffer_size", "at most 1 GiB");
+    }
+    if transport.busy_poll_us > 1_000_000 {
+        return invalid(
+            "transport.busy_poll_us",
+            "at most 1000000 (a second of spinning per event is a bug, not a setting)",
+        );
     }
     if transport.send_queue_bytes == 0 {
         return invalid("transport.send_queue_bytes", "must be greater than zero");
@@ -1744,6 +1755,29 @@ rings = [1]
     fn an_unknown_unicast_transport_is_refused() {
         let text = GOOD.replace("unicast = \"udp\"", "unicast = \"sctp\"");
         assert_eq!(field_of(&text, Some(0)), "transport.unicast");
+    }
+
+    #[test]
+    fn busy_polling_is_set_turned_off_or_refused_when_absurd() {
+        let with = |v: &str| {
+            GOOD.replace(
+                "unicast = \"udp\"",
+                &format!("unicast = \"udp\"\nbusy_poll_us = {v}"),
+            )
+        };
+        let on = parse(&with("20"), Some(0), Path::new("/")).expect("20 µs");
+        assert_eq!(on.transport.busy_poll_us, 20);
+        let off = parse(&with("0"), Some(0), Path::new("/")).expect("off");
+        assert_eq!(off.transport.busy_poll_us, 0);
+        let default = parse(GOOD, Some(0), Path::new("/")).expect("default");
+        assert_eq!(
+            default.transport.busy_poll_us,
+            abcast_runtime::transport::BUSY_POLL_US_DEFAULT
+        );
+        assert_eq!(
+            field_of(&with("5000000"), Some(0)),
+            "transport.busy_poll_us"
+        );
     }
 
     #[test]

@@ -242,6 +242,8 @@ pub struct Driver<P: Protocol> {
     items: Vec<Item>,
     stats: TransportStats,
     last_tick_us: Micros,
+    /// When the last poll returned events (busy-polling follows it).
+    last_event_us: Micros,
     next_periodic_us: Micros,
     next_snapshot_us: Micros,
     unknown_logged: HashSet<NodeId>,
@@ -320,6 +322,7 @@ impl<P: Protocol> Driver<P> {
             items: Vec::new(),
             stats: TransportStats::default(),
             last_tick_us,
+            last_event_us: 0,
             unknown_logged: HashSet::new(),
             conn_limit_logged: false,
             faults,
@@ -418,7 +421,24 @@ impl<P: Protocol> Driver<P> {
                 return Ok(());
             }
             let timeout = self.poll_timeout(now);
-            match self.poll.poll(&mut events, Some(timeout)) {
+            // Busy-poll for a while after the last event before sleeping in the kernel: the
+            // answer to what this node just sent usually comes within a round trip, and a
+            // sleeping process pays a wake-up per message (on this 2-core machine about 10
+            // µs a hop; `docs/benchmarks/leader/README.md`). Spinning yields the core to
+            // any other runnable process, and stops `busy_poll_us` after the last event, so
+            // an idle node sleeps as before.
+            let spin_until = self
+                .last_event_us
+                .saturating_add(self.cfg.transport.busy_poll_us);
+            if !timeout.is_zero() && now < spin_until {
+                self.spin_poll(&mut events, spin_until)?;
+            }
+            let polled = if events.is_empty() {
+                self.poll.poll(&mut events, Some(timeout))
+            } else {
+                Ok(())
+            };
+            match polled {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
@@ -429,6 +449,9 @@ impl<P: Protocol> Driver<P> {
                 }
             }
             let now = self.now();
+            if !events.is_empty() {
+                self.last_event_us = now;
+            }
             for t in self.transports() {
                 t.on_iteration();
             }
@@ -458,6 +481,27 @@ impl<P: Protocol> Driver<P> {
             self.fire_timers(now, app);
             self.pump_subscribers();
             self.flush_all(now);
+        }
+    }
+
+    /// Polls without sleeping until an event comes or the clock reaches `until`, yielding
+    /// the core between polls. Bounded by the clock.
+    fn spin_poll(&mut self, events: &mut Events, until: Micros) -> Result<(), DriverError> {
+        loop {
+            match self.poll.poll(events, Some(Duration::ZERO)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(DriverError::Io {
+                        what: "polling",
+                        source: e,
+                    });
+                }
+            }
+            if !events.is_empty() || self.now() >= until {
+                return Ok(());
+            }
+            std::thread::yield_now();
         }
     }
 

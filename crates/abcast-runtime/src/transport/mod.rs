@@ -278,6 +278,11 @@ pub struct TransportConfig {
     pub multicast: Option<MulticastConfig>,
     /// How messages to one peer travel (`unicast = "tcp" | "udp"` under `[transport]`).
     pub unicast: Unicast,
+    /// After an event, the loop polls without sleeping for this long before it sleeps in
+    /// the kernel (0 = never spins). The reply to a message usually comes within a round
+    /// trip: spinning saves the wake-up of each hop, at the cost of up to this much CPU
+    /// per burst of events.
+    pub busy_poll_us: u64,
 }
 
 /// How the protocol's `Outbox::sends` reach a peer.
@@ -303,6 +308,11 @@ impl Unicast {
     }
 }
 
+/// [`TransportConfig::busy_poll_us`] by default: a loopback round trip with its protocol
+/// work fits in it (`bench latency`: one proposal in flight, Sequence Paxos p50 58 µs
+/// without spinning, 35 µs with 30 to 100 µs of it).
+pub const BUSY_POLL_US_DEFAULT: u64 = 50;
+
 impl Default for TransportConfig {
     fn default() -> Self {
         TransportConfig {
@@ -316,6 +326,7 @@ impl Default for TransportConfig {
             link_faults: Vec::new(),
             multicast: None,
             unicast: Unicast::Tcp,
+            busy_poll_us: BUSY_POLL_US_DEFAULT,
         }
     }
 }

@@ -160,6 +160,14 @@ pub trait WireMessage: Sized {
     fn encode(&self, enc: &mut Encoder);
     /// Decodes a body of the given kind. Must reject, never panic on, any byte string.
     fn decode(kind: u8, body: Bytes) -> Result<Self, DecodeError>;
+    /// A control-plane message (an election heartbeat) that may overtake the data messages
+    /// queued to the same peer: the runtime sends it at the next frame boundary, ahead of
+    /// them. Only for messages whose meaning does not depend on their order relative to
+    /// the protocol's other messages (GUIDE: keep the control plane out of the data
+    /// plane's way).
+    fn urgent(&self) -> bool {
+        false
+    }
     /// The protocol instance (group) the message belongs to, carried in the frame header.
     /// A protocol that runs one instance leaves it at 0; a composite that runs several
     /// (Multi-Ring Paxos: one group per ring) tags each message with its ring.

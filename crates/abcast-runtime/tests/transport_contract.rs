@@ -156,6 +156,7 @@ fn frame<'a>(chunks: &'a [Bytes]) -> OutFrame<'a> {
         kind: 7,
         group: 3,
         chunks,
+        urgent: false,
     }
 }
 

@@ -192,7 +192,7 @@ impl<P: Protocol> Driver<P> {
                 }
             }
         }
-        self.route(now, to, kind, group, &chunks);
+        self.route(now, to, kind, group, &chunks, msg.urgent());
     }
 
     /// Offers one encoded message for `to` to the transports in order.
@@ -203,11 +203,13 @@ impl<P: Protocol> Driver<P> {
         kind: u8,
         group: u16,
         chunks: &[Bytes],
+        urgent: bool,
     ) {
         let frame = OutFrame {
             kind,
             group,
             chunks,
+            urgent,
         };
         for t in self.transports() {
             if t.send(now, to, frame) != Sent::Declined {
@@ -236,7 +238,8 @@ impl<P: Protocol> Driver<P> {
             return;
         }
         let to = s.id;
-        self.route(now, to, kind, group, chunks);
+        // A held frame was delayed on purpose: it keeps its place among the data.
+        self.route(now, to, kind, group, chunks, false);
     }
 
     /// Queues `msg` for every peer: one datagram to the group if a transport takes it,
@@ -249,6 +252,7 @@ impl<P: Protocol> Driver<P> {
             kind: msg.kind(),
             group: msg.group().0,
             chunks: &chunks,
+            urgent: msg.urgent(),
         };
         for t in self.transports() {
             if t.multicast(now, frame) != Sent::Declined {

@@ -49,6 +49,9 @@ pub struct OutFrame<'a> {
     pub kind: u8,
     pub group: u16,
     pub chunks: &'a [Bytes],
+    /// A control frame ([`abcast_core::codec::WireMessage::urgent`]): a stream transport
+    /// sends it ahead of the data frames queued to the same peer.
+    pub urgent: bool,
 }
 
 /// What a transport did with a message it was offered.

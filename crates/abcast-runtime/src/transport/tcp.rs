@@ -175,7 +175,12 @@ impl Peer {
     /// Queues one frame, tagging an empty queue with the peer's life as known now.
     fn push_frame(&mut self, frame: OutFrame<'_>) -> Result<(), PushError> {
         self.lives.on_enqueue(self.queue.is_empty());
-        self.queue.push_frame(frame.kind, frame.group, frame.chunks)
+        if frame.urgent {
+            self.queue
+                .push_urgent_frame(frame.kind, frame.group, frame.chunks)
+        } else {
+            self.queue.push_frame(frame.kind, frame.group, frame.chunks)
+        }
     }
 }
 

@@ -65,10 +65,14 @@ pub enum Mutation {
     /// A joint Raft configuration counts only the new voters' majority (seed 001 §2.5.1
     /// asks for both): C_old and C_new can decide apart.
     RaftJointSingleMajority,
+    /// A Raft follower installs the leader's snapshot even when its commit index is past
+    /// the snapshot (a duplicated or late InstallSnapshot), forgetting the committed
+    /// entries after it: Raft §7 keeps them ("retain log entries following it").
+    RaftInstallBelowCommit,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 17] = [
+    pub const ALL: [Mutation; 18] = [
         Mutation::VoteIgnoresEpoch,
         Mutation::AmnesicPromisesCount,
         Mutation::RepairIgnored,
@@ -87,6 +91,7 @@ impl Mutation {
         Mutation::RaftCommitOldTermByCount,
         Mutation::RaftNoSyncBeforeReply,
         Mutation::RaftJointSingleMajority,
+        Mutation::RaftInstallBelowCommit,
     ];
 
     pub fn name(self) -> &'static str {
@@ -110,6 +115,7 @@ impl Mutation {
             Mutation::RaftCommitOldTermByCount => "raft_commit_old_term_by_count",
             Mutation::RaftNoSyncBeforeReply => "raft_no_sync_before_reply",
             Mutation::RaftJointSingleMajority => "raft_joint_single_majority",
+            Mutation::RaftInstallBelowCommit => "raft_install_below_commit",
         }
     }
 }

@@ -105,6 +105,20 @@ impl Proto {
         }
     }
 
+    /// Whether the protocol's nodes take snapshots and compact their logs in `mix`
+    /// (every 100 ms): the ring protocols in `power_loss` (their acceptors trim below a
+    /// quorum of learners' snapshots); Raft in `power_loss` and `crash` (each node compacts
+    /// on its own, Raft §7: restarts start from their snapshots, and a node down long
+    /// enough installs the leader's, `raft/snapshot.rs`).
+    pub fn snapshots_in(self, mix: FaultMix) -> bool {
+        match self {
+            Proto::MultiRing | Proto::MultiRingPaxos => false,
+            Proto::URing | Proto::RingPaxos => mix == FaultMix::PowerLoss,
+            Proto::Raft => matches!(mix, FaultMix::PowerLoss | FaultMix::Crash),
+            Proto::SeqPaxos => false,
+        }
+    }
+
     /// Whether this is a leader-based log of seed 001 (Sequence Paxos, Raft).
     pub fn is_leader_based(self) -> bool {
         matches!(self, Proto::SeqPaxos | Proto::Raft)
@@ -372,11 +386,14 @@ fn adjust(proto: Proto, cfg: &mut SimConfig) {
         cfg.sync_delay_us = Some((50, 2_000));
         // Half the load: durable runs cost more per value, the faults per run are the same.
         cfg.rate_per_s = 500;
-        if !proto.is_multiring() && !proto.is_leader_based() {
-            cfg.snapshot_interval_us = 100_000;
-        }
+    }
+    if proto.snapshots_in(cfg.mix) {
+        cfg.snapshot_interval_us = SNAPSHOT_INTERVAL_US;
     }
 }
+
+/// How often every learner snapshots in the mixes with snapshots ([`Proto::snapshots_in`]).
+pub const SNAPSHOT_INTERVAL_US: Micros = 100_000;
 
 type Store = Box<dyn AcceptorStore + Send>;
 

@@ -373,6 +373,19 @@ fn raft_replying_before_the_write_is_durable_is_caught() {
     );
 }
 
+/// A follower that installs a (late or duplicated) snapshot below its commit index, and
+/// forgets the committed entries after it (Raft §7 keeps them): the application moves
+/// back, which the checkers see as soon as it happens.
+#[test]
+fn raft_installing_a_snapshot_below_the_commit_index_is_caught() {
+    caught(
+        Proto::Raft,
+        Mutation::RaftInstallBelowCommit,
+        FaultMix::Crash,
+        10,
+    );
+}
+
 /// Committing an entry of an earlier term by counting replicas is only unsafe in Raft's
 /// figure 8, where three leaders in a row (the first two deposed before their entries
 /// spread, the first back in a later term) line up with a follower's answer that covers

@@ -52,6 +52,9 @@ pub enum Mutation {
     /// highest ballot every node hears through the one node that reaches everybody, and
     /// nobody replaces it.
     SeqPaxosBleIgnoresQuorumConnectivity,
+    /// A Sequence Paxos node's snapshot compacts its whole log, undecided entries too, and
+    /// takes them as decided (OmniPaxos compacts only up to the decided index).
+    SeqPaxosTrimUndecided,
     // Raft
     /// Raft voters grant votes without the up-to-date check (seed 001 §2.5): a candidate
     /// missing committed entries can win and overwrite them.
@@ -72,7 +75,7 @@ pub enum Mutation {
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 18] = [
+    pub const ALL: [Mutation; 19] = [
         Mutation::VoteIgnoresEpoch,
         Mutation::AmnesicPromisesCount,
         Mutation::RepairIgnored,
@@ -86,6 +89,7 @@ impl Mutation {
         Mutation::SeqPaxosDecideInPrepare,
         Mutation::SeqPaxosExtendAfterStopSign,
         Mutation::SeqPaxosBleIgnoresQuorumConnectivity,
+        Mutation::SeqPaxosTrimUndecided,
         // Raft
         Mutation::RaftVoteWithoutLogCheck,
         Mutation::RaftCommitOldTermByCount,
@@ -111,6 +115,7 @@ impl Mutation {
             Mutation::SeqPaxosBleIgnoresQuorumConnectivity => {
                 "seqpaxos_ble_ignores_quorum_connectivity"
             }
+            Mutation::SeqPaxosTrimUndecided => "seqpaxos_trim_undecided",
             Mutation::RaftVoteWithoutLogCheck => "raft_vote_without_log_check",
             Mutation::RaftCommitOldTermByCount => "raft_commit_old_term_by_count",
             Mutation::RaftNoSyncBeforeReply => "raft_no_sync_before_reply",

@@ -240,9 +240,9 @@ pub struct StorageConfig {
     pub segment_bytes: u64,
     /// A learner writes a snapshot (`<dir>/node-<id>/snapshot`) this often, reports it, and
     /// acceptors trim below what every learner's snapshot covers; 0 = never. Default
-    /// 1000 with durable storage, 0 otherwise. Raft nodes snapshot and compact their own
-    /// log (Raft §7); Sequence Paxos and the peer cores take no snapshots: a value > 0 is
-    /// refused for them, and the default is 0.
+    /// 1000 with durable storage, 0 otherwise. Raft and Sequence Paxos nodes snapshot and
+    /// compact their own log; the peer cores (`omnipaxos`, `raftrs`) take no snapshots: a
+    /// value > 0 is refused for them, and the default is 0.
     pub snapshot_interval_ms: u64,
     /// Durable storage with `sync = true`: fdatasync on a thread of its own while the event
     /// loop goes on (pipelined group commit; default), or in the loop (`false`, for
@@ -556,9 +556,9 @@ pub fn parse(
                  protocol runs one log",
             );
         }
-        // Raft snapshots and compacts its log (Raft §7, `raft/snapshot.rs`); the others
-        // take no snapshot, so their log grows with the run: a setting that would do
-        // nothing is refused.
+        // Raft and Sequence Paxos snapshot and compact their logs (`raft/snapshot.rs`,
+        // `seqpaxos/snapshot.rs`); the peer cores take no snapshot, so their log grows
+        // with the run: a setting that would do nothing is refused.
         let snapshots = leader.as_ref().is_some_and(|l| l.takes_snapshots());
         if !snapshots {
             if file.storage.snapshot_interval_ms.is_some_and(|v| v > 0) {
@@ -566,8 +566,8 @@ pub fn parse(
                 return invalid(
                     "storage.snapshot_interval_ms",
                     format!(
-                        "{name} takes no snapshots (only raft does among the leader-based \
-                         protocols); leave it out or set 0"
+                        "{name} takes no snapshots (among the leader-based protocols only \
+                         raft and seqpaxos do); leave it out or set 0"
                     ),
                 );
             }

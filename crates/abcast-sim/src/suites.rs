@@ -109,13 +109,19 @@ impl Proto {
     /// (every 100 ms): the ring protocols in `power_loss` (their acceptors trim below a
     /// quorum of learners' snapshots); Raft in `power_loss` and `crash` (each node compacts
     /// on its own, Raft §7: restarts start from their snapshots, and a node down long
-    /// enough installs the leader's, `raft/snapshot.rs`).
+    /// enough installs the leader's, `raft/snapshot.rs`); Sequence Paxos in those and in
+    /// `reconfig` (each node compacts its decided prefix; a follower, a leader catching up
+    /// or a new member fetching the final sequence gets a snapshot where the entries it
+    /// needs were compacted, `seqpaxos/snapshot.rs`).
     pub fn snapshots_in(self, mix: FaultMix) -> bool {
         match self {
             Proto::MultiRing | Proto::MultiRingPaxos => false,
             Proto::URing | Proto::RingPaxos => mix == FaultMix::PowerLoss,
             Proto::Raft => matches!(mix, FaultMix::PowerLoss | FaultMix::Crash),
-            Proto::SeqPaxos => false,
+            Proto::SeqPaxos => matches!(
+                mix,
+                FaultMix::PowerLoss | FaultMix::Crash | FaultMix::Reconfig
+            ),
         }
     }
 

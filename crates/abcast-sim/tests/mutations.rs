@@ -351,6 +351,19 @@ fn seqpaxos_ble_ignoring_quorum_connectivity_is_caught_by_the_partial_mix() {
     );
 }
 
+/// A snapshot that compacts undecided entries and takes them as decided (OmniPaxos
+/// compacts only up to the decided index): the node passes over entries that were never
+/// chosen, or are chosen with other values, and its learner misses what everyone delivers.
+#[test]
+fn seqpaxos_compacting_undecided_entries_is_caught() {
+    caught(
+        Proto::SeqPaxos,
+        Mutation::SeqPaxosTrimUndecided,
+        FaultMix::Crash,
+        10,
+    );
+}
+
 // Raft (seed 001 §2.5, §2.5.1): each broken variant removes one rule.
 
 #[test]

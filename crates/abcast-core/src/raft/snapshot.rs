@@ -18,14 +18,14 @@
 //! an install never moves the commit or applied index back; after an install the next
 //! delivery is the entry after the snapshot (`apply`'s strictly increasing deliveries).
 
-use super::membership::{ConfigLog, to_configuration};
+use super::membership::ConfigLog;
 use super::messages::{InstallSnapshot, InstallSnapshotReply};
 use super::{Message, Out, Raft, Role};
 use crate::codec::{Decoder, Encoder};
 use crate::dedup::Dedup;
 use crate::event::Event;
 use crate::mutation::Mutation;
-use crate::protocol::{ConfigChange, ConfigKind, Install, Snapshot};
+use crate::protocol::{Install, Snapshot};
 use crate::replog::{EntryBody, Membership};
 use crate::storage::LogSnapshot;
 use crate::types::{Ballot, NodeId};
@@ -516,7 +516,9 @@ impl Raft {
             );
         }
         self.applied = snap.upto;
-        let config_changed = st.config.0 != self.applied_config.0;
+        // A configuration committed inside the snapshot is not reported on its own (it took
+        // effect at an index the snapshot covers, which no position among this outbox's
+        // deliveries can name); the installed state is after it, and `status()` names it.
         self.applied_config = st.config;
         self.dedup = st.dedup;
         // This node's batches the snapshot decided are acknowledged now.
@@ -528,13 +530,6 @@ impl Raft {
             }
         }
         let position = out.deliveries.len();
-        if config_changed {
-            out.config_changes.push(ConfigChange {
-                kind: ConfigKind::Regular,
-                config: to_configuration(&self.applied_config.1),
-                position,
-            });
-        }
         out.events.push(Event::SnapshotInstalled {
             upto: snap.upto,
             app_bytes: snap.app.len(),

@@ -44,7 +44,12 @@
 //!   whole sequence of a leader whose prepare did not count it. Until then its promises do
 //!   not count and it is no candidate for leadership.
 //! - **Deliveries restart at the log's start.** The application of a restarted node is new,
-//!   so its learner delivers the decided entries again from the first one it holds.
+//!   so its learner delivers the decided entries again from the first one it holds (or,
+//!   after a snapshot, from the entry after it).
+//! - **Snapshots and compaction** (`snapshot.rs`; not in the thesis, OmniPaxos' rules): a
+//!   node compacts its decided, delivered prefix into a snapshot; wherever it would send
+//!   decided entries it compacted, it offers the snapshot instead and the receiver pulls
+//!   it in chunks, installs it (keeping every accepted entry after it) and goes on.
 //!
 //! **Reconfiguration** (`reconfig.rs`; each rule with its seed section):
 //! - *Stop-sign* (§2.4.3, appendix B `STOPPED()`): `reconfigure` at the leader of `c_i`

@@ -434,14 +434,11 @@ impl SeqPaxos {
             upto: snap.upto,
             app_bytes: snap.app.len(),
         });
+        // A configuration change the snapshot covers is not reported on its own: it took
+        // effect after the stop-sign, inside the snapshot, where no position among this
+        // outbox's deliveries can say so; the installed state is after it, and `status()`
+        // names the configuration.
         let position = out.deliveries.len();
-        if st.config.id > self.cfg.config_id {
-            out.config_changes.push(crate::protocol::ConfigChange {
-                kind: crate::protocol::ConfigKind::Regular,
-                config: st.config.clone(),
-                position,
-            });
-        }
         self.snap_server.set_latest(&snap);
         out.installs.push(Install {
             snapshot: snap,

@@ -376,13 +376,15 @@ fn raft_voting_for_a_candidate_whose_log_is_behind_is_caught() {
     );
 }
 
+/// First caught at seed 57 since Raft snapshots in power_loss (at seed 0 before: a
+/// restart from a snapshot re-reads less of the log the mutation left unsynced).
 #[test]
 fn raft_replying_before_the_write_is_durable_is_caught() {
     caught(
         Proto::Raft,
         Mutation::RaftNoSyncBeforeReply,
         FaultMix::PowerLoss,
-        10,
+        180,
     );
 }
 

@@ -174,6 +174,18 @@ impl Batcher {
         self.values_in_flight() < l.window_values && self.bytes_total() < l.window_bytes
     }
 
+    /// The keys of the batches in flight (sent, not yet decided), oldest first: a learner
+    /// that installs a snapshot acknowledges those the snapshot decided.
+    pub fn in_flight_keys(&self) -> Vec<BatchKey> {
+        self.in_flight
+            .keys()
+            .map(|&first_seq| BatchKey {
+                origin: self.me,
+                first_seq,
+            })
+            .collect()
+    }
+
     /// The decision of a batch key, learned at `now`: acknowledges it if it is ours and
     /// still in flight.
     pub fn on_decided(&mut self, key: BatchKey, now: Micros) -> Option<Ack> {

@@ -14,7 +14,7 @@ use std::collections::{HashMap, VecDeque};
 /// few resend periods of the first, far fewer batches than this.
 pub const DEDUP_BATCHES_PER_ORIGIN: usize = 1 << 16;
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Dedup {
     /// Per origin: first_seq -> the instance it was first delivered in.
     per_origin: HashMap<NodeId, (HashMap<u64, Instance>, VecDeque<u64>)>,

@@ -52,6 +52,9 @@ pub enum Mutation {
     /// highest ballot every node hears through the one node that reaches everybody, and
     /// nobody replaces it.
     SeqPaxosBleIgnoresQuorumConnectivity,
+    /// A Sequence Paxos node's snapshot compacts its whole log, undecided entries too, and
+    /// takes them as decided (OmniPaxos compacts only up to the decided index).
+    SeqPaxosTrimUndecided,
     // Raft
     /// Raft voters grant votes without the up-to-date check (seed 001 §2.5): a candidate
     /// missing committed entries can win and overwrite them.
@@ -65,10 +68,14 @@ pub enum Mutation {
     /// A joint Raft configuration counts only the new voters' majority (seed 001 §2.5.1
     /// asks for both): C_old and C_new can decide apart.
     RaftJointSingleMajority,
+    /// A Raft follower installs the leader's snapshot even when its commit index is past
+    /// the snapshot (a duplicated or late InstallSnapshot), forgetting the committed
+    /// entries after it: Raft §7 keeps them ("retain log entries following it").
+    RaftInstallBelowCommit,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 17] = [
+    pub const ALL: [Mutation; 19] = [
         Mutation::VoteIgnoresEpoch,
         Mutation::AmnesicPromisesCount,
         Mutation::RepairIgnored,
@@ -82,11 +89,13 @@ impl Mutation {
         Mutation::SeqPaxosDecideInPrepare,
         Mutation::SeqPaxosExtendAfterStopSign,
         Mutation::SeqPaxosBleIgnoresQuorumConnectivity,
+        Mutation::SeqPaxosTrimUndecided,
         // Raft
         Mutation::RaftVoteWithoutLogCheck,
         Mutation::RaftCommitOldTermByCount,
         Mutation::RaftNoSyncBeforeReply,
         Mutation::RaftJointSingleMajority,
+        Mutation::RaftInstallBelowCommit,
     ];
 
     pub fn name(self) -> &'static str {
@@ -106,10 +115,12 @@ impl Mutation {
             Mutation::SeqPaxosBleIgnoresQuorumConnectivity => {
                 "seqpaxos_ble_ignores_quorum_connectivity"
             }
+            Mutation::SeqPaxosTrimUndecided => "seqpaxos_trim_undecided",
             Mutation::RaftVoteWithoutLogCheck => "raft_vote_without_log_check",
             Mutation::RaftCommitOldTermByCount => "raft_commit_old_term_by_count",
             Mutation::RaftNoSyncBeforeReply => "raft_no_sync_before_reply",
             Mutation::RaftJointSingleMajority => "raft_joint_single_majority",
+            Mutation::RaftInstallBelowCommit => "raft_install_below_commit",
         }
     }
 }

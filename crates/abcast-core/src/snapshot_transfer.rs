@@ -148,6 +148,19 @@ impl SnapshotServer {
     /// Answers one fetch. Never panics on a fetch that makes no sense (an offset past the
     /// end, a snapshot long gone): it answers "none", and the learner starts over.
     pub fn serve(&mut self, now: Micros, f: &SnapshotFetch) -> SnapshotChunk {
+        self.serve_in_chunks_of(now, f, CHUNK_BYTES)
+    }
+
+    /// [`SnapshotServer::serve`] with chunks of at most `chunk_bytes` (at least 1, at most
+    /// [`CHUNK_BYTES`]): for a protocol whose messages must stay below a bound of its own
+    /// (Sequence Paxos' `max_message_bytes`).
+    pub fn serve_in_chunks_of(
+        &mut self,
+        now: Micros,
+        f: &SnapshotFetch,
+        chunk_bytes: usize,
+    ) -> SnapshotChunk {
+        let chunk_bytes = chunk_bytes.clamp(1, CHUNK_BYTES);
         self.pins
             .retain(|p| now.saturating_sub(p.last_read_us) < PIN_IDLE_US);
         let none = SnapshotChunk {
@@ -190,7 +203,7 @@ impl SnapshotServer {
             return none;
         }
         let start = f.offset as usize;
-        let end = (start + CHUNK_BYTES).min(pin.bytes.len());
+        let end = (start + chunk_bytes).min(pin.bytes.len());
         self.chunks_served += 1;
         SnapshotChunk {
             upto: want,

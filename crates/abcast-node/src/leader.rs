@@ -85,6 +85,13 @@ impl LeaderProtocol {
         }
     }
 
+    /// Whether the protocol takes snapshots and compacts its log (`Protocol::take_snapshot`),
+    /// so `storage.snapshot_interval_ms > 0` means something: Raft (Raft §7) and Sequence
+    /// Paxos (`seqpaxos/snapshot.rs`). The peer cores keep their whole log.
+    pub fn takes_snapshots(&self) -> bool {
+        matches!(self, LeaderProtocol::Raft(_) | LeaderProtocol::SeqPaxos(_))
+    }
+
     /// The proposer's batching and window.
     pub fn batch_limits(&self) -> BatchLimits {
         match self {
@@ -799,10 +806,23 @@ addr = "127.0.0.1:7402"
             field("protocol = \"raft\"\n[ring]\nwindow_values = 0\n"),
             "ring.window_values"
         );
-        assert_eq!(
-            field("protocol = \"raft\"\n[storage]\nsnapshot_interval_ms = 1000\n"),
-            "storage.snapshot_interval_ms"
-        );
+        // Raft and Sequence Paxos snapshot; the peer cores do not, and say so.
+        for p in ["raft", "seqpaxos"] {
+            let c = load(&format!(
+                "protocol = \"{p}\"\n[storage]\nsnapshot_interval_ms = 1000\n"
+            ))
+            .unwrap();
+            assert_eq!(c.storage.snapshot_interval_ms, 1000, "{p}");
+        }
+        for p in ["omnipaxos", "raftrs"] {
+            assert_eq!(
+                field(&format!(
+                    "protocol = \"{p}\"\n[storage]\nsnapshot_interval_ms = 1000\n"
+                )),
+                "storage.snapshot_interval_ms",
+                "{p}"
+            );
+        }
         assert_eq!(
             field("protocol = \"raft\"\n[multicast]\ngroup = \"239.1.1.1:3000\"\n"),
             "multicast"

@@ -241,7 +241,9 @@ pub struct StorageConfig {
     pub segment_bytes: u64,
     /// A learner writes a snapshot (`<dir>/node-<id>/snapshot`) this often, reports it, and
     /// acceptors trim below what every learner's snapshot covers; 0 = never. Default
-    /// 1000 with durable storage, 0 otherwise.
+    /// 1000 with durable storage, 0 otherwise. Raft and Sequence Paxos nodes snapshot and
+    /// compact their own log; the peer cores (`omnipaxos`, `raftrs`) take no snapshots: a
+    /// value > 0 is refused for them, and the default is 0.
     pub snapshot_interval_ms: u64,
     /// Durable storage with `sync = true`: fdatasync on a thread of its own while the event
     /// loop goes on (pipelined group commit; default), or in the loop (`false`, for
@@ -556,15 +558,23 @@ pub fn parse(
                  protocol runs one log",
             );
         }
-        // Snapshots and trimming of the leader-based log are not built yet: no snapshot is
-        // taken, so the log grows with the run (issue 17's note).
-        if file.storage.snapshot_interval_ms.is_some_and(|v| v > 0) {
-            return invalid(
-                "storage.snapshot_interval_ms",
-                "the leader-based protocols take no snapshots yet; leave it out or set 0",
-            );
+        // Raft and Sequence Paxos snapshot and compact their logs (`raft/snapshot.rs`,
+        // `seqpaxos/snapshot.rs`); the peer cores take no snapshot, so their log grows
+        // with the run: a setting that would do nothing is refused.
+        let snapshots = leader.as_ref().is_some_and(|l| l.takes_snapshots());
+        if !snapshots {
+            if file.storage.snapshot_interval_ms.is_some_and(|v| v > 0) {
+                let name = leader.as_ref().map_or("this protocol", |l| l.name());
+                return invalid(
+                    "storage.snapshot_interval_ms",
+                    format!(
+                        "{name} takes no snapshots (among the leader-based protocols only \
+                         raft and seqpaxos do); leave it out or set 0"
+                    ),
+                );
+            }
+            storage.snapshot_interval_ms = 0;
         }
-        storage.snapshot_interval_ms = 0;
     }
 
     // With snapshots the coordinator trims acceptors below them, and a learner behind the

@@ -944,6 +944,19 @@ impl Checker {
         if !self.learners.contains_key(&me) {
             self.start(node, incarnation, false);
         }
+        // The snapshot carries the configurations its instances changed to (a leader-based
+        // log's stop-sign or joint configuration inside it): the learner's next report may
+        // be of a later one than its last (still at the same place as everyone's).
+        self.last_config.remove(&me);
+        // The learner's position is the last instance with values the snapshot covers (a
+        // snapshot may end on instances that delivered nothing, a leader-based log's no-op
+        // or configuration entry; learners that delivered up to it stand at that same
+        // instance, and configuration changes are placed after it).
+        let last_value = self
+            .decided
+            .range((GroupId(0), 0)..=(GroupId(0), upto))
+            .next_back()
+            .map_or(0, |(&(_, i), _)| i);
         let Some(c) = self
             .learners
             .get_mut(&me)
@@ -957,7 +970,7 @@ impl Checker {
                 c.last
             )));
         }
-        c.last = upto;
+        c.last = c.last.max(last_value);
         if c.floor.is_none() {
             c.floor = Some(upto);
         }
@@ -1025,7 +1038,10 @@ impl Checker {
         };
         l.groups.iter().find_map(|(&g, c)| {
             let max = self.max_decided_in(g);
-            (c.subscribed && !c.idle_since_subscribe && c.last != max).then_some((g, c.last, max))
+            // Past the highest delivered instance is not behind: a snapshot taken or
+            // installed may end on instances that delivered nothing (a leader's no-op, a
+            // configuration entry of the leader-based logs).
+            (c.subscribed && !c.idle_since_subscribe && c.last < max).then_some((g, c.last, max))
         })
     }
 

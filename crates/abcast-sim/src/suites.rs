@@ -7,9 +7,9 @@
 //!
 //! | mix | store | cluster |
 //! | --- | --- | --- |
-//! | none, loss, partition, crash, late_join, pause | in memory (a restart is amnesic) | U-Ring 3 nodes; Ring Paxos 3 acceptors + 3 learners; Multi-Ring 2 rings over 3 acceptors + 2 learners |
+//! | none, loss, partition, crash, late_join, pause | in memory (a restart is amnesic); in crash (and reconfig) Sequence Paxos and Raft nodes snapshot and compact every 100 ms ([`Proto::snapshots_in`]) | U-Ring 3 nodes; Ring Paxos 3 acceptors + 3 learners; Multi-Ring 2 rings over 3 acceptors + 2 learners |
 //! | mixed | in memory | U-Ring 5 nodes (so a crash can strike while another acceptor is amnesic); the others as above |
-//! | power_loss | durable log with fdatasync on the simulator's disks, machine crashes, the pipelined group commit; U-Ring and Ring Paxos learners snapshot every 100 ms (so acceptors trim) | as above |
+//! | power_loss | durable log with fdatasync on the simulator's disks, machine crashes, the pipelined group commit; U-Ring and Ring Paxos learners snapshot every 100 ms (so acceptors trim), Sequence Paxos and Raft nodes too (each compacts its own log) | as above |
 //! | learner_skip | in memory, windows of 128 instances, no snapshots | as above |
 //! | partial | in memory | Sequence Paxos and Raft 5 nodes (the partial-connectivity shapes need five); the others as above; a 2.5 s fault phase |
 //!
@@ -102,6 +102,29 @@ impl Proto {
         match self {
             Proto::MultiRingPaxos => "multiring_ringpaxos",
             p => p.name(),
+        }
+    }
+
+    /// Whether the protocol's nodes take snapshots and compact their logs in `mix`
+    /// (every 100 ms): the ring protocols in `power_loss` (their acceptors trim below a
+    /// quorum of learners' snapshots); Raft in `power_loss`, `crash` and `reconfig` (each
+    /// node compacts on its own, Raft §7: restarts start from their snapshots, and a node
+    /// down long enough, or a new member, installs the leader's, `raft/snapshot.rs`);
+    /// Sequence Paxos in the same three (each node compacts its decided prefix; a
+    /// follower, a leader catching up or a new member fetching the final sequence gets a
+    /// snapshot where the entries it needs were compacted, `seqpaxos/snapshot.rs`).
+    pub fn snapshots_in(self, mix: FaultMix) -> bool {
+        match self {
+            Proto::MultiRing | Proto::MultiRingPaxos => false,
+            Proto::URing | Proto::RingPaxos => mix == FaultMix::PowerLoss,
+            Proto::Raft => matches!(
+                mix,
+                FaultMix::PowerLoss | FaultMix::Crash | FaultMix::Reconfig
+            ),
+            Proto::SeqPaxos => matches!(
+                mix,
+                FaultMix::PowerLoss | FaultMix::Crash | FaultMix::Reconfig
+            ),
         }
     }
 
@@ -372,11 +395,14 @@ fn adjust(proto: Proto, cfg: &mut SimConfig) {
         cfg.sync_delay_us = Some((50, 2_000));
         // Half the load: durable runs cost more per value, the faults per run are the same.
         cfg.rate_per_s = 500;
-        if !proto.is_multiring() && !proto.is_leader_based() {
-            cfg.snapshot_interval_us = 100_000;
-        }
+    }
+    if proto.snapshots_in(cfg.mix) {
+        cfg.snapshot_interval_us = SNAPSHOT_INTERVAL_US;
     }
 }
+
+/// How often every learner snapshots in the mixes with snapshots ([`Proto::snapshots_in`]).
+pub const SNAPSHOT_INTERVAL_US: Micros = 100_000;
 
 type Store = Box<dyn AcceptorStore + Send>;
 

@@ -38,15 +38,17 @@ pub struct ConfigLog {
 }
 
 impl ConfigLog {
-    /// C_0, then the membership entries of the log held in `store`.
+    /// The configuration in effect before the log held in `store` (C_0 at index 0, or a
+    /// snapshot's at the index of the entry that carried it), then the membership entries
+    /// of that log.
     pub(crate) fn recover(
-        base: Membership,
+        base: (u64, Membership),
         store: &dyn LogStore,
         chunk_bytes: usize,
         commit: u64,
     ) -> Result<ConfigLog, StorageError> {
         let mut log = ConfigLog {
-            entries: vec![(0, base)],
+            entries: vec![base],
         };
         let mut next = store.first_index();
         let last = store.last_index();

@@ -7,6 +7,7 @@
 //! | `Heartbeat` / `HeartbeatReply` | leader ↔ every member | §2.5 heartbeats; the commit index; `ctx`: a read-index round (thesis §6.4) |
 //! | `TimeoutNow` | leader → transfer target | leadership transfer (thesis §3.10) |
 //! | `Forward` | any proposer → leader | a batch proposed at a follower |
+//! | `InstallSnapshot` / `InstallSnapshotReply` | leader ↔ a follower behind its compacted prefix | Raft §7 (extended paper, fig. 13; thesis ch. 5): the snapshot in chunks of at most `max_append_bytes`, one out at a time, the reply naming the next offset |
 //!
 //! Terms are `u32` (the `round` of a [`Ballot`]). An entry travels as `ballot | len u32 |
 //! payload`; its index is implied (`prev_index + 1 + k`). Decoding refuses, never panics
@@ -17,8 +18,9 @@
 use crate::codec::{Decoder, Encoder, WireMessage};
 use crate::error::DecodeError;
 use crate::replog::EntryBody;
+use crate::snapshot_transfer::MAX_SNAPSHOT_BYTES;
 use crate::storage::Entry;
-use crate::types::{Batch, NodeId};
+use crate::types::{Ballot, Batch, NodeId};
 use crate::wire::{BALLOT_BYTES, get_ballot, get_batch, get_bool, put_ballot, put_batch};
 
 /// Entries one AppendEntries may carry, at most.
@@ -112,6 +114,39 @@ pub struct Forward {
     pub batch: Batch,
 }
 
+/// One chunk of the leader's snapshot (Raft §7, fig. 13): `data` is the bytes
+/// `offset .. offset + data.len()` of the snapshot's encoding ([`crate::Snapshot::encode`],
+/// checksummed), `total_bytes` long; the last chunk ends at `total_bytes` ("done").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InstallSnapshot {
+    pub term: u32,
+    pub leader: NodeId,
+    /// `lastIncludedIndex`: the snapshot replaces every entry up to here.
+    pub last_index: u64,
+    /// The ballot of that entry (its `round` is `lastIncludedTerm`; the whole ballot, so
+    /// the follower's log store can tell whether it holds the same entry).
+    pub last_ballot: Ballot,
+    pub offset: u64,
+    pub total_bytes: u64,
+    pub data: bytes::Bytes,
+    /// The leader's message number in its term (see [`Heartbeat::seq`]).
+    pub seq: u64,
+}
+
+/// The follower's answer to a chunk: how much of snapshot `last_index` it holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InstallSnapshotReply {
+    pub term: u32,
+    pub last_index: u64,
+    /// The next byte it wants (the leader goes on from there); meaningless when `done`.
+    pub next_offset: u64,
+    /// The snapshot is installed (or the follower's commit index already covered it): its
+    /// log matches the leader's up to `last_index`.
+    pub done: bool,
+    pub incarnation: u32,
+    pub amnesic: bool,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Message {
     RequestVote(RequestVote),
@@ -122,6 +157,8 @@ pub enum Message {
     HeartbeatReply(HeartbeatReply),
     TimeoutNow(TimeoutNow),
     Forward(Forward),
+    InstallSnapshot(InstallSnapshot),
+    InstallSnapshotReply(InstallSnapshotReply),
 }
 
 const K_REQUEST_VOTE: u8 = 1;
@@ -132,6 +169,8 @@ const K_HEARTBEAT: u8 = 5;
 const K_HEARTBEAT_REPLY: u8 = 6;
 const K_TIMEOUT_NOW: u8 = 7;
 const K_FORWARD: u8 = 8;
+const K_INSTALL_SNAPSHOT: u8 = 9;
+const K_INSTALL_SNAPSHOT_REPLY: u8 = 10;
 
 fn put_bool(e: &mut Encoder, b: bool) {
     e.put_u8(u8::from(b));
@@ -152,6 +191,8 @@ impl WireMessage for Message {
             Message::HeartbeatReply(_) => K_HEARTBEAT_REPLY,
             Message::TimeoutNow(_) => K_TIMEOUT_NOW,
             Message::Forward(_) => K_FORWARD,
+            Message::InstallSnapshot(_) => K_INSTALL_SNAPSHOT,
+            Message::InstallSnapshotReply(_) => K_INSTALL_SNAPSHOT_REPLY,
         }
     }
 
@@ -211,6 +252,25 @@ impl WireMessage for Message {
                 e.put_u32(m.leader.0);
             }
             Message::Forward(m) => put_batch(e, &m.batch),
+            Message::InstallSnapshot(m) => {
+                e.put_u32(m.term);
+                e.put_u32(m.leader.0);
+                e.put_u64(m.last_index);
+                put_ballot(e, m.last_ballot);
+                e.put_u64(m.offset);
+                e.put_u64(m.total_bytes);
+                e.put_u64(m.seq);
+                e.put_u32(m.data.len() as u32);
+                e.put_bytes(&m.data);
+            }
+            Message::InstallSnapshotReply(m) => {
+                e.put_u32(m.term);
+                e.put_u64(m.last_index);
+                e.put_u64(m.next_offset);
+                put_bool(e, m.done);
+                e.put_u32(m.incarnation);
+                put_bool(e, m.amnesic);
+            }
         }
     }
 
@@ -260,11 +320,75 @@ impl WireMessage for Message {
             K_FORWARD => Message::Forward(Forward {
                 batch: get_batch(&mut d)?,
             }),
+            K_INSTALL_SNAPSHOT => Message::InstallSnapshot(get_install_snapshot(&mut d)?),
+            K_INSTALL_SNAPSHOT_REPLY => Message::InstallSnapshotReply(InstallSnapshotReply {
+                term: d.u32("install_reply.term")?,
+                last_index: d.u64("install_reply.last_index")?,
+                next_offset: d.u64("install_reply.next_offset")?,
+                done: get_bool(&mut d, "install_reply.done")?,
+                incarnation: d.u32("install_reply.incarnation")?,
+                amnesic: get_bool(&mut d, "install_reply.amnesic")?,
+            }),
             k => return Err(DecodeError::UnknownKind(k)),
         };
         d.finish()?;
         Ok(m)
     }
+}
+
+/// Refuses a chunk that cannot be part of a snapshot: an empty snapshot (index 0, or no
+/// bytes), a last entry newer than the leader, a snapshot larger than a follower accepts
+/// ([`MAX_SNAPSHOT_BYTES`]), a chunk that runs past the end or is empty before it.
+fn get_install_snapshot(d: &mut Decoder) -> Result<InstallSnapshot, DecodeError> {
+    let term = d.u32("install.term")?;
+    let leader = NodeId(d.u32("install.leader")?);
+    let last_index = d.u64("install.last_index")?;
+    let last_ballot = get_ballot(d)?;
+    let offset = d.u64("install.offset")?;
+    let total_bytes = d.u64("install.total_bytes")?;
+    let seq = d.u64("install.seq")?;
+    let len = d.u32("install.data.len")? as u64;
+    if last_index == 0 {
+        return Err(invalid(
+            "install.last_index",
+            "0: a snapshot covers at least entry 1".into(),
+        ));
+    }
+    if last_ballot.round > term {
+        return Err(invalid(
+            "install.last_ballot",
+            format!(
+                "term {} is past the message's term {term}",
+                last_ballot.round
+            ),
+        ));
+    }
+    if total_bytes == 0 || total_bytes > MAX_SNAPSHOT_BYTES {
+        return Err(invalid(
+            "install.total_bytes",
+            format!("{total_bytes} bytes (a snapshot has 1 to {MAX_SNAPSHOT_BYTES})"),
+        ));
+    }
+    match offset.checked_add(len) {
+        Some(end) if end <= total_bytes && (len > 0 || offset == total_bytes) => {}
+        _ => {
+            return Err(invalid(
+                "install.offset",
+                format!("{offset} + {len} bytes does not fit a snapshot of {total_bytes}"),
+            ));
+        }
+    }
+    let data = d.bytes(len as usize, "install.data")?;
+    Ok(InstallSnapshot {
+        term,
+        leader,
+        last_index,
+        last_ballot,
+        offset,
+        total_bytes,
+        data,
+        seq,
+    })
 }
 
 fn get_append_entries(d: &mut Decoder) -> Result<AppendEntries, DecodeError> {
@@ -398,6 +522,24 @@ mod tests {
                 leader: NodeId(1),
             }),
             Message::Forward(Forward { batch }),
+            Message::InstallSnapshot(InstallSnapshot {
+                term: 5,
+                leader: NodeId(1),
+                last_index: 40,
+                last_ballot: b(4),
+                offset: 10,
+                total_bytes: 30,
+                data: Bytes::from(vec![7u8; 20]),
+                seq: 33,
+            }),
+            Message::InstallSnapshotReply(InstallSnapshotReply {
+                term: 5,
+                last_index: 40,
+                next_offset: 30,
+                done: true,
+                incarnation: 2,
+                amnesic: false,
+            }),
         ]
     }
 
@@ -439,7 +581,7 @@ mod tests {
             Err(DecodeError::UnknownKind(0))
         );
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        for kind in 0..=9u8 {
+        for kind in 0..=11u8 {
             for len in 0..300usize {
                 let v: Vec<u8> = (0..len)
                     .map(|_| {
@@ -498,6 +640,83 @@ mod tests {
             seq: 1,
         });
         assert!(decode(bad_payload).is_err(), "not an entry body");
+    }
+
+    #[test]
+    fn install_snapshot_chunks_that_cannot_be_part_of_a_snapshot_are_refused() {
+        let ok = InstallSnapshot {
+            term: 5,
+            leader: NodeId(1),
+            last_index: 40,
+            last_ballot: Ballot::new(4, NodeId(1), 0),
+            offset: 0,
+            total_bytes: 8,
+            data: Bytes::from(vec![1u8; 8]),
+            seq: 1,
+        };
+        let decode = |m: InstallSnapshot| {
+            let m = Message::InstallSnapshot(m);
+            Message::decode(m.kind(), body(&m))
+        };
+        assert!(decode(ok.clone()).is_ok());
+        let bad = [
+            (
+                "index 0",
+                InstallSnapshot {
+                    last_index: 0,
+                    ..ok.clone()
+                },
+            ),
+            (
+                "last term past the leader's",
+                InstallSnapshot {
+                    last_ballot: Ballot::new(6, NodeId(1), 0),
+                    ..ok.clone()
+                },
+            ),
+            (
+                "no bytes",
+                InstallSnapshot {
+                    total_bytes: 0,
+                    data: Bytes::new(),
+                    ..ok.clone()
+                },
+            ),
+            (
+                "larger than a follower takes",
+                InstallSnapshot {
+                    total_bytes: MAX_SNAPSHOT_BYTES + 1,
+                    ..ok.clone()
+                },
+            ),
+            (
+                "runs past the end",
+                InstallSnapshot {
+                    offset: 1,
+                    ..ok.clone()
+                },
+            ),
+            (
+                "empty before the end",
+                InstallSnapshot {
+                    data: Bytes::new(),
+                    ..ok.clone()
+                },
+            ),
+            (
+                "offset overflows",
+                InstallSnapshot {
+                    offset: u64::MAX,
+                    ..ok.clone()
+                },
+            ),
+        ];
+        for (why, m) in bad {
+            assert!(
+                matches!(decode(m), Err(DecodeError::Invalid { .. })),
+                "{why}"
+            );
+        }
     }
 
     #[test]

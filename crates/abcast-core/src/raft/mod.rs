@@ -24,6 +24,7 @@
 //! | new members catch up as learners first | 001 §2.5.1 ("not counting them in majorities") | `membership.rs`: `advance_change` |
 //! | a leader not in C_new steps down once C_new is committed | 001 §2.5.1 | `membership.rs`: `step_down_if_removed` |
 //! | read index, lease reads | thesis §6.4, §6.4.1 | `read.rs` |
+//! | snapshots, compaction, InstallSnapshot in chunks | Raft §7, fig. 13 | `snapshot.rs` |
 //!
 //! Contract of the leader-based families (shared with Sequence Paxos): `propose` works on
 //! every node (batches go to the leader as `Forward`, wait in the batcher while no leader is
@@ -49,8 +50,8 @@
 //! is known to hold, and the read-index round) rather than empty AppendEntries, so a
 //! heartbeat is never refused for a gap the pipeline opened; a leader that commits its
 //! removal hands over with `TimeoutNow` to the most up-to-date voter before it steps down,
-//! shortening the leaderless time §2.5.1 describes; snapshots (`InstallSnapshot`) are not
-//! done yet: the log is never compacted.
+//! shortening the leaderless time §2.5.1 describes. Snapshots, compaction and
+//! `InstallSnapshot` follow Raft §7 (the extended paper; the seed has none): `snapshot.rs`.
 
 pub mod config;
 pub mod election;
@@ -58,6 +59,7 @@ pub mod membership;
 pub mod messages;
 pub mod read;
 pub mod replication;
+pub mod snapshot;
 #[cfg(test)]
 mod tests;
 
@@ -71,7 +73,8 @@ use crate::config::{ConfigError, Configuration, StartInfo};
 use crate::dedup::Dedup;
 use crate::event::Event;
 use crate::protocol::{
-    ConfigChange, ConfigKind, Delivery, Outbox, Protocol, ReconfigureError, Status,
+    ConfigChange, ConfigKind, Delivery, Install, Outbox, Protocol, ReconfigureError, Snapshot,
+    Status,
 };
 use crate::replog::{EntryBody, Membership};
 use crate::storage::{LogStore, StorageError, SyncJob};
@@ -134,6 +137,17 @@ pub struct Raft {
 
     /// Every entry up to here was applied (delivered when it held values).
     pub(crate) applied: u64,
+    /// The membership in effect at `applied` and the index of its entry (0: C_0): what a
+    /// snapshot up to `applied` records (Raft §7).
+    pub(crate) applied_config: (u64, Membership),
+    /// The log store's snapshot, for the application on the first outbox: a restart whose
+    /// driver restored an older snapshot, or none.
+    pub(crate) pending_install: Option<Snapshot>,
+    /// A snapshot was written to the store outside an input (`take_snapshot`): the next
+    /// outbox syncs it, so the compaction reaches the disk even on an idle node.
+    pub(crate) snapshot_unsynced: bool,
+    /// A snapshot arriving from the leader in chunks.
+    pub(crate) install_buf: Option<snapshot::InstallBuffer>,
     pub(crate) dedup: Dedup,
     pub(crate) batcher: Batcher,
     /// The leader the batcher last sent to: a different one makes it re-send everything.
@@ -161,12 +175,39 @@ impl Raft {
             outgoing: Vec::new(),
             learners: cfg.learners.clone(),
         };
-        let configs = ConfigLog::recover(base, store.as_ref(), cfg.max_append_bytes, commit)
-            .map_err(|e| ConfigError {
-                field: "store",
-                reason: format!("the log's configurations could not be read: {e}"),
-            })?;
-        let applied = store.first_index().saturating_sub(1);
+        let store_error = |reason: String| ConfigError {
+            field: "store",
+            reason,
+        };
+        // A compacted log starts after its snapshot (Raft §7): the configuration and the
+        // de-duplication memory there come from it, the application's state too (on the
+        // first outbox, unless `restore_snapshot` hands it a snapshot as recent).
+        let compacted = store.first_index().saturating_sub(1);
+        let (base, dedup, pending_install) = match store.snapshot() {
+            Some(ls) => {
+                let (snap, st) = snapshot::read_store_snapshot(ls).map_err(store_error)?;
+                if ls.index != compacted {
+                    return Err(store_error(format!(
+                        "the log store's snapshot ends at entry {}, its log starts at {}",
+                        ls.index,
+                        compacted + 1
+                    )));
+                }
+                (st.config, st.dedup, Some(snap))
+            }
+            None if compacted > 0 => {
+                return Err(store_error(format!(
+                    "the log store was compacted up to entry {compacted} without a snapshot"
+                )));
+            }
+            None => ((0, base), Dedup::default(), None),
+        };
+        let configs =
+            ConfigLog::recover(base.clone(), store.as_ref(), cfg.max_append_bytes, commit)
+                .map_err(|e| {
+                    store_error(format!("the log's configurations could not be read: {e}"))
+                })?;
+        let applied = compacted;
         let rng = timer_seed(cfg.seed, me, incarnation);
         Ok(Raft {
             limits: cfg.batch_limits(),
@@ -187,7 +228,11 @@ impl Raft {
             configs,
             lead: None,
             applied,
-            dedup: Dedup::default(),
+            applied_config: base,
+            pending_install,
+            snapshot_unsynced: false,
+            install_buf: None,
+            dedup,
             batcher: Batcher::new(me, start.start_seq),
             batcher_leader: None,
             store,
@@ -394,6 +439,10 @@ impl Raft {
         if self.failed.is_some() {
             return;
         }
+        if self.snapshot_unsynced {
+            self.snapshot_unsynced = false;
+            out.needs_sync = true;
+        }
         if self.role == Role::Leader {
             self.flush_leader(out);
         }
@@ -403,6 +452,16 @@ impl Raft {
     /// Delivers committed entries in log order (values de-duplicated), acknowledges this
     /// node's batches, reports committed configurations.
     pub(crate) fn apply(&mut self, out: &mut Out) {
+        if let Some(snapshot) = self.pending_install.take() {
+            out.events.push(Event::SnapshotInstalled {
+                upto: snapshot.upto,
+                app_bytes: snapshot.app.len(),
+            });
+            out.installs.push(Install {
+                snapshot,
+                position: out.deliveries.len(),
+            });
+        }
         let mut bytes = 0usize;
         while self.applied < self.commit && bytes < APPLY_MAX_BYTES && self.failed.is_none() {
             let from = self.applied + 1;
@@ -440,11 +499,14 @@ impl Raft {
                             out.deliveries.push(Delivery::new(e.index, batch));
                         }
                     }
-                    EntryBody::Membership(m) => out.config_changes.push(ConfigChange {
-                        kind: ConfigKind::Regular,
-                        config: membership::to_configuration(&m),
-                        position: out.deliveries.len(),
-                    }),
+                    EntryBody::Membership(m) => {
+                        out.config_changes.push(ConfigChange {
+                            kind: ConfigKind::Regular,
+                            config: membership::to_configuration(&m),
+                            position: out.deliveries.len(),
+                        });
+                        self.applied_config = (e.index, m);
+                    }
                     EntryBody::Noop | EntryBody::StopSign(_) => {}
                 }
                 self.applied = e.index;
@@ -546,6 +608,8 @@ impl Protocol for Raft {
             Message::HeartbeatReply(m) => self.on_heartbeat_reply(from, m, out),
             Message::TimeoutNow(m) => self.on_timeout_now(from, m, out),
             Message::Forward(m) => self.on_forward(m.batch, out),
+            Message::InstallSnapshot(m) => self.on_install_snapshot(from, m, out),
+            Message::InstallSnapshotReply(m) => self.on_install_snapshot_reply(from, m, out),
         }
         self.flush(out);
     }
@@ -672,6 +736,14 @@ impl Protocol for Raft {
             self.send_append(peer, true, out);
         }
         self.flush(out);
+    }
+
+    fn take_snapshot(&mut self, app: Bytes) -> Result<Snapshot, String> {
+        self.take_snapshot_here(app)
+    }
+
+    fn restore_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), String> {
+        self.restore_snapshot_here(snapshot)
     }
 
     fn read_index(&mut self, now: Micros, id: u64, out: &mut Out) -> Result<(), ProposeError> {

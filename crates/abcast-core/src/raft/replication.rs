@@ -65,6 +65,9 @@ pub struct Progress {
     pub amnesic: bool,
     /// When `match_index` last moved (or the state was reset).
     pub last_progress_us: Micros,
+    /// The leader's snapshot on its way to the follower, whose next entry the leader's
+    /// log no longer holds (Raft §7; `snapshot.rs`).
+    pub snapshot: Option<super::snapshot::SnapshotSend>,
 }
 
 impl Progress {
@@ -80,6 +83,7 @@ impl Progress {
             incarnation: None,
             amnesic: false,
             last_progress_us: now,
+            snapshot: None,
         }
     }
 
@@ -98,6 +102,8 @@ impl Progress {
     pub fn forget(&mut self) {
         self.match_index = 0;
         self.acked_round = 0;
+        // A new process of the follower holds none of a snapshot's chunks.
+        self.snapshot = None;
         self.become_probe();
     }
 
@@ -330,8 +336,8 @@ impl Raft {
         let next = pr.next_index.min(last + 1);
         let prev = next - 1;
         let Some(prev_term) = self.term_at(prev) else {
-            // Below the compacted prefix: only a snapshot could help (not done yet).
-            return false;
+            // Below the compacted prefix: the snapshot goes instead (Raft §7).
+            return self.send_snapshot(to, force, out);
         };
         let entries = if next <= last {
             match self
@@ -790,7 +796,12 @@ impl Raft {
 
 /// A reply from a follower's process life: `false` if from an earlier one (ignore it); a
 /// later one means the follower restarted, and nothing known of its log holds any more.
-fn observe_life(pr: &mut Progress, incarnation: u32, amnesic: bool, now: Micros) -> bool {
+pub(crate) fn observe_life(
+    pr: &mut Progress,
+    incarnation: u32,
+    amnesic: bool,
+    now: Micros,
+) -> bool {
     match pr.incarnation {
         Some(known) if incarnation < known => return false,
         Some(known) if incarnation > known => {

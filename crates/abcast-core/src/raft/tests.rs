@@ -24,6 +24,13 @@ struct Node {
     acks: Vec<Ack>,
     reads: Vec<ReadState>,
     changes: Vec<ConfigChange>,
+    /// Snapshots installed in this life (their `upto`), in order.
+    installs: Vec<u64>,
+    /// The application's position: every instance up to here is in its state (delivered,
+    /// restored or installed).
+    app_upto: u64,
+    /// The node's latest snapshot (taken, or installed), restored at a restart.
+    saved: Option<Snapshot>,
 }
 
 struct Net {
@@ -40,6 +47,12 @@ struct Net {
     next_payload: u64,
     /// Every delivery of every life checked against one sequence, as it happens.
     decided: BTreeMap<u64, BatchKey>,
+    /// The values of each instance delivered somewhere.
+    decided_values: BTreeMap<u64, Vec<ValueId>>,
+    /// Snapshots installed, over every node and life.
+    installs_total: usize,
+    /// InstallSnapshot chunks sent, over every node.
+    install_chunks: usize,
     chaos: Option<Chaos>,
 }
 
@@ -114,6 +127,9 @@ impl Net {
                     acks: Vec::new(),
                     reads: Vec::new(),
                     changes: Vec::new(),
+                    installs: Vec::new(),
+                    app_upto: 0,
+                    saved: None,
                 }
             })
             .collect();
@@ -127,6 +143,9 @@ impl Net {
             campaigns: BTreeMap::new(),
             next_payload: 0,
             decided: BTreeMap::new(),
+            decided_values: BTreeMap::new(),
+            installs_total: 0,
+            install_chunks: 0,
             chaos: None,
         }
     }
@@ -153,6 +172,7 @@ impl Net {
                     *self.votes_granted.entry(i).or_default() += 1;
                 }
                 Message::RequestVote(_) => *self.campaigns.entry(i).or_default() += 1,
+                Message::InstallSnapshot(_) => self.install_chunks += 1,
                 _ => {}
             }
             if self.cut.contains(&(i, to.0)) {
@@ -175,13 +195,45 @@ impl Net {
             }
         }
         let node = &mut self.nodes[i as usize];
-        for d in out.deliveries.drain(..) {
+        let mut installs = out.installs.drain(..).peekable();
+        let deliveries: Vec<Delivery> = out.deliveries.drain(..).collect();
+        for k in 0..=deliveries.len() {
+            while let Some(ins) = installs.next_if(|x| x.position <= k) {
+                let upto = ins.snapshot.upto;
+                // An install never moves the application back (Raft §7: a snapshot of a
+                // prefix the follower has keeps what follows).
+                assert!(
+                    upto >= node.app_upto,
+                    "n{i}: an install up to {upto} moves the application back from {}",
+                    node.app_upto
+                );
+                let app: u64 = std::str::from_utf8(&ins.snapshot.app)
+                    .ok()
+                    .and_then(|t| t.parse().ok())
+                    .expect("the application's state travels with the snapshot");
+                assert!(app <= upto, "n{i}: an application state past its snapshot");
+                node.app_upto = upto;
+                node.installs.push(upto);
+                node.saved = Some(ins.snapshot);
+                self.installs_total += 1;
+            }
+            let Some(d) = deliveries.get(k) else { break };
+            assert!(
+                d.instance > node.app_upto,
+                "n{i}: delivery {} not after the application's position {}",
+                d.instance,
+                node.app_upto
+            );
             if let Some(&(last, _, _)) = node.delivered.last() {
                 assert!(d.instance > last, "n{i}: deliveries strictly increasing");
             }
             let key = d.batch.key();
             let first = *self.decided.entry(d.instance).or_insert(key);
             assert_eq!(first, key, "n{i} delivered another batch at {}", d.instance);
+            self.decided_values
+                .entry(d.instance)
+                .or_insert_with(|| d.batch.ids().collect());
+            node.app_upto = d.instance;
             node.delivered
                 .push((d.instance, d.batch.key(), d.batch.ids().collect()));
         }
@@ -345,18 +397,50 @@ impl Net {
         if let Some(d) = &node.disk {
             crash(d);
         }
+        node.installs.clear();
+        node.app_upto = 0;
         let start = StartInfo::restart(node.incarnation, node.disk.is_none()).expect("start");
         let mut c = self.cfg.clone();
         c.seed = 42;
-        let raft = Raft::new(c, NodeId(i), start, open_store(&node.disk)).expect("restart");
+        let mut raft = Raft::new(c, NodeId(i), start, open_store(&node.disk)).expect("restart");
+        // The application restarts from the node's snapshot, as `abcast node` does.
+        if let Some(snap) = &node.saved {
+            raft.restore_snapshot(snap)
+                .expect("the snapshot is restored");
+            node.app_upto = snap.upto;
+        }
         node.raft = Some(raft);
     }
 
+    /// Every live node snapshots its application (whose state is its position).
+    fn snapshot_all(&mut self) {
+        for i in 0..self.nodes.len() {
+            let node = &mut self.nodes[i];
+            let app = Bytes::from(node.app_upto.to_string());
+            if let Some(r) = node.raft.as_mut() {
+                let snap = r.take_snapshot(app).expect("a snapshot");
+                assert!(
+                    snap.upto <= r.commit,
+                    "a snapshot covers only committed entries"
+                );
+                node.saved = Some(snap);
+            }
+        }
+    }
+
+    /// The values in this node's application: delivered in this life, or in the snapshot
+    /// it started from or installed.
     fn delivered_ids(&self, i: u32) -> BTreeSet<ValueId> {
-        self.nodes[i as usize]
-            .delivered
-            .iter()
-            .flat_map(|(_, _, v)| v.iter().copied())
+        let node = &self.nodes[i as usize];
+        let from_snapshot = node.saved.as_ref().map_or(0, |s| s.upto);
+        self.decided_values
+            .range(..=from_snapshot)
+            .flat_map(|(_, v)| v.iter().copied())
+            .chain(
+                node.delivered
+                    .iter()
+                    .flat_map(|(_, _, v)| v.iter().copied()),
+            )
             .collect()
     }
 
@@ -941,11 +1025,27 @@ fn invalid_reconfigurations_and_reads_at_followers_are_refused_clearly() {
 #[test]
 fn random_partitions_crashes_and_losses_keep_one_order_and_lose_no_acknowledged_value() {
     for seed in 0..8u64 {
-        chaos_run(seed, RaftConfig::new(&ids(5), &[]));
+        chaos_run(seed, RaftConfig::new(&ids(5), &[]), None);
     }
 }
 
-fn chaos_run(seed: u64, cfg: RaftConfig) {
+/// The same chaos with every node snapshotting (and compacting its log) every 150 ms:
+/// restarts start from their snapshots, followers behind a leader's compacted prefix
+/// install its snapshot, and still one order, no acknowledged value lost.
+#[test]
+fn snapshots_under_partitions_crashes_and_losses_keep_one_order_and_lose_no_acknowledged_value() {
+    let mut installs = 0;
+    for seed in 0..8u64 {
+        let mut cfg = RaftConfig::new(&ids(5), &[]);
+        // Small chunks: a snapshot takes several InstallSnapshot messages.
+        cfg.max_append_bytes = 256;
+        installs += chaos_run(seed, cfg, Some(150));
+    }
+    assert!(installs > 0, "no follower installed a leader's snapshot");
+}
+
+/// Returns the snapshots installed over the run.
+fn chaos_run(seed: u64, cfg: RaftConfig, snapshot_every_steps: Option<u64>) -> usize {
     {
         let mut net = Net::new(5, cfg, true);
         net.chaos = Some(Chaos {
@@ -977,6 +1077,9 @@ fn chaos_run(seed: u64, cfg: RaftConfig) {
                     3 => net.power_cut(i),
                     _ => net.heal(),
                 }
+            }
+            if snapshot_every_steps.is_some_and(|n| step % n == n - 1) {
+                net.snapshot_all();
             }
             net.step();
         }
@@ -1015,6 +1118,7 @@ fn chaos_run(seed: u64, cfg: RaftConfig) {
             alive.len()
         );
         net.check_agreement();
+        net.installs_total
     }
 }
 
@@ -1303,6 +1407,10 @@ fn each_raft_mutation_breaks_its_rule() {
     assert!(joint_commits_without_the_old_majority(Some(
         Mutation::RaftJointSingleMajority
     )));
+    assert_eq!(
+        install_below_commit(Some(Mutation::RaftInstallBelowCommit)),
+        Some(2)
+    );
 }
 
 /// The configuration's members as `(id, votes)`, sorted.
@@ -1368,4 +1476,227 @@ fn status_shows_the_configuration_a_change_pending_and_the_followers_at_the_lead
     );
     let st = net.raft(leader).status();
     assert!(st.followers.iter().any(|f| f.node.0 == 3 && f.voter));
+}
+
+// ---- snapshots, compaction and InstallSnapshot (Raft §7) ---------------------------------
+
+/// Proposes `n` values at `at`, one step each, and runs until every live node has them.
+fn propose_and_settle(net: &mut Net, at: u32, n: usize) -> Vec<ValueId> {
+    let mut v = Vec::new();
+    for _ in 0..n {
+        v.push(net.propose(at));
+        net.step();
+    }
+    v
+}
+
+#[test]
+fn a_snapshot_covers_only_committed_entries_and_compacts_the_log_below_it() {
+    let mut net = Net::new(3, RaftConfig::new(&ids(3), &[]), true);
+    let leader = net.stable_leader();
+    let values = propose_and_settle(&mut net, leader, 10);
+    assert!(net.run_until(1_000_000, |n| (0..3).all(|i| n.has_all(i, &values))));
+    net.snapshot_all();
+    for i in 0..3 {
+        let r = net.raft(i);
+        let snap = net.nodes[i as usize].saved.clone().expect("a snapshot");
+        assert_eq!(snap.upto, r.applied, "n{i}: up to what it applied");
+        assert!(snap.upto <= r.commit, "n{i}: never past the commit index");
+        assert_eq!(
+            r.store.first_index(),
+            snap.upto + 1,
+            "n{i}: compacted below"
+        );
+        assert_eq!(r.snapshot_index(), snap.upto);
+        assert_eq!(
+            r.term_at(snap.upto),
+            Some(r.term()),
+            "the boundary's term stays"
+        );
+    }
+    // The log goes on after the compacted prefix.
+    let more = propose_and_settle(&mut net, leader, 5);
+    assert!(net.run_until(1_000_000, |n| (0..3).all(|i| n.has_all(i, &more))));
+    net.check_agreement();
+}
+
+#[test]
+fn a_follower_behind_the_leaders_snapshot_installs_it_in_chunks_and_goes_on_from_the_log() {
+    let mut cfg = RaftConfig::new(&ids(3), &[]);
+    cfg.max_append_bytes = 64;
+    let mut net = Net::new(3, cfg, false);
+    let leader = net.stable_leader();
+    let behind = (leader + 1) % 3;
+    net.isolate(behind);
+    let values = propose_and_settle(&mut net, leader, 20);
+    net.snapshot_all();
+    let upto = net.raft(leader).snapshot_index();
+    assert!(
+        upto > net.raft(behind).commit,
+        "the follower is behind the snapshot"
+    );
+    net.heal();
+    let mut later = Vec::new();
+    for _ in 0..2_000 {
+        net.step();
+        if !net.nodes[behind as usize].installs.is_empty() && later.is_empty() {
+            later = propose_and_settle(&mut net, leader, 3);
+        }
+        if !later.is_empty() && net.has_all(behind, &values) && net.has_all(behind, &later) {
+            break;
+        }
+    }
+    assert_eq!(
+        net.nodes[behind as usize].installs,
+        vec![upto],
+        "one install"
+    );
+    let chunks = net.install_chunks;
+    assert!(chunks > 1, "the snapshot took several chunks ({chunks})");
+    assert!(net.has_all(behind, &values) && net.has_all(behind, &later));
+    let f = net.raft(behind);
+    assert!(f.commit >= upto && f.applied >= upto);
+    assert_eq!(
+        f.store.first_index(),
+        upto + 1,
+        "its log restarts after the snapshot"
+    );
+    // The entries after the install continue the sequence: the first delivery after it is
+    // the next instance with values.
+    let first_after = net.nodes[behind as usize].delivered.first().map(|d| d.0);
+    assert!(first_after.is_some_and(|i| i > upto));
+    net.check_agreement();
+}
+
+#[test]
+fn a_restart_starts_after_its_snapshot_and_delivers_only_what_follows() {
+    let mut net = Net::new(3, RaftConfig::new(&ids(3), &[]), true);
+    let leader = net.stable_leader();
+    let values = propose_and_settle(&mut net, leader, 8);
+    assert!(net.run_until(1_000_000, |n| (0..3).all(|i| n.has_all(i, &values))));
+    net.snapshot_all();
+    let f = (leader + 1) % 3;
+    let upto = net.nodes[f as usize].saved.as_ref().expect("saved").upto;
+    net.restart(f);
+    assert_eq!(net.raft(f).applied, upto);
+    let more = propose_and_settle(&mut net, leader, 4);
+    assert!(net.run_until(1_000_000, |n| n.has_all(f, &values) && n.has_all(f, &more)));
+    assert!(
+        net.nodes[f as usize].delivered.iter().all(|d| d.0 > upto),
+        "nothing the snapshot covers is delivered again"
+    );
+    assert!(
+        net.nodes[f as usize].installs.is_empty(),
+        "its own snapshot, no install"
+    );
+    net.check_agreement();
+}
+
+#[test]
+fn a_restart_whose_driver_lost_the_snapshot_gets_the_stores_as_an_install() {
+    let mut net = Net::new(3, RaftConfig::new(&ids(3), &[]), true);
+    let leader = net.stable_leader();
+    let values = propose_and_settle(&mut net, leader, 8);
+    assert!(net.run_until(1_000_000, |n| (0..3).all(|i| n.has_all(i, &values))));
+    net.snapshot_all();
+    net.step(); // The store's snapshot is synced with the next outbox.
+    let f = (leader + 1) % 3;
+    let upto = net.raft(f).snapshot_index();
+    assert!(upto > 0);
+    net.nodes[f as usize].saved = None;
+    net.restart(f);
+    assert_eq!(
+        net.raft(f).snapshot_index(),
+        upto,
+        "the store kept its snapshot"
+    );
+    assert!(net.raft(f).pending_install.is_some());
+    net.step();
+    assert_eq!(net.nodes[f as usize].installs, vec![upto]);
+    assert!(net.run_until(1_000_000, |n| n.has_all(f, &values)));
+    net.check_agreement();
+}
+
+#[test]
+fn a_snapshot_that_disagrees_with_the_committed_log_is_refused_clearly() {
+    let mut net = Net::new(3, RaftConfig::new(&ids(3), &[]), true);
+    let leader = net.stable_leader();
+    propose_and_settle(&mut net, leader, 4);
+    net.run(100_000);
+    let f = (leader + 1) % 3;
+    let commit = net.raft(f).commit;
+    // A snapshot of the same index whose last entry has another term.
+    let bad_state = snapshot::SnapState {
+        last_ballot: Ballot::new(99, NodeId(2), 0),
+        config: net.raft(f).applied_config.clone(),
+        dedup: Dedup::default(),
+    };
+    let bad = Snapshot {
+        upto: commit,
+        protocol: bad_state.encode(),
+        app: Bytes::from("0"),
+    };
+    net.nodes[f as usize].saved = None;
+    net.restart(f);
+    let err = net.raft_mut(f).restore_snapshot(&bad).expect_err("refused");
+    assert!(err.contains("disagrees"), "{err}");
+    let garbage = Snapshot {
+        protocol: Bytes::from_static(b"\x07junk"),
+        ..bad
+    };
+    let err = net
+        .raft_mut(f)
+        .restore_snapshot(&garbage)
+        .expect_err("refused");
+    assert!(err.contains("Raft snapshot state"), "{err}");
+}
+
+/// A follower whose commit index is at `commit_upto` gets a (late) snapshot up to 2: it
+/// reports done and keeps its log (`None`), or installs it (`Some(upto)`).
+fn install_below_commit(mutation: Option<crate::mutation::Mutation>) -> Option<u64> {
+    let mut cfg = RaftConfig::new(&ids(3), &[]);
+    cfg.set_mutation(mutation).expect("mutations built");
+    let mut net = Net::new(3, cfg, false);
+    let leader = net.stable_leader();
+    propose_and_settle(&mut net, leader, 6);
+    net.run(100_000);
+    let f = (leader + 1) % 3;
+    let (term, commit) = (net.raft(f).term(), net.raft(f).commit);
+    assert!(commit > 2);
+    let state = snapshot::SnapState {
+        last_ballot: net.raft(f).store.ballot_at(2).expect("held"),
+        config: net.raft(f).applied_config.clone(),
+        dedup: Dedup::default(),
+    };
+    let snap = Snapshot {
+        upto: 2,
+        protocol: state.encode(),
+        app: Bytes::from("2"),
+    };
+    let data = Bytes::from(snap.encode());
+    let m = Message::InstallSnapshot(messages::InstallSnapshot {
+        term,
+        leader: NodeId(leader),
+        last_index: 2,
+        last_ballot: state.last_ballot,
+        offset: 0,
+        total_bytes: data.len() as u64,
+        data,
+        seq: 0,
+    });
+    let mut out = Out::new();
+    let now = net.now;
+    net.raft_mut(f).receive(now, NodeId(leader), m, &mut out);
+    let done = out
+        .sends
+        .iter()
+        .any(|(_, m)| matches!(m, Message::InstallSnapshotReply(r) if r.done && r.last_index == 2));
+    assert!(done, "the leader hears it is done");
+    assert!(net.raft(f).commit >= commit || mutation.is_some());
+    out.installs.first().map(|i| i.snapshot.upto)
+}
+
+#[test]
+fn an_install_at_or_below_the_commit_index_keeps_the_log_and_moves_nothing_back() {
+    assert_eq!(install_below_commit(None), None);
 }

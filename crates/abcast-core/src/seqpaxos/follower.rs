@@ -184,7 +184,12 @@ impl SeqPaxos {
             return;
         }
         self.accepted_owed = true;
-        self.decide(m.decided, out);
+        // A `Decide` of this round that came before these entries applies now too.
+        let early = match self.early_decide {
+            Some((n, ld)) if n == m.n => ld,
+            _ => 0,
+        };
+        self.decide(m.decided.max(early), out);
     }
 
     /// Appends what of `entries` (starting at `from`) continues this log; what it holds
@@ -251,6 +256,14 @@ impl SeqPaxos {
             return;
         }
         if m.ld > self.log_len() {
+            // The `Decide` overtook the `Accept` of the entries it covers (the leader sends
+            // each decided length once): kept, and applied when they arrive (the simulator's
+            // reconfig seed 149: a follower stuck one entry behind after the load stopped).
+            let best = match self.early_decide {
+                Some((n, ld)) if n == m.n => ld.max(m.ld),
+                _ => m.ld,
+            };
+            self.early_decide = Some((m.n, best));
             self.ask_prepare(out, false);
         }
         self.decide(m.ld, out);

@@ -479,7 +479,20 @@ impl SeqPaxos {
         } else {
             p.ld + 1
         };
-        let from = from.min(len + 1).max(self.store.first_index()).max(1);
+        // Never below the follower's own decided log: what it decided is the chosen
+        // sequence already (and may lie in this node's compacted prefix).
+        let from = from.min(len + 1).max(p.ld + 1).max(1);
+        if self.compacted(from) {
+            // What it needs begins in this node's compacted prefix: its snapshot goes
+            // instead (OmniPaxos' AcceptSync with a snapshot), and the follower, once it
+            // installed it, asks to be prepared again.
+            let since = self.now;
+            self.ld.lds.remove(&r);
+            self.ld.progress.remove(&r);
+            self.ld.prepare_sent_us.insert(r, since);
+            self.offer_snapshot(r, from, out);
+            return;
+        }
         // The sync reaches at least the adopted length, whatever `max_message_bytes` says.
         // A follower that takes `n_a = n_L` must hold every entry that may have been chosen
         // before this round (appendix B line 9 replaces its log wholesale): a later leader
@@ -502,11 +515,14 @@ impl SeqPaxos {
             // and asks to be prepared again (`on_catch_up`), and its next promise starts
             // higher. Not in the thesis (no message size limit there); it keeps an
             // `AcceptSync` within the undecided tail, which `uncommitted_bytes_max` bounds.
-            let first = (p_ld + 1).max(self.store.first_index());
-            let chunk = self.read_entries(first, l_c + 1);
+            let first = p_ld + 1;
             self.ld.lds.remove(&r);
             self.ld.progress.remove(&r);
             self.ld.prepare_sent_us.insert(r, self.now);
+            if self.offer_snapshot(r, first, out) {
+                return;
+            }
+            let chunk = self.read_entries(first, l_c + 1);
             out.send(
                 r,
                 Message::FetchResp(FetchResp {
@@ -647,6 +663,7 @@ impl SeqPaxos {
         let las = self.ld.las.get(&r).copied().unwrap_or(0);
         let (n_l, l_c, now, resend_us) = (self.ld.n_l, self.ld.l_c, self.now, self.cfg.resend_us);
         let window = self.cfg.max_message_bytes * INFLIGHT_MESSAGES_MAX;
+        let compacted_upto = self.snapshot_index();
         let Some(p) = self.ld.progress.get_mut(&r) else {
             return;
         };
@@ -659,8 +676,15 @@ impl SeqPaxos {
             p.progress_us = now;
         }
         let (next, room) = (p.next, p.inflight_bytes < window);
-        if next <= len && room {
-            let from = next.max(self.store.first_index());
+        if next <= len && room && next <= compacted_upto {
+            // This node compacted what the follower lacks: it gets the snapshot, and asks
+            // to be prepared again once it installed it.
+            self.ld.lds.remove(&r);
+            self.ld.progress.remove(&r);
+            self.ld.prepare_sent_us.insert(r, now);
+            self.offer_snapshot(r, next, out);
+        } else if next <= len && room {
+            let from = next;
             let entries = self.read_entries(from, len + 1);
             let Some(p) = self.ld.progress.get_mut(&r) else {
                 return;
@@ -760,21 +784,30 @@ impl SeqPaxos {
         self.deliver(out);
         match self.role {
             Role::Leader if self.phase == Phase::Prepare && self.ld.catch_up.is_some() => {
-                let done = self
-                    .ld
-                    .catch_up
-                    .as_ref()
-                    .is_some_and(|c| self.store.decided_idx() >= c.target);
-                if done {
-                    self.try_adopt(out);
-                } else {
-                    self.ask_catch_up(out, true);
-                }
+                self.after_catch_up(out)
             }
             Role::Follower if self.leader() == Some(from) => self.ask_prepare(out, true),
             _ => {}
         }
         true
+    }
+
+    /// The leader's pull moved its decided log (entries, or a snapshot installed): adopt
+    /// once it reaches the target, else ask for more.
+    pub(crate) fn after_catch_up(&mut self, out: &mut Out) {
+        if self.phase != Phase::Prepare {
+            return;
+        }
+        let done = self
+            .ld
+            .catch_up
+            .as_ref()
+            .is_some_and(|c| self.store.decided_idx() >= c.target);
+        if done {
+            self.try_adopt(out);
+        } else {
+            self.ask_catch_up(out, true);
+        }
     }
 
     pub(crate) fn on_prepare_req(&mut self, from: NodeId, out: &mut Out) {

@@ -18,6 +18,8 @@
 //! | `StopSignQuery` | a node that heard a later configuration → its sender | not in the thesis: how a node learns of `SS_i` it missed |
 //! | `FetchReq` / `FetchResp` | fetcher ↔ any node with the decided entries | §4.4 "pull final sequences" (segments in parallel); `FetchResp` unasked is §4.4's eager transfer |
 //! | `FetchAck` | fetcher → pusher, notifier | how far the fetcher holds the decided log (eager pacing, stops notices) |
+//! | `SnapshotOffer` | a node asked for decided entries it compacted → the asker | not in the thesis (no compaction there): OmniPaxos sends its snapshot in `AcceptSync` (`SnapshotType`); here the node says "my snapshot up to `upto` replaces them", and the asker pulls it |
+//! | `SnapshotFetch` / `SnapshotChunk` | the asker ↔ the offerer | the chunked transfer every protocol shares (`snapshot_transfer.rs`), chunks of at most `max_message_bytes` |
 //!
 //! Every message of Sequence Paxos carries the configuration id it belongs to (§2.4.3: a
 //! process runs one replica per configuration); heartbeats carry theirs inside the ballot's
@@ -27,6 +29,7 @@ use crate::codec::{Decoder, Encoder, WireMessage};
 use crate::config::Configuration;
 use crate::error::DecodeError;
 use crate::replog::{get_configuration, put_configuration};
+use crate::snapshot_transfer::{SnapshotChunk, SnapshotFetch};
 use crate::storage::Entry;
 use crate::types::{Ballot, Batch};
 use crate::wire::{get_ballot, get_batch, get_bool, put_ballot, put_batch};
@@ -199,6 +202,16 @@ pub enum Message {
         config: u64,
         upto: u64,
     },
+    /// The sender compacted the decided entries asked of it: its snapshot up to `upto`
+    /// (at least 1) replaces them; the receiver fetches it (`SnapshotFetch`) if it is
+    /// behind it. Sent in place of a `FetchResp`, an `AcceptSync` or an `Accept` whose
+    /// entries start below the sender's log.
+    SnapshotOffer {
+        config: u64,
+        upto: u64,
+    },
+    SnapshotFetch(SnapshotFetch),
+    SnapshotChunk(SnapshotChunk),
 }
 
 const K_HB_REQUEST: u8 = 1;
@@ -221,6 +234,9 @@ const K_STOP_SIGN_QUERY: u8 = 17;
 const K_FETCH_REQ: u8 = 18;
 const K_FETCH_RESP: u8 = 19;
 const K_FETCH_ACK: u8 = 20;
+const K_SNAPSHOT_OFFER: u8 = 21;
+const K_SNAPSHOT_FETCH: u8 = 22;
+const K_SNAPSHOT_CHUNK: u8 = 23;
 
 /// Entries on the wire: `count u32 | (index u64 | ballot | len u32 | payload)*`. Payloads
 /// stay shared chunks (the encoder keeps large ones apart, the decoder slices).
@@ -305,6 +321,8 @@ impl Message {
             Message::StopSignQuery { config } | Message::FetchAck { config, .. } => Some(*config),
             Message::FetchReq(m) => Some(m.config),
             Message::FetchResp(m) => Some(m.config),
+            Message::SnapshotOffer { config, .. } => Some(*config),
+            Message::SnapshotFetch(_) | Message::SnapshotChunk(_) => None,
         }
     }
 }
@@ -344,6 +362,9 @@ impl WireMessage for Message {
             Message::FetchReq(_) => K_FETCH_REQ,
             Message::FetchResp(_) => K_FETCH_RESP,
             Message::FetchAck { .. } => K_FETCH_ACK,
+            Message::SnapshotOffer { .. } => K_SNAPSHOT_OFFER,
+            Message::SnapshotFetch(_) => K_SNAPSHOT_FETCH,
+            Message::SnapshotChunk(_) => K_SNAPSHOT_CHUNK,
         }
     }
 
@@ -428,6 +449,12 @@ impl WireMessage for Message {
                 e.put_u64(*config);
                 e.put_u64(*upto);
             }
+            Message::SnapshotOffer { config, upto } => {
+                e.put_u64(*config);
+                e.put_u64(*upto);
+            }
+            Message::SnapshotFetch(m) => m.encode(e),
+            Message::SnapshotChunk(m) => m.encode(e),
         }
     }
 
@@ -593,6 +620,19 @@ impl WireMessage for Message {
                 config: d.u64("fetch_ack.config")?,
                 upto: d.u64("fetch_ack.upto")?,
             },
+            K_SNAPSHOT_OFFER => {
+                let config = d.u64("snapshot_offer.config")?;
+                let upto = d.u64("snapshot_offer.upto")?;
+                if upto == 0 {
+                    return Err(DecodeError::Invalid {
+                        what: "snapshot_offer.upto",
+                        detail: "0: a snapshot covers at least entry 1".into(),
+                    });
+                }
+                Message::SnapshotOffer { config, upto }
+            }
+            K_SNAPSHOT_FETCH => Message::SnapshotFetch(SnapshotFetch::decode(&mut d)?),
+            K_SNAPSHOT_CHUNK => Message::SnapshotChunk(SnapshotChunk::decode(&mut d)?),
             k => return Err(DecodeError::UnknownKind(k)),
         };
         d.finish()?;
@@ -716,7 +756,56 @@ mod tests {
                 decided: 9,
             }),
             Message::FetchAck { config: 1, upto: 6 },
+            Message::SnapshotOffer {
+                config: 1,
+                upto: 40,
+            },
+            Message::SnapshotFetch(SnapshotFetch {
+                upto: 40,
+                min_upto: 30,
+                offset: 100,
+            }),
+            Message::SnapshotChunk(SnapshotChunk {
+                upto: 40,
+                total: 300,
+                offset: 100,
+                data: Bytes::from(vec![9u8; 200]),
+            }),
         ]
+    }
+
+    #[test]
+    fn snapshot_messages_that_cannot_be_are_refused() {
+        let decode = |kind, f: &dyn Fn(&mut Encoder)| {
+            let mut e = Encoder::new();
+            f(&mut e);
+            Message::decode(kind, e.to_bytes())
+        };
+        let offer0 = decode(K_SNAPSHOT_OFFER, &|e| {
+            e.put_u64(1);
+            e.put_u64(0);
+        });
+        assert!(
+            matches!(offer0, Err(DecodeError::Invalid { .. })),
+            "{offer0:?}"
+        );
+        // A chunk that runs past the snapshot's end.
+        let past = decode(K_SNAPSHOT_CHUNK, &|e| {
+            e.put_u64(40);
+            e.put_u64(10);
+            e.put_u64(8);
+            e.put_u32(5);
+            e.put_slice(&[0; 5]);
+        });
+        assert!(matches!(past, Err(DecodeError::Invalid { .. })), "{past:?}");
+        // A chunk larger than any chunk.
+        let big = decode(K_SNAPSHOT_CHUNK, &|e| {
+            e.put_u64(40);
+            e.put_u64(u64::MAX);
+            e.put_u64(0);
+            e.put_u32(u32::MAX);
+        });
+        assert!(matches!(big, Err(DecodeError::Invalid { .. })), "{big:?}");
     }
 
     #[test]

@@ -44,7 +44,12 @@
 //!   whole sequence of a leader whose prepare did not count it. Until then its promises do
 //!   not count and it is no candidate for leadership.
 //! - **Deliveries restart at the log's start.** The application of a restarted node is new,
-//!   so its learner delivers the decided entries again from the first one it holds.
+//!   so its learner delivers the decided entries again from the first one it holds (or,
+//!   after a snapshot, from the entry after it).
+//! - **Snapshots and compaction** (`snapshot.rs`; not in the thesis, OmniPaxos' rules): a
+//!   node compacts its decided, delivered prefix into a snapshot; wherever it would send
+//!   decided entries it compacted, it offers the snapshot instead and the receiver pulls
+//!   it in chunks, installs it (keeping every accepted entry after it) and goes on.
 //!
 //! **Reconfiguration** (`reconfig.rs`; each rule with its seed section):
 //! - *Stop-sign* (§2.4.3, appendix B `STOPPED()`): `reconfigure` at the leader of `c_i`
@@ -82,6 +87,7 @@ pub mod follower;
 pub mod leader;
 pub mod messages;
 pub mod reconfig;
+pub mod snapshot;
 #[cfg(test)]
 mod tests;
 
@@ -184,6 +190,17 @@ pub struct SeqPaxos {
     pub(crate) forward_turn: usize,
     /// An outsider last asked for the decided log (to follow it).
     pub(crate) follow_asked_us: Option<Micros>,
+    // Snapshots (`snapshot.rs`).
+    /// This node's latest snapshot, served to peers in chunks.
+    pub(crate) snap_server: crate::snapshot_transfer::SnapshotServer,
+    /// A peer's snapshot on its way here.
+    pub(crate) snap_fetcher: crate::snapshot_transfer::SnapshotFetcher,
+    pub(crate) snap_fetch_retries: u32,
+    /// The log store's snapshot, for the application on the first outbox: a restart whose
+    /// driver restored an older snapshot, or none.
+    pub(crate) pending_install: Option<crate::protocol::Snapshot>,
+    /// A snapshot was written outside an input: the next outbox syncs it.
+    pub(crate) snapshot_unsynced: bool,
 }
 
 impl SeqPaxos {
@@ -242,7 +259,33 @@ impl SeqPaxos {
         };
         let mut ble = Ble::new(&cfg, me, incarnation, start_n);
         ble.set_candidate(!amnesic);
-        let delivered = store.snapshot().map_or(0, |s| s.index);
+        // A compacted log starts after its snapshot: the learner's state there comes from
+        // it, the application's too (on the first outbox, unless `restore_snapshot` hands
+        // it one as recent).
+        let compacted = store.first_index().saturating_sub(1);
+        let (delivered, dedup, pending_install) = match store.snapshot() {
+            Some(ls) => {
+                let (snap, st) =
+                    snapshot::read_store_snapshot(ls).map_err(|reason| ConfigError {
+                        field: "store",
+                        reason,
+                    })?;
+                (ls.index, st.dedup, Some(snap))
+            }
+            None if compacted > 0 => {
+                return Err(ConfigError {
+                    field: "store",
+                    reason: format!(
+                        "the log store was compacted up to entry {compacted} without a snapshot"
+                    ),
+                });
+            }
+            None => (0, Dedup::default(), None),
+        };
+        let mut snap_server = crate::snapshot_transfer::SnapshotServer::default();
+        if let Some(s) = &pending_install {
+            snap_server.set_latest(s);
+        }
         Ok(SeqPaxos {
             me,
             now: 0,
@@ -262,7 +305,7 @@ impl SeqPaxos {
             batcher: Batcher::new(me, start.start_seq),
             last_leader_node: None,
             delivered,
-            dedup: Dedup::default(),
+            dedup,
             ble_out: Vec::new(),
             started: false,
             member,
@@ -277,6 +320,11 @@ impl SeqPaxos {
             told: std::collections::BTreeMap::new(),
             forward_turn: 0,
             follow_asked_us: None,
+            snap_server,
+            snap_fetcher: crate::snapshot_transfer::SnapshotFetcher::default(),
+            snap_fetch_retries: 0,
+            pending_install,
+            snapshot_unsynced: false,
             store,
             cfg,
         })
@@ -377,6 +425,16 @@ impl SeqPaxos {
 
     /// Hands every decided entry not yet delivered to the application, in order.
     pub(crate) fn deliver(&mut self, out: &mut Out) {
+        if let Some(snapshot) = self.pending_install.take() {
+            out.events.push(Event::SnapshotInstalled {
+                upto: snapshot.upto,
+                app_bytes: snapshot.app.len(),
+            });
+            out.installs.push(crate::protocol::Install {
+                snapshot,
+                position: out.deliveries.len(),
+            });
+        }
         let decided = self.store.decided_idx();
         // A log that starts after `delivered` (trimmed, or a snapshot installed) continues
         // from its start.
@@ -539,7 +597,10 @@ impl SeqPaxos {
             | Message::StopSignQuery { .. }
             | Message::FetchReq(_)
             | Message::FetchResp(_)
-            | Message::FetchAck { .. } => {}
+            | Message::FetchAck { .. }
+            | Message::SnapshotOffer { .. }
+            | Message::SnapshotFetch(_)
+            | Message::SnapshotChunk(_) => {}
         }
     }
 
@@ -649,6 +710,10 @@ impl Protocol for SeqPaxos {
             Message::FetchReq(m) => self.on_fetch_req(from, m, out),
             Message::FetchResp(m) => self.on_fetch_resp(from, m, out),
             Message::FetchAck { upto, .. } => self.on_fetch_ack(from, upto, out),
+            // Snapshots, from any node, of any configuration (`snapshot.rs`).
+            Message::SnapshotOffer { upto, .. } => self.on_snapshot_offer(from, upto, out),
+            Message::SnapshotFetch(f) => self.on_snapshot_fetch(from, f, out),
+            Message::SnapshotChunk(c) => self.on_snapshot_chunk(from, c, out),
             // A forwarded proposal, which any configuration takes.
             Message::Forward(b) => self.on_forward(from, b, out),
             msg => {
@@ -684,6 +749,7 @@ impl Protocol for SeqPaxos {
         }
         self.proposer_tick(out);
         self.reconfig_tick(out);
+        self.snapshot_fetch_tick(out);
         if self.participates() {
             if self.recovering.is_some() {
                 self.recover_promise(out);
@@ -745,6 +811,14 @@ impl Protocol for SeqPaxos {
 
     fn log_bytes(&self) -> u64 {
         self.store.log_bytes()
+    }
+
+    fn take_snapshot(&mut self, app: Bytes) -> Result<crate::protocol::Snapshot, String> {
+        self.take_snapshot_here(app)
+    }
+
+    fn restore_snapshot(&mut self, snapshot: &crate::protocol::Snapshot) -> Result<(), String> {
+        self.restore_snapshot_here(snapshot)
     }
 
     fn peer_reconnected(&mut self, now: Micros, peer: NodeId, out: &mut Out) {

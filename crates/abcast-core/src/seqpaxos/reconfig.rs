@@ -446,6 +446,10 @@ impl SeqPaxos {
         if r.from == 0 || r.to <= r.from {
             return;
         }
+        if self.offer_snapshot(from, r.from, out) {
+            // Compacted here: the snapshot replaces the entries asked for.
+            return;
+        }
         let decided = self.store.decided_idx();
         let to = r.to.min(decided + 1);
         let start = r.from.max(self.store.first_index());
@@ -661,6 +665,13 @@ impl SeqPaxos {
                 }),
             );
         }
+        if from <= end && self.offer_snapshot(to, from, out) {
+            // Compacted here: the newcomer pulls the snapshot, then the rest.
+            if let Some(p) = self.pushes.get_mut(&to) {
+                p.sent_us = Some(now);
+            }
+            return;
+        }
         let entries = if from <= end {
             self.read_entries(from.max(self.store.first_index()), end + 1)
         } else {
@@ -779,6 +790,11 @@ impl SeqPaxos {
 
     /// Applies every stop-sign the learner delivered (`pending_ss`), then delivers on.
     pub(crate) fn after_input(&mut self, out: &mut Out) {
+        if self.snapshot_unsynced {
+            // A snapshot written outside an input (`take_snapshot`): this outbox syncs it.
+            self.snapshot_unsynced = false;
+            out.needs_sync = true;
+        }
         // Bounded: each round consumes one stop-sign of the decided log.
         for _ in 0..4096 {
             let Some((index, next, ballot)) = self.pending_ss.take() else {

@@ -35,6 +35,12 @@ struct Node {
     /// This life's configuration changes, with the instance of the delivery before each.
     changes: Vec<(ConfigChange, Option<u64>)>,
     acks: Vec<Ack>,
+    /// Snapshots installed in this life (their `upto`), in order.
+    installs: Vec<u64>,
+    /// The application's position: every instance up to here is in its state.
+    app_upto: u64,
+    /// The node's latest snapshot (taken or installed), restored at a restart.
+    saved: Option<crate::protocol::Snapshot>,
 }
 
 struct Chaos {
@@ -65,6 +71,10 @@ struct Net {
     /// The largest message sent, encoded, in bytes.
     max_message: usize,
     restarts: usize,
+    /// The values of each instance delivered somewhere.
+    decided_values: BTreeMap<u64, Vec<ValueId>>,
+    /// Snapshots installed, over every node and life.
+    installs_total: usize,
 }
 
 fn durable_options() -> DurableOptions {
@@ -122,6 +132,9 @@ impl Net {
                     delivered: Vec::new(),
                     changes: Vec::new(),
                     acks: Vec::new(),
+                    installs: Vec::new(),
+                    app_upto: 0,
+                    saved: None,
                 }
             })
             .collect();
@@ -138,6 +151,8 @@ impl Net {
             sent: BTreeMap::new(),
             max_message: 0,
             restarts: 0,
+            decided_values: BTreeMap::new(),
+            installs_total: 0,
         }
     }
 
@@ -188,7 +203,11 @@ impl Net {
         changes.sort_by_key(|c| c.position);
         let mut changes = changes.into_iter().peekable();
         let deliveries: Vec<Delivery> = out.deliveries.drain(..).collect();
+        let mut installs = std::mem::take(&mut out.installs).into_iter().peekable();
         for (k, d) in deliveries.into_iter().enumerate() {
+            while let Some(ins) = installs.next_if(|x| x.position <= k) {
+                self.installed(i, ins.snapshot);
+            }
             while changes.peek().is_some_and(|c| c.position <= k) {
                 let c = changes.next().expect("peeked");
                 let before = self.nodes[i as usize].delivered.last().map(|x| x.0);
@@ -215,14 +234,69 @@ impl Net {
                         .push(format!("n{i} delivered {v:?} twice in one life"));
                 }
             }
+            if d.instance <= node.app_upto {
+                self.violations.push(format!(
+                    "n{i}: delivery {} not after the application's position {}",
+                    d.instance, node.app_upto
+                ));
+            }
+            node.app_upto = d.instance;
+            self.decided_values
+                .entry(d.instance)
+                .or_insert_with(|| d.batch.ids().collect());
             node.delivered
                 .push((d.instance, key, d.batch.ids().collect()));
+        }
+        for ins in installs {
+            self.installed(i, ins.snapshot);
         }
         for c in changes {
             let before = self.nodes[i as usize].delivered.last().map(|x| x.0);
             self.nodes[i as usize].changes.push((c, before));
         }
         self.nodes[i as usize].acks.append(&mut out.acks);
+    }
+
+    /// Node `i` installed `snap`: the application's state never moves back, and travels
+    /// with the snapshot.
+    fn installed(&mut self, i: u32, snap: crate::protocol::Snapshot) {
+        let node = &mut self.nodes[i as usize];
+        if snap.upto < node.app_upto {
+            self.violations.push(format!(
+                "n{i}: an install up to {} moves the application back from {}",
+                snap.upto, node.app_upto
+            ));
+        }
+        let app: Option<u64> = std::str::from_utf8(&snap.app)
+            .ok()
+            .and_then(|t| t.parse().ok());
+        if app.is_none_or(|a| a > snap.upto) {
+            self.violations.push(format!(
+                "n{i}: a snapshot up to {} with state {app:?}",
+                snap.upto
+            ));
+        }
+        node.app_upto = snap.upto;
+        node.installs.push(snap.upto);
+        node.saved = Some(snap);
+        self.installs_total += 1;
+    }
+
+    /// Every live node snapshots its application (whose state is its position).
+    fn snapshot_all(&mut self) {
+        for i in 0..self.nodes.len() {
+            let node = &mut self.nodes[i];
+            let app = Bytes::from(node.app_upto.to_string());
+            if let Some(sp) = node.sp.as_mut()
+                && let Ok(snap) = sp.take_snapshot(app)
+            {
+                assert!(
+                    snap.upto <= sp.store.decided_idx(),
+                    "a snapshot covers only decided entries"
+                );
+                node.saved = Some(snap);
+            }
+        }
     }
 
     fn deliver_all(&mut self) {
@@ -342,17 +416,32 @@ impl Net {
         if let Some(d) = &node.disk {
             crash(d);
         }
+        node.installs.clear();
+        node.app_upto = 0;
         let start = StartInfo::restart(node.incarnation, node.disk.is_none()).expect("start");
-        let sp = SeqPaxos::new(self.cfg.clone(), NodeId(i), start, open_store(&node.disk))
+        let mut sp = SeqPaxos::new(self.cfg.clone(), NodeId(i), start, open_store(&node.disk))
             .expect("restart");
+        // The application restarts from the node's snapshot, as `abcast node` does.
+        if let Some(snap) = &node.saved {
+            sp.restore_snapshot(snap).expect("the snapshot is restored");
+            node.app_upto = snap.upto;
+        }
         node.sp = Some(sp);
     }
 
+    /// The values in this node's application: delivered in this life, or in the snapshot
+    /// it started from or installed.
     fn delivered_ids(&self, i: u32) -> BTreeSet<ValueId> {
-        self.nodes[i as usize]
-            .delivered
-            .iter()
-            .flat_map(|(_, _, v)| v.iter().copied())
+        let node = &self.nodes[i as usize];
+        let from_snapshot = node.saved.as_ref().map_or(0, |s| s.upto);
+        self.decided_values
+            .range(..=from_snapshot)
+            .flat_map(|(_, v)| v.iter().copied())
+            .chain(
+                node.delivered
+                    .iter()
+                    .flat_map(|(_, _, v)| v.iter().copied()),
+            )
             .collect()
     }
 
@@ -369,7 +458,7 @@ impl Net {
             return Vec::new();
         }
         let mut v = Vec::new();
-        let mut next = 1;
+        let mut next = sp.store.first_index();
         while next <= d {
             let e = sp.store.entries(next, d + 1, usize::MAX).expect("read");
             let Some(last) = e.last().map(|x| x.index) else {
@@ -385,29 +474,25 @@ impl Net {
     /// prefix of the longest; returns its length and the stop-signs in it (index, id).
     fn same_log(&self, ids: &[u32]) -> (u64, Vec<(u64, u64)>) {
         let logs: Vec<Vec<Entry>> = ids.iter().map(|&i| self.decided_log(i)).collect();
-        let longest = logs
-            .iter()
-            .max_by_key(|l| l.len())
-            .cloned()
-            .unwrap_or_default();
+        // A compacted log holds a suffix: entries compare by index.
+        let mut by_index: BTreeMap<u64, Bytes> = BTreeMap::new();
         for (k, l) in logs.iter().enumerate() {
+            let first = l.first().map_or(1, |e| e.index);
             for (j, e) in l.iter().enumerate() {
-                assert_eq!(e.index, j as u64 + 1, "n{}: a gap in the log", ids[k]);
-                assert_eq!(
-                    e.payload, longest[j].payload,
-                    "n{} differs at entry {}",
-                    ids[k], e.index
-                );
+                assert_eq!(e.index, first + j as u64, "n{}: a gap in the log", ids[k]);
+                let held = by_index.entry(e.index).or_insert_with(|| e.payload.clone());
+                assert_eq!(*held, e.payload, "n{} differs at entry {}", ids[k], e.index);
             }
         }
-        let ss = longest
+        let ss = by_index
             .iter()
-            .filter_map(|e| match EntryBody::decode(&e.payload) {
-                Ok(EntryBody::StopSign(c)) => Some((e.index, c.id)),
+            .filter_map(|(&i, p)| match EntryBody::decode(p) {
+                Ok(EntryBody::StopSign(c)) => Some((i, c.id)),
                 _ => None,
             })
             .collect();
-        (longest.len() as u64, ss)
+        let len = by_index.keys().next_back().copied().unwrap_or(0);
+        (len, ss)
     }
 
     fn member_ids(&self, i: u32) -> Vec<u32> {
@@ -817,6 +902,18 @@ fn reconfigurations_with_amnesic_restarts_keep_one_order() {
 
 /// Returns the configuration reached and the restarts made.
 fn chaos_run(seed: u64, transfer: Transfer, durable: bool) -> (u64, usize) {
+    let (reached, restarts, _) = chaos_run_with(seed, transfer, durable, None);
+    (reached, restarts)
+}
+
+/// [`chaos_run`], with every node snapshotting every `snapshot_every_steps` steps; also
+/// returns the snapshots installed.
+fn chaos_run_with(
+    seed: u64,
+    transfer: Transfer,
+    durable: bool,
+    snapshot_every_steps: Option<u64>,
+) -> (u64, usize, usize) {
     let mut cfg = base_config(&[0, 1, 2]);
     cfg.transfer = transfer;
     cfg.fetch_segment_entries = 16;
@@ -887,6 +984,9 @@ fn chaos_run(seed: u64, transfer: Transfer, durable: bool) -> (u64, usize) {
                 _ => {}
             }
         }
+        if snapshot_every_steps.is_some_and(|k| step % k == k - 1) {
+            net.snapshot_all();
+        }
         net.step();
     }
     if let Some(c) = net.chaos.as_mut() {
@@ -918,13 +1018,25 @@ fn chaos_run(seed: u64, transfer: Transfer, durable: bool) -> (u64, usize) {
     assert!(
         ok,
         "seed {seed} ({transfer:?}): after the heal the members {last:?} of the newest \
-         configuration deliver every acknowledged value and every value of a live proposer\n{}",
-        net.dump()
+         configuration deliver every acknowledged value and every value of a live proposer\n{}{}",
+        net.dump(),
+        (0..n)
+            .map(|i| format!(
+                "n{i}: snapshot {} fetching {:?} app_upto {}\n",
+                net.sp(i).snapshot_index(),
+                net.sp(i)
+                    .snap_fetcher
+                    .transfer
+                    .as_ref()
+                    .map(|t| (t.peer, t.upto, t.min_upto)),
+                net.nodes[i as usize].app_upto
+            ))
+            .collect::<String>()
     );
     net.assert_no_violation();
     net.same_log(&(0..n).collect::<Vec<_>>());
     let reached = (0..n).map(|i| net.sp(i).config_id()).max().unwrap_or(0);
-    (reached, net.restarts)
+    (reached, net.restarts, net.installs_total)
 }
 
 /// A leader that goes on appending after its stop-sign (`STOPPED()` removed) decides
@@ -1208,4 +1320,225 @@ fn a_leader_elected_far_behind_pulls_the_decided_log_before_it_adopts() {
         "leader after: n{:?}, catch-up requests {pulled}",
         net.leader()
     );
+}
+
+// ---- snapshots and compaction (`snapshot.rs`) ---------------------------------------------
+
+#[test]
+fn a_snapshot_covers_only_decided_entries_and_compacts_the_log_below_it() {
+    let mut net = Net::new(3, base_config(&[0, 1, 2]), true);
+    let leader = net.stable_leader();
+    let values = load(&mut net, leader, 20);
+    assert!(net.run_until(1_000_000, |n| (0..3).all(|i| n.has_all(i, &values))));
+    net.snapshot_all();
+    for i in 0..3 {
+        let sp = net.sp(i);
+        let snap = net.nodes[i as usize].saved.clone().expect("a snapshot");
+        assert_eq!(snap.upto, sp.delivered, "n{i}: up to what it delivered");
+        assert!(
+            snap.upto <= sp.store.decided_idx(),
+            "n{i}: never past the decided index"
+        );
+        assert_eq!(
+            sp.store.first_index(),
+            snap.upto + 1,
+            "n{i}: compacted below"
+        );
+    }
+    let more = load(&mut net, leader, 10);
+    assert!(net.run_until(1_000_000, |n| (0..3).all(|i| n.has_all(i, &more))));
+    net.assert_no_violation();
+    net.same_log(&[0, 1, 2]);
+}
+
+/// A follower cut off while the others decided and compacted comes back: the leader's
+/// `AcceptSync` would start in its compacted prefix, so it offers its snapshot; the
+/// follower pulls it in chunks of `max_message_bytes`, installs it, is prepared again
+/// and goes on from the log.
+#[test]
+fn a_follower_behind_the_leaders_snapshot_installs_it_in_chunks_and_goes_on_from_the_log() {
+    let mut net = Net::new(3, small_messages(&[0, 1, 2]), true);
+    let leader = net.stable_leader();
+    let behind = (leader + 1) % 3;
+    isolate(&mut net, behind);
+    let values = load(&mut net, leader, 300);
+    assert!(net.run_until(5_000_000, |n| n.has_all(leader, &values)));
+    net.snapshot_all();
+    let upto = net.sp(leader).snapshot_index();
+    assert!(upto > net.sp(behind).store.decided_idx());
+    net.cut.clear();
+    net.max_message = 0;
+    assert!(
+        net.run_until(10_000_000, |n| n.has_all(behind, &values)),
+        "the follower catches up\n{}",
+        net.dump()
+    );
+    let more = load(&mut net, leader, 20);
+    assert!(net.run_until(5_000_000, |n| (0..3).all(|i| n.has_all(i, &more))));
+    let installs = &net.nodes[behind as usize].installs;
+    assert!(!installs.is_empty() && installs[0] >= upto, "{installs:?}");
+    assert!(
+        net.sent.get(&23).copied().unwrap_or(0) > 1,
+        "several chunks"
+    );
+    assert!(
+        net.max_message <= 2 << 10,
+        "largest message {}",
+        net.max_message
+    );
+    net.assert_no_violation();
+    net.same_log(&[0, 1, 2]);
+}
+
+#[test]
+fn a_restart_starts_after_its_snapshot_and_delivers_only_what_follows() {
+    let mut net = Net::new(3, base_config(&[0, 1, 2]), true);
+    let leader = net.stable_leader();
+    let values = load(&mut net, leader, 20);
+    assert!(net.run_until(1_000_000, |n| (0..3).all(|i| n.has_all(i, &values))));
+    net.snapshot_all();
+    let f = (leader + 1) % 3;
+    let upto = net.nodes[f as usize].saved.as_ref().expect("saved").upto;
+    net.restart(f);
+    let more = load(&mut net, leader, 10);
+    assert!(net.run_until(2_000_000, |n| n.has_all(f, &values) && n.has_all(f, &more)));
+    assert!(
+        net.nodes[f as usize].delivered.iter().all(|d| d.0 > upto),
+        "nothing the snapshot covers is delivered again"
+    );
+    net.assert_no_violation();
+}
+
+#[test]
+fn a_restart_whose_driver_lost_the_snapshot_gets_the_stores_as_an_install() {
+    let mut net = Net::new(3, base_config(&[0, 1, 2]), true);
+    let leader = net.stable_leader();
+    let values = load(&mut net, leader, 20);
+    assert!(net.run_until(1_000_000, |n| (0..3).all(|i| n.has_all(i, &values))));
+    net.snapshot_all();
+    net.step();
+    let f = (leader + 1) % 3;
+    let upto = net.sp(f).snapshot_index();
+    assert!(upto > 0);
+    net.nodes[f as usize].saved = None;
+    net.restart(f);
+    net.step();
+    assert_eq!(net.nodes[f as usize].installs, vec![upto]);
+    assert!(net.run_until(1_000_000, |n| n.has_all(f, &values)));
+    net.assert_no_violation();
+}
+
+#[test]
+fn a_snapshot_that_disagrees_with_the_decided_log_or_does_not_decode_is_refused() {
+    let mut net = Net::new(3, base_config(&[0, 1, 2]), true);
+    let leader = net.stable_leader();
+    load(&mut net, leader, 5);
+    net.run(100_000);
+    let f = (leader + 1) % 3;
+    net.restart(f);
+    let decided = net.sp(f).store.decided_idx();
+    assert!(decided > 0, "the restarted store kept its decided log");
+    let bad_state = snapshot::SnapState {
+        last_ballot: Ballot::new(99, NodeId(2), 0),
+        config: net.sp(f).cfg.configuration(),
+        base: 0,
+        dedup: Dedup::default(),
+    };
+    let bad = crate::protocol::Snapshot {
+        upto: decided,
+        protocol: bad_state.encode(),
+        app: Bytes::from("0"),
+    };
+    let err = net.sp_mut(f).restore_snapshot(&bad).expect_err("refused");
+    assert!(err.contains("disagrees"), "{err}");
+    let garbage = crate::protocol::Snapshot {
+        protocol: Bytes::from_static(b"\x01junk"),
+        ..bad
+    };
+    let err = net
+        .sp_mut(f)
+        .restore_snapshot(&garbage)
+        .expect_err("refused");
+    assert!(err.contains("Sequence Paxos snapshot state"), "{err}");
+}
+
+/// A node added after every member compacted the log it needs: the members offer their
+/// snapshot when it fetches the final sequence, it installs it, enters the configuration
+/// and delivers on.
+#[test]
+fn a_new_node_whose_predecessors_compacted_the_log_installs_a_snapshot_and_joins() {
+    let mut net = Net::new(4, base_config(&[0, 1, 2]), true);
+    let leader = net.stable_leader();
+    let values = load(&mut net, leader, 50);
+    assert!(net.run_until(2_000_000, |n| (0..3).all(|i| n.has_all(i, &values))));
+    net.snapshot_all();
+    net.reconfigure(leader, &[0, 1, 2, 3]).expect("reconfigure");
+    assert!(
+        net.run_until(5_000_000, |n| n.in_config(&[0, 1, 2, 3], 1)),
+        "the new node joins\n{}",
+        net.dump()
+    );
+    let more = load(&mut net, leader.min(2), 20);
+    assert!(
+        net.run_until(5_000_000, |n| (0..4)
+            .all(|i| n.has_all(i, &values) && n.has_all(i, &more))),
+        "everyone delivers\n{}",
+        net.dump()
+    );
+    assert!(
+        !net.nodes[3].installs.is_empty(),
+        "the new node installed a snapshot"
+    );
+    net.assert_no_violation();
+}
+
+/// The chaos of `reconfigurations_under_chaos_keep_one_order_over_many_seeds` (loss,
+/// duplication, reordering, crashes and power cuts, three reconfigurations) with every node
+/// snapshotting and compacting every 150 ms.
+#[test]
+fn snapshots_under_reconfigurations_and_chaos_keep_one_order_and_lose_no_acknowledged_value() {
+    let mut installs = 0;
+    for seed in 0..6u64 {
+        let transfer = if seed % 2 == 0 {
+            Transfer::Pull
+        } else {
+            Transfer::Eager
+        };
+        installs += chaos_run_with(seed, transfer, true, Some(150)).2;
+    }
+    assert!(installs > 0, "no node installed a peer's snapshot");
+}
+
+/// A leader cut off from its followers appends proposals it cannot decide, then
+/// snapshots: returns whether its store took undecided entries as decided (the broken
+/// variant `SeqPaxosTrimUndecided` does).
+fn snapshot_compacts_undecided(m: Option<crate::mutation::Mutation>) -> bool {
+    let mut cfg = base_config(&[0, 1, 2]);
+    cfg.set_mutation(m).expect("mutations available");
+    let mut net = Net::new(3, cfg, true);
+    let leader = net.stable_leader();
+    let values = load(&mut net, leader, 5);
+    assert!(net.run_until(1_000_000, |n| (0..3).all(|i| n.has_all(i, &values))));
+    isolate(&mut net, leader);
+    load(&mut net, leader, 5);
+    let decided = net.sp(leader).store.decided_idx();
+    assert!(
+        net.sp(leader).log_len() > decided,
+        "entries accepted, not decided"
+    );
+    net.snapshot_all();
+    net.sp(leader).store.decided_idx() > decided
+}
+
+#[test]
+fn a_snapshot_never_compacts_undecided_entries() {
+    assert!(!snapshot_compacts_undecided(None));
+}
+
+#[cfg(feature = "mutations")]
+#[test]
+fn compacting_undecided_entries_is_the_broken_variant() {
+    assert!(snapshot_compacts_undecided(Some(
+        crate::mutation::Mutation::SeqPaxosTrimUndecided
+    )));
 }

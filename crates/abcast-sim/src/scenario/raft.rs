@@ -104,6 +104,22 @@ impl Adapter for RaftAdapter {
             Message::Forward(f) => {
                 MsgInfo::new("forward").values(f.batch.values().map(|v| v.payload))
             }
+            Message::InstallSnapshot(s) => MsgInfo::new("install-snapshot")
+                .ballot(Ballot::new(s.term, s.leader, 0))
+                .instance(s.last_index)
+                .detail(format!(
+                    "last_term={} bytes={}..{} of {}",
+                    s.last_ballot.round,
+                    s.offset,
+                    s.offset + s.data.len() as u64,
+                    s.total_bytes
+                )),
+            Message::InstallSnapshotReply(r) => MsgInfo::new("install-snapshot-reply")
+                .instance(r.last_index)
+                .detail(format!(
+                    "term={} next={} done={}",
+                    r.term, r.next_offset, r.done
+                )),
         }
     }
 

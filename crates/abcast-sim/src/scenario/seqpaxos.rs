@@ -163,6 +163,20 @@ impl Adapter for SeqPaxosAdapter {
             Message::FetchAck { upto, .. } => {
                 MsgInfo::new("fetch-ack").detail(format!("upto={upto}"))
             }
+            Message::SnapshotOffer { upto, .. } => MsgInfo::new("snapshot-offer").instance(*upto),
+            Message::SnapshotFetch(f) => MsgInfo::new("snapshot-fetch")
+                .instance(f.upto)
+                .detail(format!("min_upto={} offset={}", f.min_upto, f.offset)),
+            Message::SnapshotChunk(c) => {
+                MsgInfo::new("snapshot-chunk")
+                    .instance(c.upto)
+                    .detail(format!(
+                        "bytes={}..{} of {}",
+                        c.offset,
+                        c.offset + c.data.len() as u64,
+                        c.total
+                    ))
+            }
         }
     }
 

@@ -225,6 +225,16 @@ impl Batcher {
         Some(b)
     }
 
+    /// The open batch, started at `next_seq` if there is none.
+    fn open_batch(&mut self, now: Micros, l: &BatchLimits) -> &mut BatchBuilder {
+        if self.open.is_none() {
+            self.open_since_us = now;
+        }
+        let (me, first) = (self.me, self.next_seq);
+        self.open
+            .get_or_insert_with(|| BatchBuilder::new(me, first, l.batch_max_bytes.min(1 << 20)))
+    }
+
     /// Seqs this life can still hand out.
     pub fn seqs_left(&self) -> u64 {
         self.seq_end.saturating_sub(self.next_seq)
@@ -265,22 +275,12 @@ impl Batcher {
             self.track(&b, now);
             return Ok((id, [before, Some(b)]));
         }
-        if self.open.is_none() {
-            self.open = Some(BatchBuilder::new(
-                self.me,
-                self.next_seq,
-                l.batch_max_bytes.min(1 << 20),
-            ));
-            self.open_since_us = now;
-        }
-        let Some(open) = self.open.as_mut() else {
-            return Err(ProposeError::Busy);
-        };
+        let open = self.open_batch(now, l);
         let pushed = open.push(&payload);
+        let full = open.payload_bytes() >= l.batch_max_bytes;
         debug_assert_eq!(pushed, id, "the open batch numbers values from next_seq");
         self.next_seq += 1;
         debug_assert!(self.next_seq <= self.seq_end, "a seq past the life's range");
-        let full = open.payload_bytes() >= l.batch_max_bytes;
         let ready = if full { self.close_open(now) } else { None };
         Ok((id, [ready, None]))
     }
@@ -391,28 +391,20 @@ impl Batcher {
                 .min(ids)
                 .min(to_full);
             assert!(k >= 1, "a round with room takes a value");
-            if self.open.is_none() {
-                self.open = Some(BatchBuilder::new(
-                    self.me,
-                    self.next_seq,
-                    l.batch_max_bytes.min(1 << 20),
-                ));
-                self.open_since_us = now;
-            }
-            let Some(open) = self.open.as_mut() else {
-                return Err(ProposeError::Busy);
-            };
+            let next_seq = self.next_seq;
+            let open = self.open_batch(now, l);
             debug_assert_eq!(
                 open.first_seq() + open.len() as u64,
-                self.next_seq,
+                next_seq,
                 "the open batch numbers values from next_seq"
             );
             let data = &run.data()[taken * vb..(taken + k) * vb];
             open.push_uniform(data, vb, k);
+            let full = open.payload_bytes() >= l.batch_max_bytes;
             self.next_seq += k as u64;
             assert!(self.next_seq <= self.seq_end, "a seq past the life's range");
             taken += k;
-            if open.payload_bytes() >= l.batch_max_bytes {
+            if full {
                 ready.extend(self.close_open(now));
             }
         }

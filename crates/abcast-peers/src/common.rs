@@ -5,7 +5,7 @@
 //! and the acknowledgement at the proposer; the crate's logical clock; the mapping of our
 //! node ids onto the crates' (both reserve id 0).
 
-use abcast_core::batcher::{BatchLimits, Batcher, Ready};
+use abcast_core::batcher::{BatchLimits, Batcher};
 use abcast_core::config::{ConfigError, StartInfo};
 use abcast_core::dedup::Dedup;
 use abcast_core::replog::EntryBody;
@@ -162,15 +162,6 @@ impl Front {
 
     pub(crate) fn values_in_flight(&self) -> usize {
         self.batcher.values_in_flight()
-    }
-
-    /// One value: its id, and the batches that must leave now.
-    pub(crate) fn propose(
-        &mut self,
-        now: Micros,
-        payload: Bytes,
-    ) -> Result<(ValueId, Ready), ProposeError> {
-        self.batcher.propose(now, payload, &self.limits)
     }
 
     /// [`Batcher::propose_many`]: the batches that must leave now go to `ready`.

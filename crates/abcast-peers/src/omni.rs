@@ -595,18 +595,13 @@ impl<S: Storage<OpEntry>> Protocol for OmniPaxosCore<S> {
         payload: Bytes,
         out: &mut Outbox<OmniPaxosMessage>,
     ) -> Result<ValueId, ProposeError> {
-        let (id, ready) = self.front.propose(now, payload)?;
-        // A value that only joined the open batch gives OmniPaxos nothing to send: its
-        // outgoing messages are taken only when a batch was appended (the crate's
-        // `take_outgoing_messages` allocates per call, which per value cost it a sixth of
-        // the leader's time).
-        if ready.iter().any(Option::is_some) {
-            for b in ready.iter().flatten() {
-                self.append(b);
-            }
-            self.settle(now, out);
-        }
-        Ok(id)
+        // One value is a run of one.
+        self.propose_many(
+            now,
+            abcast_core::Values::Each(std::slice::from_ref(&payload)),
+            out,
+        )
+        .map(|(id, _)| id)
     }
 
     fn propose_many(
@@ -617,6 +612,10 @@ impl<S: Storage<OpEntry>> Protocol for OmniPaxosCore<S> {
     ) -> Result<(ValueId, usize), ProposeError> {
         let mut ready = Vec::new();
         let r = self.front.propose_many(now, values, &mut ready);
+        // Values that only joined the open batch give OmniPaxos nothing to send: its
+        // outgoing messages are taken only when a batch was appended (the crate's
+        // `take_outgoing_messages` allocates per call, which per value cost it a sixth of
+        // the leader's time).
         if !ready.is_empty() {
             for b in &ready {
                 self.append(b);

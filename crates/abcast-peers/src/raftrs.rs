@@ -469,16 +469,13 @@ impl Protocol for RaftRsCore {
         payload: Bytes,
         out: &mut Outbox<RaftRsMessage>,
     ) -> Result<ValueId, ProposeError> {
-        let (id, ready) = self.front.propose(now, payload)?;
-        // A value that only joined the open batch changes nothing raft-rs knows of: it is
-        // asked for a `Ready` only when a batch was proposed to it.
-        if ready.iter().any(Option::is_some) {
-            for b in ready.iter().flatten() {
-                self.propose_batch(b);
-            }
-            self.drain(now, out);
-        }
-        Ok(id)
+        // One value is a run of one.
+        self.propose_many(
+            now,
+            abcast_core::Values::Each(std::slice::from_ref(&payload)),
+            out,
+        )
+        .map(|(id, _)| id)
     }
 
     fn propose_many(
@@ -489,6 +486,8 @@ impl Protocol for RaftRsCore {
     ) -> Result<(ValueId, usize), ProposeError> {
         let mut ready = Vec::new();
         let r = self.front.propose_many(now, values, &mut ready);
+        // Values that only joined the open batch change nothing raft-rs knows of: it is
+        // asked for a `Ready` only when a batch was proposed to it.
         if !ready.is_empty() {
             for b in &ready {
                 self.propose_batch(b);

@@ -564,15 +564,13 @@ impl Protocol for Raft {
         payload: Bytes,
         out: &mut Out,
     ) -> Result<ValueId, ProposeError> {
-        if !self.begin(now) {
-            return Err(ProposeError::Busy);
-        }
-        let (id, ready) = self.batcher.propose(self.now, payload, &self.limits)?;
-        for batch in ready.into_iter().flatten() {
-            self.dispatch(batch, out);
-        }
-        self.flush(out);
-        Ok(id)
+        // One value is a run of one.
+        self.propose_many(
+            now,
+            crate::Values::Each(std::slice::from_ref(&payload)),
+            out,
+        )
+        .map(|(id, _)| id)
     }
 
     fn propose_many(

@@ -669,14 +669,13 @@ impl Protocol for SeqPaxos {
         payload: Bytes,
         out: &mut Out,
     ) -> Result<ValueId, ProposeError> {
-        self.begin(now, out);
-        let limits = self.cfg.batch_limits();
-        let (id, ready) = self.batcher.propose(self.now, payload, &limits)?;
-        for b in ready.into_iter().flatten() {
-            self.submit(b, out);
-        }
-        self.after_input(out);
-        Ok(id)
+        // One value is a run of one.
+        self.propose_many(
+            now,
+            crate::Values::Each(std::slice::from_ref(&payload)),
+            out,
+        )
+        .map(|(id, _)| id)
     }
 
     fn propose_many(

@@ -14,12 +14,13 @@ use abcast_core::ringpaxos::RingPaxosConfig;
 use abcast_core::storage::{AcceptorStore, MemoryStore};
 use abcast_core::uring::RingConfig;
 use abcast_core::{GroupId, NodeId, Protocol, ValueId};
-use abcast_runtime::TransportConfig;
+use abcast_runtime::{LoadConfig, TransportConfig};
 use runtime_support::*;
 use std::collections::HashSet;
 use std::time::Duration;
 
 const VALUES_PER_RING: u64 = 3_000;
+const PACED_VALUES_PER_S: u64 = 20_000;
 
 /// Four nodes: `proposer` proposes, 0 to 2 accept, 2 and 3 learn.
 fn members(proposer: u32) -> Vec<Member> {
@@ -93,9 +94,17 @@ fn learners_merge_two_rings_in_one_order<P: Protocol + Send + 'static>(make: imp
 where
     P::Message: Send,
 {
+    // Each proposer is paced (3,000 values over about 150 ms), so the two rings' loads
+    // overlap whatever the nodes' start skew: unpaced, a ring's 3,000 values took about
+    // 3 ms, and one CI run saw ring 1 finish before ring 2's proposer had connected, which
+    // the interleaving check below then (rightly) reported.
+    let load = load_of(VALUES_PER_RING, 256, 200).map(|l| LoadConfig {
+        rate_per_s: PACED_VALUES_PER_S,
+        ..l
+    });
     let nodes = cluster(
         4,
-        load_of(VALUES_PER_RING, 256, 200),
+        load,
         TransportConfig::default(),
         false,
         |_, _, a| a,

@@ -479,6 +479,13 @@ pub trait Protocol {
         0
     }
 
+    /// Whether this protocol takes snapshots at all: a `take_snapshot` error is then
+    /// passing (a transfer or a reconfiguration under way, a store failure), and the
+    /// runtime asks again at the next interval; otherwise it stops asking.
+    fn snapshots_supported(&self) -> bool {
+        false
+    }
+
     /// The application hands its state after every instance delivered so far (`app`,
     /// taken with no delivery in between); the protocol adds its learner state and returns
     /// the snapshot for the caller to persist. From now on this learner reports

@@ -736,6 +736,10 @@ impl Protocol for Raft {
         self.flush(out);
     }
 
+    fn snapshots_supported(&self) -> bool {
+        true
+    }
+
     fn take_snapshot(&mut self, app: Bytes) -> Result<Snapshot, String> {
         self.take_snapshot_here(app)
     }

@@ -422,6 +422,10 @@ impl Protocol for RingPaxos {
         self.node.log_bytes()
     }
 
+    fn snapshots_supported(&self) -> bool {
+        true
+    }
+
     fn take_snapshot(&mut self, app: Bytes) -> Result<crate::protocol::Snapshot, String> {
         self.take_snapshot_here(app)
     }

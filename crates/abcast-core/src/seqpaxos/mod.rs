@@ -812,6 +812,10 @@ impl Protocol for SeqPaxos {
         self.store.log_bytes()
     }
 
+    fn snapshots_supported(&self) -> bool {
+        true
+    }
+
     fn take_snapshot(&mut self, app: Bytes) -> Result<crate::protocol::Snapshot, String> {
         self.take_snapshot_here(app)
     }

@@ -246,6 +246,8 @@ pub struct Driver<P: Protocol> {
     last_event_us: Micros,
     next_periodic_us: Micros,
     next_snapshot_us: Micros,
+    /// The reason the protocol last refused a due snapshot (logged once per reason).
+    snapshot_refused: Option<String>,
     unknown_logged: HashSet<NodeId>,
     conn_limit_logged: bool,
     /// Injected delay and loss on outgoing links; `None` unless configured.
@@ -293,6 +295,7 @@ impl<P: Protocol> Driver<P> {
             pipeline: CommitPipeline::new(Mode::new(cfg.group_commit, cfg.sync_thread)),
             next_periodic_us: cfg.periodic_us,
             next_snapshot_us: cfg.snapshot_interval_us,
+            snapshot_refused: None,
             cfg,
             protocol,
             poll,

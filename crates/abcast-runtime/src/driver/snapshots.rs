@@ -71,6 +71,19 @@ impl<P: Protocol> Driver<P> {
         };
         let snap = match self.protocol.take_snapshot(state) {
             Ok(s) => s,
+            Err(e) if self.protocol.snapshots_supported() => {
+                // Passing (a transfer or a reconfiguration under way): asked again at the
+                // next interval. Before, one such refusal turned snapshots off for the
+                // node's life, and its log grew without bound. Said once per reason.
+                if self.snapshot_refused.as_deref() != Some(e.as_str()) {
+                    self.log(format_args!(
+                        "snapshot not taken, retried in an interval: {e}"
+                    ));
+                    self.snapshot_refused = Some(e);
+                }
+                self.stats.snapshots_refused += 1;
+                return Ok(());
+            }
             Err(e) => {
                 self.log(format_args!("snapshots off: {e}"));
                 self.cfg.snapshot_interval_us = 0;
@@ -87,6 +100,7 @@ impl<P: Protocol> Driver<P> {
         })?;
         self.history.snapshot.upto = snap.upto;
         self.stats.snapshots += 1;
+        self.snapshot_refused = None;
         Ok(())
     }
 

@@ -208,6 +208,8 @@ pub struct TransportStats {
     pub storage_syncs: u64,
     /// Snapshots written.
     pub snapshots: u64,
+    /// Snapshots due that the protocol refused for the moment (retried an interval later).
+    pub snapshots_refused: u64,
     /// Snapshots fetched from a peer and installed.
     pub snapshots_installed: u64,
 }

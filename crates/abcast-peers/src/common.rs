@@ -212,7 +212,7 @@ impl Front {
                 if let Some(ack) = self.batcher.on_decided(key, now) {
                     out.acks.push(ack);
                 }
-                if self.dedup.first_time(key, instance) {
+                if self.dedup.first_time_batch(&batch, instance) {
                     out.deliveries.push(Delivery::new(instance, batch));
                 }
             }

@@ -495,7 +495,7 @@ impl Raft {
                         if let Some(ack) = self.batcher.on_decided(key, self.now) {
                             out.acks.push(ack);
                         }
-                        if self.dedup.first_time(key, e.index) {
+                        if self.dedup.first_time_batch(&batch, e.index) {
                             out.deliveries.push(Delivery::new(e.index, batch));
                         }
                     }

@@ -316,7 +316,7 @@ impl LearnerState {
             match decree {
                 Decree::Values(batch) => {
                     cache.remove(&batch.key());
-                    if self.dedup.first_time(batch.key(), instance) {
+                    if self.dedup.first_time_batch(&batch, instance) {
                         if emit {
                             assert!(
                                 instance > self.last_delivered,

@@ -492,7 +492,7 @@ impl SeqPaxos {
         if let Some(ack) = self.batcher.on_decided(batch.key(), self.now) {
             out.acks.push(ack);
         }
-        if self.dedup.first_time(batch.key(), index) {
+        if self.dedup.first_time_batch(&batch, index) {
             out.deliveries.push(Delivery::new(index, batch));
         }
     }

@@ -216,6 +216,7 @@ impl Raft {
         let key = batch.key();
         if lead.transfer.is_some()
             || lead.recent_keys.contains(&key)
+            || self.dedup.delivered(key)
             || (lead.uncommitted_bytes + batch.payload_bytes() > max
                 && !lead.uncommitted.is_empty())
         {

@@ -96,7 +96,7 @@ fn spec(p: Point, args: &BenchArgs, label: String) -> ClusterSpec {
     // The protocol's proposer window holds the run's proposals in flight (bytes: the values
     // and their share of a batch's framing, with room to spare).
     let window_bytes = ((p.in_flight * (VALUE_BYTES + 48)) as i64).max(16 << 20);
-    let edits = vec![
+    let mut edits = vec![
         ("protocol".to_string(), toml::Value::from(p.protocol)),
         ("storage.kind".to_string(), toml::Value::from("memory")),
         (
@@ -108,6 +108,12 @@ fn spec(p: Point, args: &BenchArgs, label: String) -> ClusterSpec {
             toml::Value::Integer(window_bytes),
         ),
     ];
+    if let Some(b) = args.batch_bytes {
+        edits.push((
+            "ring.batch_max_bytes".to_string(),
+            toml::Value::Integer(b as i64),
+        ));
+    }
     ClusterSpec {
         nodes: p.nodes,
         value_size_bytes: VALUE_BYTES,
@@ -152,7 +158,17 @@ fn measure(run: &cluster::ClusterRun, r: u32) -> RunOut {
         problems.push(format!("lost: {}", report.lost.join("; ")));
     }
     if !report.learners_agree {
-        problems.push("learners disagree".into());
+        problems.push(if report.agreement.is_empty() {
+            "learners disagree".into()
+        } else {
+            format!("learners disagree: {}", report.agreement.join("; "))
+        });
+    }
+    if report.duplicates_total > 0 {
+        problems.push(format!(
+            "{} values delivered twice",
+            report.duplicates_total
+        ));
     }
     if report.latency.count == 0 {
         problems.push("no proposal was acknowledged".into());
@@ -298,6 +314,20 @@ fn protocols(args: &BenchArgs) -> Result<Vec<&'static str>, HarnessError> {
     Ok(out)
 }
 
+/// What one log entry holds in this run (`--batch-bytes`).
+fn entry_note(args: &BenchArgs) -> String {
+    match args.batch_bytes {
+        None => "Log entries: every protocol's proposer closes an entry at 256 KiB of values \
+                 (thousands of 16-byte values per entry: the cores' per-entry work is hidden)."
+            .into(),
+        Some(b) => format!(
+            "Log entries: every protocol's proposer closes an entry at {b} B of values \
+             (`--batch-bytes {b}`; at 16 B or less, one value per entry, so each core's \
+             per-entry work is raced)."
+        ),
+    }
+}
+
 /// `abcast bench concurrency`.
 pub fn run_concurrency(args: &BenchArgs) -> Result<u8, HarnessError> {
     let (stamp, date) = utc_now();
@@ -348,6 +378,7 @@ pub fn run_concurrency(args: &BenchArgs) -> Result<u8, HarnessError> {
          median over runs (min..max).\n",
         VALUE_BYTES, args.duration_s, args.runs
     );
+    let _ = writeln!(s, "{}\n", entry_note(args));
     let _ = writeln!(
         s,
         "| nodes | in flight | protocol | values/s | min .. max | p50 latency ms | CPU % (mean per node) | good runs |"
@@ -403,6 +434,7 @@ pub fn run_concurrency(args: &BenchArgs) -> Result<u8, HarnessError> {
                 "runs": args.runs,
                 "duration_s": args.duration_s,
                 "value_size_bytes": VALUE_BYTES,
+                "batch_bytes": args.batch_bytes,
                 "seqpaxos_values_per_s": vps("seqpaxos"),
                 "omnipaxos_values_per_s": vps("omnipaxos"),
                 "raft_values_per_s": vps("raft"),
@@ -517,6 +549,9 @@ pub fn run_latency(args: &BenchArgs) -> Result<u8, HarnessError> {
          proposal of the run (HDR histograms, microsecond resolution); medians over runs.\n",
         args.duration_s, args.runs
     );
+    if args.batch_bytes.is_some() {
+        let _ = writeln!(s, "{}\n", entry_note(args));
+    }
     let _ = writeln!(
         s,
         "| protocol | p50 µs | p99 µs | p99.9 µs | proposals/s | CPU % (mean per node) | good runs |"

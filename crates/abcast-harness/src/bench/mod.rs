@@ -81,6 +81,13 @@ pub struct BenchArgs {
     /// seqpaxos-eager, raft [default: all].
     #[arg(long, value_name = "LIST")]
     pub protocols: Option<String>,
+    /// `concurrency` and `latency` only: every protocol's proposer closes a log entry once
+    /// it holds this many bytes of values [default: the node's, 256 KiB]. 16 puts each
+    /// 16-byte value in a log entry of its own, so the cores' per-entry work is raced
+    /// instead of hidden behind batches of thousands of values.
+    #[arg(long = "batch-bytes", value_name = "BYTES",
+          value_parser = clap::value_parser!(u64).range(1..=(16 << 20)))]
+    pub batch_bytes: Option<u64>,
 }
 
 /// What one run of one point measured.
@@ -431,6 +438,12 @@ pub fn run_bench(args: &BenchArgs) -> Result<u8, HarnessError> {
     if args.link_mbit.is_some() && name != BenchName::Multicast {
         return Err(HarnessError::Usage(format!(
             "--link-mbit applies to `bench multicast` only, not to `bench {}`",
+            name.as_str()
+        )));
+    }
+    if args.batch_bytes.is_some() && !matches!(name, BenchName::Concurrency | BenchName::Latency) {
+        return Err(HarnessError::Usage(format!(
+            "--batch-bytes applies to `bench concurrency` and `latency` only, not to `bench {}`",
             name.as_str()
         )));
     }

@@ -2149,6 +2149,7 @@ mod tests {
             json: true,
             link_mbit: None,
             protocols: None,
+            batch_bytes: None,
         };
         let v = bench_json(
             &results,

@@ -7,6 +7,7 @@
 
 use crate::codec::{Decoder, Encoder};
 use crate::error::DecodeError;
+use crate::mutation::Mutation;
 use crate::types::{Batch, BatchKey, Instance, NodeId};
 use std::collections::{BTreeMap, HashMap};
 
@@ -93,9 +94,17 @@ impl Origin {
     }
 }
 
+/// Batches per origin that [`Mutation::DedupForgetsOldBatches`] remembers: the memory
+/// before the ranges, a window of batch keys, scaled down from 2^16 so that the
+/// simulator's runs reach past it.
+const MUTATED_BATCHES_PER_ORIGIN: usize = 4;
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Dedup {
     per_origin: HashMap<NodeId, Origin>,
+    /// The broken variant, if any (the simulator's mutation sweeps; never encoded, and kept
+    /// across a snapshot install by [`Dedup::replace`]).
+    mutation: Option<Mutation>,
 }
 
 impl Dedup {
@@ -113,8 +122,43 @@ impl Dedup {
         self.first_time_range(key, key.first_seq.saturating_add(1), instance)
     }
 
+    /// Runs the broken variant `m` from now on (tests only; `None` in a build without the
+    /// `mutations` feature is the only value that does anything there).
+    pub fn set_mutation(&mut self, m: Option<Mutation>) {
+        self.mutation = m;
+    }
+
+    /// This memory running the broken variant `m` (see [`Dedup::set_mutation`]).
+    pub fn with_mutation(mut self, m: Option<Mutation>) -> Dedup {
+        self.set_mutation(m);
+        self
+    }
+
+    /// Takes `other`'s memory (a snapshot's), keeping this one's broken variant.
+    pub fn replace(&mut self, other: Dedup) {
+        let m = self.mutation;
+        *self = other;
+        self.mutation = m;
+    }
+
+    fn forgets(&self) -> bool {
+        crate::mutation::on(self.mutation, Mutation::DedupForgetsOldBatches)
+    }
+
     fn first_time_range(&mut self, key: BatchKey, end: u64, instance: Instance) -> bool {
+        let forgets = self.forgets();
         let o = self.per_origin.entry(key.origin).or_default();
+        if forgets {
+            // The broken variant: only the latest few batch keys, no ranges.
+            if o.recent.contains_key(&key.first_seq) {
+                return false;
+            }
+            o.recent.insert(key.first_seq, instance);
+            while o.recent.len() > MUTATED_BATCHES_PER_ORIGIN {
+                o.recent.pop_first();
+            }
+            return true;
+        }
         if o.contains(key.first_seq) {
             return false;
         }
@@ -126,9 +170,14 @@ impl Dedup {
     /// Whether a batch with this key was delivered (it may have been decided before the
     /// instances [`Dedup::decided_at`] remembers).
     pub fn delivered(&self, key: BatchKey) -> bool {
-        self.per_origin
-            .get(&key.origin)
-            .is_some_and(|o| o.contains(key.first_seq))
+        let forgets = self.forgets();
+        self.per_origin.get(&key.origin).is_some_and(|o| {
+            if forgets {
+                o.recent.contains_key(&key.first_seq)
+            } else {
+                o.contains(key.first_seq)
+            }
+        })
     }
 
     /// The remembered batches first decided in `[from, to)`, in instance order, the most

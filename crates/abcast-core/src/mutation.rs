@@ -72,10 +72,16 @@ pub enum Mutation {
     /// the snapshot (a duplicated or late InstallSnapshot), forgetting the committed
     /// entries after it: Raft §7 keeps them ("retain log entries following it").
     RaftInstallBelowCommit,
+    // Shared by the families
+    /// The learners' de-duplication remembers only the latest few batch keys per origin
+    /// (the memory before the delivered ranges, its window scaled down from 2^16 to 4): a
+    /// re-sent batch decided further behind its first copy is delivered twice. Sequence
+    /// Paxos and Raft run it (`dedup.rs`).
+    DedupForgetsOldBatches,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 19] = [
+    pub const ALL: [Mutation; 20] = [
         Mutation::VoteIgnoresEpoch,
         Mutation::AmnesicPromisesCount,
         Mutation::RepairIgnored,
@@ -96,6 +102,8 @@ impl Mutation {
         Mutation::RaftNoSyncBeforeReply,
         Mutation::RaftJointSingleMajority,
         Mutation::RaftInstallBelowCommit,
+        // Shared
+        Mutation::DedupForgetsOldBatches,
     ];
 
     pub fn name(self) -> &'static str {
@@ -121,6 +129,7 @@ impl Mutation {
             Mutation::RaftNoSyncBeforeReply => "raft_no_sync_before_reply",
             Mutation::RaftJointSingleMajority => "raft_joint_single_majority",
             Mutation::RaftInstallBelowCommit => "raft_install_below_commit",
+            Mutation::DedupForgetsOldBatches => "dedup_forgets_old_batches",
         }
     }
 }

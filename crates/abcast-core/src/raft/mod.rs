@@ -232,7 +232,7 @@ impl Raft {
             pending_install,
             snapshot_unsynced: false,
             install_buf: None,
-            dedup,
+            dedup: dedup.with_mutation(cfg.mutation()),
             batcher: Batcher::new(me, start.start_seq),
             batcher_leader: None,
             store,

@@ -249,7 +249,7 @@ impl Raft {
         assert!(self.commit >= snap.upto, "the store covers the snapshot");
         self.applied = snap.upto;
         self.applied_config = st.config;
-        self.dedup = st.dedup;
+        self.dedup.replace(st.dedup);
         self.pending_install = None;
         Ok(())
     }
@@ -520,7 +520,7 @@ impl Raft {
         // effect at an index the snapshot covers, which no position among this outbox's
         // deliveries can name); the installed state is after it, and `status()` names it.
         self.applied_config = st.config;
-        self.dedup = st.dedup;
+        self.dedup.replace(st.dedup);
         // This node's batches the snapshot decided are acknowledged now.
         for key in self.batcher.in_flight_keys() {
             if self.dedup.decided_at(key).is_some_and(|i| i <= snap.upto)

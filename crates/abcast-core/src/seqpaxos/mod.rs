@@ -305,7 +305,7 @@ impl SeqPaxos {
             batcher: Batcher::new(me, start.start_seq),
             last_leader_node: None,
             delivered,
-            dedup,
+            dedup: dedup.with_mutation(cfg.mutation.get()),
             ble_out: Vec::new(),
             started: false,
             member,

@@ -269,7 +269,7 @@ impl SeqPaxos {
             self.snapshot_unsynced = true;
         }
         self.delivered = snap.upto;
-        self.dedup = st.dedup;
+        self.dedup.replace(st.dedup);
         self.pending_install = None;
         self.snap_server.set_latest(snap);
         Ok(())
@@ -415,7 +415,7 @@ impl SeqPaxos {
             "an install never moves delivery back"
         );
         self.delivered = snap.upto;
-        self.dedup = st.dedup;
+        self.dedup.replace(st.dedup);
         for key in self.batcher.in_flight_keys() {
             if self.dedup.decided_at(key).is_some_and(|i| i <= snap.upto)
                 && let Some(ack) = self.batcher.on_decided(key, self.now)

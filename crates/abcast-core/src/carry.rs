@@ -5,7 +5,8 @@
 //!
 //! The order, for one outbox whose storage writes the caller already made durable:
 //!
-//! 1. `sends`, then `multicasts` (a multicast reaches every member, this node included);
+//! 1. the first `multicasts_first` multicasts, `sends`, then the other multicasts (a
+//!    multicast reaches every member, this node included);
 //! 2. the delivered sequence: each delivery, preceded by the positioned outputs whose
 //!    `position` is at most its index, in this order at one position: installs,
 //!    configuration changes, subscriptions, skips; the positioned outputs after the last
@@ -94,10 +95,15 @@ pub fn carry_out<M, C: Carrier<M>>(
         !out.needs_sync,
         "carry_out: an outbox that needs a sync must be made durable before it is carried out"
     );
+    let first = std::mem::take(&mut out.multicasts_first).min(out.multicasts.len());
+    let mut multicasts = out.multicasts.drain(..);
+    for msg in multicasts.by_ref().take(first) {
+        carrier.multicast(msg);
+    }
     for (to, msg) in out.sends.drain(..) {
         carrier.send(to, msg);
     }
-    for msg in out.multicasts.drain(..) {
+    for msg in multicasts {
         carrier.multicast(msg);
     }
     let r = carry_sequence(now, out, carrier);

@@ -27,6 +27,7 @@ pub mod ringpaxos;
 pub mod seqpaxos;
 pub mod snapshot_transfer;
 pub mod storage;
+pub mod token;
 pub mod types;
 pub mod uring;
 pub mod wire;

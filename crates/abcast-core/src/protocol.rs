@@ -121,6 +121,10 @@ pub struct Outbox<M> {
     pub sends: Vec<(NodeId, M)>,
     /// Messages for every member of the protocol instance's multicast group.
     pub multicasts: Vec<M>,
+    /// How many of `multicasts` (the first ones) leave before `sends`; the rest leave after
+    /// them. 0 (the default): every send first. A token ring multicasts some messages
+    /// before it passes the token and the rest after (seed 002 §III-B1, §III-B3).
+    pub multicasts_first: usize,
     /// Deliveries, in instance order.
     pub deliveries: Vec<Delivery>,
     /// Acknowledgements of this node's own proposals.
@@ -171,6 +175,7 @@ impl<M> Default for Outbox<M> {
         Outbox {
             sends: Vec::new(),
             multicasts: Vec::new(),
+            multicasts_first: 0,
             deliveries: Vec::new(),
             acks: Vec::new(),
             needs_sync: false,
@@ -207,6 +212,7 @@ impl<M> Outbox<M> {
     pub fn clear(&mut self) {
         self.sends.clear();
         self.multicasts.clear();
+        self.multicasts_first = 0;
         self.deliveries.clear();
         self.acks.clear();
         self.events.clear();

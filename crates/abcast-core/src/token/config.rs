@@ -1,0 +1,144 @@
+//! The token ring's parameters (seed 002 §III-B1 windows, §IV-A "Personal_windows of a few
+//! tens of messages with Accelerated_windows of half to all of the Personal_window").
+
+use crate::config::ConfigError;
+use crate::types::{Micros, NodeId};
+
+use super::messages::Service;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenConfig {
+    /// The ring, in token order. Every member proposes and delivers.
+    pub members: Vec<NodeId>,
+    /// `Personal_window`: new data messages one member sends per token round at most.
+    pub personal_window: u32,
+    /// `Accelerated_window`: how many of them may leave after the token. 0 is the original
+    /// Totem ring (every message before the token, retransmission requests up to the
+    /// token's `seq`).
+    pub accelerated_window: u32,
+    /// `Global_window`: data messages (new and retransmitted) all members together send
+    /// per token round at most.
+    pub global_window: u32,
+    /// Payload bytes one data message packs at most (1350 fits one 1500-byte frame with
+    /// headers; about 8850 for the seed's large datagrams).
+    pub max_message_bytes: usize,
+    /// The largest value `propose` takes.
+    pub max_value_bytes: usize,
+    /// Values waiting to be sent, at most (`propose` says `Busy` past it).
+    pub window_values: usize,
+    /// The service of this node's proposals.
+    pub service: Service,
+    /// A member that passed the token and heard nothing that shows its successor took it
+    /// (the token again, or a message stamped after it) sends it again after this long; the
+    /// successor takes one copy (`Token::hop`).
+    pub token_retransmit_us: Micros,
+    /// On an idle ring (nothing to send, retransmit or deliver) a member holds the token this
+    /// long before passing it (Corosync's `token_hold`), so an idle ring does not spin.
+    pub token_hold_us: Micros,
+    /// Broken variant for the simulator's mutation sweeps (tests only).
+    pub mutation: crate::mutation::Slot,
+}
+
+impl Default for TokenConfig {
+    fn default() -> Self {
+        TokenConfig {
+            members: Vec::new(),
+            personal_window: 30,
+            accelerated_window: 20,
+            global_window: 240,
+            max_message_bytes: 1350,
+            max_value_bytes: 1 << 20,
+            window_values: 1 << 16,
+            service: Service::Agreed,
+            token_retransmit_us: 5_000,
+            token_hold_us: 1_000,
+            mutation: crate::mutation::Slot::default(),
+        }
+    }
+}
+
+impl TokenConfig {
+    /// A ring of `members` with the default windows.
+    pub fn new(members: Vec<NodeId>) -> TokenConfig {
+        TokenConfig {
+            members,
+            ..TokenConfig::default()
+        }
+    }
+
+    /// Checks every field; a clear error names the first that is wrong.
+    pub fn validate(&self, me: NodeId) -> Result<(), ConfigError> {
+        let err = |field: &'static str, reason: String| Err(ConfigError { field, reason });
+        if self.members.is_empty() {
+            return err("members", "a ring needs at least one member".into());
+        }
+        if self.members.len() > 1024 {
+            return err(
+                "members",
+                format!("{} members: at most 1024", self.members.len()),
+            );
+        }
+        let mut seen = std::collections::HashSet::new();
+        for m in &self.members {
+            if !seen.insert(*m) {
+                return err("members", format!("{m} appears twice"));
+            }
+        }
+        if !self.members.contains(&me) {
+            return err(
+                "members",
+                format!("this node {me} is not a member of the ring"),
+            );
+        }
+        if self.personal_window == 0 {
+            return err("personal_window", "at least 1".into());
+        }
+        if self.accelerated_window > self.personal_window {
+            return err(
+                "accelerated_window",
+                format!(
+                    "{} exceeds personal_window {}",
+                    self.accelerated_window, self.personal_window
+                ),
+            );
+        }
+        if self.global_window < self.personal_window {
+            return err(
+                "global_window",
+                format!(
+                    "{} is below personal_window {}",
+                    self.global_window, self.personal_window
+                ),
+            );
+        }
+        if self.max_message_bytes < 64 || self.max_message_bytes > 60_000 {
+            return err(
+                "max_message_bytes",
+                format!("{} outside 64..=60000", self.max_message_bytes),
+            );
+        }
+        if self.max_value_bytes == 0 {
+            return err("max_value_bytes", "at least 1".into());
+        }
+        if self.window_values == 0 {
+            return err("window_values", "at least 1".into());
+        }
+        if self.token_retransmit_us == 0 {
+            return err("token_retransmit_us", "at least 1".into());
+        }
+        if self.token_hold_us >= self.token_retransmit_us {
+            return err(
+                "token_hold_us",
+                format!(
+                    "{} is not below token_retransmit_us {}: a held token would be sent again",
+                    self.token_hold_us, self.token_retransmit_us
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    pub fn mutation(&self) -> Option<crate::mutation::Mutation> {
+        self.mutation.get()
+    }
+}

@@ -1,0 +1,390 @@
+//! The token ring's rules, one test each, on a small hand-driven network (the simulator's
+//! sweeps come with membership).
+
+use super::*;
+use crate::codec::{Encoder, WireMessage};
+use crate::config::StartInfo;
+use std::collections::VecDeque;
+
+fn ids(n: u32) -> Vec<NodeId> {
+    (0..n).map(NodeId).collect()
+}
+
+/// A ring of `n` members whose values of 60 bytes are one message each.
+fn ring(n: u32, personal: u32, accelerated: u32, service: Service) -> Vec<TokenRing> {
+    ids(n)
+        .into_iter()
+        .map(|me| {
+            let cfg = TokenConfig {
+                personal_window: personal,
+                accelerated_window: accelerated,
+                global_window: 1000,
+                max_message_bytes: 64,
+                service,
+                token_hold_us: 0,
+                ..TokenConfig::new(ids(n))
+            };
+            TokenRing::new(cfg, me, StartInfo::FRESH).expect("valid")
+        })
+        .collect()
+}
+
+/// A FIFO network between the members (multicasts reach every member, the sender too),
+/// with a filter that drops messages.
+struct Net {
+    nodes: Vec<TokenRing>,
+    queue: VecDeque<(NodeId, NodeId, Message)>,
+    delivered: Vec<Vec<(u64, DeliveryLevel, NodeId)>>,
+    acked: Vec<usize>,
+    now: Micros,
+    /// Every outbox's order of effects, per node: 'M' data multicast, 'T' token send.
+    trace: Vec<String>,
+}
+
+impl Net {
+    fn new(nodes: Vec<TokenRing>) -> Net {
+        let n = nodes.len();
+        Net {
+            nodes,
+            queue: VecDeque::new(),
+            delivered: vec![Vec::new(); n],
+            acked: vec![0; n],
+            now: 0,
+            trace: vec![String::new(); n],
+        }
+    }
+
+    fn absorb(&mut self, i: usize, mut out: Out) {
+        let me = NodeId(i as u32);
+        let first = out.multicasts_first.min(out.multicasts.len());
+        let rest = out.multicasts.split_off(first);
+        let members: Vec<NodeId> = (0..self.nodes.len() as u32).map(NodeId).collect();
+        for m in out.multicasts.drain(..) {
+            self.trace[i].push('M');
+            for &to in &members {
+                self.queue.push_back((me, to, m.clone()));
+            }
+        }
+        for (to, m) in out.sends.drain(..) {
+            self.trace[i].push('T');
+            self.queue.push_back((me, to, m));
+        }
+        for m in rest {
+            self.trace[i].push('M');
+            for &to in &members {
+                self.queue.push_back((me, to, m.clone()));
+            }
+        }
+        for d in out.deliveries.drain(..) {
+            self.delivered[i].push((d.instance, d.level, d.batch.origin()));
+        }
+        self.acked[i] += out.acks.len();
+    }
+
+    fn tick_all(&mut self) {
+        for i in 0..self.nodes.len() {
+            let mut out = Out::new();
+            self.nodes[i].tick(self.now, &mut out);
+            self.absorb(i, out);
+        }
+    }
+
+    /// Delivers queued messages, dropping those `drop` picks, until the queue is empty or
+    /// `max` messages went; ticks every 50 messages and when the queue runs dry.
+    fn run(&mut self, max: usize, mut drop: impl FnMut(NodeId, NodeId, &Message) -> bool) {
+        for k in 0..max {
+            if k % 50 == 0 || self.queue.is_empty() {
+                self.now += 1_000;
+                self.tick_all();
+            }
+            let Some((from, to, m)) = self.queue.pop_front() else {
+                continue;
+            };
+            if drop(from, to, &m) {
+                continue;
+            }
+            let i = to.0 as usize;
+            let mut out = Out::new();
+            self.nodes[i].receive(self.now, from, m, &mut out);
+            self.absorb(i, out);
+        }
+    }
+
+    fn propose(&mut self, i: usize, count: usize) {
+        for k in 0..count {
+            let mut out = Out::new();
+            let v = Bytes::from(vec![k as u8; 60]);
+            self.nodes[i].propose(self.now, v, &mut out).expect("room");
+        }
+    }
+}
+
+/// Seed 002 figure 1: three members with five messages each per round; the accelerated
+/// ring (Accelerated_window 3) sends two before the token and three after, and stamps
+/// exactly the sequence numbers the original ring does.
+#[test]
+fn figure_1_accelerated_ring_sends_after_the_token_with_the_same_sequence_numbers() {
+    let mut orders = Vec::new();
+    for accelerated in [0, 3] {
+        let mut net = Net::new(ring(3, 5, accelerated, Service::Agreed));
+        for i in 0..3 {
+            net.propose(i, 7);
+        }
+        net.run(2_000, |_, _, _| false);
+        // The first round: member 0 sent 1-5, member 1 6-10, member 2 11-15.
+        let expected_first = if accelerated == 0 { "MMMMMT" } else { "MMTMMM" };
+        for i in 0..3 {
+            assert!(
+                net.trace[i].starts_with(expected_first),
+                "accelerated {accelerated}, member {i}: {}",
+                net.trace[i]
+            );
+        }
+        let order: Vec<(u64, NodeId)> = net.delivered[0].iter().map(|d| (d.0, d.2)).collect();
+        assert_eq!(order.len(), 21, "every value delivered");
+        let senders: Vec<u32> = order.iter().take(15).map(|d| d.1.0).collect();
+        assert_eq!(senders, [0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2]);
+        for i in 1..3 {
+            assert_eq!(net.delivered[i], net.delivered[0], "agreement");
+        }
+        orders.push(order);
+    }
+    assert_eq!(
+        orders[0], orders[1],
+        "the same total order, original and accelerated"
+    );
+}
+
+/// §III-B4: a Safe message is delivered only once every member has it. Member 2 misses
+/// member 0's first message until it is retransmitted; nobody delivers it Safe before.
+#[test]
+fn safe_delivery_waits_until_every_member_has_the_message() {
+    let mut net = Net::new(ring(3, 5, 3, Service::Safe));
+    net.propose(0, 1);
+    let mut dropped = false;
+    let mut net_steps = 0;
+    // Drop the first copy of message 1 to member 2 and watch: no Safe delivery anywhere
+    // while member 2 lacks it.
+    while net_steps < 400 {
+        net_steps += 1;
+        net.run(1, |_, to, m| {
+            if !dropped && to == NodeId(2) && matches!(m, Message::Data(d) if d.seq == 1) {
+                dropped = true;
+                return true;
+            }
+            false
+        });
+        if net.nodes[2].my_aru() == 0 {
+            for i in 0..3 {
+                assert!(
+                    net.delivered[i].is_empty(),
+                    "member {i} delivered Safe while member 2 lacks the message"
+                );
+            }
+        }
+    }
+    assert!(dropped);
+    assert!(net.nodes[2].stats().retransmissions_asked >= 1);
+    for i in 0..3 {
+        assert_eq!(
+            net.delivered[i],
+            vec![(1, DeliveryLevel::Safe, NodeId(0))],
+            "member {i}"
+        );
+    }
+    assert_eq!(net.acked[0], 1, "the sender's ack once every member has it");
+}
+
+/// Agreed delivery does not wait for the other members: the sender delivers its own
+/// message as soon as it is stamped and in order.
+#[test]
+fn agreed_delivery_does_not_wait_for_the_other_members() {
+    let mut net = Net::new(ring(3, 5, 3, Service::Agreed));
+    net.propose(0, 1);
+    net.tick_all(); // member 0 creates the token and stamps message 1
+    assert_eq!(
+        net.delivered[0],
+        vec![(1, DeliveryLevel::Agreed, NodeId(0))]
+    );
+    assert!(net.delivered[1].is_empty());
+    assert_eq!(
+        net.acked[0], 0,
+        "acknowledged only once every member has it"
+    );
+}
+
+/// The accelerated ring asks for a missing message one round after it noticed the gap
+/// (it may still be on its way); the original ring asks at once.
+#[test]
+fn accelerated_ring_asks_for_retransmissions_one_round_later() {
+    for accelerated in [0, 3] {
+        let mut net = Net::new(ring(3, 5, accelerated, Service::Agreed));
+        net.propose(0, 2);
+        let mut first_ask_round = None;
+        let mut dropped = false;
+        for _ in 0..400 {
+            net.run(1, |_, to, m| {
+                if !dropped && to == NodeId(1) && matches!(m, Message::Data(d) if d.seq == 1) {
+                    dropped = true;
+                    return true;
+                }
+                false
+            });
+            if first_ask_round.is_none() && net.nodes[1].stats().retransmissions_asked > 0 {
+                first_ask_round = Some(net.nodes[1].stats().tokens_taken);
+            }
+        }
+        let expected = if accelerated == 0 { 1 } else { 2 };
+        assert_eq!(
+            first_ask_round,
+            Some(expected),
+            "accelerated {accelerated}: the token member 1 first asked on"
+        );
+        assert_eq!(net.delivered[1].len(), 2);
+    }
+}
+
+/// A token lost on the wire is sent again by its sender; the copy that arrives twice is
+/// taken once.
+#[test]
+fn a_lost_token_is_retransmitted_and_taken_once() {
+    let mut net = Net::new(ring(3, 5, 3, Service::Agreed));
+    net.propose(1, 3);
+    let mut lost = 0;
+    net.run(3_000, |_, to, m| {
+        if lost < 1 && to == NodeId(1) && matches!(m, Message::Token(_)) {
+            lost += 1;
+            return true;
+        }
+        false
+    });
+    assert_eq!(lost, 1);
+    assert!(net.nodes[0].stats().tokens_retransmitted >= 1);
+    for i in 0..3 {
+        assert_eq!(net.delivered[i].len(), 3, "member {i}");
+    }
+}
+
+/// Under random loss of data and tokens, every member delivers every message, in one
+/// order, each once; the windows hold (no round sends more than Global_window).
+#[test]
+fn random_loss_keeps_one_order_and_loses_nothing() {
+    for seed in 1..=20u64 {
+        let mut rng = seed;
+        let mut net = Net::new(ring(4, 4, 2, Service::Agreed));
+        for i in 0..4 {
+            net.propose(i, 25);
+        }
+        net.run(60_000, |_, _, m| {
+            let p = match m {
+                Message::Token(_) => 10,
+                Message::Data(_) => 15,
+            };
+            crate::raft::splitmix64(&mut rng) % 100 < p
+        });
+        let reference: Vec<u64> = net.delivered[0].iter().map(|d| d.0).collect();
+        assert_eq!(reference, (1..=reference.len() as u64).collect::<Vec<_>>());
+        assert_eq!(reference.len(), 100, "seed {seed}: every value delivered");
+        for i in 1..4 {
+            assert_eq!(
+                net.delivered[i], net.delivered[0],
+                "seed {seed}: member {i}"
+            );
+        }
+        for i in 0..4 {
+            assert_eq!(net.acked[i], 25, "seed {seed}: member {i}'s acks");
+        }
+    }
+}
+
+#[test]
+fn messages_round_trip_and_malformed_ones_are_refused() {
+    let t = Message::Token(Token {
+        ring: RingId {
+            rep: NodeId(3),
+            seq: 7,
+        },
+        hop: 9,
+        rotation: 4,
+        seq: 100,
+        aru: 90,
+        aru_id: Some(NodeId(2)),
+        fcc: 12,
+        rtr: vec![91, 95],
+    });
+    let bytes = |m: &Message| {
+        let mut e = Encoder::new();
+        m.encode(&mut e);
+        e.to_bytes()
+    };
+    assert_eq!(Message::decode(1, bytes(&t)), Ok(t.clone()));
+    let d = Message::Data(Data {
+        ring: RingId::default(),
+        seq: 5,
+        pid: NodeId(1),
+        round: 2,
+        service: Service::Safe,
+        batch: crate::types::Batch::single(
+            ValueId {
+                node: NodeId(1),
+                seq: 40,
+            },
+            Bytes::from_static(b"hello"),
+        ),
+    });
+    assert_eq!(Message::decode(2, bytes(&d)), Ok(d.clone()));
+    // Every truncation is refused, never a panic.
+    for m in [&t, &d] {
+        let b = bytes(m);
+        for cut in 0..b.len() {
+            assert!(
+                Message::decode(m.kind(), b.slice(..cut)).is_err(),
+                "cut at {cut}"
+            );
+        }
+        let mut long = b.to_vec();
+        long.push(0);
+        assert!(
+            Message::decode(m.kind(), Bytes::from(long)).is_err(),
+            "trailing"
+        );
+    }
+    assert!(Message::decode(9, bytes(&t)).is_err(), "unknown kind");
+    // An aru above seq, a request past seq, a service that does not exist.
+    let Message::Token(mut bad) = t.clone() else {
+        unreachable!()
+    };
+    bad.aru = 101;
+    assert!(Message::decode(1, bytes(&Message::Token(bad.clone()))).is_err());
+    bad.aru = 90;
+    bad.rtr = vec![101];
+    assert!(Message::decode(1, bytes(&Message::Token(bad))).is_err());
+    let mut raw = bytes(&d).to_vec();
+    raw[12 + 8 + 4 + 8] = 7; // the service byte
+    assert!(Message::decode(2, Bytes::from(raw)).is_err());
+}
+
+#[test]
+fn configurations_with_bad_windows_are_refused_with_the_field_named() {
+    let ok = TokenConfig::new(ids(3));
+    assert!(ok.validate(NodeId(0)).is_ok());
+    assert_eq!(ok.validate(NodeId(7)).unwrap_err().field, "members");
+    let c = TokenConfig {
+        accelerated_window: 40,
+        ..ok.clone()
+    };
+    assert_eq!(
+        c.validate(NodeId(0)).unwrap_err().field,
+        "accelerated_window"
+    );
+    let c = TokenConfig {
+        global_window: 1,
+        ..ok.clone()
+    };
+    assert_eq!(c.validate(NodeId(0)).unwrap_err().field, "global_window");
+    let c = TokenConfig {
+        members: vec![NodeId(0), NodeId(0)],
+        ..ok
+    };
+    assert_eq!(c.validate(NodeId(0)).unwrap_err().field, "members");
+}

@@ -35,6 +35,17 @@ pub struct TokenConfig {
     /// On an idle ring (nothing to send, retransmit or deliver) a member holds the token this
     /// long before passing it (Corosync's `token_hold`), so an idle ring does not spin.
     pub token_hold_us: Micros,
+    /// No token for this long: the token is lost, and the members gather (Totem's token
+    /// loss timeout; Corosync's `token`, 1 s there, shorter for a LAN here).
+    pub token_timeout_us: Micros,
+    /// A gathering member multicasts its join again after this long (Corosync `join`).
+    pub join_timeout_us: Micros,
+    /// Members that have not agreed within this long are failed (Corosync `consensus`,
+    /// 1.2 x `token`).
+    pub consensus_timeout_us: Micros,
+    /// An idle ring's representative announces the ring this often, so that a ring it
+    /// cannot see merges with it after a partition heals (Corosync `merge`).
+    pub merge_timeout_us: Micros,
     /// Broken variant for the simulator's mutation sweeps (tests only).
     pub mutation: crate::mutation::Slot,
 }
@@ -52,6 +63,10 @@ impl Default for TokenConfig {
             service: Service::Agreed,
             token_retransmit_us: 5_000,
             token_hold_us: 1_000,
+            token_timeout_us: 100_000,
+            join_timeout_us: 10_000,
+            consensus_timeout_us: 120_000,
+            merge_timeout_us: 100_000,
             mutation: crate::mutation::Slot::default(),
         }
     }
@@ -125,6 +140,27 @@ impl TokenConfig {
         }
         if self.token_retransmit_us == 0 {
             return err("token_retransmit_us", "at least 1".into());
+        }
+        if self.token_timeout_us <= 2 * self.token_retransmit_us {
+            return err(
+                "token_timeout_us",
+                format!(
+                    "{} must exceed twice token_retransmit_us {}: a token sent again must have time to come",
+                    self.token_timeout_us, self.token_retransmit_us
+                ),
+            );
+        }
+        if self.join_timeout_us == 0 || self.join_timeout_us >= self.consensus_timeout_us {
+            return err(
+                "join_timeout_us",
+                format!(
+                    "{} must be above 0 and below consensus_timeout_us {}",
+                    self.join_timeout_us, self.consensus_timeout_us
+                ),
+            );
+        }
+        if self.merge_timeout_us == 0 {
+            return err("merge_timeout_us", "at least 1".into());
         }
         if self.token_hold_us >= self.token_retransmit_us {
             return err(

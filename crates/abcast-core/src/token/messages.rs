@@ -3,11 +3,13 @@
 //! | message | from → to | transport | seed 002 |
 //! | --- | --- | --- | --- |
 //! | `Token` | member → its successor on the ring | unicast (its own socket, §III-E) | §III-B: `seq`, `aru`, `fcc`, `rtr` |
-//! | `Data` | member → every member | multicast | §III-C: `seq`, `pid`, `round`, payload |
+//! | `Data` | member → every member | multicast | §III-C: `seq`, `pid`, `round`, payload; in recovery, an old ring's message carried on the new ring (`inner`) |
+//! | `Join` | member → every member | multicast | Totem's gather: proc and fail sets |
+//! | `Commit` | member → its successor on the new ring | unicast | Totem's commit token, twice round |
+//! | `MergeDetect` | representative → every member | multicast | an idle ring announces itself |
 //!
-//! Every message names the ring (configuration) it belongs to, so a message of another
-//! ring is told apart (dropped and counted today; the membership protocol reads it as a
-//! sign of a foreign ring).
+//! Tokens and data messages name the ring (configuration) they belong to: a message of
+//! another ring is a sign of a foreign ring, and the membership protocol merges with it.
 
 use crate::codec::{Decoder, Encoder, WireMessage};
 use crate::error::DecodeError;
@@ -66,6 +68,8 @@ pub struct Token {
     pub fcc: u32,
     /// Retransmission requests: sequence numbers some member lacks, lowest first.
     pub rtr: Vec<u64>,
+    /// Recovery: some member still has old-ring messages to carry on this ring.
+    pub retrans_flg: bool,
 }
 
 /// A data message (seed 002 §III-C): its place in the total order, who sent it, the round
@@ -78,20 +82,121 @@ pub struct Data {
     pub round: u64,
     pub service: Service,
     pub batch: Batch,
+    /// Recovery: the old ring's message this one carries.
+    pub inner: Option<Inner>,
+}
+
+/// An old ring's message, carried again on the new ring during recovery (Totem's
+/// encapsulated messages): its place on the old ring. The payload and service are the
+/// carrying message's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Inner {
+    pub ring: RingId,
+    pub seq: u64,
+    pub pid: NodeId,
+    pub round: u64,
+}
+
+/// A join message (Totem's gather step): the processors the sender tries to form a ring
+/// with and those it considers failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Join {
+    pub sender: NodeId,
+    pub proc_set: Vec<NodeId>,
+    pub fail_set: Vec<NodeId>,
+    /// The highest ring sequence number the sender knows (a new ring's is above it).
+    pub ring_seq: u64,
+}
+
+/// What one member of a forming ring reports of its old ring in the commit token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MembEntry {
+    pub old_ring: RingId,
+    /// Its all-received-up-to on the old ring.
+    pub aru: u64,
+    /// The highest old-ring message it delivered.
+    pub high_delivered: u64,
+    /// It has every old-ring message it knows of (no holes).
+    pub received_flg: bool,
+}
+
+/// The commit token: created by the representative once the members agree, it goes
+/// round the new ring twice (each member fills its entry on the first, and enters
+/// recovery on the second).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitToken {
+    pub ring: RingId,
+    /// Grows at every pass, as the token's `hop`.
+    pub hop: u64,
+    /// The new ring's members, in ring order (ascending ids).
+    pub addr: Vec<NodeId>,
+    /// One entry per member that passed it, in `addr` order.
+    pub entries: Vec<MembEntry>,
+}
+
+/// The representative of an idle ring announces it, so that a ring it cannot see yet
+/// (after a partition heals) notices and merges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MergeDetect {
+    pub sender: NodeId,
+    pub ring: RingId,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Message {
     Token(Token),
     Data(Data),
+    Join(Join),
+    Commit(CommitToken),
+    MergeDetect(MergeDetect),
 }
 
 const K_TOKEN: u8 = 1;
 const K_DATA: u8 = 2;
+const K_JOIN: u8 = 3;
+const K_COMMIT: u8 = 4;
+const K_MERGE: u8 = 5;
+
+/// Members a ring (and a join's sets) hold at most.
+pub const MEMBERS_MAX: usize = 1024;
+
+fn put_ids(e: &mut Encoder, ids: &[NodeId]) {
+    e.put_u32(ids.len() as u32);
+    for n in ids {
+        e.put_u32(n.0);
+    }
+}
+
+fn get_ids(d: &mut Decoder, what: &'static str) -> Result<Vec<NodeId>, DecodeError> {
+    let n = d.count(what, MEMBERS_MAX, 4)?;
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let id = NodeId(d.u32(what)?);
+        if v.contains(&id) {
+            return Err(DecodeError::Invalid {
+                what,
+                detail: format!("{id} appears twice"),
+            });
+        }
+        v.push(id);
+    }
+    Ok(v)
+}
 
 fn put_ring(e: &mut Encoder, r: RingId) {
     e.put_u32(r.rep.0);
     e.put_u64(r.seq);
+}
+
+fn get_flag(d: &mut Decoder, what: &'static str) -> Result<bool, DecodeError> {
+    match d.u8(what)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        f => Err(DecodeError::Invalid {
+            what,
+            detail: format!("{f} is no flag"),
+        }),
+    }
 }
 
 fn get_ring(d: &mut Decoder) -> Result<RingId, DecodeError> {
@@ -106,6 +211,9 @@ impl WireMessage for Message {
         match self {
             Message::Token(_) => K_TOKEN,
             Message::Data(_) => K_DATA,
+            Message::Join(_) => K_JOIN,
+            Message::Commit(_) => K_COMMIT,
+            Message::MergeDetect(_) => K_MERGE,
         }
     }
 
@@ -129,6 +237,7 @@ impl WireMessage for Message {
                 for s in &t.rtr {
                     e.put_u64(*s);
                 }
+                e.put_u8(u8::from(t.retrans_flg));
             }
             Message::Data(m) => {
                 put_ring(e, m.ring);
@@ -139,7 +248,39 @@ impl WireMessage for Message {
                     Service::Agreed => 0,
                     Service::Safe => 1,
                 });
+                match m.inner {
+                    Some(i) => {
+                        e.put_u8(1);
+                        put_ring(e, i.ring);
+                        e.put_u64(i.seq);
+                        e.put_u32(i.pid.0);
+                        e.put_u64(i.round);
+                    }
+                    None => e.put_u8(0),
+                }
                 put_batch(e, &m.batch);
+            }
+            Message::Join(j) => {
+                e.put_u32(j.sender.0);
+                put_ids(e, &j.proc_set);
+                put_ids(e, &j.fail_set);
+                e.put_u64(j.ring_seq);
+            }
+            Message::Commit(c) => {
+                put_ring(e, c.ring);
+                e.put_u64(c.hop);
+                put_ids(e, &c.addr);
+                e.put_u32(c.entries.len() as u32);
+                for en in &c.entries {
+                    put_ring(e, en.old_ring);
+                    e.put_u64(en.aru);
+                    e.put_u64(en.high_delivered);
+                    e.put_u8(u8::from(en.received_flg));
+                }
+            }
+            Message::MergeDetect(m) => {
+                e.put_u32(m.sender.0);
+                put_ring(e, m.ring);
             }
         }
     }
@@ -182,6 +323,7 @@ impl WireMessage for Message {
                     }
                     rtr.push(s);
                 }
+                let retrans_flg = get_flag(&mut d, "token.retrans_flg")?;
                 Message::Token(Token {
                     ring,
                     hop,
@@ -191,6 +333,7 @@ impl WireMessage for Message {
                     aru_id,
                     fcc,
                     rtr,
+                    retrans_flg,
                 })
             }
             K_DATA => {
@@ -214,6 +357,24 @@ impl WireMessage for Message {
                         });
                     }
                 };
+                let inner = if get_flag(&mut d, "data.inner flag")? {
+                    let ring = get_ring(&mut d)?;
+                    let seq = d.u64("data.inner.seq")?;
+                    if seq == 0 {
+                        return Err(DecodeError::Invalid {
+                            what: "data.inner.seq",
+                            detail: "messages are numbered from 1".into(),
+                        });
+                    }
+                    Some(Inner {
+                        ring,
+                        seq,
+                        pid: NodeId(d.u32("data.inner.pid")?),
+                        round: d.u64("data.inner.round")?,
+                    })
+                } else {
+                    None
+                };
                 let batch = get_batch(&mut d)?;
                 Message::Data(Data {
                     ring,
@@ -222,8 +383,56 @@ impl WireMessage for Message {
                     round,
                     service,
                     batch,
+                    inner,
                 })
             }
+            K_JOIN => {
+                let sender = NodeId(d.u32("join.sender")?);
+                let proc_set = get_ids(&mut d, "join.proc_set")?;
+                let fail_set = get_ids(&mut d, "join.fail_set")?;
+                let ring_seq = d.u64("join.ring_seq")?;
+                Message::Join(Join {
+                    sender,
+                    proc_set,
+                    fail_set,
+                    ring_seq,
+                })
+            }
+            K_COMMIT => {
+                let ring = get_ring(&mut d)?;
+                let hop = d.u64("commit.hop")?;
+                let addr = get_ids(&mut d, "commit.addr")?;
+                if addr.is_empty() || !addr.windows(2).all(|w| w[0] < w[1]) {
+                    return Err(DecodeError::Invalid {
+                        what: "commit.addr",
+                        detail: "members must be at least one, in ascending order".into(),
+                    });
+                }
+                let n = d.count("commit.entries", addr.len(), 29)?;
+                let mut entries = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let old_ring = get_ring(&mut d)?;
+                    let aru = d.u64("commit.entry.aru")?;
+                    let high_delivered = d.u64("commit.entry.high_delivered")?;
+                    let received_flg = get_flag(&mut d, "commit.entry.received_flg")?;
+                    entries.push(MembEntry {
+                        old_ring,
+                        aru,
+                        high_delivered,
+                        received_flg,
+                    });
+                }
+                Message::Commit(CommitToken {
+                    ring,
+                    hop,
+                    addr,
+                    entries,
+                })
+            }
+            K_MERGE => Message::MergeDetect(MergeDetect {
+                sender: NodeId(d.u32("merge.sender")?),
+                ring: get_ring(&mut d)?,
+            }),
             k => return Err(DecodeError::UnknownKind(k)),
         };
         d.finish()?;

@@ -1,13 +1,15 @@
-//! Token-ring total order: the Accelerated Ring protocol of seed 002 §III over one regular
-//! configuration, as a pure state machine; `accelerated_window = 0` is the original Totem
-//! ring (Amir et al., TOCS 1995), so both run from this code.
+//! Token-ring total order: the Accelerated Ring protocol of seed 002 §III, with the Totem
+//! membership protocol and Extended Virtual Synchrony (Amir et al., TOCS 1995; the rules
+//! as Corosync's `totemsrp.c` and Spread implement them, `docs/design/totem-membership-notes.md`),
+//! as a pure state machine. `accelerated_window = 0` is the original Totem ring, so both
+//! run from this code.
 //!
-//! The path of one value:
+//! **Ordering** (this file; seed 002 §III). The path of one value:
 //!
 //! 1. `propose` queues it (`pending`, bounded by `window_values`).
-//! 2. When the token arrives (`on_token`, §III-B): retransmissions the token asks for go
-//!    first (§III-B1, all before the token); then `Num_to_send` new messages are chosen,
-//!    the minimum of what waits (packed, small values into one message of
+//! 2. When the token arrives (`handle_token`, §III-B): retransmissions the token asks for
+//!    go first (§III-B1, all before the token); then `Num_to_send` new messages are chosen,
+//!    the minimum of what waits (packed: small values share a message of
 //!    `max_message_bytes`), `Personal_window` and `Global_window - fcc - retransmissions`;
 //!    each is stamped with its final sequence number from `token.seq + 1` on; all but
 //!    `Accelerated_window` of them are multicast before the token (pre-token, §III-B1).
@@ -19,33 +21,43 @@
 //!    `aru` advances over what is contiguous, and messages are delivered in order up to it,
 //!    Agreed at once, Safe only up to the minimum of the `aru` on the tokens this member
 //!    sent this round and last round (§III-B4): every member had a round to lower it, so
-//!    every member has them. Those are also discarded: no one will ask for them again.
+//!    every member has them. Those are also discarded, and a proposer's values are
+//!    acknowledged then: an acknowledged value survives the crash of any member.
+//!
+//! **Membership** (`membership.rs`, Totem): a lost token (`token_timeout_us`), a join, or a
+//! message of a foreign ring starts the gather step; members exchange joins until they
+//! agree on who is in and who failed; the representative (lowest id) sends the commit
+//! token twice round the new ring; recovery carries the old ring's messages that some
+//! member of the new ring lacks; then each member delivers what EVS lets it deliver of
+//! the old ring, the transitional configuration, the rest, and the new regular
+//! configuration (`install`).
 //!
 //! Not in the seed, needed to run: a token lost on the wire is sent again by its sender
 //! after `token_retransmit_us` unless something shows the successor took it (the token
 //! back, or a message stamped after it); the successor takes one copy (`Token::hop`). An
 //! idle ring holds the token `token_hold_us` at each member (Corosync's `token_hold`).
-//!
-//! Membership (token loss, gather / commit / recovery, transitional configurations) is
-//! Totem's and is not here yet: this module runs one configuration, and a member that
-//! crashes stops the ring. The priority of the token over data (§III-D) is the driver's:
-//! the two arrive on different sockets.
+//! The priority of the token over data (§III-D) is the driver's: the two arrive on
+//! different sockets.
 
 pub mod config;
+pub mod membership;
 pub mod messages;
 #[cfg(test)]
 mod tests;
 
 pub use config::TokenConfig;
-pub use messages::{Data, Message, RingId, Service, Token};
+pub use messages::{
+    CommitToken, Data, Inner, Join, MembEntry, MergeDetect, Message, RingId, Service, Token,
+};
 
 use crate::ProposeError;
 use crate::config::{ConfigError, StartInfo};
 use crate::protocol::{Ack, Delivery, DeliveryLevel, Outbox, Protocol, Status};
-use crate::types::{Ballot, BatchBuilder, Micros, NodeId, ValueId};
+use crate::types::{Ballot, BatchBuilder, GroupId, Micros, NodeId, ValueId};
 use bytes::Bytes;
+use membership::{OldRing, State};
 use messages::RTR_MAX;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 pub type Out = Outbox<Message>;
 
@@ -59,30 +71,38 @@ pub struct TokenStats {
     pub retransmissions_sent: u64,
     pub retransmissions_asked: u64,
     pub data_duplicate: u64,
-    /// Messages of another ring (configuration), dropped.
+    /// Messages of another ring, dropped (outside the gather step, which merges with it).
     pub foreign_dropped: u64,
+    /// Rings installed (the first included).
+    pub rings_installed: u64,
+    /// Times the token was lost (the gather step began).
+    pub token_losses: u64,
+    /// Old-ring messages carried on a new ring in recovery.
+    pub recovered_sent: u64,
 }
 
-/// One member of one token ring.
+/// One member of a token ring.
 pub struct TokenRing {
-    cfg: TokenConfig,
-    me: NodeId,
-    ring: RingId,
-    /// Position in `cfg.members`; the successor is the next one, wrapping.
-    my_index: usize,
+    pub(crate) cfg: TokenConfig,
+    pub(crate) me: NodeId,
+    pub(crate) state: State,
+    /// The ring this member is in (Operational) or forming (Commit, Recovery).
+    pub(crate) ring: RingId,
+    /// Its members, in ring order (ascending ids).
+    pub(crate) memb: Vec<NodeId>,
     /// Values waiting for the token, with the first one's id seq.
     pending: VecDeque<Bytes>,
     pending_first_seq: u64,
-    /// Received (or sent) messages not yet discarded, by sequence number.
-    buffer: BTreeMap<u64, Data>,
-    /// Local all-received-up-to: every message up to it is here (or was discarded).
-    my_aru: u64,
-    /// Every message up to it is delivered here.
-    delivered: u64,
-    /// Every message up to it is discarded here (everyone has it).
+    /// Received (or sent) messages of `ring` not yet discarded, by sequence number.
+    pub(crate) buffer: BTreeMap<u64, Data>,
+    /// Local all-received-up-to on `ring`.
+    pub(crate) my_aru: u64,
+    /// Every message of `ring` up to it is delivered (or, in recovery, passed over).
+    pub(crate) delivered: u64,
+    /// Every message of `ring` up to it is discarded here (everyone has it).
     discarded: u64,
-    /// The highest sequence number this member knows assigned.
-    high_seq: u64,
+    /// The highest sequence number this member knows assigned on `ring`.
+    pub(crate) high_seq: u64,
     /// The `seq` of the token taken in the previous round (the accelerated ring asks for
     /// retransmissions only up to it, §III-B2).
     prev_token_seq: u64,
@@ -93,31 +113,58 @@ pub struct TokenRing {
     /// The `aru` on the token this member sent in its previous round and in this one.
     aru_sent_prev: u64,
     aru_sent_now: u64,
-    /// The last token passed, when, and whether something since shows its successor took
-    /// it (retransmitted otherwise).
-    last_sent: Option<(Token, Micros)>,
+    /// The last token or commit token passed, when; sent again if nothing shows that the
+    /// successor took it.
+    pub(crate) last_sent: Option<(Message, Micros)>,
     /// A token held on an idle ring, until this time.
-    held: Option<(Token, Micros)>,
+    pub(crate) held: Option<(Token, Micros)>,
     /// Own messages stamped and not yet known to every member: their acks wait.
     own_unstable: usize,
-    now: Micros,
-    stats: TokenStats,
+    /// Deliveries so far, over every ring: the `instance` of the next one is this plus 1.
+    pub(crate) delivered_total: u64,
+    /// When a valid token (or commit token) last came (the token-loss timer's base).
+    pub(crate) token_seen_us: Micros,
+    /// Membership (`membership.rs`).
+    pub(crate) proc_set: BTreeSet<NodeId>,
+    pub(crate) fail_set: BTreeSet<NodeId>,
+    pub(crate) consensus: BTreeSet<NodeId>,
+    /// The highest ring sequence number seen (a new ring's is above it).
+    pub(crate) ring_seq_max: u64,
+    pub(crate) join_due_us: Micros,
+    pub(crate) consensus_due_us: Micros,
+    pub(crate) merge_due_us: Micros,
+    /// The old ring, saved when a new one is committed, until it is installed.
+    pub(crate) old: Option<OldRing>,
+    /// The new ring's members that came from this member's old ring (the transitional
+    /// configuration), and from whom messages after a hole are still delivered.
+    pub(crate) trans_memb: Vec<NodeId>,
+    /// Recovery: old-ring messages this member still carries on the new ring.
+    pub(crate) retrans_queue: VecDeque<u64>,
+    pub(crate) set_retrans_flg: bool,
+    pub(crate) retrans_flg_count: u32,
+    pub(crate) install_seq: u64,
+    pub(crate) rotation_counter: u32,
+    pub(crate) received_flg: bool,
+    /// The representative sent the new ring's first token.
+    pub(crate) sent_initial: bool,
+    /// Messages to this member itself (a ring of one), handled at the next tick.
+    pub(crate) loopback: VecDeque<Message>,
+    /// The first tick began the first gather.
+    pub(crate) started: bool,
+    pub(crate) now: Micros,
+    pub(crate) stats: TokenStats,
 }
 
 impl TokenRing {
-    /// A member of the ring `cfg.members` (the ring whose representative is the first
-    /// member, sequence 0). The first member creates the first token.
+    /// A member of the ring `cfg.members` could form. It starts by gathering: the members
+    /// that answer form the first ring.
     pub fn new(cfg: TokenConfig, me: NodeId, start: StartInfo) -> Result<TokenRing, ConfigError> {
         cfg.validate(me)?;
-        let my_index = cfg.members.iter().position(|m| *m == me).unwrap_or(0);
-        let ring = RingId {
-            rep: cfg.members[0],
-            seq: 0,
-        };
         Ok(TokenRing {
             me,
-            ring,
-            my_index,
+            state: State::Gather,
+            ring: RingId { rep: me, seq: 0 },
+            memb: vec![me],
             pending: VecDeque::new(),
             pending_first_seq: start.start_seq,
             buffer: BTreeMap::new(),
@@ -133,6 +180,28 @@ impl TokenRing {
             last_sent: None,
             held: None,
             own_unstable: 0,
+            delivered_total: 0,
+            token_seen_us: 0,
+            // The configured members: the first ring is all of them that answer within a
+            // consensus timeout (the silent ones are failed then).
+            proc_set: cfg.members.iter().copied().collect(),
+            fail_set: BTreeSet::new(),
+            consensus: BTreeSet::new(),
+            ring_seq_max: 0,
+            join_due_us: 0,
+            consensus_due_us: 0,
+            merge_due_us: 0,
+            old: None,
+            trans_memb: Vec::new(),
+            retrans_queue: VecDeque::new(),
+            set_retrans_flg: false,
+            retrans_flg_count: 0,
+            install_seq: 0,
+            rotation_counter: 0,
+            received_flg: true,
+            sent_initial: false,
+            loopback: VecDeque::new(),
+            started: false,
             now: 0,
             stats: TokenStats::default(),
             cfg,
@@ -147,29 +216,88 @@ impl TokenRing {
         self.ring
     }
 
+    /// The members of the ring this member is in.
+    pub fn members(&self) -> &[NodeId] {
+        &self.memb
+    }
+
+    /// Whether the ring is installed and ordering (not gathering or recovering).
+    pub fn operational(&self) -> bool {
+        self.state == State::Operational
+    }
+
     /// The local all-received-up-to.
     pub fn my_aru(&self) -> u64 {
         self.my_aru
     }
 
-    fn successor(&self) -> NodeId {
-        self.cfg.members[(self.my_index + 1) % self.cfg.members.len()]
+    pub(crate) fn successor(&self) -> NodeId {
+        let i = self.memb.iter().position(|m| *m == self.me).unwrap_or(0);
+        self.memb[(i + 1) % self.memb.len()]
     }
 
     fn is_first(&self) -> bool {
-        self.my_index == 0
+        self.memb.first() == Some(&self.me)
+    }
+
+    /// Sends `m` to this member's successor (to itself, in a ring of one, at the next
+    /// tick), keeping a copy to send again if the successor shows no sign of taking it.
+    pub(crate) fn pass(&mut self, m: Message, out: &mut Out) {
+        self.last_sent = Some((m.clone(), self.now));
+        let to = self.successor();
+        if to == self.me {
+            self.loopback.push_back(m);
+        } else {
+            out.sends.push((to, m));
+        }
     }
 
     /// Safe delivery and discarding bound (§III-B4): the lower `aru` of the tokens this
     /// member sent in its last two rounds.
-    fn safe_upto(&self) -> u64 {
+    pub(crate) fn safe_upto(&self) -> u64 {
         self.aru_sent_prev.min(self.aru_sent_now)
+    }
+
+    /// Starts ordering on `ring` from sequence number 0 (recovery of a new ring).
+    pub(crate) fn reset_ordering(&mut self) {
+        self.buffer.clear();
+        self.my_aru = 0;
+        self.delivered = 0;
+        self.discarded = 0;
+        self.high_seq = 0;
+        self.prev_token_seq = 0;
+        self.last_hop = 0;
+        self.sent_last_round = 0;
+        self.aru_sent_prev = 0;
+        self.aru_sent_now = 0;
+        self.last_sent = None;
+        self.held = None;
+    }
+
+    /// The first token of a new ring (the representative, once the commit token came
+    /// back from its second rotation).
+    pub(crate) fn send_initial_token(&mut self, out: &mut Out) {
+        self.sent_initial = true;
+        self.last_hop = 1;
+        let first = Token {
+            ring: self.ring,
+            hop: 1,
+            rotation: 1,
+            seq: 0,
+            aru: 0,
+            aru_id: None,
+            fcc: 0,
+            rtr: Vec::new(),
+            retrans_flg: !self.retrans_queue.is_empty(),
+        };
+        self.token_seen_us = self.now;
+        self.handle_token(first, out);
     }
 
     // ---- token handling (§III-B) ------------------------------------------------------
 
     fn on_token(&mut self, mut t: Token, out: &mut Out) {
-        if t.ring != self.ring {
+        if t.ring != self.ring || !matches!(self.state, State::Operational | State::Recovery) {
             self.stats.foreign_dropped += 1;
             return;
         }
@@ -179,12 +307,14 @@ impl TokenRing {
         }
         self.last_hop = t.hop;
         self.last_sent = None; // it came back around: the successor had it
+        self.token_seen_us = self.now;
         self.stats.tokens_taken += 1;
         self.high_seq = self.high_seq.max(t.seq);
         if self.is_first() {
             t.rotation += 1;
         }
-        let idle = self.pending.is_empty()
+        let idle = self.state == State::Operational
+            && self.pending.is_empty()
             && t.rtr.is_empty()
             && t.aru == t.seq
             && self.my_aru == t.seq
@@ -196,7 +326,8 @@ impl TokenRing {
         self.handle_token(t, out);
     }
 
-    fn handle_token(&mut self, mut t: Token, out: &mut Out) {
+    /// One member's turn with the token (§III-B1 to §III-B4).
+    pub(crate) fn handle_token(&mut self, mut t: Token, out: &mut Out) {
         let accelerated = self.cfg.accelerated_window;
         // §III-B1: answer the retransmission requests this member can, all before the
         // token (a retransmission sent after it may be asked for again).
@@ -218,34 +349,19 @@ impl TokenRing {
             .global_window
             .saturating_sub(t.fcc.saturating_add(num_retrans));
         let allowed = self.cfg.personal_window.min(global_room) as usize;
-        let round = t.rotation;
         let seq_received = t.seq;
-        let mut new_msgs: Vec<Data> = Vec::new();
-        while new_msgs.len() < allowed && !self.pending.is_empty() {
-            let seq = seq_received + 1 + new_msgs.len() as u64;
-            let mut b = BatchBuilder::new(self.me, self.pending_first_seq, 0);
-            while let Some(v) = self.pending.front() {
-                if !b.is_empty() && b.payload_bytes() + v.len() > self.cfg.max_message_bytes {
-                    break;
-                }
-                b.push(v);
-                self.pending.pop_front();
-            }
-            self.pending_first_seq += b.len() as u64;
-            new_msgs.push(Data {
-                ring: self.ring,
-                seq,
-                pid: self.me,
-                round,
-                service: self.cfg.service,
-                batch: b.finish(),
-            });
-        }
+        let new_msgs = if self.state == State::Recovery {
+            self.recovery_messages(allowed, seq_received, t.rotation)
+        } else {
+            self.new_messages(allowed, seq_received, t.rotation)
+        };
         let num_to_send = new_msgs.len() as u64;
         // The member holds its own messages from the moment they are stamped.
         for m in &new_msgs {
             self.buffer.insert(m.seq, m.clone());
-            self.own_unstable += 1;
+            if m.inner.is_none() {
+                self.own_unstable += 1;
+            }
         }
         self.high_seq = self.high_seq.max(seq_received + num_to_send);
         self.advance_aru();
@@ -294,27 +410,64 @@ impl TokenRing {
         self.aru_sent_prev = self.aru_sent_now;
         self.aru_sent_now = t.aru;
         assert!(t.aru <= t.seq, "token aru {} above seq {}", t.aru, t.seq);
+        // Recovery: the retrans_flg rounds decide when the new ring is installed.
+        let install = self.state == State::Recovery && self.recovery_token(&mut t);
         // The token, then the post-token messages (§III-B3).
         out.multicasts_first = out.multicasts.len();
-        self.last_sent = Some((t.clone(), self.now));
-        out.sends.push((self.successor(), Message::Token(t)));
+        self.pass(Message::Token(t), out);
         for m in new_msgs.into_iter().skip(pre) {
             out.multicasts.push(Message::Data(m));
         }
         self.stats.messages_sent += num_to_send;
+        if install {
+            self.install(out);
+        }
         // §III-B4: deliver and discard.
         self.deliver(out);
+    }
+
+    /// Up to `allowed` new messages of the application's values, stamped from
+    /// `seq_received + 1`.
+    fn new_messages(&mut self, allowed: usize, seq_received: u64, round: u64) -> Vec<Data> {
+        let mut new_msgs: Vec<Data> = Vec::new();
+        while new_msgs.len() < allowed && !self.pending.is_empty() {
+            let seq = seq_received + 1 + new_msgs.len() as u64;
+            let mut b = BatchBuilder::new(self.me, self.pending_first_seq, 0);
+            while let Some(v) = self.pending.front() {
+                if !b.is_empty() && b.payload_bytes() + v.len() > self.cfg.max_message_bytes {
+                    break;
+                }
+                b.push(v);
+                self.pending.pop_front();
+            }
+            self.pending_first_seq += b.len() as u64;
+            new_msgs.push(Data {
+                ring: self.ring,
+                seq,
+                pid: self.me,
+                round,
+                service: self.cfg.service,
+                batch: b.finish(),
+                inner: None,
+            });
+        }
+        new_msgs
     }
 
     // ---- data handling (§III-C) -------------------------------------------------------
 
     fn on_data(&mut self, m: Data, out: &mut Out) {
-        if m.ring != self.ring {
-            self.stats.foreign_dropped += 1;
+        if m.ring != self.ring || !matches!(self.state, State::Operational | State::Recovery) {
+            let (pid, ring) = (m.pid, m.ring);
+            if !self.store_old(m) {
+                self.foreign(pid, ring, out);
+            }
             return;
         }
         // A message stamped after the last token this member passed: its successor took it.
-        if self.last_sent.as_ref().is_some_and(|(t, _)| m.seq > t.seq) {
+        if let Some((Message::Token(t), _)) = &self.last_sent
+            && m.seq > t.seq
+        {
             self.last_sent = None;
         }
         if m.seq <= self.discarded || self.buffer.contains_key(&m.seq) {
@@ -333,28 +486,41 @@ impl TokenRing {
         }
     }
 
+    pub(crate) fn deliver_one(&mut self, m: &Data, level: DeliveryLevel, out: &mut Out) {
+        self.delivered_total += 1;
+        out.deliveries.push(Delivery {
+            group: GroupId(0),
+            instance: self.delivered_total,
+            batch: m.batch.clone(),
+            level,
+        });
+    }
+
     /// Delivers in order up to the local aru, Agreed messages at once and Safe ones up to
-    /// the safe bound; discards what every member has.
+    /// the safe bound; discards what every member has. Recovery delivers nothing (the old
+    /// ring's messages wait for the install); an old ring's message carried in recovery is
+    /// passed over once the ring is installed.
     fn deliver(&mut self, out: &mut Out) {
+        if self.state != State::Operational {
+            return;
+        }
         let safe = self.safe_upto();
         while self.delivered < self.my_aru {
             let s = self.delivered + 1;
             let Some(m) = self.buffer.get(&s) else {
                 break;
             };
-            if m.service == Service::Safe && s > safe {
-                break;
+            if m.inner.is_none() {
+                if m.service == Service::Safe && s > safe {
+                    break;
+                }
+                let level = match m.service {
+                    Service::Agreed => DeliveryLevel::Agreed,
+                    Service::Safe => DeliveryLevel::Safe,
+                };
+                let m = m.clone();
+                self.deliver_one(&m, level, out);
             }
-            let level = match m.service {
-                Service::Agreed => DeliveryLevel::Agreed,
-                Service::Safe => DeliveryLevel::Safe,
-            };
-            out.deliveries.push(Delivery {
-                group: crate::types::GroupId(0),
-                instance: s,
-                batch: m.batch.clone(),
-                level,
-            });
             self.delivered = s;
         }
         // Every member has what is discarded: a proposer's value is acknowledged there, so
@@ -363,15 +529,31 @@ impl TokenRing {
         let discard = safe.min(self.delivered);
         while self.discarded < discard {
             self.discarded += 1;
-            if let Some(m) = self.buffer.remove(&self.discarded)
-                && m.pid == self.me
-            {
-                out.acks.push(Ack {
-                    key: m.batch.key(),
-                    count: m.batch.len() as u32,
-                });
-                self.own_unstable = self.own_unstable.saturating_sub(1);
+            if let Some(m) = self.buffer.remove(&self.discarded) {
+                self.acked_if_own(&m, out);
             }
+        }
+    }
+
+    /// A message of this member's own, known to every member of a configuration: its
+    /// values are acknowledged.
+    pub(crate) fn acked_if_own(&mut self, m: &Data, out: &mut Out) {
+        if m.pid == self.me && m.inner.is_none() {
+            out.acks.push(Ack {
+                key: m.batch.key(),
+                count: m.batch.len() as u32,
+            });
+            self.own_unstable = self.own_unstable.saturating_sub(1);
+        }
+    }
+
+    fn handle(&mut self, from: NodeId, msg: Message, out: &mut Out) {
+        match msg {
+            Message::Token(t) => self.on_token(t, out),
+            Message::Data(m) => self.on_data(m, out),
+            Message::Join(j) => self.on_join(from, j, out),
+            Message::Commit(c) => self.on_commit(c, out),
+            Message::MergeDetect(m) => self.foreign(m.sender, m.ring, out),
         }
     }
 }
@@ -406,33 +588,21 @@ impl Protocol for TokenRing {
         Ok(id)
     }
 
-    fn receive(&mut self, now: Micros, _from: NodeId, msg: Message, out: &mut Out) {
+    fn receive(&mut self, now: Micros, from: NodeId, msg: Message, out: &mut Out) {
         self.now = self.now.max(now);
-        match msg {
-            Message::Token(t) => self.on_token(t, out),
-            Message::Data(m) => self.on_data(m, out),
-        }
+        self.handle(from, msg, out);
     }
 
     fn tick(&mut self, now: Micros, out: &mut Out) {
         self.now = self.now.max(now);
-        // The first member creates the ring's first token.
-        if self.is_first() && self.last_hop == 0 && self.last_sent.is_none() && self.held.is_none()
-        {
-            self.last_hop = 1;
-            let first = Token {
-                ring: self.ring,
-                hop: 1,
-                rotation: 1,
-                seq: 0,
-                aru: 0,
-                aru_id: None,
-                fcc: 0,
-                rtr: Vec::new(),
-            };
-            self.handle_token(first, out);
-            return;
+        // A ring of one passes its tokens to itself, one per tick.
+        for _ in 0..self.loopback.len() {
+            if let Some(m) = self.loopback.pop_front() {
+                self.last_sent = None;
+                self.handle(self.me, m, out);
+            }
         }
+        self.membership_tick(out);
         if let Some((_, until)) = &self.held
             && (now >= *until || !self.pending.is_empty())
             && let Some((t, _)) = self.held.take()
@@ -440,13 +610,14 @@ impl Protocol for TokenRing {
             self.handle_token(t, out);
             return;
         }
-        if let Some((t, sent)) = &self.last_sent
+        if let Some((m, sent)) = &self.last_sent
             && now >= sent + self.cfg.token_retransmit_us
+            && self.successor() != self.me
         {
-            let t = t.clone();
-            self.last_sent = Some((t.clone(), now));
+            let m = m.clone();
+            self.last_sent = Some((m.clone(), now));
             self.stats.tokens_retransmitted += 1;
-            out.sends.push((self.successor(), Message::Token(t)));
+            out.sends.push((self.successor(), m));
         }
     }
 
@@ -456,7 +627,9 @@ impl Protocol for TokenRing {
             0 => self.cfg.token_retransmit_us,
             h => h,
         };
-        hold.min(self.cfg.token_retransmit_us / 2).max(100)
+        hold.min(self.cfg.token_retransmit_us / 2)
+            .min(self.cfg.join_timeout_us)
+            .max(100)
     }
 
     fn can_propose(&self) -> bool {
@@ -468,12 +641,12 @@ impl Protocol for TokenRing {
             node: self.me,
             coordinator: Some(self.ring.rep),
             ballot: Ballot::default(),
-            leading: false,
-            delivered_upto: self.delivered,
-            decided_max: self.high_seq,
+            leading: self.state == State::Operational && self.ring.rep == self.me,
+            delivered_upto: self.delivered_total,
+            decided_max: self.delivered_total,
             values_in_flight: self.pending.len() + self.own_unstable,
             amnesic: false,
-            view: self.cfg.members.clone(),
+            view: self.memb.clone(),
             groups: Vec::new(),
             log_bytes: 0,
             log_appended_bytes: 0,

@@ -13,8 +13,8 @@ use crate::mutation::Mutation;
 use crate::protocol::ReadState;
 use crate::replog::EntryBody;
 use crate::storage::Entry;
-use crate::types::{Ballot, Batch, BatchKey, Micros, NodeId};
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use crate::types::{Ballot, Batch, Micros, NodeId};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// What a promise reported (General line 21, Leader (1) line 9).
 #[derive(Clone, Debug)]
@@ -95,19 +95,10 @@ pub struct LeaderState {
     pub read_round: u64,
     pub read_acks: BTreeSet<NodeId>,
     pub read_round_done: u64,
-    /// The entries this leader appended that are not chosen yet, `(index, payload bytes,
-    /// the batch's key when a proposal made it)`, and their byte sum (bounded by
-    /// `uncommitted_bytes_max`).
-    pub tail: VecDeque<(u64, usize, Option<BatchKey>)>,
+    /// The entries this leader appended that are not chosen yet, `(index, payload bytes)`,
+    /// and their sum (bounded by `uncommitted_bytes_max`).
+    pub tail: VecDeque<(u64, usize)>,
     pub tail_bytes: usize,
-    /// The batches among `tail`: a proposer's re-send of one of them is dropped, since this
-    /// leader chooses it in this ballot or loses the ballot (and every proposer re-sends
-    /// what is in flight when the leader changes). Not in the thesis, whose proposals are
-    /// not re-sent: without it an overloaded leader appended every re-send again; at one
-    /// value per batch, 884 745 re-sent values were decided a second time in one 5 s run
-    /// (`bench concurrency --batch-bytes 16`, 100k in flight), load that fed the delay
-    /// that caused them.
-    pub tail_keys: HashSet<BatchKey>,
     /// Payload bytes of `prop_cmds`.
     pub prop_bytes: usize,
     /// The decided entries this leader must pull before it can adopt a suffix.
@@ -271,18 +262,9 @@ impl SeqPaxos {
                 {
                     return;
                 }
-                // A re-send of a batch this ballot appended, or one delivered here already:
-                // its first copy is (or will be) chosen, and its proposer learns it there.
-                let key = batch.key();
-                if self.ld.tail_keys.contains(&key) || self.dedup.delivered(key) {
-                    return;
-                }
                 // Lines 3-5; the send (lines 6-7) is the next flush's `Accept`.
                 let e = EntryBody::Values(batch).entry(self.log_len() + 1, self.ld.n_l);
-                self.ld.tail_keys.insert(key);
-                self.ld
-                    .tail
-                    .push_back((e.index, e.payload.len(), Some(key)));
+                self.ld.tail.push_back((e.index, e.payload.len()));
                 self.ld.tail_bytes += e.payload.len();
                 if let Err(err) = self.store.append(&[e]) {
                     self.store_failed("appending a proposal", err);
@@ -441,7 +423,7 @@ impl SeqPaxos {
             })
             .collect();
         for e in &entries {
-            self.ld.tail.push_back((e.index, e.payload.len(), None));
+            self.ld.tail.push_back((e.index, e.payload.len()));
             self.ld.tail_bytes += e.payload.len();
         }
         if let Err(e) = self.store.append(&entries) {
@@ -640,12 +622,9 @@ impl SeqPaxos {
                 self.log_len()
             );
             self.ld.l_c = chosen;
-            while self.ld.tail.front().is_some_and(|&(i, _, _)| i <= chosen) {
-                if let Some((_, b, key)) = self.ld.tail.pop_front() {
+            while self.ld.tail.front().is_some_and(|&(i, _)| i <= chosen) {
+                if let Some((_, b)) = self.ld.tail.pop_front() {
                     self.ld.tail_bytes -= b;
-                    if let Some(k) = key {
-                        self.ld.tail_keys.remove(&k);
-                    }
                 }
             }
             self.decide(chosen, out);

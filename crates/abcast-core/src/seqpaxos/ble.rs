@@ -51,10 +51,15 @@
 //!   (`testdata/scenarios/seqpaxos/chained.txt`), the livelock the `n_max` departure above
 //!   avoids; and a leader rejoining after a partition deposed the one elected meanwhile.
 //! - A leader deposed that way (BLE still names it, Sequence Paxos stepped down for a
-//!   higher ballot it does not hear) stays deposed while it hears another quorum-connected
-//!   node, which may be following the ballot that deposed it (the chained scenario's middle
-//!   node); once it is the only quorum-connected node it hears, nobody else can lead, and
-//!   it elects itself again, above the ballot that deposed it. Without this, BLE kept
+//!   higher ballot it does not hear) stays deposed while a quorum-connected node it hears
+//!   follows the ballot that deposed it or a higher one (the chained scenario's middle
+//!   node: replies name the replier's leader, which appendix A's do not); otherwise
+//!   nobody it can reach follows that leader, and it elects itself again, above the ballot
+//!   that deposed it. The first version waited until it heard no other quorum-connected
+//!   node at all, and the 10,000-seed long run found the stall that left (partition mix,
+//!   seed 1319): the deposing leader's `Prepare` reached only the old leader before a
+//!   partition cut it off; the third node, connected and following the old leader, kept it
+//!   deposed, and the majority that could talk never elected anyone. Without this, BLE kept
 //!   naming the deposed node, which no longer led, and no round changed that: after a
 //!   chained episode left the old leader deposed, a second one that muted the new leader
 //!   left the old leader the only node a majority reaches, and nobody led (partial mix,
@@ -93,7 +98,8 @@ pub struct Ble {
     /// Line 2.
     round: u64,
     /// Line 3: `(node, ballot, quorum_connected)` of this round's replies.
-    ballots: Vec<(NodeId, Ballot, bool)>,
+    /// This round's replies: sender, its ballot, quorum-connected, the leader it follows.
+    ballots: Vec<(NodeId, Ballot, bool, Ballot)>,
     late_reply: bool,
     /// Line 4: this node's ballot `n`.
     ballot: Ballot,
@@ -313,8 +319,8 @@ impl Ble {
         let top = self
             .ballots
             .iter()
-            .filter(|(_, _, qc)| *qc || any)
-            .map(|(_, b, _)| *b)
+            .filter(|(_, _, qc, _)| *qc || any)
+            .map(|(_, b, _, _)| *b)
             .chain(self.candidate.then_some(self.ballot))
             .max();
         let Some(top) = top else {
@@ -330,11 +336,16 @@ impl Ble {
                 None
             }
             Some(l) if top == l => {
-                let others_connected = self.ballots.iter().any(|(_, _, qc)| *qc);
-                if !(self.deposed && self.candidate && top == self.ballot && !others_connected) {
+                let floor = self.floor;
+                let deposer_followed = self
+                    .ballots
+                    .iter()
+                    .any(|(_, _, qc, leader)| *qc && *leader >= floor);
+                if !(self.deposed && self.candidate && top == self.ballot && !deposer_followed) {
                     return None;
                 }
-                // Deposed, and the only quorum-connected node heard: lead again.
+                // Deposed, and no quorum-connected node heard follows the deposer: lead
+                // again.
                 let floor = self.floor;
                 self.raise_now(floor);
                 self.deposed = false;
@@ -372,6 +383,7 @@ impl Ble {
                 round: m.round,
                 ballot: self.ballot,
                 quorum_connected: self.connected_now() && self.candidate,
+                leader: self.leader.unwrap_or_default(),
             }),
         ));
     }
@@ -382,8 +394,9 @@ impl Ble {
             return;
         }
         if m.round == self.round {
-            if !self.ballots.iter().any(|(n, _, _)| *n == from) {
-                self.ballots.push((from, m.ballot, m.quorum_connected));
+            if !self.ballots.iter().any(|(n, ..)| *n == from) {
+                self.ballots
+                    .push((from, m.ballot, m.quorum_connected, m.leader));
             }
         } else if m.round < self.round {
             self.late_reply = true;
@@ -434,6 +447,7 @@ mod tests {
             round,
             ballot,
             quorum_connected: qc,
+            leader: Ballot::default(),
         };
         ble.on_reply(NodeId(3), &reply(1, b3, true));
         let elected = ble.tick(50_000, &mut out);
@@ -464,6 +478,7 @@ mod tests {
                 round: 1,
                 ballot: ble_ballot(9, 0, NodeId(3), 0),
                 quorum_connected: false,
+                leader: Ballot::default(),
             },
         );
         assert_eq!(ble.tick(50_000, &mut out), Some(ble.ballot()));
@@ -484,6 +499,7 @@ mod tests {
                 round: 1,
                 ballot: ble_ballot(0, 0, NodeId(1), 0),
                 quorum_connected: true,
+                leader: Ballot::default(),
             },
         );
         ble.tick(first, &mut out);
@@ -496,6 +512,7 @@ mod tests {
                 round: 3,
                 ballot: ble_ballot(50, 0, NodeId(3), 0),
                 quorum_connected: true,
+                leader: Ballot::default(),
             },
         );
         assert!(ble.ballots.is_empty());
@@ -507,6 +524,7 @@ mod tests {
             round,
             ballot,
             quorum_connected,
+            leader: Ballot::default(),
         }
     }
 
@@ -548,11 +566,16 @@ mod tests {
     }
 
     /// A leader deposed by a higher ballot it does not hear (a `Nack`) does not campaign
-    /// while another quorum-connected node is heard (the chained scenario's middle node,
-    /// which follows the higher ballot); once it is the only one, it leads again, above
-    /// the ballot that deposed it.
+    /// while a quorum-connected node it hears follows that ballot (the chained scenario's
+    /// middle node); once none does (the one it hears follows the deposed leader: partition
+    /// mix, seed 1319; or is not connected), it leads again, above the ballot that deposed
+    /// it.
     #[test]
-    fn a_deposed_leader_leads_again_only_when_no_other_connected_node_is_heard() {
+    fn a_deposed_leader_leads_again_only_when_no_connected_node_follows_the_deposer() {
+        let following = |round, qc, leader| HeartbeatReply {
+            leader,
+            ..reply(round, ble_ballot(0, 0, NodeId(1), 0), qc)
+        };
         let mut ble = Ble::new(&cfg(), NodeId(2), 0, 0);
         let mut out = Vec::new();
         ble.start(0, &mut out);
@@ -560,18 +583,42 @@ mod tests {
         let mine = ble.tick(50_000, &mut out).expect("elected");
         assert_eq!(mine, ble.ballot());
         // Rounds go by; then a Nack names a higher ballot (node 3's, not heard here).
-        ble.on_reply(NodeId(1), &reply(2, ble_ballot(0, 0, NodeId(1), 0), true));
+        ble.on_reply(NodeId(1), &following(2, true, mine));
         assert_eq!(ble.tick(100_000, &mut out), None);
         let higher = ble_ballot(4, 0, NodeId(3), 0);
         ble.raise_above(higher);
         assert_eq!(ble.ballot(), mine, "no campaign on a Nack");
-        ble.on_reply(NodeId(1), &reply(3, ble_ballot(0, 0, NodeId(1), 0), true));
-        assert_eq!(ble.tick(150_000, &mut out), None, "node 1 is connected");
-        ble.on_reply(NodeId(1), &reply(4, ble_ballot(0, 0, NodeId(1), 0), false));
+        ble.on_reply(NodeId(1), &following(3, true, higher));
+        assert_eq!(
+            ble.tick(150_000, &mut out),
+            None,
+            "node 1 is connected and follows the deposer"
+        );
+        ble.on_reply(NodeId(1), &following(4, true, mine));
         let again = ble
             .tick(200_000, &mut out)
-            .expect("the only connected node");
+            .expect("nobody connected follows the deposer");
         assert!(again > higher && again == ble.ballot());
+    }
+
+    /// The same, when the only other node heard is not quorum-connected.
+    #[test]
+    fn a_deposed_leader_that_is_the_only_connected_node_leads_again() {
+        let mut ble = Ble::new(&cfg(), NodeId(2), 0, 0);
+        let mut out = Vec::new();
+        ble.start(0, &mut out);
+        ble.on_reply(NodeId(1), &reply(1, ble_ballot(0, 0, NodeId(1), 0), true));
+        let mine = ble.tick(50_000, &mut out).expect("elected");
+        ble.on_reply(NodeId(1), &reply(2, ble_ballot(0, 0, NodeId(1), 0), true));
+        assert_eq!(ble.tick(100_000, &mut out), None);
+        let higher = ble_ballot(4, 0, NodeId(3), 0);
+        ble.raise_above(higher);
+        assert_eq!(ble.ballot(), mine);
+        ble.on_reply(NodeId(1), &reply(3, ble_ballot(0, 0, NodeId(1), 0), false));
+        let again = ble
+            .tick(150_000, &mut out)
+            .expect("the only connected node");
+        assert!(again > higher);
     }
 
     /// Sequence Paxos refusing the ballot BLE just elected this node with raises it at

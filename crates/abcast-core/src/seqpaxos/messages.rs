@@ -54,6 +54,10 @@ pub struct HeartbeatReply {
     /// The replier heard a majority in its last heartbeat round: only such a node may be
     /// elected (the quorum-connectivity rule).
     pub quorum_connected: bool,
+    /// The leader the replier follows (its BLE's, zero for none): a leader deposed by a
+    /// higher ballot it cannot hear leads again only if no quorum-connected node follows
+    /// that ballot (`ble.rs`, `check_leader`). Not in appendix A.
+    pub leader: Ballot,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -379,6 +383,7 @@ impl WireMessage for Message {
                 e.put_u64(m.round);
                 put_ballot(e, m.ballot);
                 e.put_u8(u8::from(m.quorum_connected));
+                put_ballot(e, m.leader);
             }
             Message::Prepare(m) => {
                 e.put_u64(m.config);
@@ -470,6 +475,7 @@ impl WireMessage for Message {
                 round: d.u64("heartbeat_reply.round")?,
                 ballot: get_ballot(&mut d)?,
                 quorum_connected: get_bool(&mut d, "heartbeat_reply.quorum_connected")?,
+                leader: get_ballot(&mut d)?,
             }),
             K_PREPARE => Message::Prepare(Prepare {
                 config: d.u64("prepare.config")?,
@@ -665,6 +671,7 @@ mod tests {
                 round: 9,
                 ballot: n,
                 quorum_connected: true,
+                leader: n,
             }),
             Message::Prepare(Prepare {
                 config: 1,

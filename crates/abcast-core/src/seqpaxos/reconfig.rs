@@ -857,6 +857,18 @@ impl SeqPaxos {
             }
         }
         self.hold_all_pending();
+        // Entries past the stop-sign were appended in `c_i` by a leader that had not
+        // learned of it (a stale leader's own stop-sign among them): `c_i` ends at `index`,
+        // so none of them is chosen, and none may enter `c_{i+1}`'s log, where, with the
+        // accepted round reset below, the longest log would carry them into the first
+        // adoption (reconfig seed 1170 of the long run: a stale stop-sign decided there
+        // gave configuration 7 two member sets).
+        let keep = index.max(self.store.decided_idx());
+        if self.log_len() > keep
+            && let Err(e) = self.store.truncate(keep + 1)
+        {
+            self.store_failed("dropping the entries past the stop-sign", e);
+        }
         // Persist, in this order (see the module comment): the new configuration's empty
         // promise and accepted round (appendix B lines 14-15), then the record.
         if let Err(e) = self.store.set_promised(Ballot::ZERO) {

@@ -238,6 +238,14 @@ impl SeqPaxos {
             if let Err(e) = self.store.set_accepted_round(Ballot::ZERO) {
                 return Err(format!("the log store failed: {e}"));
             }
+            // As `enter_next` does: what this log holds past the stop-sign and the snapshot
+            // was appended in the older configuration after it ended, and is not chosen.
+            let keep = st.base.max(snap.upto).max(self.store.decided_idx());
+            if self.log_len() > keep
+                && let Err(e) = self.store.truncate(keep + 1)
+            {
+                return Err(format!("the log store failed: {e}"));
+            }
             self.cfg.config_id = st.config.id;
             self.cfg.members = st.config.members.clone();
             self.base = st.base;

@@ -119,10 +119,18 @@ pub struct CatchUp {
     /// When the last `FetchReq` left, and how many were asked (the source rotates).
     pub asked_us: Option<Micros>,
     pub asked: usize,
+    /// The decided length when a `FetchReq` last left, and how many left since without it
+    /// growing.
+    pub progress_decided: u64,
+    pub stalled_asks: u32,
 }
 
 /// Accepts in flight to one follower, in bytes, at most this many messages' worth.
 const INFLIGHT_MESSAGES_MAX: usize = 4;
+
+/// `FetchReq`s of a leader's pull that may go unanswered in a row before the promises of
+/// the nodes it asked are set aside (see `ask_catch_up`).
+const CATCH_UP_STALLED_ASKS_MAX: u32 = 4;
 
 impl SeqPaxos {
     /// General lines 18-27: `⟨LEADER | L, b⟩` from BLE.
@@ -720,10 +728,13 @@ impl SeqPaxos {
 
     /// Starts (or raises the target of) the leader's pull of decided entries.
     fn start_catch_up(&mut self, target: u64, out: &mut Out) {
+        let decided = self.store.decided_idx();
         let c = self.ld.catch_up.get_or_insert(CatchUp {
             target,
             asked_us: None,
             asked: 0,
+            progress_decided: decided,
+            stalled_asks: 0,
         });
         if target > c.target {
             c.target = target;
@@ -750,6 +761,25 @@ impl SeqPaxos {
             .map(|(n, _)| *n)
             .collect();
         if sources.is_empty() || decided >= c.target {
+            return;
+        }
+        if decided > c.progress_decided {
+            c.progress_decided = decided;
+            c.stalled_asks = 0;
+        } else {
+            c.stalled_asks += 1;
+        }
+        if c.stalled_asks > CATCH_UP_STALLED_ASKS_MAX {
+            // Every node that decided the target went silent (cut off, crashed): set their
+            // promises aside. Any majority's promises serve (Leader (1) line 11), and the
+            // rest may need no pull; if they are no majority, the next promises decide
+            // (mixed seed 1740 of the long run: the leader waited for good on the one node
+            // that had decided furthest, cut off for the rest of the run).
+            for n in &sources {
+                self.ld.promises.remove(n);
+            }
+            self.ld.catch_up = None;
+            self.try_adopt(out);
             return;
         }
         let src = sources[c.asked % sources.len()];

@@ -388,6 +388,17 @@ impl SeqPaxos {
     /// most `fetch_parallel` ahead, each asked of one source, another one after
     /// `resend_us`. In eager mode, only once the pushes stopped for `resend_us`.
     pub(crate) fn fetch_tick(&mut self, out: &mut Out) {
+        // Fetched entries that wait for the decided log to reach them: a snapshot installed
+        // meanwhile may have brought it there, and no answer will come to move them
+        // (reconfig seed 1034 of the long run: the whole rest of the range sat in the
+        // buffer, asked for by nobody, for good).
+        if self
+            .fetch
+            .as_ref()
+            .is_some_and(|f| f.buffer.contains_key(&(self.store.decided_idx() + 1)))
+        {
+            self.drain_fetched(out);
+        }
         let next = self.store.decided_idx() + 1;
         let (now, resend_us, seg) = (self.now, self.cfg.resend_us, self.cfg.fetch_segment_entries);
         let eager = self.cfg.transfer == super::config::Transfer::Eager;
@@ -556,6 +567,8 @@ impl SeqPaxos {
         let Some(f) = self.fetch.as_mut() else {
             return;
         };
+        // What the decided log reached meanwhile (a snapshot) is not needed any more.
+        f.buffer = f.buffer.split_off(&next);
         let mut run = Vec::new();
         let mut i = next;
         while let Some(e) = f.buffer.remove(&i) {

@@ -251,7 +251,7 @@ impl TokenRing {
         let ct = CommitToken {
             ring: RingId {
                 rep: self.me,
-                seq: self.ring_seq_max.max(self.ring.seq) + 4,
+                seq: self.ring_seq_max.max(self.ring.seq).saturating_add(4),
             },
             hop: 0,
             addr: self.want(),
@@ -327,7 +327,7 @@ impl TokenRing {
         self.state = State::Commit;
         self.token_seen_us = self.now;
         self.consensus.clear();
-        ct.hop += 1;
+        ct.hop = ct.hop.saturating_add(1);
         self.pass(Message::Commit(ct), out);
     }
 
@@ -347,8 +347,11 @@ impl TokenRing {
         let mut queue = std::collections::VecDeque::new();
         if trans.iter().any(|(_, e)| !e.received_flg) {
             let low = trans.iter().map(|(_, e)| e.aru).min().unwrap_or(old.aru);
-            for (&s, _) in old.buffer.range(low + 1..=old.high_seq) {
-                queue.push_back(s);
+            // This member is among them, so `low` is at most its own aru.
+            if low < old.high_seq {
+                for (&s, _) in old.buffer.range(low + 1..=old.high_seq) {
+                    queue.push_back(s);
+                }
             }
         }
         self.received_flg = ct
@@ -367,7 +370,7 @@ impl TokenRing {
         self.install_seq = 0;
         self.rotation_counter = 0;
         self.sent_initial = false;
-        ct.hop += 1;
+        ct.hop = ct.hop.saturating_add(1);
         self.pass(Message::Commit(ct), out);
     }
 

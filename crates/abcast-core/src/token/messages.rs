@@ -160,6 +160,21 @@ const K_MERGE: u8 = 5;
 /// Members a ring (and a join's sets) hold at most.
 pub const MEMBERS_MAX: usize = 1024;
 
+/// Sequence numbers, hops, rotations and ring numbers above this are refused as malformed:
+/// the arithmetic on them (a new ring's `+ 4`, a round's new messages) never overflows.
+pub const COUNTER_MAX: u64 = 1 << 62;
+
+fn counter(d: &mut Decoder, what: &'static str) -> Result<u64, DecodeError> {
+    let v = d.u64(what)?;
+    if v > COUNTER_MAX {
+        return Err(DecodeError::Invalid {
+            what,
+            detail: format!("{v} exceeds {COUNTER_MAX}"),
+        });
+    }
+    Ok(v)
+}
+
 fn put_ids(e: &mut Encoder, ids: &[NodeId]) {
     e.put_u32(ids.len() as u32);
     for n in ids {
@@ -202,7 +217,7 @@ fn get_flag(d: &mut Decoder, what: &'static str) -> Result<bool, DecodeError> {
 fn get_ring(d: &mut Decoder) -> Result<RingId, DecodeError> {
     Ok(RingId {
         rep: NodeId(d.u32("ring.rep")?),
-        seq: d.u64("ring.seq")?,
+        seq: counter(d, "ring.seq")?,
     })
 }
 
@@ -290,10 +305,10 @@ impl WireMessage for Message {
         let m = match kind {
             K_TOKEN => {
                 let ring = get_ring(&mut d)?;
-                let hop = d.u64("token.hop")?;
-                let rotation = d.u64("token.rotation")?;
-                let seq = d.u64("token.seq")?;
-                let aru = d.u64("token.aru")?;
+                let hop = counter(&mut d, "token.hop")?;
+                let rotation = counter(&mut d, "token.rotation")?;
+                let seq = counter(&mut d, "token.seq")?;
+                let aru = counter(&mut d, "token.aru")?;
                 if aru > seq {
                     return Err(DecodeError::Invalid {
                         what: "token.aru",
@@ -338,7 +353,7 @@ impl WireMessage for Message {
             }
             K_DATA => {
                 let ring = get_ring(&mut d)?;
-                let seq = d.u64("data.seq")?;
+                let seq = counter(&mut d, "data.seq")?;
                 if seq == 0 {
                     return Err(DecodeError::Invalid {
                         what: "data.seq",
@@ -346,7 +361,7 @@ impl WireMessage for Message {
                     });
                 }
                 let pid = NodeId(d.u32("data.pid")?);
-                let round = d.u64("data.round")?;
+                let round = counter(&mut d, "data.round")?;
                 let service = match d.u8("data.service")? {
                     0 => Service::Agreed,
                     1 => Service::Safe,
@@ -359,7 +374,7 @@ impl WireMessage for Message {
                 };
                 let inner = if get_flag(&mut d, "data.inner flag")? {
                     let ring = get_ring(&mut d)?;
-                    let seq = d.u64("data.inner.seq")?;
+                    let seq = counter(&mut d, "data.inner.seq")?;
                     if seq == 0 {
                         return Err(DecodeError::Invalid {
                             what: "data.inner.seq",
@@ -370,7 +385,7 @@ impl WireMessage for Message {
                         ring,
                         seq,
                         pid: NodeId(d.u32("data.inner.pid")?),
-                        round: d.u64("data.inner.round")?,
+                        round: counter(&mut d, "data.inner.round")?,
                     })
                 } else {
                     None
@@ -390,7 +405,7 @@ impl WireMessage for Message {
                 let sender = NodeId(d.u32("join.sender")?);
                 let proc_set = get_ids(&mut d, "join.proc_set")?;
                 let fail_set = get_ids(&mut d, "join.fail_set")?;
-                let ring_seq = d.u64("join.ring_seq")?;
+                let ring_seq = counter(&mut d, "join.ring_seq")?;
                 Message::Join(Join {
                     sender,
                     proc_set,
@@ -400,7 +415,7 @@ impl WireMessage for Message {
             }
             K_COMMIT => {
                 let ring = get_ring(&mut d)?;
-                let hop = d.u64("commit.hop")?;
+                let hop = counter(&mut d, "commit.hop")?;
                 let addr = get_ids(&mut d, "commit.addr")?;
                 if addr.is_empty() || !addr.windows(2).all(|w| w[0] < w[1]) {
                     return Err(DecodeError::Invalid {
@@ -412,8 +427,8 @@ impl WireMessage for Message {
                 let mut entries = Vec::with_capacity(n);
                 for _ in 0..n {
                     let old_ring = get_ring(&mut d)?;
-                    let aru = d.u64("commit.entry.aru")?;
-                    let high_delivered = d.u64("commit.entry.high_delivered")?;
+                    let aru = counter(&mut d, "commit.entry.aru")?;
+                    let high_delivered = counter(&mut d, "commit.entry.high_delivered")?;
                     let received_flg = get_flag(&mut d, "commit.entry.received_flg")?;
                     entries.push(MembEntry {
                         old_ring,

@@ -311,7 +311,7 @@ impl TokenRing {
         self.stats.tokens_taken += 1;
         self.high_seq = self.high_seq.max(t.seq);
         if self.is_first() {
-            t.rotation += 1;
+            t.rotation = t.rotation.saturating_add(1);
         }
         let idle = self.state == State::Operational
             && self.pending.is_empty()
@@ -406,7 +406,7 @@ impl TokenRing {
         }
         rtr.sort_unstable();
         t.rtr = rtr;
-        t.hop += 1;
+        t.hop = t.hop.saturating_add(1);
         self.aru_sent_prev = self.aru_sent_now;
         self.aru_sent_now = t.aru;
         assert!(t.aru <= t.seq, "token aru {} above seq {}", t.aru, t.seq);

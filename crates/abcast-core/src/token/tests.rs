@@ -602,3 +602,31 @@ fn a_partition_makes_two_rings_that_merge_after_the_heal() {
     assert_eq!(after[0], after[1]);
     assert_eq!(after[0], after[2]);
 }
+
+/// Counters near the top of `u64` are refused, so no arithmetic on them overflows.
+#[test]
+fn counters_past_the_limit_are_refused() {
+    let t = Token {
+        ring: RingId::default(),
+        hop: 1,
+        rotation: 1,
+        seq: u64::MAX,
+        aru: 0,
+        aru_id: None,
+        fcc: 0,
+        rtr: Vec::new(),
+        retrans_flg: false,
+    };
+    let mut e = Encoder::new();
+    Message::Token(t).encode(&mut e);
+    assert!(Message::decode(1, e.to_bytes()).is_err());
+    let j = Join {
+        sender: NodeId(1),
+        proc_set: vec![NodeId(1)],
+        fail_set: Vec::new(),
+        ring_seq: u64::MAX,
+    };
+    let mut e = Encoder::new();
+    Message::Join(j).encode(&mut e);
+    assert!(Message::decode(3, e.to_bytes()).is_err());
+}

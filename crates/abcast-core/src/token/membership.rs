@@ -38,7 +38,7 @@
 use super::messages::{
     CommitToken, Data, Inner, Join, MembEntry, MergeDetect, Message, RingId, Service, Token,
 };
-use super::{Out, TokenRing};
+use super::{Out, TokenRing, buffer_message};
 use crate::config::{Configuration, Member, Roles};
 use crate::protocol::{ConfigChange, ConfigKind, DeliveryLevel};
 use crate::types::NodeId;
@@ -567,23 +567,19 @@ impl TokenRing {
     pub(crate) fn store_old(&mut self, m: Data) -> bool {
         match self.old.as_mut() {
             Some(old) if m.ring == old.ring => {
-                if m.seq > old.delivered && !old.buffer.contains_key(&m.seq) {
-                    old.high_seq = old.high_seq.max(m.seq);
-                    old.buffer.insert(m.seq, m);
-                    while old.buffer.contains_key(&(old.aru + 1)) {
-                        old.aru += 1;
-                    }
-                }
+                let floor = old.delivered;
+                buffer_message(&mut old.buffer, floor, &mut old.high_seq, &mut old.aru, m);
                 true
             }
             None if m.ring == self.ring && self.state == State::Gather => {
-                if m.seq > self.delivered && !self.buffer.contains_key(&m.seq) {
-                    self.high_seq = self.high_seq.max(m.seq);
-                    self.buffer.insert(m.seq, m);
-                    while self.buffer.contains_key(&(self.my_aru + 1)) {
-                        self.my_aru += 1;
-                    }
-                }
+                let floor = self.delivered;
+                buffer_message(
+                    &mut self.buffer,
+                    floor,
+                    &mut self.high_seq,
+                    &mut self.my_aru,
+                    m,
+                );
                 true
             }
             _ => false,

@@ -14,7 +14,7 @@
 use crate::codec::{Decoder, Encoder, WireMessage};
 use crate::error::DecodeError;
 use crate::types::{Batch, NodeId};
-use crate::wire::{get_batch, put_batch};
+use crate::wire::{get_batch, get_bool, put_batch};
 
 /// Retransmission requests a token carries at most (Totem bounds its `rtr` list the same
 /// way; Corosync: `RETRANSMIT_ENTRIES_MAX` 30). A member with more holes asks for the
@@ -203,17 +203,6 @@ fn put_ring(e: &mut Encoder, r: RingId) {
     e.put_u64(r.seq);
 }
 
-fn get_flag(d: &mut Decoder, what: &'static str) -> Result<bool, DecodeError> {
-    match d.u8(what)? {
-        0 => Ok(false),
-        1 => Ok(true),
-        f => Err(DecodeError::Invalid {
-            what,
-            detail: format!("{f} is no flag"),
-        }),
-    }
-}
-
 fn get_ring(d: &mut Decoder) -> Result<RingId, DecodeError> {
     Ok(RingId {
         rep: NodeId(d.u32("ring.rep")?),
@@ -315,15 +304,10 @@ impl WireMessage for Message {
                         detail: format!("aru {aru} above seq {seq}"),
                     });
                 }
-                let aru_id = match d.u8("token.aru_id flag")? {
-                    0 => None,
-                    1 => Some(NodeId(d.u32("token.aru_id")?)),
-                    f => {
-                        return Err(DecodeError::Invalid {
-                            what: "token.aru_id flag",
-                            detail: format!("{f} is no flag"),
-                        });
-                    }
+                let aru_id = if get_bool(&mut d, "token.aru_id flag")? {
+                    Some(NodeId(d.u32("token.aru_id")?))
+                } else {
+                    None
                 };
                 let fcc = d.u32("token.fcc")?;
                 let n = d.count("token.rtr", RTR_MAX, 8)?;
@@ -338,7 +322,7 @@ impl WireMessage for Message {
                     }
                     rtr.push(s);
                 }
-                let retrans_flg = get_flag(&mut d, "token.retrans_flg")?;
+                let retrans_flg = get_bool(&mut d, "token.retrans_flg")?;
                 Message::Token(Token {
                     ring,
                     hop,
@@ -372,7 +356,7 @@ impl WireMessage for Message {
                         });
                     }
                 };
-                let inner = if get_flag(&mut d, "data.inner flag")? {
+                let inner = if get_bool(&mut d, "data.inner flag")? {
                     let ring = get_ring(&mut d)?;
                     let seq = counter(&mut d, "data.inner.seq")?;
                     if seq == 0 {
@@ -429,7 +413,7 @@ impl WireMessage for Message {
                     let old_ring = get_ring(&mut d)?;
                     let aru = counter(&mut d, "commit.entry.aru")?;
                     let high_delivered = counter(&mut d, "commit.entry.high_delivered")?;
-                    let received_flg = get_flag(&mut d, "commit.entry.received_flg")?;
+                    let received_flg = get_bool(&mut d, "commit.entry.received_flg")?;
                     entries.push(MembEntry {
                         old_ring,
                         aru,

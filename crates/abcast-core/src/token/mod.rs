@@ -470,13 +470,17 @@ impl TokenRing {
         {
             self.last_sent = None;
         }
-        if m.seq <= self.discarded || self.buffer.contains_key(&m.seq) {
+        let floor = self.discarded;
+        if !buffer_message(
+            &mut self.buffer,
+            floor,
+            &mut self.high_seq,
+            &mut self.my_aru,
+            m,
+        ) {
             self.stats.data_duplicate += 1;
             return;
         }
-        self.high_seq = self.high_seq.max(m.seq);
-        self.buffer.insert(m.seq, m);
-        self.advance_aru();
         self.deliver(out);
     }
 
@@ -556,6 +560,27 @@ impl TokenRing {
             Message::MergeDetect(m) => self.foreign(m.sender, m.ring, out),
         }
     }
+}
+
+/// Puts `m` into a ring's `buffer` unless it is at or below `floor` (delivered or
+/// discarded there) or held already, and moves `high_seq` and the all-received-up-to `aru`
+/// on. Returns whether it was new.
+pub(crate) fn buffer_message(
+    buffer: &mut BTreeMap<u64, Data>,
+    floor: u64,
+    high_seq: &mut u64,
+    aru: &mut u64,
+    m: Data,
+) -> bool {
+    if m.seq <= floor || buffer.contains_key(&m.seq) {
+        return false;
+    }
+    *high_seq = (*high_seq).max(m.seq);
+    buffer.insert(m.seq, m);
+    while buffer.contains_key(&(*aru + 1)) {
+        *aru += 1;
+    }
+    true
 }
 
 impl Protocol for TokenRing {

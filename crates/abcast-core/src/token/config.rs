@@ -46,6 +46,16 @@ pub struct TokenConfig {
     /// An idle ring's representative announces the ring this often, so that a ring it
     /// cannot see merges with it after a partition heals (Corosync `merge`).
     pub merge_timeout_us: Micros,
+    /// Flap damping (not in Totem; corosync issue 760): a processor failed by the gather
+    /// that formed a ring is held down this long (doubling at each further failure within
+    /// `holddown_forget_us` of the last, at most `holddown_max_us`): its merge announcements and foreign
+    /// messages do not start a gather (its joins still do: it wants in, and if the link
+    /// works both ways again the ring forms). A link that works one way only (the
+    /// processor hears this member, not the other way round) otherwise makes the ring
+    /// merge and split again every merge period. 0: no damping.
+    pub holddown_us: Micros,
+    pub holddown_max_us: Micros,
+    pub holddown_forget_us: Micros,
     /// Broken variant for the simulator's mutation sweeps (tests only).
     pub mutation: crate::mutation::Slot,
 }
@@ -67,6 +77,9 @@ impl Default for TokenConfig {
             join_timeout_us: 10_000,
             consensus_timeout_us: 120_000,
             merge_timeout_us: 100_000,
+            holddown_us: 250_000,
+            holddown_max_us: 2_000_000,
+            holddown_forget_us: 10_000_000,
             mutation: crate::mutation::Slot::default(),
         }
     }
@@ -161,6 +174,15 @@ impl TokenConfig {
         }
         if self.merge_timeout_us == 0 {
             return err("merge_timeout_us", "at least 1".into());
+        }
+        if self.holddown_max_us < self.holddown_us {
+            return err(
+                "holddown_max_us",
+                format!(
+                    "{} is below holddown_us {}",
+                    self.holddown_max_us, self.holddown_us
+                ),
+            );
         }
         if self.token_hold_us >= self.token_retransmit_us {
             return err(

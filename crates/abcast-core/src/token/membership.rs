@@ -80,6 +80,20 @@ fn configuration(id: u64, members: &[NodeId]) -> Configuration {
     }
 }
 
+/// The low bits of a ring's sequence number hold its creator's incarnation.
+const RING_SEQ_LIFE_BITS: u32 = 24;
+
+/// The sequence number of a ring created after `seen` by a representative in life
+/// `incarnation`: the count above `seen`'s by 4, as Corosync, with the life in the low
+/// bits. Corosync keeps ring ids on disk; these members keep nothing, and two lives of one
+/// node that heard the same highest ring would otherwise create the same ring id (the
+/// simulator found two lives forming "ring (3, 16)", and a message of the first delivered
+/// in the second would be a message of the wrong configuration).
+pub(crate) fn next_ring_seq(seen: u64, incarnation: u64) -> u64 {
+    let count = (seen >> RING_SEQ_LIFE_BITS).saturating_add(4);
+    (count << RING_SEQ_LIFE_BITS) | (incarnation & ((1 << RING_SEQ_LIFE_BITS) - 1))
+}
+
 impl TokenRing {
     /// The members of the ring this member last installed (its old ring while a new one
     /// forms).
@@ -87,6 +101,38 @@ impl TokenRing {
         match &self.old {
             Some(o) => &o.memb,
             None => &self.memb,
+        }
+    }
+
+    /// Whether `p` is held down now (flap damping).
+    pub(crate) fn held_down(&self, p: NodeId) -> bool {
+        self.holddown
+            .get(&p)
+            .is_some_and(|(until, _)| self.now < *until)
+    }
+
+    /// The processors failed in the gather that formed the ring being installed: one failed
+    /// again soon after its last failure is held down, longer each time in a row.
+    fn damp_failed(&mut self) {
+        let now = self.now;
+        let (base, max, forget) = (
+            self.cfg.holddown_us,
+            self.cfg.holddown_max_us,
+            self.cfg.holddown_forget_us,
+        );
+        if base == 0 {
+            return;
+        }
+        self.holddown
+            .retain(|_, (until, _)| now < until.saturating_add(forget));
+        for &p in &self.fail_set {
+            // Failed because held down: no new evidence, the hold is not renewed.
+            if self.holddown.get(&p).is_some_and(|(until, _)| now < *until) {
+                continue;
+            }
+            let e = self.holddown.entry(p).or_insert((now, 0));
+            let hold = base.saturating_mul(1 << e.1.min(16)).min(max);
+            *e = (now.saturating_add(hold), e.1.saturating_add(1));
         }
     }
 
@@ -231,6 +277,7 @@ impl TokenRing {
         } else if self.fail_set.contains(&j.sender) {
             // A failed processor's join.
         } else {
+            let before = (self.proc_set.len(), self.fail_set.clone());
             self.proc_set.extend(jp);
             if jf.contains(&self.me) {
                 self.fail_set.insert(j.sender);
@@ -238,8 +285,17 @@ impl TokenRing {
                 self.fail_set.extend(jf);
             }
             self.fail_set.remove(&self.me);
-            self.gather_enter(out);
-            gathered = true;
+            // Departure from Corosync, which gathers again here whatever the merge
+            // changed: a join that taught nothing (its failed set comes from another ring,
+            // so it is not taken) would make this member multicast its unchanged join, and
+            // every member that disagrees the same way answers in kind: a join storm that
+            // grows with every round (the simulator found one at four nodes).
+            if (self.proc_set.len(), &self.fail_set) != (before.0, &before.1)
+                || self.state != State::Gather
+            {
+                self.gather_enter(out);
+                gathered = true;
+            }
         }
         if !gathered && self.state == State::Operational {
             self.gather_enter(out);
@@ -251,7 +307,7 @@ impl TokenRing {
         let ct = CommitToken {
             ring: RingId {
                 rep: self.me,
-                seq: self.ring_seq_max.max(self.ring.seq).saturating_add(4),
+                seq: next_ring_seq(self.ring_seq_max.max(self.ring.seq), self.incarnation),
             },
             hop: 0,
             addr: self.want(),
@@ -450,31 +506,11 @@ impl TokenRing {
     /// `memb_state_operational_enter`: EVS delivery of the old ring, the transitional and
     /// the regular configuration, then ordering on the new ring.
     pub(crate) fn install(&mut self, out: &mut Out) {
-        let Some(mut old) = self.old.take() else {
+        let Some(old) = self.old.take() else {
             return;
         };
-        // The old ring's messages recovered on the new ring.
-        for m in self.buffer.values() {
-            if let Some(i) = m.inner
-                && i.ring == old.ring
-                && i.seq > old.delivered
-                && !old.buffer.contains_key(&i.seq)
-            {
-                old.buffer.insert(
-                    i.seq,
-                    Data {
-                        ring: old.ring,
-                        seq: i.seq,
-                        pid: i.pid,
-                        round: i.round,
-                        service: m.service,
-                        batch: m.batch.clone(),
-                        inner: None,
-                    },
-                );
-                old.high_seq = old.high_seq.max(i.seq);
-            }
-        }
+        // The old ring's messages recovered on the new ring are in `old.buffer` already
+        // (`keep_recovered`).
         let level = |m: &Data| match m.service {
             Service::Agreed => DeliveryLevel::Agreed,
             Service::Safe => DeliveryLevel::Safe,
@@ -526,6 +562,7 @@ impl TokenRing {
             position: out.deliveries.len(),
         });
         self.state = State::Operational;
+        self.damp_failed();
         self.proc_set = self.memb.iter().copied().collect();
         self.fail_set.clear();
         self.consensus.clear();
@@ -544,6 +581,10 @@ impl TokenRing {
         {
             return;
         }
+        if self.held_down(sender) && matches!(self.state, State::Operational | State::Gather) {
+            self.stats.holddown_ignored += 1;
+            return;
+        }
         match self.state {
             State::Operational => {
                 if ring != self.ring && sender != self.me {
@@ -560,6 +601,31 @@ impl TokenRing {
             }
             State::Commit | State::Recovery => self.stats.foreign_dropped += 1,
         }
+    }
+
+    /// A message of the old ring carried in recovery goes into the old ring's buffer at
+    /// once, as Corosync moves it to the old ring's sort queue: if this attempt to form a
+    /// ring fails and another begins, the member still has it. Every member of a
+    /// transitional configuration holds what the recovery carried (its proposer's values
+    /// are acknowledged on that strength), so none may lose it to a failed attempt.
+    pub(crate) fn keep_recovered(&mut self, m: &Data) {
+        let (Some(i), Some(old)) = (m.inner, self.old.as_mut()) else {
+            return;
+        };
+        if i.ring != old.ring {
+            return;
+        }
+        let d = Data {
+            ring: old.ring,
+            seq: i.seq,
+            pid: i.pid,
+            round: i.round,
+            service: m.service,
+            batch: m.batch.clone(),
+            inner: None,
+        };
+        let floor = old.delivered;
+        buffer_message(&mut old.buffer, floor, &mut old.high_seq, &mut old.aru, d);
     }
 
     /// A data message of the ring this member is leaving (gathering or committing): kept

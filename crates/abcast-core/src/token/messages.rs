@@ -151,10 +151,11 @@ pub enum Message {
     MergeDetect(MergeDetect),
 }
 
-const K_TOKEN: u8 = 1;
+/// The message kinds of the token and the commit token (the simulator loses them apart).
+pub const K_TOKEN: u8 = 1;
 const K_DATA: u8 = 2;
 const K_JOIN: u8 = 3;
-const K_COMMIT: u8 = 4;
+pub const K_COMMIT: u8 = 4;
 const K_MERGE: u8 = 5;
 
 /// Members a ring (and a join's sets) hold at most.

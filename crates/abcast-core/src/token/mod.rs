@@ -79,6 +79,8 @@ pub struct TokenStats {
     pub token_losses: u64,
     /// Old-ring messages carried on a new ring in recovery.
     pub recovered_sent: u64,
+    /// Merge announcements, foreign messages and joins of held-down processors ignored.
+    pub holddown_ignored: u64,
 }
 
 /// One member of a token ring.
@@ -130,9 +132,14 @@ pub struct TokenRing {
     pub(crate) consensus: BTreeSet<NodeId>,
     /// The highest ring sequence number seen (a new ring's is above it).
     pub(crate) ring_seq_max: u64,
+    /// This process life (`StartInfo::incarnation`): the low bits of the rings it creates.
+    pub(crate) incarnation: u64,
     pub(crate) join_due_us: Micros,
     pub(crate) consensus_due_us: Micros,
     pub(crate) merge_due_us: Micros,
+    /// Flap damping: per processor failed lately, until when it is held down and how often
+    /// it was failed in a row (`membership.rs`, `TokenConfig::holddown_us`).
+    pub(crate) holddown: BTreeMap<NodeId, (Micros, u32)>,
     /// The old ring, saved when a new one is committed, until it is installed.
     pub(crate) old: Option<OldRing>,
     /// The new ring's members that came from this member's old ring (the transitional
@@ -188,9 +195,11 @@ impl TokenRing {
             fail_set: BTreeSet::new(),
             consensus: BTreeSet::new(),
             ring_seq_max: 0,
+            incarnation: start.incarnation,
             join_due_us: 0,
             consensus_due_us: 0,
             merge_due_us: 0,
+            holddown: BTreeMap::new(),
             old: None,
             trans_memb: Vec::new(),
             retrans_queue: VecDeque::new(),
@@ -229,6 +238,38 @@ impl TokenRing {
     /// The local all-received-up-to.
     pub fn my_aru(&self) -> u64 {
         self.my_aru
+    }
+
+    /// One line of this member's state, for a log or a failed simulation's report.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} {:?} ring {}/{} memb {:?} proc {:?} fail {:?} consensus {:?} aru {} delivered {} \
+             high {} pending {} token seen {} old {:?} trans {:?} recovery queue {} retrans_flg \
+             (set {} count {}) install_seq {} rotation_counter {} last hop {}",
+            self.me,
+            self.state,
+            self.ring.rep,
+            self.ring.seq,
+            self.memb,
+            self.proc_set,
+            self.fail_set,
+            self.consensus,
+            self.my_aru,
+            self.delivered,
+            self.high_seq,
+            self.pending.len(),
+            self.token_seen_us,
+            self.old
+                .as_ref()
+                .map(|o| (o.ring.rep, o.ring.seq, o.aru, o.high_seq)),
+            self.trans_memb,
+            self.retrans_queue.len(),
+            self.set_retrans_flg,
+            self.retrans_flg_count,
+            self.install_seq,
+            self.rotation_counter,
+            self.last_hop
+        )
     }
 
     pub(crate) fn successor(&self) -> NodeId {
@@ -279,6 +320,9 @@ impl TokenRing {
     pub(crate) fn send_initial_token(&mut self, out: &mut Out) {
         self.sent_initial = true;
         self.last_hop = 1;
+        // `orf_token_send_initial`: the representative owns the flag it sets, or nobody
+        // would ever clear it and the ring would stay in recovery.
+        self.set_retrans_flg = !self.retrans_queue.is_empty();
         let first = Token {
             ring: self.ring,
             hop: 1,
@@ -288,7 +332,7 @@ impl TokenRing {
             aru_id: None,
             fcc: 0,
             rtr: Vec::new(),
-            retrans_flg: !self.retrans_queue.is_empty(),
+            retrans_flg: self.set_retrans_flg,
         };
         self.token_seen_us = self.now;
         self.handle_token(first, out);
@@ -471,6 +515,7 @@ impl TokenRing {
             self.last_sent = None;
         }
         let floor = self.discarded;
+        let recovered = m.inner.is_some().then(|| m.clone());
         if !buffer_message(
             &mut self.buffer,
             floor,
@@ -480,6 +525,9 @@ impl TokenRing {
         ) {
             self.stats.data_duplicate += 1;
             return;
+        }
+        if let Some(m) = recovered {
+            self.keep_recovered(&m);
         }
         self.deliver(out);
     }

@@ -120,6 +120,24 @@ pub enum ViolationKind {
     /// since the last bound) was delivered at a majority, within
     /// `SimConfig::partial_bound_us` (for a protocol that claims it).
     PartialConnectivityStall,
+    /// EVS (a token ring): two members delivered different messages at one place of a
+    /// regular configuration's order, or the lives' orders together form a cycle.
+    EvsOrder,
+    /// EVS: members that moved together from one configuration to the next delivered
+    /// different messages (or in another order) in the old one and its transitional one.
+    EvsVirtualSynchrony,
+    /// EVS: a message delivered in another configuration than the one it was sent in (or
+    /// the transitional configuration after that).
+    EvsWrongConfiguration,
+    /// EVS: a message delivered Safe that some member of the configuration, alive or
+    /// moved on, never delivered.
+    EvsSafe,
+    /// EVS: a live member never delivered a value it proposed.
+    EvsSelfDelivery,
+    /// The membership did not settle within the bound: after the heal, not every live node
+    /// was in one configuration of them all; or, while a one-way link stayed, the
+    /// configurations kept changing.
+    MembershipUnsettled,
 }
 
 impl ViolationKind {
@@ -129,6 +147,8 @@ impl ViolationKind {
         match self {
             ConflictingDecision | SkippedInstance | OutOfOrder | NotSubscribed
             | SnapshotMismatch | ConfigMismatch => "agreement",
+            EvsOrder | EvsVirtualSynchrony | EvsWrongConfiguration | EvsSafe => "evs",
+            EvsSelfDelivery => "self-delivery",
             StaleRead => "linearizability",
             ReconfigRefused => "config",
             MergeOrder => "merge order",
@@ -140,7 +160,8 @@ impl ViolationKind {
             | EventBudget
             | NothingAcked
             | TooBusy
-            | PartialConnectivityStall => "liveness",
+            | PartialConnectivityStall
+            | MembershipUnsettled => "liveness",
             Decode | CodecMismatch => "codec",
             BadConfig => "config",
             StorageFailed => "storage",

@@ -66,6 +66,7 @@
 
 pub mod checker;
 pub mod config;
+pub mod evs;
 pub mod faults;
 pub mod plan;
 pub mod rng;

@@ -4,7 +4,8 @@
 //! cargo run --release -p abcast-sim --bin sweep -- --protocol uring --mix all --seeds 200 --json
 //! ```
 //!
-//! `--protocol uring|ringpaxos|multiring|multiring-ringpaxos|seqpaxos|raft`, `--mix M` (one of the fault mixes,
+//! `--protocol uring|ringpaxos|multiring|multiring-ringpaxos|seqpaxos|raft|token` (token: the
+//! EVS world, `abcast_sim::evs`, its mixes and checker), `--mix M` (one of the fault mixes,
 //! or `all`: the protocol's mixes, `reconfig` included where it reconfigures),
 //! `--seeds N` (per mix), `--seed-start S` (default 0), `--jobs J` (default: every core),
 //! `--mutation NAME` (a deliberately broken variant; needs `--features mutations`),
@@ -34,7 +35,7 @@ struct Args {
     json: bool,
 }
 
-const USAGE: &str = "usage: sweep --protocol uring|ringpaxos|multiring|multiring-ringpaxos|seqpaxos|raft --mix MIX|all --seeds N \
+const USAGE: &str = "usage: sweep --protocol uring|ringpaxos|multiring|multiring-ringpaxos|seqpaxos|raft|token --mix MIX|all --seeds N \
                      [--seed-start S] [--jobs J] [--mutation NAME] [--stop] [--json]";
 
 fn parse() -> Result<Args, String> {
@@ -150,7 +151,164 @@ fn json_string(s: &str) -> String {
     o
 }
 
+/// `--protocol token`: the EVS world (`abcast_sim::evs`), its own mixes and checker.
+fn token_main(args: &[String]) -> ExitCode {
+    use abcast_sim::evs::{self, EvsConfig, EvsSweep};
+    let mut mix_name = String::from("all");
+    let (mut seeds, mut start, mut json, mut stop) = (200u64, 0u64, false, false);
+    let mut mutation: Option<Mutation> = None;
+    let mut jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().cloned().unwrap_or_default();
+        let parsed = match flag.as_str() {
+            "--protocol" => {
+                value();
+                Ok(())
+            }
+            "--mix" => {
+                mix_name = value();
+                Ok(())
+            }
+            "--seeds" => value().parse().map(|v| seeds = v).map_err(|e| e.to_string()),
+            "--seed-start" => value().parse().map(|v| start = v).map_err(|e| e.to_string()),
+            "--jobs" => value()
+                .parse::<usize>()
+                .map(|v| jobs = v.clamp(1, 256))
+                .map_err(|e| e.to_string()),
+            "--mutation" => value().parse().map(|m| mutation = Some(m)),
+            "--json" => {
+                json = true;
+                Ok(())
+            }
+            "--stop" => {
+                stop = true;
+                Ok(())
+            }
+            other => Err(format!("unknown argument {other:?}; {USAGE}")),
+        };
+        if let Err(e) = parsed {
+            eprintln!("sweep: {flag}: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    let mixes: Vec<FaultMix> = if mix_name == "all" {
+        evs::MIXES.to_vec()
+    } else {
+        match mix_name.parse::<FaultMix>() {
+            Ok(m) if evs::MIXES.contains(&m) => vec![m],
+            _ => {
+                eprintln!("sweep: the token ring runs the mixes {:?} or all", evs::MIXES);
+                return ExitCode::from(2);
+            }
+        }
+    };
+    let started = Instant::now();
+    let stopped = AtomicUsize::new(0);
+    let mut all = EvsSweep::new();
+    for &mix in &mixes {
+        let t0 = Instant::now();
+        let next = AtomicU64::new(start);
+        let total = Mutex::new(EvsSweep::new());
+        std::thread::scope(|s| {
+            for _ in 0..jobs {
+                s.spawn(|| {
+                    loop {
+                        if stop && stopped.load(Ordering::Relaxed) > 0 {
+                            break;
+                        }
+                        let seed = next.fetch_add(1, Ordering::Relaxed);
+                        if seed >= start.saturating_add(seeds) {
+                            break;
+                        }
+                        let mut cfg = EvsConfig::new(mix);
+                        cfg.seed = seed;
+                        CURRENT.with(|c| {
+                            *c.borrow_mut() =
+                                Some(evs::token::world_config(&cfg, mutation).replay_line())
+                        });
+                        let r = evs::token::run_token(&cfg, mutation);
+                        if let Ok(mut t) = total.lock() {
+                            if r.is_err() {
+                                stopped.fetch_add(1, Ordering::Relaxed);
+                            }
+                            t.add(r);
+                        }
+                    }
+                });
+            }
+        });
+        let r = total.into_inner().unwrap_or_default();
+        eprintln!(
+            "sweep: token {mix}{}: {r} ({:.1} s)",
+            mutation.map(|m| format!(" (mutation {m})")).unwrap_or_default(),
+            t0.elapsed().as_secs_f64()
+        );
+        all.merge(r);
+        if stop && stopped.load(Ordering::Relaxed) > 0 {
+            break;
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    eprintln!("sweep: token {mix_name}: {all} in {elapsed:.1} s");
+    for v in &all.violations {
+        eprintln!("violation: {}", v.headline().replace('\n', "\n  "));
+    }
+    if json {
+        let failures: Vec<String> = all
+            .violations
+            .iter()
+            .map(|v| {
+                format!(
+                    "{{\"seed\":{},\"mix\":\"{}\",\"kind\":\"{:?}\",\"replay\":{}}}",
+                    v.seed,
+                    v.mix,
+                    v.kind,
+                    json_string(&v.replay)
+                )
+            })
+            .collect();
+        let t = &all.totals;
+        println!(
+            "{{\"protocol\":\"token\",\"mix\":{},\"mutation\":{},\"seeds\":{},\"violations\":{},\
+             \"failures\":[{}],\"fault_counts\":{},\"elapsed_s\":{elapsed:.1},\"jobs\":{jobs},\
+             \"proposed_values\":{},\"acked_values\":{},\"deliveries\":{},\"safe_deliveries\":{},\
+             \"transitional_deliveries\":{},\"configs_installed\":{},\"crashes\":{},\"pauses\":{},\
+             \"partition_changes\":{},\"messages_held_long\":{},\"settle_us_max\":{},\
+             \"remain_runs\":{},\"remain_installs_max\":{}}}",
+            json_string(&mix_name),
+            mutation.map_or("null".to_string(), |m| json_string(m.name())),
+            all.runs,
+            all.violations.len(),
+            failures.join(","),
+            t.faults.to_json(),
+            t.proposed,
+            t.acked,
+            t.deliveries,
+            t.safe_deliveries,
+            t.transitional_deliveries,
+            t.configs_installed,
+            t.crashes,
+            t.pauses,
+            t.partition_changes,
+            t.messages_held_long,
+            all.settle_us_max,
+            t.remain_runs,
+            t.remain_installs_max,
+        );
+    }
+    if all.violations.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.windows(2).any(|w| w[0] == "--protocol" && w[1] == "token") {
+        return token_main(&args);
+    }
     let a = match parse() {
         Ok(a) => a,
         Err(e) => {

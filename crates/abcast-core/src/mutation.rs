@@ -78,10 +78,29 @@ pub enum Mutation {
     /// re-sent batch decided further behind its first copy is delivered twice. Sequence
     /// Paxos and Raft run it (`dedup.rs`).
     DedupForgetsOldBatches,
+    // Token ring (seed 002, Totem)
+    /// Safe messages are delivered as soon as they are in order, like Agreed ones, without
+    /// waiting for the two-round aru (seed 002 §III-B4): a member may deliver one that
+    /// another member never gets.
+    TokenSafeAtOnce,
+    /// The token's aru is raised by any member to its own aru, not only by the member
+    /// that lowered it (Totem's aru_id rule): messages are taken as held by every member,
+    /// discarded and acknowledged, while one still lacks them.
+    TokenAruRaisedByAnyone,
+    /// The recovery step carries no old-ring messages (the retransmission queue stays
+    /// empty): members moving to the new ring together deliver different sets.
+    TokenSkipRecovery,
+    /// A member takes every copy of the token, duplicates and retransmissions included
+    /// (the `hop` check removed): two copies stamp different messages with one sequence
+    /// number.
+    TokenTakesDuplicateTokens,
+    /// No flap damping (`holddown_us` treated as 0): a link cut one way makes the ring
+    /// merge and split every merge period.
+    TokenNoFlapDamping,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 20] = [
+    pub const ALL: [Mutation; 25] = [
         Mutation::VoteIgnoresEpoch,
         Mutation::AmnesicPromisesCount,
         Mutation::RepairIgnored,
@@ -104,6 +123,12 @@ impl Mutation {
         Mutation::RaftInstallBelowCommit,
         // Shared
         Mutation::DedupForgetsOldBatches,
+        // Token ring
+        Mutation::TokenSafeAtOnce,
+        Mutation::TokenAruRaisedByAnyone,
+        Mutation::TokenSkipRecovery,
+        Mutation::TokenTakesDuplicateTokens,
+        Mutation::TokenNoFlapDamping,
     ];
 
     pub fn name(self) -> &'static str {
@@ -130,6 +155,11 @@ impl Mutation {
             Mutation::RaftJointSingleMajority => "raft_joint_single_majority",
             Mutation::RaftInstallBelowCommit => "raft_install_below_commit",
             Mutation::DedupForgetsOldBatches => "dedup_forgets_old_batches",
+            Mutation::TokenSafeAtOnce => "token_safe_at_once",
+            Mutation::TokenAruRaisedByAnyone => "token_aru_raised_by_anyone",
+            Mutation::TokenSkipRecovery => "token_skip_recovery",
+            Mutation::TokenTakesDuplicateTokens => "token_takes_duplicate_tokens",
+            Mutation::TokenNoFlapDamping => "token_no_flap_damping",
         }
     }
 }

@@ -474,3 +474,61 @@ fn raft_counting_only_the_new_majority_in_a_joint_configuration_is_caught() {
         "DISAGREEMENT in instance 6",
     );
 }
+
+// ---- Token ring (the EVS world) -------------------------------------------------------------
+
+/// Runs the token ring with `m` under `mix` for up to `budget` seeds (`abcast_sim::evs`) and
+/// asserts a violation.
+fn token_caught(m: Mutation, mix: FaultMix, budget: u64) {
+    const { assert!(abcast_core::mutation::AVAILABLE, "built without mutations") };
+    let mut first = None;
+    for seed in 0..budget {
+        let mut cfg = abcast_sim::evs::EvsConfig::new(mix);
+        cfg.seed = seed;
+        if let Err(v) = abcast_sim::evs::token::run_token(&cfg, Some(m)) {
+            first = Some(v);
+            break;
+        }
+    }
+    match first {
+        Some(v) => eprintln!(
+            "token with {m}: caught by the {mix} mix at seed {}: {:?} ({})\n  replay: {}",
+            v.seed,
+            v.kind,
+            v.kind.property(),
+            v.replay
+        ),
+        None => {
+            panic!("token with the mutation {m}: {budget} seeds of the {mix} mix found nothing")
+        }
+    }
+}
+
+#[test]
+fn token_safe_delivery_without_the_two_round_aru_is_caught() {
+    token_caught(Mutation::TokenSafeAtOnce, FaultMix::Pause, 20);
+}
+
+#[test]
+fn token_aru_raised_by_anyone_is_caught() {
+    token_caught(Mutation::TokenAruRaisedByAnyone, FaultMix::Partition, 10);
+}
+
+#[test]
+fn token_recovery_without_old_messages_is_caught() {
+    token_caught(Mutation::TokenSkipRecovery, FaultMix::Partition, 10);
+}
+
+#[test]
+fn token_taking_duplicate_tokens_is_caught() {
+    token_caught(Mutation::TokenTakesDuplicateTokens, FaultMix::Partition, 10);
+}
+
+#[test]
+fn token_membership_without_flap_damping_is_caught() {
+    token_caught(
+        Mutation::TokenNoFlapDamping,
+        FaultMix::PartialConnectivity,
+        20,
+    );
+}

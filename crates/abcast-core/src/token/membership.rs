@@ -120,7 +120,7 @@ impl TokenRing {
             self.cfg.holddown_max_us,
             self.cfg.holddown_forget_us,
         );
-        if base == 0 {
+        if base == 0 || self.mutated(crate::mutation::Mutation::TokenNoFlapDamping) {
             return;
         }
         self.holddown
@@ -162,6 +162,16 @@ impl TokenRing {
                     if self.state == State::Operational {
                         self.proc_set = self.memb.iter().copied().collect();
                         self.fail_set.clear();
+                    }
+                    // Departure from Totem, which gathers again with the same sets: the
+                    // commit token was lost at a successor that went on gathering all the
+                    // while (its joins came, its commit token never did), so it cannot
+                    // hear this member. Failed, it is left out of the next attempt instead
+                    // of agreeing to a ring it cannot form, again and again (a link that
+                    // works one way; corosync issue 760).
+                    if self.state == State::Commit && self.successor_missed_commit {
+                        let s = self.successor();
+                        self.fail_set.insert(s);
                     }
                     self.gather_enter(out);
                 } else if self.state == State::Operational
@@ -244,6 +254,13 @@ impl TokenRing {
                 {
                     return;
                 }
+                // Flap damping: a held-down processor that would break this ring (it fails
+                // one of its members) does not make it gather; one that fails none of them
+                // (a partition healed) does.
+                if self.held_down(j.sender) && j.fail_set.iter().any(|p| self.memb.contains(p)) {
+                    self.stats.holddown_ignored += 1;
+                    return;
+                }
                 self.join_process(j, out);
             }
             State::Gather => self.join_process(j, out),
@@ -253,6 +270,13 @@ impl TokenRing {
                     if self.state != State::Gather {
                         self.gather_enter(out);
                     }
+                } else if self.state == State::Commit
+                    && j.sender == self.successor()
+                    && j.sender != self.me
+                {
+                    // The successor still gathers for an older ring: it has not taken the
+                    // commit token this member passed it.
+                    self.successor_missed_commit = true;
                 }
             }
         }
@@ -343,6 +367,7 @@ impl TokenRing {
     /// `memb_state_commit_enter` and `memb_state_commit_token_update`: save the old ring
     /// (once per attempt), fill in this member's entry, pass the token on.
     fn commit_enter(&mut self, mut ct: CommitToken, out: &mut Out) {
+        self.successor_missed_commit = false;
         if self.old.is_none() {
             let safe_upto = self.safe_upto();
             self.old = Some(OldRing {
@@ -401,7 +426,9 @@ impl TokenRing {
             .map(|(p, e)| (*p, *e))
             .collect();
         let mut queue = std::collections::VecDeque::new();
-        if trans.iter().any(|(_, e)| !e.received_flg) {
+        if trans.iter().any(|(_, e)| !e.received_flg)
+            && !self.mutated(crate::mutation::Mutation::TokenSkipRecovery)
+        {
             let low = trans.iter().map(|(_, e)| e.aru).min().unwrap_or(old.aru);
             // This member is among them, so `low` is at most its own aru.
             if low < old.high_seq {

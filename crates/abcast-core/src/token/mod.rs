@@ -52,6 +52,7 @@ pub use messages::{
 
 use crate::ProposeError;
 use crate::config::{ConfigError, StartInfo};
+use crate::mutation::Mutation;
 use crate::protocol::{Ack, Delivery, DeliveryLevel, Outbox, Protocol, Status};
 use crate::types::{Ballot, BatchBuilder, GroupId, Micros, NodeId, ValueId};
 use bytes::Bytes;
@@ -140,6 +141,9 @@ pub struct TokenRing {
     /// Flap damping: per processor failed lately, until when it is held down and how often
     /// it was failed in a row (`membership.rs`, `TokenConfig::holddown_us`).
     pub(crate) holddown: BTreeMap<NodeId, (Micros, u32)>,
+    /// In the commit step: a join came from the successor after the commit token was
+    /// passed to it (it did not take it).
+    pub(crate) successor_missed_commit: bool,
     /// The old ring, saved when a new one is committed, until it is installed.
     pub(crate) old: Option<OldRing>,
     /// The new ring's members that came from this member's old ring (the transitional
@@ -200,6 +204,7 @@ impl TokenRing {
             consensus_due_us: 0,
             merge_due_us: 0,
             holddown: BTreeMap::new(),
+            successor_missed_commit: false,
             old: None,
             trans_memb: Vec::new(),
             retrans_queue: VecDeque::new(),
@@ -277,6 +282,11 @@ impl TokenRing {
         self.memb[(i + 1) % self.memb.len()]
     }
 
+    /// Whether this member runs the broken variant `m` (simulator only).
+    pub(crate) fn mutated(&self, m: crate::mutation::Mutation) -> bool {
+        crate::mutation::on(self.cfg.mutation(), m)
+    }
+
     fn is_first(&self) -> bool {
         self.memb.first() == Some(&self.me)
     }
@@ -345,7 +355,7 @@ impl TokenRing {
             self.stats.foreign_dropped += 1;
             return;
         }
-        if t.hop <= self.last_hop {
+        if t.hop <= self.last_hop && !self.mutated(Mutation::TokenTakesDuplicateTokens) {
             self.stats.tokens_duplicate += 1;
             return;
         }
@@ -418,7 +428,7 @@ impl TokenRing {
         // aru (Totem's rules): lower it to the local aru; raise it again if this member
         // lowered it and nobody lowered it further since; when nobody holds it down
         // (aru == seq on arrival), it moves with the new messages (this member has them).
-        let holds_it = t.aru_id == Some(self.me);
+        let holds_it = t.aru_id == Some(self.me) || self.mutated(Mutation::TokenAruRaisedByAnyone);
         let free = t.aru_id.is_none() && t.aru == seq_received;
         if self.my_aru < t.aru || holds_it || free {
             t.aru = self.my_aru.min(t.seq);
@@ -563,7 +573,10 @@ impl TokenRing {
                 break;
             };
             if m.inner.is_none() {
-                if m.service == Service::Safe && s > safe {
+                if m.service == Service::Safe
+                    && s > safe
+                    && !self.mutated(Mutation::TokenSafeAtOnce)
+                {
                     break;
                 }
                 let level = match m.service {

@@ -170,8 +170,14 @@ fn token_main(args: &[String]) -> ExitCode {
                 mix_name = value();
                 Ok(())
             }
-            "--seeds" => value().parse().map(|v| seeds = v).map_err(|e| e.to_string()),
-            "--seed-start" => value().parse().map(|v| start = v).map_err(|e| e.to_string()),
+            "--seeds" => value()
+                .parse()
+                .map(|v| seeds = v)
+                .map_err(|e| e.to_string()),
+            "--seed-start" => value()
+                .parse()
+                .map(|v| start = v)
+                .map_err(|e| e.to_string()),
             "--jobs" => value()
                 .parse::<usize>()
                 .map(|v| jobs = v.clamp(1, 256))
@@ -198,7 +204,10 @@ fn token_main(args: &[String]) -> ExitCode {
         match mix_name.parse::<FaultMix>() {
             Ok(m) if evs::MIXES.contains(&m) => vec![m],
             _ => {
-                eprintln!("sweep: the token ring runs the mixes {:?} or all", evs::MIXES);
+                eprintln!(
+                    "sweep: the token ring runs the mixes {:?} or all",
+                    evs::MIXES
+                );
                 return ExitCode::from(2);
             }
         }
@@ -241,7 +250,9 @@ fn token_main(args: &[String]) -> ExitCode {
         let r = total.into_inner().unwrap_or_default();
         eprintln!(
             "sweep: token {mix}{}: {r} ({:.1} s)",
-            mutation.map(|m| format!(" (mutation {m})")).unwrap_or_default(),
+            mutation
+                .map(|m| format!(" (mutation {m})"))
+                .unwrap_or_default(),
             t0.elapsed().as_secs_f64()
         );
         all.merge(r);
@@ -306,7 +317,10 @@ fn token_main(args: &[String]) -> ExitCode {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.windows(2).any(|w| w[0] == "--protocol" && w[1] == "token") {
+    if args
+        .windows(2)
+        .any(|w| w[0] == "--protocol" && w[1] == "token")
+    {
         return token_main(&args);
     }
     let a = match parse() {

@@ -53,14 +53,6 @@ pub enum Conf {
     },
 }
 
-impl Conf {
-    fn members(&self) -> &[NodeId] {
-        match self {
-            Conf::Regular { members, .. } | Conf::Transitional { members, .. } => members,
-        }
-    }
-}
-
 /// What the checker knows of one life.
 #[derive(Default)]
 struct LifeState {
@@ -466,10 +458,15 @@ impl EvsChecker {
                 Some((_, Some(t))) => t,
                 _ => conf,
             };
-            let members: Vec<Life> = self.confs[holders as usize]
-                .members()
+            // The lives that installed it and still live (a node's later life was never
+            // in it).
+            let members: Vec<Life> = self
+                .installed_by
+                .get(&holders)
+                .map_or(&[][..], Vec::as_slice)
                 .iter()
-                .filter_map(|m| self.current.get(m).map(|i| (*m, *i)))
+                .copied()
+                .filter(|q| self.lives.get(q).is_some_and(|l| l.alive))
                 .collect();
             self.acks.push((id, holders, members));
             self.acked += 1;

@@ -8,9 +8,10 @@
 //!
 //! The **partial** and **mixed** mixes end their fault phase with a *remain* phase: one
 //! link stays cut one way (a node can send to a neighbour but not hear it, corosync issue
-//! 760) for [`EvsConfig::remain_us`] under load, and no node may install more than
-//! [`EvsConfig::remain_installs_max`] configurations meanwhile: the membership must
-//! settle on the asymmetric link, not flap.
+//! 760) for [`EvsConfig::remain_us`] under load, and in its last
+//! [`EvsConfig::remain_window_us`] no node may install more than
+//! [`EvsConfig::remain_installs_max`] configurations: the membership must settle on the
+//! asymmetric link, not flap.
 //!
 //! Why a world of its own and not `sim/`'s: that one checks one sequence for every
 //! learner, with durable stores, snapshots, reads and reconfiguration around it; a token
@@ -48,9 +49,11 @@ pub struct EvsConfig {
     pub fault_phase_us: Micros,
     /// The one-way link's remain phase (partial and mixed mixes).
     pub remain_us: Micros,
-    /// The most configurations a node may install in the remain phase; `None`: counted
-    /// and reported, not enforced.
+    /// The most regular configurations a node may install in the last
+    /// `remain_window_us` of the remain phase (settled: the changes died down); `None`:
+    /// counted and reported, not enforced.
     pub remain_installs_max: Option<u64>,
+    pub remain_window_us: Micros,
     /// Proposals per second, at random live nodes.
     pub rate_per_s: u32,
     /// Load goes on this long after the heal, then stops.
@@ -77,7 +80,8 @@ impl EvsConfig {
             nodes: 0,
             fault_phase_us: 2_000_000,
             remain_us: 3_000_000,
-            remain_installs_max: Some(6),
+            remain_installs_max: Some(2),
+            remain_window_us: 1_000_000,
             rate_per_s: 800,
             heal_load_us: 300_000,
             settle_bound_us: 3_000_000,
@@ -228,8 +232,10 @@ pub struct EvsReport {
     pub crashes: u64,
     pub pauses: u64,
     pub partition_changes: u64,
-    /// Installs by the busiest node during the one-way link's remain phase.
+    /// Installs by the busiest node during the one-way link's remain phase, and during
+    /// its last `remain_window_us`.
     pub remain_installs_max: u64,
+    pub remain_last_installs_max: u64,
     pub remain_runs: u64,
     /// From the heal until every node was in one ring with everything delivered.
     pub settle_us: Micros,
@@ -326,7 +332,8 @@ struct World<'f, P: Protocol, F> {
     fault_end: Micros,
     heal_at: Option<Micros>,
     load_end: Micros,
-    remain_base: Vec<u64>,
+    /// Regular configurations installed in the remain phase: node index, when.
+    remain_log: Vec<(usize, Micros)>,
     next_value: u64,
     trace: VecDeque<String>,
     outbox: Outbox<P::Message>,
@@ -392,6 +399,9 @@ where
     }
     fn config_changed(&mut self, now: Micros, c: &ConfigChange) -> Result<(), Failure> {
         let life = self.w.life(self.i);
+        if self.w.phase == Phase::Remain && c.kind == abcast_core::ConfigKind::Regular {
+            self.w.remain_log.push((self.i, now));
+        }
         self.w.note(format!(
             "{}#{} installs {:?} {} {:?}",
             life.0,
@@ -730,7 +740,6 @@ where
                     self.note(format!("remain: {yi} -> {xi} cut one way"));
                     self.report.remain_runs = 1;
                     self.report.faults.add(FaultKind::FaultsRemain, 1);
-                    self.remain_base = self.nodes.iter().map(|n| self.installs_of(n.id)).collect();
                     for i in 0..self.nodes.len() {
                         if self.nodes[i].proto.is_none() {
                             self.schedule(self.now, Action::Restart { node: i });
@@ -744,22 +753,29 @@ where
             }
             Action::Heal => {
                 if self.phase == Phase::Remain {
-                    let mut worst = 0;
-                    for (k, n) in self.nodes.iter().enumerate() {
-                        let installs = self.installs_of(n.id).saturating_sub(self.remain_base[k]);
-                        worst = worst.max(installs);
-                    }
+                    let since = self.now.saturating_sub(self.cfg.remain_window_us);
+                    let count = |k: usize, from: Micros| {
+                        self.remain_log
+                            .iter()
+                            .filter(|(i, at)| *i == k && *at >= from)
+                            .count() as u64
+                    };
+                    let n = self.nodes.len();
+                    let worst = (0..n).map(|k| count(k, 0)).max().unwrap_or(0);
+                    let last = (0..n).map(|k| count(k, since)).max().unwrap_or(0);
                     self.report.remain_installs_max = worst;
+                    self.report.remain_last_installs_max = last;
                     if let Some(max) = self.cfg.remain_installs_max
-                        && worst > max
+                        && last > max
                     {
                         let f = Failure::new(
                             ViolationKind::MembershipUnsettled,
                             format!(
-                                "with one link cut one way for {} ms, a node installed {worst} \
-                                 configurations (at most {} allowed): the membership flaps",
+                                "with one link cut one way for {} ms, a node installed {last} \
+                                 configurations in the last {} ms ({worst} in all; at most {max} \
+                                 allowed at the end): the membership flaps",
                                 self.cfg.remain_us / 1000,
-                                max
+                                self.cfg.remain_window_us / 1000,
                             ),
                         );
                         return Err(self.violation(f));
@@ -807,14 +823,6 @@ where
                 Ok(())
             }
         }
-    }
-
-    fn installs_of(&self, id: NodeId) -> u64 {
-        self.checker
-            .installs()
-            .iter()
-            .find(|(n, _, _)| *n == id)
-            .map_or(0, |(_, k, _)| *k)
     }
 
     fn on_msg(&mut self, m: Msg) -> Res<()> {
@@ -1053,7 +1061,7 @@ where
         fault_end,
         heal_at: None,
         load_end: Micros::MAX,
-        remain_base: Vec::new(),
+        remain_log: Vec::new(),
         next_value: 0,
         trace: VecDeque::new(),
         outbox: Outbox::new(),
@@ -1081,7 +1089,7 @@ impl fmt::Display for EvsSweep {
             "{} seeds, {} violations; proposed {}, acked {}, delivered {} ({} Safe, {} in \
              transitional configurations), {} configurations installed, {} crashes, {} pauses, \
              {} partition changes, {} messages held long; settle max {} ms (seed {}); remain \
-             runs {} with at most {} installs",
+             runs {} with at most {} installs, {} in the last window",
             self.runs,
             self.violations.len(),
             t.proposed,
@@ -1097,7 +1105,8 @@ impl fmt::Display for EvsSweep {
             self.settle_us_max / 1000,
             self.settle_seed,
             t.remain_runs,
-            t.remain_installs_max
+            t.remain_installs_max,
+            t.remain_last_installs_max
         )
     }
 }
@@ -1134,6 +1143,8 @@ impl EvsSweep {
                 t.partition_changes += r.partition_changes;
                 t.remain_runs += r.remain_runs;
                 t.remain_installs_max = t.remain_installs_max.max(r.remain_installs_max);
+                t.remain_last_installs_max =
+                    t.remain_last_installs_max.max(r.remain_last_installs_max);
                 t.events += r.events;
                 t.faults.merge(&r.faults);
                 if r.settle_us > self.settle_us_max {
@@ -1170,6 +1181,7 @@ impl EvsSweep {
         t.partition_changes += r.partition_changes;
         t.remain_runs += r.remain_runs;
         t.remain_installs_max = t.remain_installs_max.max(r.remain_installs_max);
+        t.remain_last_installs_max = t.remain_last_installs_max.max(r.remain_last_installs_max);
         t.events += r.events;
         t.faults.merge(&r.faults);
         self.violations.extend(o.violations);

@@ -658,10 +658,21 @@ impl TokenRing {
     /// A data message of the ring this member is leaving (gathering or committing): kept
     /// for recovery.
     pub(crate) fn store_old(&mut self, m: Data) -> bool {
+        let gathering = self.state == State::Gather;
         match self.old.as_mut() {
+            // Taken only while gathering. From the commit step on, this member's old ring
+            // is what its commit token entry reported: the recovery carries to every
+            // member of the transitional configuration what some of them lack of that,
+            // and a message that came later would be delivered here and nowhere else
+            // (the simulator found one, from a member frozen before the partition). A
+            // later attempt reports it.
             Some(old) if m.ring == old.ring => {
-                let floor = old.delivered;
-                buffer_message(&mut old.buffer, floor, &mut old.high_seq, &mut old.aru, m);
+                if gathering {
+                    let floor = old.delivered;
+                    buffer_message(&mut old.buffer, floor, &mut old.high_seq, &mut old.aru, m);
+                } else {
+                    self.stats.foreign_dropped += 1;
+                }
                 true
             }
             None if m.ring == self.ring && self.state == State::Gather => {

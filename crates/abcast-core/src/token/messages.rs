@@ -67,9 +67,21 @@ pub struct Token {
     /// Flow control count: messages (new and retransmitted) sent in the last rotation.
     pub fcc: u32,
     /// Retransmission requests: sequence numbers some member lacks, lowest first.
-    pub rtr: Vec<u64>,
+    pub rtr: Vec<Rtr>,
     /// Recovery: some member still has old-ring messages to carry on this ring.
     pub retrans_flg: bool,
+}
+
+/// One retransmission request. `skip`: how many members that hold the message pass the
+/// request on before one answers it. A member asking again for a message it asked for
+/// before raises it, so the answer comes from another member each time: with a link that
+/// works one way, the member right after the one that lacks the message may be the one it
+/// cannot hear, and Totem's rule (the first holder answers and takes the request off the
+/// token) would leave it without the message for ever.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Rtr {
+    pub seq: u64,
+    pub skip: u8,
 }
 
 /// A data message (seed 002 §III-C): its place in the total order, who sent it, the round
@@ -239,8 +251,9 @@ impl WireMessage for Message {
                 }
                 e.put_u32(t.fcc);
                 e.put_u32(t.rtr.len() as u32);
-                for s in &t.rtr {
-                    e.put_u64(*s);
+                for r in &t.rtr {
+                    e.put_u64(r.seq);
+                    e.put_u8(r.skip);
                 }
                 e.put_u8(u8::from(t.retrans_flg));
             }
@@ -311,17 +324,18 @@ impl WireMessage for Message {
                     None
                 };
                 let fcc = d.u32("token.fcc")?;
-                let n = d.count("token.rtr", RTR_MAX, 8)?;
+                let n = d.count("token.rtr", RTR_MAX, 9)?;
                 let mut rtr = Vec::with_capacity(n);
                 for _ in 0..n {
                     let s = d.u64("token.rtr")?;
+                    let skip = d.u8("token.rtr.skip")?;
                     if s == 0 || s > seq {
                         return Err(DecodeError::Invalid {
                             what: "token.rtr",
                             detail: format!("request for {s} outside 1..={seq}"),
                         });
                     }
-                    rtr.push(s);
+                    rtr.push(Rtr { seq: s, skip });
                 }
                 let retrans_flg = get_bool(&mut d, "token.retrans_flg")?;
                 Message::Token(Token {

@@ -47,7 +47,7 @@ mod tests;
 
 pub use config::TokenConfig;
 pub use messages::{
-    CommitToken, Data, Inner, Join, MembEntry, MergeDetect, Message, RingId, Service, Token,
+    CommitToken, Data, Inner, Join, MembEntry, MergeDetect, Message, RingId, Rtr, Service, Token,
 };
 
 use crate::ProposeError;
@@ -109,6 +109,8 @@ pub struct TokenRing {
     /// The `seq` of the token taken in the previous round (the accelerated ring asks for
     /// retransmissions only up to it, §III-B2).
     prev_token_seq: u64,
+    /// How often this member asked for each message it still lacks (`Rtr::skip`).
+    asked: BTreeMap<u64, u8>,
     /// The `hop` of the last token taken; older copies are duplicates.
     last_hop: u64,
     /// Messages (new and retransmitted) this member sent in its previous round (`fcc`).
@@ -184,6 +186,7 @@ impl TokenRing {
             discarded: 0,
             high_seq: 0,
             prev_token_seq: 0,
+            asked: BTreeMap::new(),
             last_hop: 0,
             sent_last_round: 0,
             aru_sent_prev: 0,
@@ -317,6 +320,7 @@ impl TokenRing {
         self.discarded = 0;
         self.high_seq = 0;
         self.prev_token_seq = 0;
+        self.asked.clear();
         self.last_hop = 0;
         self.sent_last_round = 0;
         self.aru_sent_prev = 0;
@@ -387,13 +391,18 @@ impl TokenRing {
         // token (a retransmission sent after it may be asked for again).
         let mut num_retrans = 0u32;
         let mut still_asked = Vec::with_capacity(t.rtr.len());
-        for &s in &t.rtr {
-            match self.buffer.get(&s) {
+        for &r in &t.rtr {
+            match self.buffer.get(&r.seq) {
+                // A holder passes a request on `skip` times before one answers (`Rtr`).
+                Some(_) if r.skip > 0 => still_asked.push(Rtr {
+                    seq: r.seq,
+                    skip: r.skip - 1,
+                }),
                 Some(m) if num_retrans < self.cfg.global_window => {
                     out.multicasts.push(Message::Data(m.clone()));
                     num_retrans += 1;
                 }
-                _ => still_asked.push(s),
+                _ => still_asked.push(r),
             }
         }
         self.stats.retransmissions_sent += u64::from(num_retrans);
@@ -451,9 +460,17 @@ impl TokenRing {
         self.prev_token_seq = seq_received;
         let mut rtr = still_asked;
         let mut s = self.my_aru + 1;
+        self.asked.retain(|&q, _| q > s.saturating_sub(1));
+        let holders = self.memb.len().saturating_sub(1).max(1) as u8;
         while s <= limit && rtr.len() < RTR_MAX {
-            if !self.buffer.contains_key(&s) && !rtr.contains(&s) {
-                rtr.push(s);
+            if !self.buffer.contains_key(&s) && !rtr.iter().any(|r| r.seq == s) {
+                // Asked before and still missing: the next holder in turn answers.
+                let times = self.asked.entry(s).or_insert(0);
+                rtr.push(Rtr {
+                    seq: s,
+                    skip: *times % holders,
+                });
+                *times = times.wrapping_add(1);
                 self.stats.retransmissions_asked += 1;
             }
             s += 1;

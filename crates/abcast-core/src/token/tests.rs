@@ -386,7 +386,7 @@ fn messages_round_trip_and_malformed_ones_are_refused() {
         aru: 90,
         aru_id: Some(NodeId(2)),
         fcc: 12,
-        rtr: vec![91, 95],
+        rtr: vec![Rtr { seq: 91, skip: 0 }, Rtr { seq: 95, skip: 2 }],
         retrans_flg: true,
     });
     let bytes = |m: &Message| {
@@ -435,7 +435,7 @@ fn messages_round_trip_and_malformed_ones_are_refused() {
     bad.aru = 101;
     assert!(Message::decode(1, bytes(&Message::Token(bad.clone()))).is_err());
     bad.aru = 90;
-    bad.rtr = vec![101];
+    bad.rtr = vec![Rtr { seq: 101, skip: 0 }];
     assert!(Message::decode(1, bytes(&Message::Token(bad))).is_err());
     let mut raw = bytes(&d).to_vec();
     raw[12 + 8 + 4 + 8] = 7; // the service byte (ring 12, seq 8, pid 4, round 8)

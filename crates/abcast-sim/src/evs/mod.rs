@@ -247,14 +247,23 @@ pub struct EvsReport {
 #[derive(Debug)]
 enum Action {
     Msg(Box<Msg>),
-    Tick { node: usize, epoch: u64 },
+    Tick {
+        node: usize,
+        epoch: u64,
+    },
     Propose,
     Partition,
     Crash,
-    Restart { node: usize },
+    Restart {
+        node: usize,
+    },
     Pause,
-    Resume { node: usize },
+    Resume {
+        node: usize,
+    },
     FaultsEnd,
+    /// The remain phase's last window begins: what each node delivered so far.
+    RemainMark,
     Heal,
     Check,
 }
@@ -334,6 +343,8 @@ struct World<'f, P: Protocol, F> {
     load_end: Micros,
     /// Regular configurations installed in the remain phase: node index, when.
     remain_log: Vec<(usize, Micros)>,
+    /// Deliveries per node (its life then) when the remain phase's last window began.
+    remain_mark: Vec<Option<(u64, usize)>>,
     next_value: u64,
     trace: VecDeque<String>,
     outbox: Outbox<P::Message>,
@@ -745,14 +756,52 @@ where
                             self.schedule(self.now, Action::Restart { node: i });
                         }
                     }
-                    self.schedule(self.now + self.cfg.remain_us, Action::Heal);
+                    let end = self.now + self.cfg.remain_us;
+                    self.schedule(
+                        end.saturating_sub(self.cfg.remain_window_us),
+                        Action::RemainMark,
+                    );
+                    self.schedule(end, Action::Heal);
                 } else {
                     self.schedule(self.now, Action::Heal);
                 }
                 Ok(())
             }
+            Action::RemainMark => {
+                self.remain_mark = (0..self.nodes.len())
+                    .map(|i| {
+                        let n = &self.nodes[i];
+                        n.proto
+                            .as_ref()
+                            .map(|_| (n.incarnation, self.checker.delivered_by(n.id)))
+                    })
+                    .collect();
+                Ok(())
+            }
             Action::Heal => {
                 if self.phase == Phase::Remain {
+                    // Ordering goes on meanwhile: every node that lived through the last
+                    // window delivered something in it (load reaches every node).
+                    for (i, mark) in self.remain_mark.clone().into_iter().enumerate() {
+                        let n = &self.nodes[i];
+                        if let Some((inc, before)) = mark
+                            && n.proto.is_some()
+                            && n.incarnation == inc
+                            && self.checker.delivered_by(n.id) == before
+                        {
+                            let mut f = Failure::new(
+                                ViolationKind::MembershipUnsettled,
+                                format!(
+                                    "with one link cut one way, node {} delivered nothing in the \
+                                     last {} ms of the remain phase ({before} delivered before)",
+                                    n.id,
+                                    self.cfg.remain_window_us / 1000
+                                ),
+                            );
+                            f.node = Some(n.id);
+                            return Err(self.violation(f));
+                        }
+                    }
                     let since = self.now.saturating_sub(self.cfg.remain_window_us);
                     let count = |k: usize, from: Micros| {
                         self.remain_log
@@ -1062,6 +1111,7 @@ where
         heal_at: None,
         load_end: Micros::MAX,
         remain_log: Vec::new(),
+        remain_mark: Vec::new(),
         next_value: 0,
         trace: VecDeque::new(),
         outbox: Outbox::new(),

@@ -74,8 +74,19 @@ pub trait Adapter: Sized + 'static {
     /// Node `id` in its life `start`, over an empty in-memory store.
     fn build(&self, id: NodeId, start: StartInfo) -> Result<Self::P, String>;
 
+    /// A message takes one round (100 us) to arrive, instead of every message of a round
+    /// arriving within it: for a protocol that never lets the network empty while it has
+    /// work (a token ring passes its token on at once while a retransmission is asked for).
+    const ONE_HOP_PER_ROUND: bool = false;
+
     /// A short, stable description of a message.
     fn describe(msg: &<Self::P as Protocol>::Message) -> MsgInfo;
+
+    /// How a configuration id reads in a story (the token ring's ring numbers carry the
+    /// creator's life in their low bits).
+    fn config_label(id: u64) -> String {
+        id.to_string()
+    }
 
     /// Facts beyond `Protocol::status` for the `status` line (`log_start=12`).
     fn details(node: &Self::P) -> Vec<String> {

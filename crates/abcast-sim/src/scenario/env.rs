@@ -369,7 +369,14 @@ impl<A: Adapter> Env<A> {
         {
             self.out.push(format!("n{i} sync failed: {e}"));
         }
+        // The contract's order (`carry.rs`): the first `multicasts_first` multicasts, the
+        // sends, the other multicasts (a token ring's pre- and post-token messages).
+        let mut multicasts: Vec<Msg<A>> = out.multicasts.drain(..).collect();
+        let after = multicasts.split_off(out.multicasts_first.min(multicasts.len()));
         let sends: Vec<(NodeId, Msg<A>)> = out.sends.drain(..).collect();
+        for m in multicasts {
+            self.multicast(from, inc, &m);
+        }
         for (to, m) in sends {
             self.record_send(from, inc, Some(to), &m);
             self.queue.push_back(Envelope {
@@ -378,22 +385,16 @@ impl<A: Adapter> Env<A> {
                 msg: Self::wire(&m),
             });
         }
-        let multicasts: Vec<Msg<A>> = out.multicasts.drain(..).collect();
-        for m in multicasts {
-            self.record_send(from, inc, None, &m);
-            for &to in &self.ids {
-                self.queue.push_back(Envelope {
-                    from,
-                    to,
-                    msg: Self::wire(&m),
-                });
-            }
+        for m in after {
+            self.multicast(from, inc, &m);
         }
         let life = self.nodes[i].life;
         let installs: Vec<_> = out.installs.drain(..).collect();
         let skips: Vec<_> = out.skips.drain(..).collect();
+        let changes: Vec<_> = out.config_changes.drain(..).collect();
         let mut installs = installs.into_iter().peekable();
         let mut skips = skips.into_iter().peekable();
+        let mut changes = changes.into_iter().peekable();
         let deliveries: Vec<_> = out.deliveries.drain(..).collect();
         for k in 0..=deliveries.len() {
             while let Some(ins) = installs.next_if(|x| x.position <= k) {
@@ -422,6 +423,21 @@ impl<A: Adapter> Env<A> {
                 self.line(
                     Level::Deliveries,
                     format!("n{i} skipped instances {}..{} (trimmed)", sk.from, sk.to),
+                );
+            }
+            while let Some(c) = changes.next_if(|x| x.position <= k) {
+                self.activity += 1;
+                let members: Vec<u32> = c.config.members.iter().map(|m| m.id.0).collect();
+                self.line(
+                    Level::Deliveries,
+                    format!(
+                        "n{i} installs {} configuration {} {members:?}",
+                        match c.kind {
+                            abcast_core::ConfigKind::Regular => "regular",
+                            abcast_core::ConfigKind::Transitional => "transitional",
+                        },
+                        A::config_label(c.config.id)
+                    ),
                 );
             }
             let Some(d) = deliveries.get(k) else { break };
@@ -465,6 +481,18 @@ impl<A: Adapter> Env<A> {
             self.line(Level::Events, e);
         }
         out.clear();
+    }
+
+    fn multicast(&mut self, from: NodeId, inc: u64, m: &Msg<A>) {
+        self.record_send(from, inc, None, m);
+        for k in 0..self.ids.len() {
+            let to = self.ids[k];
+            self.queue.push_back(Envelope {
+                from,
+                to,
+                msg: Self::wire(m),
+            });
+        }
     }
 
     fn record_send(&mut self, from: NodeId, inc: u64, to: Option<NodeId>, m: &Msg<A>) {
@@ -586,11 +614,20 @@ impl<A: Adapter> Env<A> {
         self.apply(i, &mut out);
     }
 
-    /// One round: time passes, every running node ticks, the network empties.
+    /// One round: time passes, every running node ticks, the network empties (or, for an
+    /// adapter with `ONE_HOP_PER_ROUND`, what was in it arrives).
     fn round(&mut self) -> Result<(), String> {
         self.now += ROUND_US;
         for i in 0..self.nodes.len() {
             self.tick_node(i);
+        }
+        if A::ONE_HOP_PER_ROUND {
+            for _ in 0..self.queue.len() {
+                if let Some(e) = self.queue.pop_front() {
+                    self.step_msg(e, None);
+                }
+            }
+            return Ok(());
         }
         self.drain()
     }

@@ -14,7 +14,7 @@
 //! itself, LEVEL one of quiet, deliveries (the default), events, msgs, all):
 //!
 //! - `cluster protocol=P nodes=N [options]`: a new cluster, every node started fresh
-//!   (options: [`uring`], [`ringpaxos`], [`multiring`], [`raft`], [`seqpaxos`]).
+//!   (options: [`uring`], [`ringpaxos`], [`multiring`], [`raft`], [`seqpaxos`], [`token`]).
 //! - `needs mutations`: skip the file (with a note) in a build without the broken variants.
 //! - `trace level=L`: the default level from here on.
 //! - `propose node=I[,J..] values=a,b|v0..v9 [group=G] [every-us=U]`: one `propose` per
@@ -59,6 +59,7 @@ pub mod raft;
 mod ring;
 pub mod ringpaxos;
 pub mod seqpaxos;
+pub mod token;
 pub mod uring;
 
 pub use adapter::{Adapter, Args, MsgInfo};
@@ -81,8 +82,9 @@ pub fn new_cluster(args: &mut Args) -> Result<Box<dyn Cluster>, String> {
         multiring::MultiRingAdapter::NAME => make::<multiring::MultiRingAdapter>(args),
         raft::RaftAdapter::NAME => make::<raft::RaftAdapter>(args),
         seqpaxos::SeqPaxosAdapter::NAME => make::<seqpaxos::SeqPaxosAdapter>(args),
+        token::TokenAdapter::NAME => make::<token::TokenAdapter>(args),
         p => Err(format!(
-            "unknown protocol {p:?} (uring, ringpaxos, multiring, raft, seqpaxos)"
+            "unknown protocol {p:?} (uring, ringpaxos, multiring, raft, seqpaxos, token)"
         )),
     }
 }

@@ -78,6 +78,8 @@ const RECV_CHUNK_BYTES: usize = 1 << 20;
 const RECV_ROOM_BYTES: usize = 1 << 16;
 /// Shortest interval between two log lines about dropped datagrams.
 const LOG_INTERVAL_US: Micros = 1_000_000;
+/// Different reasons one such line names at most.
+const LOG_REASONS_MAX: usize = 4;
 
 /// SO_RCVBUF of a datagram socket unless configured: room for a burst between two reads.
 pub const RECV_BUFFER_BYTES_DEFAULT: usize = 8 << 20;
@@ -473,7 +475,8 @@ pub struct Multicast {
     pub stats: MulticastStats,
     /// Drops since the last log line, and the first reason among them.
     unlogged: u64,
-    unlogged_reason: Option<String>,
+    /// The different reasons among them, the first `LOG_REASONS_MAX`.
+    unlogged_reasons: Vec<String>,
     last_log_us: Micros,
     /// Socket buffer sizes the kernel granted, for the start-up log line.
     pub granted_recv_buffer_bytes: usize,
@@ -612,7 +615,7 @@ impl Multicast {
             loss,
             stats: MulticastStats::default(),
             unlogged: 0,
-            unlogged_reason: None,
+            unlogged_reasons: Vec::new(),
             last_log_us: 0,
             granted_recv_buffer_bytes,
             granted_send_buffer_bytes,
@@ -806,8 +809,12 @@ impl Multicast {
 
     fn note_drop(&mut self, reason: &str) {
         self.unlogged += 1;
-        if self.unlogged_reason.is_none() {
-            self.unlogged_reason = Some(reason.to_string());
+        // One line a second names the first few different reasons: a malformed token
+        // among garbage is still said.
+        if self.unlogged_reasons.len() < LOG_REASONS_MAX
+            && !self.unlogged_reasons.iter().any(|r| r == reason)
+        {
+            self.unlogged_reasons.push(reason.to_string());
         }
     }
 
@@ -820,9 +827,9 @@ impl Multicast {
         }
         self.last_log_us = now.max(1);
         let n = std::mem::take(&mut self.unlogged);
-        let reason = self.unlogged_reason.take().unwrap_or_default();
+        let reasons = std::mem::take(&mut self.unlogged_reasons).join("; ");
         Some(format!(
-            "dropped {n} datagram(s) since the last report (first: {reason})"
+            "dropped {n} datagram(s) since the last report (first reasons: {reasons})"
         ))
     }
 }
@@ -963,7 +970,10 @@ mod tests {
     fn a_unicast_datagram_must_come_from_the_named_members_socket() {
         let at = |s: &str| s.parse::<SocketAddr>().unwrap();
         assert!(same_source(at("127.0.0.1:7400"), at("127.0.0.1:7400")));
-        assert!(same_source(at("[::ffff:127.0.0.1]:7400"), at("127.0.0.1:7400")));
+        assert!(same_source(
+            at("[::ffff:127.0.0.1]:7400"),
+            at("127.0.0.1:7400")
+        ));
         assert!(!same_source(at("127.0.0.1:7401"), at("127.0.0.1:7400")));
         assert!(!same_source(at("10.0.0.9:7400"), at("127.0.0.1:7400")));
         // A member bound to a wildcard address sends from its route's: the port decides.

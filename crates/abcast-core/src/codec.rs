@@ -152,6 +152,19 @@ impl Decoder {
     }
 }
 
+/// Which of a node's two datagram sockets a message travels on, where the runtime keeps
+/// two (seed 002 §III-D, §III-E: "we accomplish this by sending the two message types on
+/// different ports and using different sockets for receiving them").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Lane {
+    /// The data plane: every message unless the protocol says otherwise.
+    #[default]
+    Data,
+    /// The control plane: the token ring's token and commit token, on a socket of their
+    /// own, so that the receiver chooses which of the two to serve first.
+    Control,
+}
+
 /// A protocol message that can cross the wire.
 pub trait WireMessage: Sized {
     /// The message type byte carried in the frame header.
@@ -167,6 +180,20 @@ pub trait WireMessage: Sized {
     /// plane's way).
     fn urgent(&self) -> bool {
         false
+    }
+    /// The socket lane the message travels on ([`Lane`]). Unlike [`WireMessage::urgent`]
+    /// it does not let the message overtake data queued before it: a runtime that sends
+    /// lanes on different sockets writes what was queued before a `Control` message first,
+    /// so a protocol's order of effects (`Outbox::multicasts_first`) holds across sockets.
+    fn lane(&self) -> Lane {
+        Lane::Data
+    }
+    /// The position in the ring's total order a message carries, for a runtime that
+    /// weighs the two lanes against each other (seed 002 §III-D): a data message's
+    /// sequence number, the `seq` of a token (the last number assigned). `None` for a
+    /// message without one (the default).
+    fn order_seq(&self) -> Option<u64> {
+        None
     }
     /// The protocol instance (group) the message belongs to, carried in the frame header.
     /// A protocol that runs one instance leaves it at 0; a composite that runs several

@@ -176,6 +176,10 @@ pub fn run_node(args: NodeArgs) -> Result<(), NodeError> {
         run_node_on(&cfg, &args, &stop, &mut out, ringpaxos_protocol)?;
         return Ok(());
     }
+    if cfg.protocol == ProtocolKind::Token {
+        run_node_on(&cfg, &args, &stop, &mut out, crate::token::token_protocol)?;
+        return Ok(());
+    }
     if let Some(lp) = cfg.leader.clone() {
         eprintln!("[{}] protocol {}", cfg.node_id, lp.name());
         if cfg.spares.contains(&cfg.node_id) {
@@ -592,6 +596,11 @@ fn start_load<P: Protocol>(cfg: &NodeConfig, args: &NodeArgs, driver: &mut Drive
         max_values: None,
         leader_only: args.load_at_leader,
     });
+    if let Some(t) = &cfg.token {
+        // The first ring is whoever answered in time; what it delivers before the others
+        // merge is never delivered at them (EVS). A load test wants one sequence.
+        driver.load_waits_for_view(t.members.len());
+    }
 }
 
 /// Runs the event loop until `stop` (SIGTERM, SIGINT) or `--duration-s`, then drains.
@@ -635,6 +644,7 @@ fn finish<P: Protocol>(
         }
     }
     let status = driver.protocol().status();
+    app.take_transport(&driver.transport_stats());
     app.print("final", driver.now(), &status);
     // The transport's counters (drops, datagrams, TCP fallbacks) for whoever reads the log.
     eprintln!(
@@ -896,6 +906,9 @@ struct NodeStats<'w> {
     multi: bool,
     groups: BTreeMap<u16, crate::stats::GroupLine>,
     merged_position: u64,
+    /// The datagram sockets' rejections, and of them the strangers' (`Hooks::transport`).
+    datagrams_rejected: u64,
+    datagrams_unknown_sender: u64,
 }
 
 impl<'w> NodeStats<'w> {
@@ -933,6 +946,8 @@ impl<'w> NodeStats<'w> {
             multi: false,
             groups: BTreeMap::new(),
             merged_position: 0,
+            datagrams_rejected: 0,
+            datagrams_unknown_sender: 0,
         })
     }
 
@@ -987,6 +1002,8 @@ impl<'w> NodeStats<'w> {
                     .iter()
                     .map(|(g, l)| (g.to_string(), *l))
                     .collect(),
+                datagrams_rejected: self.datagrams_rejected,
+                datagrams_unknown_sender: self.datagrams_unknown_sender,
             };
             match serde_json::to_string(&line) {
                 Ok(s) => s,
@@ -1013,6 +1030,7 @@ impl<'w> NodeStats<'w> {
                 self.duplicate_deliveries,
                 self.order_hash.value(),
             ) + &self.groups_text()
+                + &self.datagrams_text()
         };
         if let Err(e) = writeln!(self.out, "{line}").and_then(|_| self.out.flush()) {
             eprintln!("[{}] cannot write stats: {e}", self.me);
@@ -1022,6 +1040,24 @@ impl<'w> NodeStats<'w> {
 }
 
 impl NodeStats<'_> {
+    /// Keeps the datagram sockets' rejection counters for the next stats line.
+    fn take_transport(&mut self, s: &abcast_runtime::TransportStats) {
+        let sockets = [s.multicast, s.unicast, s.control];
+        self.datagrams_rejected = sockets.iter().map(|m| m.datagrams_rejected).sum();
+        self.datagrams_unknown_sender = sockets.iter().map(|m| m.datagrams_unknown_sender).sum();
+    }
+
+    /// The datagram sockets' rejections for the text stats line, when there were any.
+    fn datagrams_text(&self) -> String {
+        if self.datagrams_rejected == 0 {
+            return String::new();
+        }
+        format!(
+            " datagrams_rejected={} (unknown sender {})",
+            self.datagrams_rejected, self.datagrams_unknown_sender
+        )
+    }
+
     /// ` ring 1: delivered=.. buffered=.. (max ..)` per ring, for the text stats line.
     fn groups_text(&self) -> String {
         use std::fmt::Write as _;
@@ -1208,6 +1244,10 @@ impl Hooks for NodeStats<'_> {
 
     fn busy(&mut self, _now: Micros) {
         self.busy_rejections += 1;
+    }
+
+    fn transport(&mut self, _now: Micros, s: &abcast_runtime::TransportStats) {
+        self.take_transport(s);
     }
 
     fn periodic(&mut self, now: Micros, status: &Status) {

@@ -50,7 +50,8 @@
 //! `max_value_bytes` to what fits a datagram, and larger settings are refused.
 //!
 //! A leader-based protocol (`protocol = "seqpaxos" | "raft" | "omnipaxos" | "raftrs"`) has
-//! its own section; see `leader.rs`.
+//! its own section; see `leader.rs`. The token ring (`protocol = "token"`, seed 002) takes
+//! `[token]` and refuses `[ring]`; see `token.rs`.
 //!
 //! **Spares** (`protocol = "seqpaxos"` or `"raft"`): a member with `spare = true` is in the
 //! address book (every node connects to it, it has its ports) but not in the protocol's
@@ -71,10 +72,12 @@
 //! links (`runtime::linkfault`); each directed link may be named by one rule only.
 
 use crate::leader::{self, LeaderProtocol};
+use crate::token::{self, FileToken};
 use abcast_core::config::{Member, Roles, StartInfo};
 use abcast_core::multiring::{MultiRingConfig, MultiRingConfigOf, ProposeTo, RingSpec, RingSpecOf};
 use abcast_core::ringpaxos::RingPaxosConfig;
 use abcast_core::storage::DurableOptions;
+use abcast_core::token::TokenConfig;
 use abcast_core::uring::RingConfig;
 use abcast_core::{GroupId, NodeId};
 use abcast_runtime::TransportConfig;
@@ -114,6 +117,8 @@ pub struct NodeConfig {
     /// Members outside the first configuration (`spare = true`, seqpaxos and raft only):
     /// in `members` (the address book), not in `leader`'s configuration.
     pub spares: Vec<NodeId>,
+    /// The token ring's configuration, when `protocol = "token"` (`token.rs`).
+    pub token: Option<TokenConfig>,
 }
 
 /// The protocols `abcast node` runs.
@@ -126,6 +131,8 @@ pub enum ProtocolKind {
     /// A leader-based protocol (seed 001): Sequence Paxos, Raft, or a peer core
     /// (`NodeConfig::leader` says which).
     Leader,
+    /// The Accelerated Ring / Totem token ring (seed 002), `protocol = "token"`.
+    Token,
 }
 
 impl NodeConfig {
@@ -133,6 +140,9 @@ impl NodeConfig {
     pub fn max_value_bytes(&self) -> usize {
         if let Some(l) = &self.leader {
             return l.batch_limits().max_value_bytes;
+        }
+        if let Some(t) = &self.token {
+            return t.max_value_bytes;
         }
         match &self.ringpaxos {
             Some(rp) => rp.max_value_bytes,
@@ -144,6 +154,9 @@ impl NodeConfig {
     pub fn window_values(&self) -> usize {
         if let Some(l) = &self.leader {
             return l.batch_limits().window_values;
+        }
+        if let Some(t) = &self.token {
+            return t.window_values;
         }
         match &self.ringpaxos {
             Some(rp) => rp.window_values,
@@ -344,6 +357,7 @@ struct FileConfig {
     raft: Option<leader::FileRaft>,
     omnipaxos: Option<leader::FileOmniPaxos>,
     raftrs: Option<leader::FileRaftRs>,
+    token: Option<FileToken>,
 }
 
 /// One `[[rings]]` entry (Multi-Ring Paxos). Omitted lists default to every `[[members]]`
@@ -533,13 +547,29 @@ pub fn parse(
         file.protocol.as_deref(),
         Some("seqpaxos" | "raft" | "omnipaxos" | "raftrs")
     );
-    let ring_file = if leader_based {
+    let is_token = file.protocol.as_deref() == Some("token");
+    if is_token {
+        if let Some(key) = ring_keys_given(&file.ring).first() {
+            return invalid(
+                format!("ring.{key}"),
+                "protocol = \"token\" takes its settings from [token], not [ring] \
+                 (window_values, max_value_bytes and the windows are there)",
+            );
+        }
+    } else if file.token.is_some() {
+        return invalid("token", "only with protocol = \"token\"");
+    }
+    let ring_file = if leader_based || is_token {
         &FileRing::default()
     } else {
         &file.ring
     };
     let mut ring = ring_config(ring_file, ring_members)?;
     let mut transport = transport_config(&file.transport)?;
+    if is_token && file.transport.unicast.is_none() {
+        // Seed 002 §III-E: the token by UDP unicast.
+        transport.unicast = Unicast::Udp;
+    }
     transport.link_faults = link_faults(&file.link_faults, &members)?;
     let (protocol, mut ringpaxos, multicast) = protocol_config(&file, &ring.members)?;
     transport.multicast = multicast;
@@ -595,6 +625,15 @@ pub fn parse(
             rp.window_bytes = SYNCED_WINDOW_BYTES_DEFAULT;
         }
     }
+    let token = if is_token {
+        let (tc, offset) = token_section(&file, &ring, &members, &storage, NodeId(me))?;
+        if transport.unicast == Unicast::Udp {
+            transport.control_port_offset = Some(offset);
+        }
+        Some(tc)
+    } else {
+        None
+    };
     let multiring = multiring(&file, &ring)?;
     if multiring.is_some() && protocol == ProtocolKind::RingPaxos && transport.multicast.is_some() {
         // One multicast group per ring needs routing by group in the datagram transport;
@@ -617,6 +656,7 @@ pub fn parse(
         ringpaxos,
         leader,
         spares,
+        token,
     };
     if let Some(mr) = cfg.ringpaxos_rings() {
         for (i, spec) in mr.rings.iter().enumerate() {
@@ -627,6 +667,94 @@ pub fn parse(
         }
     }
     Ok(cfg)
+}
+
+/// Every `[ring]` key the file sets.
+fn ring_keys_given(r: &FileRing) -> Vec<&'static str> {
+    [
+        ("p1_preexecution_number", r.p1_preexecution_number.is_some()),
+        ("p1_resend_ms", r.p1_resend_ms.is_some()),
+        ("p2_resend_ms", r.p2_resend_ms.is_some()),
+        ("value_resend_ms", r.value_resend_ms.is_some()),
+        ("batch_max_bytes", r.batch_max_bytes.is_some()),
+        ("batch_linger_us", r.batch_linger_us.is_some()),
+        ("window_values", r.window_values.is_some()),
+        ("window_bytes", r.window_bytes.is_some()),
+        ("max_value_bytes", r.max_value_bytes.is_some()),
+        ("max_open_instances", r.max_open_instances.is_some()),
+        (
+            "coordinator_queue_bytes",
+            r.coordinator_queue_bytes.is_some(),
+        ),
+        ("heartbeat_interval_ms", r.heartbeat_interval_ms.is_some()),
+        ("failure_timeout_ms", r.failure_timeout_ms.is_some()),
+        ("retrieve_timeout_ms", r.retrieve_timeout_ms.is_some()),
+        ("retrieve_max_instances", r.retrieve_max_instances.is_some()),
+        (
+            "store_capacity_instances",
+            r.store_capacity_instances.is_some(),
+        ),
+        ("store_capacity_bytes", r.store_capacity_bytes.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(k, given)| given.then_some(k))
+    .collect()
+}
+
+/// `protocol = "token"`: `[token]` over the members, and what the token ring cannot take
+/// refused by name (roles other than all three, a log on disk or none, snapshots, rings).
+fn token_section(
+    file: &FileConfig,
+    ring: &RingConfig,
+    addrs: &[MemberAddr],
+    storage: &StorageConfig,
+    me: NodeId,
+) -> Result<(TokenConfig, u16), NodeConfigError> {
+    for (i, m) in ring.members.iter().enumerate() {
+        if m.roles != Roles::PAL {
+            return invalid(
+                format!("members[{i}].roles"),
+                "every member of a token ring proposes and delivers; leave roles out",
+            );
+        }
+    }
+    if storage.kind != StorageKind::Memory {
+        return invalid(
+            "storage.kind",
+            format!(
+                "\"{}\": the token ring keeps its messages in memory (Totem's recovery \
+                 carries them to a new ring); use \"memory\"",
+                storage.kind
+            ),
+        );
+    }
+    if storage.snapshot_interval_ms > 0 {
+        return invalid(
+            "storage.snapshot_interval_ms",
+            "the token ring takes no snapshots; leave it out or set 0",
+        );
+    }
+    if !file.rings.is_empty() || file.multiring.is_some() {
+        return invalid(
+            "rings",
+            "[[rings]] and [multiring] are Multi-Ring Paxos settings; the token ring is one ring",
+        );
+    }
+    let ids: Vec<NodeId> = ring.members.iter().map(|m| m.id).collect();
+    let (tc, offset) = token::token_config(file.token.as_ref(), &ids, me)?;
+    for (i, m) in addrs.iter().enumerate() {
+        if m.addr.port().checked_add(offset).is_none() {
+            return invalid(
+                "token.token_port_offset",
+                format!(
+                    "members[{i}].addr {} plus {offset} is past port 65535: its token socket \
+                     would have no port",
+                    m.addr
+                ),
+            );
+        }
+    }
+    Ok((tc, offset))
 }
 
 /// The leader-based protocols' view of the file (`leader.rs`).
@@ -982,6 +1110,13 @@ fn protocol_config(
     let kind = match file.protocol.as_deref() {
         None | Some("uring") => ProtocolKind::URing,
         Some("ringpaxos") => ProtocolKind::RingPaxos,
+        Some("token") => {
+            if file.ringpaxos.is_some() {
+                return invalid("ringpaxos", "only with protocol = \"ringpaxos\"");
+            }
+            let multicast = file.multicast.as_ref().map(multicast_config).transpose()?;
+            return Ok((ProtocolKind::Token, None, multicast));
+        }
         Some("seqpaxos" | "raft" | "omnipaxos" | "raftrs") => {
             if file.multicast.is_some() {
                 return invalid(
@@ -999,7 +1134,7 @@ fn protocol_config(
                 "protocol",
                 format!(
                     "{other:?}: expected \"uring\", \"ringpaxos\", \"seqpaxos\", \"raft\", \
-                     \"omnipaxos\" or \"raftrs\""
+                     \"omnipaxos\", \"raftrs\" or \"token\""
                 ),
             );
         }

@@ -136,6 +136,13 @@ pub struct WireLine {
     /// Multi-Ring nodes only; keys are group ids as decimal text.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub groups: BTreeMap<String, GroupLine>,
+    /// Datagrams the node's UDP sockets dropped at a check (bad bytes, a message that does
+    /// not decode, another cluster, a stranger), over every socket.
+    #[serde(default)]
+    pub datagrams_rejected: u64,
+    /// Of `datagrams_rejected`: those from outside the configured members.
+    #[serde(default)]
+    pub datagrams_unknown_sender: u64,
 }
 
 fn origins(field: &str, raw: BTreeMap<String, u64>) -> Result<BTreeMap<u32, u64>, StatsError> {

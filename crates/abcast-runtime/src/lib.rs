@@ -74,6 +74,9 @@ pub trait Hooks: Application {
     fn busy(&mut self, _now: Micros) {}
     /// Called every `DriverConfig::periodic_us` with the protocol's status (stats lines).
     fn periodic(&mut self, _now: Micros, _status: &Status) {}
+    /// Called just before each `periodic` with the transports' counters (datagrams
+    /// rejected, strangers' datagrams dropped, ...), for the stats lines.
+    fn transport(&mut self, _now: Micros, _stats: &TransportStats) {}
 }
 
 impl Hooks for NoApplication {}

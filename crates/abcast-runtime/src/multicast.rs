@@ -78,6 +78,8 @@ const RECV_CHUNK_BYTES: usize = 1 << 20;
 const RECV_ROOM_BYTES: usize = 1 << 16;
 /// Shortest interval between two log lines about dropped datagrams.
 const LOG_INTERVAL_US: Micros = 1_000_000;
+/// Different reasons one such line names at most.
+const LOG_REASONS_MAX: usize = 4;
 
 /// SO_RCVBUF of a datagram socket unless configured: room for a burst between two reads.
 pub const RECV_BUFFER_BYTES_DEFAULT: usize = 8 << 20;
@@ -184,6 +186,13 @@ pub enum DatagramError {
     UnknownSender {
         node: u32,
     },
+    /// A unicast datagram naming a member as its sender that came from another address
+    /// than that member's socket: a stranger's datagram.
+    WrongSource {
+        node: u32,
+        source: SocketAddr,
+        expected: SocketAddr,
+    },
     /// An older incarnation of a sender than one already heard (a stale process).
     StaleIncarnation {
         node: u32,
@@ -228,6 +237,14 @@ impl fmt::Display for DatagramError {
                     "datagram from node {node}, which is not a configured peer"
                 )
             }
+            DatagramError::WrongSource {
+                node,
+                source,
+                expected,
+            } => write!(
+                f,
+                "datagram naming node {node} came from {source}, not from its address {expected}"
+            ),
             DatagramError::StaleIncarnation { node, found, known } => write!(
                 f,
                 "datagram from node {node} incarnation {found}, older than incarnation {known}"
@@ -370,6 +387,10 @@ pub struct MulticastStats {
     pub datagrams_own: u64,
     /// Datagrams dropped by a check (bad bytes, other cluster, unknown or stale sender).
     pub datagrams_rejected: u64,
+    /// Of `datagrams_rejected`: those from outside the configured members (a sender id
+    /// that is no member, or, on a unicast socket, a source address that is not the named
+    /// member's).
+    pub datagrams_unknown_sender: u64,
     /// Datagrams not sent: the send queue was full, or the kernel refused them.
     pub send_drops: u64,
     /// Datagrams dropped on receipt by injected loss (`[[link_faults]]`).
@@ -407,6 +428,21 @@ impl RecvLoss {
     }
 }
 
+/// Whether a datagram from `source` comes from the socket bound at `expected`: the same
+/// port, and the same address unless `expected` is a wildcard (a socket bound to 0.0.0.0
+/// sends from the address of its route). An IPv4 address seen as IPv4-mapped IPv6 is the
+/// same address.
+fn same_source(source: SocketAddr, expected: SocketAddr) -> bool {
+    let canonical = |ip: std::net::IpAddr| match ip {
+        std::net::IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4),
+        v4 => v4,
+    };
+    source.port() == expected.port()
+        && (expected.ip().is_unspecified() || canonical(source.ip()) == canonical(expected.ip()))
+}
+
 /// What one read produced.
 #[derive(Debug)]
 pub enum Received {
@@ -426,6 +462,10 @@ pub struct Multicast {
     group: Option<SockAddr>,
     me: Sender,
     peers: HashMap<NodeId, u64>,
+    /// A unicast endpoint: the address each member's datagrams must come from (its own
+    /// socket of this lane). Empty for a group socket, whose senders all share the group's
+    /// port.
+    sources: HashMap<NodeId, SocketAddr>,
     queue: VecDeque<Queued>,
     queued_bytes: usize,
     /// The last send would have blocked: wait for a writable event.
@@ -435,7 +475,8 @@ pub struct Multicast {
     pub stats: MulticastStats,
     /// Drops since the last log line, and the first reason among them.
     unlogged: u64,
-    unlogged_reason: Option<String>,
+    /// The different reasons among them, the first `LOG_REASONS_MAX`.
+    unlogged_reasons: Vec<String>,
     last_log_us: Micros,
     /// Socket buffer sizes the kernel granted, for the start-up log line.
     pub granted_recv_buffer_bytes: usize,
@@ -566,6 +607,7 @@ impl Multicast {
                 .filter(|&&p| p != me.node)
                 .map(|&p| (p, 0))
                 .collect(),
+            sources: HashMap::new(),
             queue: VecDeque::new(),
             queued_bytes: 0,
             blocked: false,
@@ -573,7 +615,7 @@ impl Multicast {
             loss,
             stats: MulticastStats::default(),
             unlogged: 0,
-            unlogged_reason: None,
+            unlogged_reasons: Vec::new(),
             last_log_us: 0,
             granted_recv_buffer_bytes,
             granted_send_buffer_bytes,
@@ -637,6 +679,16 @@ impl Multicast {
     /// Refuses datagrams from `node` from now on (`Driver::remove_peer`).
     pub fn remove_peer(&mut self, node: NodeId) {
         self.peers.remove(&node);
+        self.sources.remove(&node);
+    }
+
+    /// A unicast endpoint: accepts `node`'s datagrams only from `addr` (where its socket of
+    /// this lane is bound), so that a datagram naming a member but sent by anyone else is
+    /// dropped and counted as a stranger's.
+    pub fn expect_source(&mut self, node: NodeId, addr: SocketAddr) {
+        if node != self.me.node {
+            self.sources.insert(node, addr);
+        }
     }
 
     /// The socket became writable: the next flush may send again.
@@ -684,9 +736,9 @@ impl Multicast {
             self.rbuf.reserve(RECV_CHUNK_BYTES.max(RECV_ROOM_BYTES));
         }
         let sock = SockRef::from(&self.socket);
-        let n = loop {
-            match sock.recv(self.rbuf.spare_capacity_mut()) {
-                Ok(n) => break n,
+        let (n, source) = loop {
+            match sock.recv_from(self.rbuf.spare_capacity_mut()) {
+                Ok((n, source)) => break (n, source.as_socket()),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Received::Empty),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
@@ -707,8 +759,20 @@ impl Multicast {
             return Ok(Received::Dropped);
         }
         let Some(known) = self.peers.get_mut(&from.node) else {
+            self.stats.datagrams_unknown_sender += 1;
             return Ok(self.reject(DatagramError::UnknownSender { node: from.node.0 }));
         };
+        if let Some(&expected) = self.sources.get(&from.node)
+            && let Some(source) = source
+            && !same_source(source, expected)
+        {
+            self.stats.datagrams_unknown_sender += 1;
+            return Ok(self.reject(DatagramError::WrongSource {
+                node: from.node.0,
+                source,
+                expected,
+            }));
+        }
         if from.incarnation < *known {
             let known = *known;
             return Ok(self.reject(DatagramError::StaleIncarnation {
@@ -745,8 +809,12 @@ impl Multicast {
 
     fn note_drop(&mut self, reason: &str) {
         self.unlogged += 1;
-        if self.unlogged_reason.is_none() {
-            self.unlogged_reason = Some(reason.to_string());
+        // One line a second names the first few different reasons: a malformed token
+        // among garbage is still said.
+        if self.unlogged_reasons.len() < LOG_REASONS_MAX
+            && !self.unlogged_reasons.iter().any(|r| r == reason)
+        {
+            self.unlogged_reasons.push(reason.to_string());
         }
     }
 
@@ -759,9 +827,9 @@ impl Multicast {
         }
         self.last_log_us = now.max(1);
         let n = std::mem::take(&mut self.unlogged);
-        let reason = self.unlogged_reason.take().unwrap_or_default();
+        let reasons = std::mem::take(&mut self.unlogged_reasons).join("; ");
         Some(format!(
-            "multicast: dropped {n} datagram(s) since the last report (first: {reason})"
+            "dropped {n} datagram(s) since the last report (first reasons: {reasons})"
         ))
     }
 }
@@ -896,6 +964,20 @@ mod tests {
         let mut c = ok;
         c.interface = "239.1.1.1".parse().unwrap();
         assert_eq!(c.validate().unwrap_err().0, "interface");
+    }
+
+    #[test]
+    fn a_unicast_datagram_must_come_from_the_named_members_socket() {
+        let at = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert!(same_source(at("127.0.0.1:7400"), at("127.0.0.1:7400")));
+        assert!(same_source(
+            at("[::ffff:127.0.0.1]:7400"),
+            at("127.0.0.1:7400")
+        ));
+        assert!(!same_source(at("127.0.0.1:7401"), at("127.0.0.1:7400")));
+        assert!(!same_source(at("10.0.0.9:7400"), at("127.0.0.1:7400")));
+        // A member bound to a wildcard address sends from its route's: the port decides.
+        assert!(same_source(at("10.0.0.9:7400"), at("0.0.0.0:7400")));
     }
 
     #[test]

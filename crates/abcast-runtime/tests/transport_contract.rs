@@ -157,6 +157,7 @@ fn frame<'a>(chunks: &'a [Bytes]) -> OutFrame<'a> {
         group: 3,
         chunks,
         urgent: false,
+        lane: abcast_core::codec::Lane::Data,
     }
 }
 

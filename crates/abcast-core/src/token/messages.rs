@@ -11,7 +11,7 @@
 //! Tokens and data messages name the ring (configuration) they belong to: a message of
 //! another ring is a sign of a foreign ring, and the membership protocol merges with it.
 
-use crate::codec::{Decoder, Encoder, WireMessage};
+use crate::codec::{Decoder, Encoder, Lane, WireMessage};
 use crate::error::DecodeError;
 use crate::types::{Batch, NodeId};
 use crate::wire::{get_batch, get_bool, put_batch};
@@ -231,6 +231,26 @@ impl WireMessage for Message {
             Message::Join(_) => K_JOIN,
             Message::Commit(_) => K_COMMIT,
             Message::MergeDetect(_) => K_MERGE,
+        }
+    }
+
+    /// The token and the commit token travel on a socket of their own (seed 002 §III-E),
+    /// so that the receiver can serve them before or after the data waiting (§III-D).
+    fn lane(&self) -> Lane {
+        match self {
+            Message::Token(_) | Message::Commit(_) => Lane::Control,
+            Message::Data(_) | Message::Join(_) | Message::MergeDetect(_) => Lane::Data,
+        }
+    }
+
+    /// A data message's place in the total order and the token's `seq`: a data message
+    /// numbered above the `seq` of the token a member passed was sent in the next round
+    /// (§III-D's test for raising the token's priority again).
+    fn order_seq(&self) -> Option<u64> {
+        match self {
+            Message::Token(t) => Some(t.seq),
+            Message::Data(m) => Some(m.seq),
+            Message::Join(_) | Message::Commit(_) | Message::MergeDetect(_) => None,
         }
     }
 

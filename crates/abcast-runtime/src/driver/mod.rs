@@ -16,12 +16,14 @@
 //! `clients.rs` (the client port,
 //! subscriptions, tickets, read barriers, the handle's commands), `carrier.rs` (carrying
 //! out an outbox: the group commit and `LoopCarrier`), `commit.rs` (the group commit's
-//! ordering rules, pure), `snapshots.rs` (snapshot files). This file holds the loop.
+//! ordering rules, pure), `snapshots.rs` (snapshot files), `lanes.rs` (which of the control
+//! and data sockets is read first: seed 002 §III-D). This file holds the loop.
 
 mod carrier;
 mod clients;
 mod commit;
 mod conns;
+mod lanes;
 mod peers;
 mod snapshots;
 
@@ -32,6 +34,7 @@ pub use crate::transport::tcp::Hello;
 use self::clients::Cursor;
 use self::commit::{CommitPipeline, Mode};
 use self::conns::Conn;
+use self::lanes::LanePriority;
 use self::peers::PeerBook;
 use super::Hooks;
 use super::frame::Frame;
@@ -66,7 +69,12 @@ const SYNC_DONE: Token = Token(3);
 const COMMANDS: Token = Token(4);
 /// The UDP unicast socket (`TransportConfig::unicast = Udp`).
 const UNICAST_SOCKET: Token = Token(5);
-const FIRST_CONN_TOKEN: usize = 6;
+/// The control lane's UDP socket (`TransportConfig::control_port_offset`).
+const CONTROL_SOCKET: Token = Token(6);
+const FIRST_CONN_TOKEN: usize = 7;
+/// Datagrams read from the two lanes' sockets per loop iteration, before timers and the
+/// other sockets get their turn.
+const LANE_READS_PER_ITERATION: usize = 256;
 /// Commands taken per wake-up before the loop serves its sockets again.
 const COMMANDS_PER_ITERATION: usize = 256;
 /// Most values awaited by handle tickets; more are answered `Busy`.
@@ -256,6 +264,16 @@ pub struct Driver<P: Protocol> {
     mcast: Option<Datagrams>,
     /// The UDP unicast endpoint; `None` = messages to a peer go by TCP.
     udp: Option<Datagrams>,
+    /// The control lane's UDP endpoint (the token ring's token); `None` = one socket for
+    /// every message.
+    control: Option<Datagrams>,
+    /// With `control`: which lane is read first (seed 002 §III-D, `lanes.rs`), and which of
+    /// the datagram sockets may still hold datagrams (set by a readable event, cleared
+    /// when a read finds nothing).
+    lanes: LanePriority,
+    lane_ready: LaneReady,
+    /// `load_waits_for_view`: the load generator's floor on the view's size.
+    load_view_min: usize,
     /// The sync thread (pipelined group commit).
     syncer: Option<Syncer>,
     /// The group commit's ordering rules, and the outboxes waiting for their sync jobs,
@@ -287,6 +305,12 @@ impl<P: Protocol> Driver<P> {
             .local_addr()
             .map_err(io_err("reading the peer listener's address"))?;
         let udp = open_unicast(&cfg, &poll, log, peer_addr, &book)?;
+        let control = open_control(&cfg, &poll, log, peer_addr, &book)?;
+        let udp = match (udp, &control) {
+            // With a control lane, the unicast socket carries the data lane only.
+            (Some(u), Some(_)) => Some(u.for_lane(abcast_core::codec::Lane::Data)),
+            (u, _) => u,
+        };
         let syncer = start_syncer(&cfg, &poll)?;
         let history = open_history(&cfg)?;
         let last_tick_us = 0;
@@ -331,6 +355,10 @@ impl<P: Protocol> Driver<P> {
             faults,
             mcast,
             udp,
+            control,
+            lanes: LanePriority::new(),
+            lane_ready: LaneReady::default(),
+            load_view_min: 0,
         })
     }
 
@@ -347,6 +375,15 @@ impl<P: Protocol> Driver<P> {
     /// Starts (or replaces) the built-in load generator.
     pub fn start_load(&mut self, cfg: LoadConfig) {
         self.load = Some(LoadGen::new(cfg, self.now()));
+    }
+
+    /// The load generator proposes only while the protocol's view (`Status::view`) has at
+    /// least `members` members. The token ring forms its first ring of the members that
+    /// answer in time and merges the others later; values delivered in a ring without
+    /// some member are never delivered there (Extended Virtual Synchrony), so a benchmark
+    /// waits for the whole ring before it loads it. 0 (the default) = no wait.
+    pub fn load_waits_for_view(&mut self, members: usize) {
+        self.load_view_min = members;
     }
 
     /// Stops the load generator; values in flight are still delivered.
@@ -372,10 +409,22 @@ impl<P: Protocol> Driver<P> {
         let mut s = self.stats;
         use crate::transport::Transport;
         self.tcp.add_stats(&mut s);
-        for t in self.udp.iter().chain(self.mcast.iter()) {
+        for t in self
+            .udp
+            .iter()
+            .chain(self.mcast.iter())
+            .chain(self.control.iter())
+        {
             t.add_stats(&mut s);
         }
         s
+    }
+
+    /// The address the control lane's socket is bound to, if there is one.
+    pub fn control_addr(&self) -> Option<SocketAddr> {
+        let offset = self.cfg.transport.control_port_offset?;
+        self.control.as_ref()?;
+        crate::transport::control_addr(self.peer_addr().ok()?, offset)
     }
 
     /// The receive and send buffer sizes the kernel granted the multicast socket.
@@ -473,6 +522,7 @@ impl<P: Protocol> Driver<P> {
             for token in std::mem::take(&mut self.ready_again) {
                 self.on_event(now, app, token, true, false)?;
             }
+            self.serve_lanes(now, app)?;
             self.take_link_notices(now);
             self.run_loopback(now, app)?;
             self.run_load(now, app)?;
@@ -509,7 +559,11 @@ impl<P: Protocol> Driver<P> {
     }
 
     fn poll_timeout(&self, now: Micros) -> Duration {
-        if !self.loopback.is_empty() || !self.ready_again.is_empty() || self.replay_more {
+        if !self.loopback.is_empty()
+            || !self.ready_again.is_empty()
+            || self.replay_more
+            || self.lane_ready.any()
+        {
             return Duration::ZERO;
         }
         let mut deadline = self
@@ -530,6 +584,7 @@ impl<P: Protocol> Driver<P> {
         for t in std::iter::once(&self.tcp as &dyn Transport)
             .chain(self.udp.iter().map(|t| t as &dyn Transport))
             .chain(self.mcast.iter().map(|t| t as &dyn Transport))
+            .chain(self.control.iter().map(|t| t as &dyn Transport))
         {
             if let Some(d) = t.next_deadline() {
                 deadline = deadline.min(d);
@@ -549,6 +604,7 @@ impl<P: Protocol> Driver<P> {
             t.on_timers(now);
         }
         if self.cfg.periodic_us > 0 && now >= self.next_periodic_us {
+            app.transport(now, &self.transport_stats());
             app.periodic(now, &self.protocol.status());
             self.next_periodic_us = self.next_periodic_us.saturating_add(self.cfg.periodic_us);
             if self.next_periodic_us <= now {
@@ -580,8 +636,10 @@ impl<P: Protocol> Driver<P> {
     fn run_load<A: Hooks + ?Sized>(&mut self, now: Micros, app: &mut A) -> Result<(), DriverError> {
         if let Some(load) = self.load.as_mut() {
             load.refill(now);
-            if load.cfg.leader_only {
-                load.paused = !self.protocol.status().leading;
+            if load.cfg.leader_only || self.load_view_min > 0 {
+                let status = self.protocol.status();
+                load.paused = (load.cfg.leader_only && !status.leading)
+                    || status.view.len() < self.load_view_min;
             }
         }
         let mut budget = LOAD_PER_ITERATION;
@@ -639,6 +697,19 @@ impl<P: Protocol> Driver<P> {
             SYNC_DONE => self.on_sync_done(now, app)?,
             COMMANDS => self.on_commands(now, app)?,
             CLIENT_LISTENER => self.accept(now),
+            t @ (CONTROL_SOCKET | UNICAST_SOCKET | MULTICAST_SOCKET) if self.control.is_some() => {
+                // Two lanes: reads wait for `serve_lanes`, which weighs them (§III-D).
+                if readable {
+                    self.lane_ready.set(t);
+                }
+                if writable {
+                    let ready = Readiness {
+                        readable: false,
+                        writable: true,
+                    };
+                    self.on_transport_event(now, app, t, ready)?;
+                }
+            }
             t if self.conns.contains_key(&t) => {
                 if writable {
                     self.flush_conn(t);
@@ -791,6 +862,99 @@ fn open_unicast(
             &peers,
         ))
     })
+}
+
+/// Opens and registers the control lane's datagram socket on the peer listener's address
+/// plus `control_port_offset`, if the configuration asks for one (with UDP unicast only).
+fn open_control(
+    cfg: &DriverConfig,
+    poll: &Poll,
+    log: Logger,
+    peer_addr: SocketAddr,
+    book: &PeerBook,
+) -> Result<Option<Datagrams>, DriverError> {
+    let Some(offset) = cfg.transport.control_port_offset else {
+        return Ok(None);
+    };
+    let refuse = |reason: String| DriverError::Config {
+        field: "transport.control_port_offset".into(),
+        reason,
+    };
+    if cfg.transport.unicast != Unicast::Udp {
+        return Err(refuse("a control lane needs unicast = \"udp\"".into()));
+    }
+    if offset == 0 {
+        return Err(refuse(
+            "0 would put the control lane on the data socket".into(),
+        ));
+    }
+    let shifted = |addr: SocketAddr| {
+        crate::transport::control_addr(addr, offset)
+            .ok_or_else(|| refuse(format!("{addr} plus {offset} is past port 65535")))
+    };
+    let bind = shifted(peer_addr)?;
+    let mut peers = Vec::new();
+    for (id, addr) in book.members() {
+        peers.push((id, shifted(addr)?));
+    }
+    let peer_ids: Vec<NodeId> = peers.iter().map(|&(id, _)| id).collect();
+    // The token is small and one at a time: the default buffers hold many.
+    let buffers = (
+        multicast::RECV_BUFFER_BYTES_DEFAULT,
+        multicast::SEND_BUFFER_BYTES_DEFAULT,
+    );
+    let opened = Multicast::open_unicast(bind, buffers, sender(cfg), &peer_ids);
+    register_datagrams(
+        poll,
+        opened,
+        CONTROL_SOCKET,
+        (
+            "opening the control lane's UDP socket",
+            "registering the control lane's UDP socket",
+        ),
+    )
+    .map(|m| {
+        Some(
+            Datagrams::new(m, CONTROL_SOCKET, Shape::Unicast, log, &peers)
+                .for_lane(abcast_core::codec::Lane::Control),
+        )
+    })
+}
+
+/// The datagram sockets of the two lanes that may hold datagrams not read yet.
+#[derive(Clone, Copy, Debug, Default)]
+struct LaneReady {
+    control: bool,
+    unicast: bool,
+    multicast: bool,
+}
+
+impl LaneReady {
+    fn any(&self) -> bool {
+        self.control || self.unicast || self.multicast
+    }
+    fn set(&mut self, token: Token) {
+        self.put(token, true);
+    }
+    fn put(&mut self, token: Token, v: bool) {
+        match token {
+            CONTROL_SOCKET => self.control = v,
+            UNICAST_SOCKET => self.unicast = v,
+            MULTICAST_SOCKET => self.multicast = v,
+            _ => {}
+        }
+    }
+    /// The socket to read next when `first` has priority: a socket of that lane that may
+    /// hold datagrams, else one of the other lane.
+    fn next(&self, first: abcast_core::codec::Lane) -> Option<Token> {
+        let control = self.control.then_some(CONTROL_SOCKET);
+        let data =
+            (self.unicast.then_some(UNICAST_SOCKET)).or(self.multicast.then_some(MULTICAST_SOCKET));
+        match first {
+            abcast_core::codec::Lane::Control => control.or(data),
+            abcast_core::codec::Lane::Data => data.or(control),
+        }
+    }
 }
 
 /// Starts the sync thread of the pipelined group commit, if the configuration asks for it.

@@ -2,8 +2,11 @@
 //! (`crate::transport`): the loop's side of the transport interface.
 //!
 //! A message for a peer is encoded once, passes the injected link faults if any
-//! (`linkfault.rs`), and is offered to the transports in order (UDP unicast if configured,
-//! then TCP): the first that does not decline it queues or drops it. A multicast is offered
+//! (`linkfault.rs`), and is offered to the transports in order (the control lane's UDP
+//! socket and UDP unicast if configured, then TCP): the first that does not decline it
+//! queues or drops it. A control-lane message (the token) is written at once, after what
+//! was queued before it on the other sockets: the protocol's order of effects (pre-token
+//! data, token, post-token data: `Outbox::multicasts_first`) holds across sockets. A multicast is offered
 //! to the transports' group send (UDP IP-multicast) and, when every one declines, goes as
 //! one copy per peer. What arrives comes back from a transport as undecoded frames, which
 //! are decoded here with the protocol's message type; one that does not decode is handed
@@ -16,12 +19,15 @@
 //! refused. It changes at run time (`Driver::add_peer`, `Driver::remove_peer`, and the
 //! handle's `add_peer` / `remove_peer`).
 
-use super::{Driver, DriverConfig, DriverError, MULTICAST_SOCKET, UNICAST_SOCKET};
+use super::{
+    CONTROL_SOCKET, Driver, DriverConfig, DriverError, LANE_READS_PER_ITERATION, MULTICAST_SOCKET,
+    UNICAST_SOCKET,
+};
 use crate::Hooks;
 use crate::linkfault::{QueueRoom, Verdict};
 use crate::transport::tcp::{PEER_SLOTS_MAX, TcpLinks};
 use crate::transport::{InFrame, LinkNotice, OutFrame, Readiness, Ready, Sent, Transport};
-use abcast_core::codec::{Encoder, WireMessage};
+use abcast_core::codec::{Encoder, Lane, WireMessage};
 use abcast_core::{GroupId, Micros, NodeId, Protocol};
 use bytes::Bytes;
 use mio::Token;
@@ -74,8 +80,19 @@ impl PeerBook {
 }
 
 impl<P: Protocol> Driver<P> {
-    /// Every transport, in the order a message to one peer is offered to them.
+    /// Every transport, in the order a message to one peer is offered to them (the control
+    /// lane's socket first: it declines every other message).
     pub(super) fn transports(&mut self) -> impl Iterator<Item = &mut dyn Transport> {
+        self.control
+            .iter_mut()
+            .map(|t| t as &mut dyn Transport)
+            .chain(self.udp.iter_mut().map(|t| t as &mut dyn Transport))
+            .chain(self.mcast.iter_mut().map(|t| t as &mut dyn Transport))
+            .chain(std::iter::once(&mut self.tcp as &mut dyn Transport))
+    }
+
+    /// Every transport but the control lane's, whose peers have addresses of their own.
+    fn data_transports(&mut self) -> impl Iterator<Item = &mut dyn Transport> {
         self.udp
             .iter_mut()
             .map(|t| t as &mut dyn Transport)
@@ -86,6 +103,7 @@ impl<P: Protocol> Driver<P> {
     /// The transport that registered `token`, if any.
     fn transport_of(&mut self, token: Token) -> Option<&mut dyn Transport> {
         match token {
+            CONTROL_SOCKET => self.control.as_mut().map(|t| t as &mut dyn Transport),
             UNICAST_SOCKET => self.udp.as_mut().map(|t| t as &mut dyn Transport),
             MULTICAST_SOCKET => self.mcast.as_mut().map(|t| t as &mut dyn Transport),
             t if self.tcp.owns(t) => Some(&mut self.tcp),
@@ -121,7 +139,18 @@ impl<P: Protocol> Driver<P> {
             }
         };
         let now = self.now();
-        for t in self.transports() {
+        if let (Some(c), Some(offset)) = (
+            self.control.as_mut(),
+            self.cfg.transport.control_port_offset,
+        ) {
+            let Some(caddr) = crate::transport::control_addr(addr, offset) else {
+                return Err(refuse(format!(
+                    "{addr} plus the control port offset {offset} is past port 65535"
+                )));
+            };
+            c.add_peer(now, id, caddr).map_err(refuse)?;
+        }
+        for t in self.data_transports() {
             t.add_peer(now, id, addr).map_err(refuse)?;
         }
         let s = &mut self.book.slots[slot];
@@ -168,10 +197,14 @@ impl<P: Protocol> Driver<P> {
             }
             return;
         };
+        if self.control.is_some() {
+            self.lanes.on_sent(&msg);
+        }
         let mut enc = Encoder::new();
         msg.encode(&mut enc);
         let mut chunks = enc.finish();
         let kind = msg.kind();
+        let lane = msg.lane();
         // The message names its protocol instance (a Multi-Ring node runs one per ring).
         let group = msg.group().0;
         if let Some(faults) = self.faults.as_mut() {
@@ -192,10 +225,11 @@ impl<P: Protocol> Driver<P> {
                 }
             }
         }
-        self.route(now, to, kind, group, &chunks, msg.urgent());
+        self.route(now, to, kind, group, &chunks, msg.urgent(), lane);
     }
 
     /// Offers one encoded message for `to` to the transports in order.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn route(
         &mut self,
         now: Micros,
@@ -204,15 +238,28 @@ impl<P: Protocol> Driver<P> {
         group: u16,
         chunks: &[Bytes],
         urgent: bool,
+        lane: Lane,
     ) {
         let frame = OutFrame {
             kind,
             group,
             chunks,
             urgent,
+            lane,
         };
+        let control = lane == Lane::Control && self.control.is_some();
+        if control {
+            // The token leaves after what the protocol queued before it (the pre-token
+            // multicasts, seed 002 §III-B1), which wait on other sockets: write those first.
+            self.flush_transports(now);
+        }
         for t in self.transports() {
             if t.send(now, to, frame) != Sent::Declined {
+                if control {
+                    // And the token itself at once, before the post-token multicasts are
+                    // even encoded (§III-B3).
+                    t.flush(now);
+                }
                 return;
             }
         }
@@ -238,8 +285,10 @@ impl<P: Protocol> Driver<P> {
             return;
         }
         let to = s.id;
-        // A held frame was delayed on purpose: it keeps its place among the data.
-        self.route(now, to, kind, group, chunks, false);
+        // A held frame was delayed on purpose: it keeps its place among the data (and goes
+        // on the data lane: link faults are an experiment's, and any socket's message is
+        // taken by the receiver).
+        self.route(now, to, kind, group, chunks, false, Lane::Data);
     }
 
     /// Queues `msg` for every peer: one datagram to the group if a transport takes it,
@@ -253,6 +302,7 @@ impl<P: Protocol> Driver<P> {
             group: msg.group().0,
             chunks: &chunks,
             urgent: msg.urgent(),
+            lane: msg.lane(),
         };
         for t in self.transports() {
             if t.multicast(now, frame) != Sent::Declined {
@@ -326,6 +376,9 @@ impl<P: Protocol> Driver<P> {
             // to decode.
             match P::Message::decode_in(GroupId(group), kind, body) {
                 Ok(msg) => {
+                    if self.control.is_some() {
+                        self.lanes.on_processed(from, &msg);
+                    }
                     self.protocol.receive(now, from, msg, &mut self.outbox);
                     self.carry_out(now, app)?;
                 }
@@ -348,6 +401,47 @@ impl<P: Protocol> Driver<P> {
             }
         }
         Ok(())
+    }
+
+    /// Reads the two lanes' datagram sockets, one datagram at a time, the lane with priority
+    /// first (seed 002 §III-D, `lanes.rs`: "when data messages have high priority, we do not
+    /// read from the token-receiving socket unless no data message is available, and vice
+    /// versa", §III-E). Priority is weighed again after every message, since processing one
+    /// can change it. Bounded per iteration; sockets left with datagrams keep the poll from
+    /// sleeping.
+    pub(super) fn serve_lanes<A: Hooks + ?Sized>(
+        &mut self,
+        now: Micros,
+        app: &mut A,
+    ) -> Result<(), DriverError> {
+        if self.control.is_none() {
+            return Ok(());
+        }
+        let mut inbox = std::mem::take(&mut self.inbox);
+        let mut result = Ok(());
+        for _ in 0..LANE_READS_PER_ITERATION {
+            let Some(token) = self.lane_ready.next(self.lanes.first()) else {
+                break;
+            };
+            let Some(t) = self.transport_of(token) else {
+                self.lane_ready.put(token, false);
+                continue;
+            };
+            let ready = Readiness {
+                readable: true,
+                writable: false,
+            };
+            if t.on_ready(now, token, ready, &mut inbox) == Ready::Drained {
+                self.lane_ready.put(token, false);
+            }
+            result = self.receive_frames(now, app, token, &mut inbox);
+            inbox.clear();
+            if result.is_err() {
+                break;
+            }
+        }
+        self.inbox = inbox;
+        result
     }
 
     /// Hands the transports' link changes to the protocol; their effects are carried out

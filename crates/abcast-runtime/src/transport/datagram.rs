@@ -6,13 +6,21 @@
 //!   member receives (seed 003's 2A and decisions), `send` declines;
 //! - **unicast**: a socket on the node's own peer address; `send` queues one datagram to the
 //!   peer's address (its TCP address: UDP and TCP share the port number), `multicast`
-//!   declines.
+//!   declines. A unicast endpoint accepts a member's datagrams only from that member's
+//!   address (the datagram's header names its sender; the source address must agree), so
+//!   a stranger's datagram is dropped and counted (`datagrams_unknown_sender`).
+//!
+//! An endpoint may carry one lane only ([`Datagrams::for_lane`]): the control lane's socket
+//! (seed 002's token, on the peer port plus `control_port_offset`) takes
+//! [`Lane::Control`] messages and declines the rest, and the data socket beside it the
+//! reverse.
 //!
 //! Either declines what does not fit one datagram ([`multicast::MAX_DATAGRAM_BYTES`]); the
 //! driver then offers the message to the next transport (TCP).
 
 use super::{InFrame, Logger, OutFrame, Readiness, Ready, Sent, Transport, TransportStats};
 use crate::multicast::{self, Multicast, Received};
+use abcast_core::codec::Lane;
 use abcast_core::{Micros, NodeId};
 use mio::Token;
 use std::collections::HashMap;
@@ -32,8 +40,10 @@ pub struct Datagrams {
     token: Token,
     shape: Shape,
     log: Logger,
-    /// Unicast: where each peer's datagrams go.
+    /// Unicast: where each peer's datagrams go (and come from).
     addrs: HashMap<NodeId, SocketAddr>,
+    /// The one lane this endpoint carries; `None`: every message.
+    lane: Option<Lane>,
     /// Messages to one peer queued as a datagram (unicast).
     sends: u64,
     /// Messages declined because they do not fit one datagram.
@@ -50,18 +60,35 @@ impl Datagrams {
         log: Logger,
         peers: &[(NodeId, SocketAddr)],
     ) -> Datagrams {
+        let mut socket = socket;
+        let addrs: HashMap<NodeId, SocketAddr> = match shape {
+            Shape::Unicast => peers.iter().copied().collect(),
+            Shape::Group => HashMap::new(),
+        };
+        for (&id, &addr) in &addrs {
+            socket.expect_source(id, addr);
+        }
         Datagrams {
             socket,
             token,
             shape,
             log,
-            addrs: match shape {
-                Shape::Unicast => peers.iter().copied().collect(),
-                Shape::Group => HashMap::new(),
-            },
+            addrs,
+            lane: None,
             sends: 0,
             too_large: 0,
         }
+    }
+
+    /// This endpoint carries `lane` only and declines the other's messages.
+    pub fn for_lane(mut self, lane: Lane) -> Datagrams {
+        self.lane = Some(lane);
+        self
+    }
+
+    /// The lane this endpoint carries, if only one.
+    pub fn lane(&self) -> Option<Lane> {
+        self.lane
     }
 
     /// The endpoint, for its socket options and counters.
@@ -87,14 +114,15 @@ impl Datagrams {
 
 impl Transport for Datagrams {
     fn name(&self) -> &'static str {
-        match self.shape {
-            Shape::Group => "udp multicast",
-            Shape::Unicast => "udp unicast",
+        match (self.shape, self.lane) {
+            (Shape::Group, _) => "udp multicast",
+            (Shape::Unicast, Some(Lane::Control)) => "udp control",
+            (Shape::Unicast, _) => "udp unicast",
         }
     }
 
     fn send(&mut self, _now: Micros, to: NodeId, frame: OutFrame<'_>) -> Sent {
-        if self.shape != Shape::Unicast {
+        if self.shape != Shape::Unicast || self.lane.is_some_and(|l| l != frame.lane) {
             return Sent::Declined;
         }
         let Some(&addr) = self.addrs.get(&to) else {
@@ -113,7 +141,7 @@ impl Transport for Datagrams {
     }
 
     fn multicast(&mut self, _now: Micros, frame: OutFrame<'_>) -> Sent {
-        if self.shape != Shape::Group {
+        if self.shape != Shape::Group || self.lane.is_some_and(|l| l != frame.lane) {
             return Sent::Declined;
         }
         if self
@@ -199,10 +227,13 @@ impl Transport for Datagrams {
         None
     }
 
+    /// `addr` is the peer's address on this endpoint's lane (the driver adds the control
+    /// port offset for the control lane's endpoint).
     fn add_peer(&mut self, _now: Micros, id: NodeId, addr: SocketAddr) -> Result<(), String> {
         self.socket.add_peer(id);
         if self.shape == Shape::Unicast {
             self.addrs.insert(id, addr);
+            self.socket.expect_source(id, addr);
         }
         Ok(())
     }
@@ -217,6 +248,11 @@ impl Transport for Datagrams {
             Shape::Group => {
                 s.multicast = self.socket.stats;
                 s.multicasts_too_large += self.too_large;
+            }
+            Shape::Unicast if self.lane == Some(Lane::Control) => {
+                s.control = self.socket.stats;
+                s.sends_by_udp += self.sends;
+                s.sends_by_control += self.sends;
             }
             Shape::Unicast => {
                 s.unicast = self.socket.stats;

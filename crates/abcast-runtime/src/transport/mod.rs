@@ -10,7 +10,10 @@
 //!   what does not fit a datagram.
 //! - `datagram.rs`, [`datagram::Datagrams`]: one UDP socket, either a multicast group's
 //!   (`Outbox::multicasts` as one datagram for every member, seed 003) or a unicast one
-//!   (one datagram per message to one peer, `unicast = "udp"`: seed 002's token).
+//!   (one datagram per message to one peer, `unicast = "udp"`); with
+//!   [`TransportConfig::control_port_offset`] a second unicast socket carries the
+//!   [`Lane::Control`] messages alone (seed 002's token, §III-E), and the driver weighs the
+//!   two sockets against each other (`driver/lanes.rs`, §III-D).
 //!
 //! A transport owns its sockets and registers them with the loop's poller under tokens of
 //! its own ([`Transport::owns`]); the loop routes readiness by token and never touches a
@@ -35,6 +38,7 @@ pub use stream::{
 
 use crate::linkfault::LinkFault;
 use crate::multicast::{MulticastConfig, MulticastStats};
+use abcast_core::codec::Lane;
 use abcast_core::{Micros, NodeId};
 use bytes::Bytes;
 use mio::Token;
@@ -52,6 +56,9 @@ pub struct OutFrame<'a> {
     /// A control frame ([`abcast_core::codec::WireMessage::urgent`]): a stream transport
     /// sends it ahead of the data frames queued to the same peer.
     pub urgent: bool,
+    /// The socket lane ([`abcast_core::codec::WireMessage::lane`]): a datagram endpoint of
+    /// one lane declines the other's messages.
+    pub lane: Lane,
 }
 
 /// What a transport did with a message it was offered.
@@ -193,8 +200,10 @@ pub struct TransportStats {
     /// left (its `Hello` announced a newer incarnation; see `tcp.rs`, "Connections"). Not
     /// counted in `frames_dropped`.
     pub stale_frames_dropped: u64,
-    /// Protocol multicasts carried as one TCP copy per peer: all of them without
-    /// `TransportConfig::multicast`, else those too large for one datagram.
+    /// Protocol multicasts carried as one copy per peer: all of them without
+    /// `TransportConfig::multicast`, else those too large for one datagram. Each copy goes
+    /// by the transport a message to that peer takes: TCP, or a UDP datagram with
+    /// `unicast = Udp` (the token ring's logical multicast, seed 002 §III-E).
     pub multicasts_by_tcp: u64,
     /// Protocol multicasts that did not fit one datagram and fell back to TCP.
     pub multicasts_too_large: u64,
@@ -202,8 +211,12 @@ pub struct TransportStats {
     pub multicast: MulticastStats,
     /// The UDP unicast socket's counters (all zero without one).
     pub unicast: MulticastStats,
+    /// The control lane's UDP socket's counters (all zero without one).
+    pub control: MulticastStats,
     /// Messages to one peer that went by UDP datagram (`Unicast::Udp`).
     pub sends_by_udp: u64,
+    /// Of `sends_by_udp`: those on the control lane's socket.
+    pub sends_by_control: u64,
     /// Storage syncs (group commits) done before sends.
     pub storage_syncs: u64,
     /// Snapshots written.
@@ -283,11 +296,23 @@ pub struct TransportConfig {
     pub multicast: Option<MulticastConfig>,
     /// How messages to one peer travel (`unicast = "tcp" | "udp"` under `[transport]`).
     pub unicast: Unicast,
+    /// With `unicast = Udp`: a second UDP socket, on each node's peer port plus this
+    /// offset, carries the [`Lane::Control`] messages (the token ring's token and commit
+    /// token; seed 002 §III-E), and the loop chooses which of the two sockets to read first
+    /// (§III-D, `driver/lanes.rs`). `None`: one socket for every message.
+    pub control_port_offset: Option<u16>,
     /// After an event, the loop polls without sleeping for this long before it sleeps in
     /// the kernel (0 = never spins). The reply to a message usually comes within a round
     /// trip: spinning saves the wake-up of each hop, at the cost of up to this much CPU
     /// per burst of events.
     pub busy_poll_us: u64,
+}
+
+/// Where a node whose peer address is `addr` listens for the control lane's datagrams
+/// ([`TransportConfig::control_port_offset`]); `None` past port 65535.
+pub fn control_addr(addr: SocketAddr, offset: u16) -> Option<SocketAddr> {
+    let port = addr.port().checked_add(offset)?;
+    Some(SocketAddr::new(addr.ip(), port))
 }
 
 /// How the protocol's `Outbox::sends` reach a peer.
@@ -331,6 +356,7 @@ impl Default for TransportConfig {
             link_faults: Vec::new(),
             multicast: None,
             unicast: Unicast::Tcp,
+            control_port_offset: None,
             busy_poll_us: BUSY_POLL_US_DEFAULT,
         }
     }

@@ -18,6 +18,9 @@
 //! join_timeout_us = 10000
 //! consensus_timeout_us = 120000
 //! merge_timeout_us = 100000
+//! holddown_us = 250000           # flap damping: a processor failed by a gather is held
+//! holddown_max_us = 2000000      #   down this long, doubling to this at repeated failures
+//! holddown_forget_us = 10000000  #   within this; 0 = no damping
 //! token_port_offset = 200        # the token's own UDP socket: peer port + this
 //! ```
 //!
@@ -56,6 +59,9 @@ pub(crate) struct FileToken {
     join_timeout_us: Option<u64>,
     consensus_timeout_us: Option<u64>,
     merge_timeout_us: Option<u64>,
+    holddown_us: Option<u64>,
+    holddown_max_us: Option<u64>,
+    holddown_forget_us: Option<u64>,
     /// Read wide so that a value out of range names its field.
     token_port_offset: Option<u64>,
 }
@@ -97,7 +103,10 @@ pub(crate) fn token_config(
         token_timeout_us,
         join_timeout_us,
         consensus_timeout_us,
-        merge_timeout_us
+        merge_timeout_us,
+        holddown_us,
+        holddown_max_us,
+        holddown_forget_us
     );
     if let Some(s) = &f.service {
         c.service = match s.as_str() {

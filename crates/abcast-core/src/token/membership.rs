@@ -126,10 +126,6 @@ impl TokenRing {
         self.holddown
             .retain(|_, (until, _)| now < until.saturating_add(forget));
         for &p in &self.fail_set {
-            // Failed because held down: no new evidence, the hold is not renewed.
-            if self.holddown.get(&p).is_some_and(|(until, _)| now < *until) {
-                continue;
-            }
             let e = self.holddown.entry(p).or_insert((now, 0));
             let hold = base.saturating_mul(1 << e.1.min(16)).min(max);
             *e = (now.saturating_add(hold), e.1.saturating_add(1));

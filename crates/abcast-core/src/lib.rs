@@ -16,6 +16,7 @@ pub mod config;
 pub mod dedup;
 pub mod error;
 pub mod event;
+pub mod groups;
 pub mod multiring;
 pub mod mutation;
 pub mod nodeset;

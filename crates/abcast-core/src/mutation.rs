@@ -97,10 +97,19 @@ pub enum Mutation {
     /// No flap damping (`holddown_us` treated as 0): a link cut one way makes the ring
     /// merge and split every merge period.
     TokenNoFlapDamping,
+    // Process groups (issue 18, `groups/`)
+    /// The state exchange after a configuration change keeps each node's own table
+    /// instead of the union of the states: after a partition heals, the members of the
+    /// other side are never known.
+    GroupsNoStateExchange,
+    /// Joins, leaves and messages delivered during a state exchange are applied at once,
+    /// not held until it ends: members from the two sides of a healed partition deliver a
+    /// message in different views.
+    GroupsDeliverDuringExchange,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 25] = [
+    pub const ALL: [Mutation; 27] = [
         Mutation::VoteIgnoresEpoch,
         Mutation::AmnesicPromisesCount,
         Mutation::RepairIgnored,
@@ -129,6 +138,9 @@ impl Mutation {
         Mutation::TokenSkipRecovery,
         Mutation::TokenTakesDuplicateTokens,
         Mutation::TokenNoFlapDamping,
+        // Process groups
+        Mutation::GroupsNoStateExchange,
+        Mutation::GroupsDeliverDuringExchange,
     ];
 
     pub fn name(self) -> &'static str {
@@ -160,6 +172,8 @@ impl Mutation {
             Mutation::TokenSkipRecovery => "token_skip_recovery",
             Mutation::TokenTakesDuplicateTokens => "token_takes_duplicate_tokens",
             Mutation::TokenNoFlapDamping => "token_no_flap_damping",
+            Mutation::GroupsNoStateExchange => "groups_no_state_exchange",
+            Mutation::GroupsDeliverDuringExchange => "groups_deliver_during_exchange",
         }
     }
 }

@@ -389,6 +389,26 @@ pub trait Protocol {
         out: &mut Outbox<Self::Message>,
     ) -> Result<ValueId, ProposeError>;
 
+    /// Offers one value asking for a delivery service (Extended Virtual Synchrony's, seed
+    /// 002 §II): `Agreed` is what [`Protocol::propose`] gives every protocol; `Safe` asks
+    /// that the value be delivered only once every member of the configuration has it
+    /// (the token ring's two-round `aru`). A protocol that has no such service refuses
+    /// `Safe` with `Unsupported` rather than deliver it as `Agreed`.
+    fn propose_at(
+        &mut self,
+        now: Micros,
+        payload: Bytes,
+        level: DeliveryLevel,
+        out: &mut Outbox<Self::Message>,
+    ) -> Result<ValueId, ProposeError> {
+        match level {
+            DeliveryLevel::Agreed => self.propose(now, payload, out),
+            DeliveryLevel::Safe => Err(ProposeError::Unsupported {
+                what: "Safe delivery (every member has the value before any delivers it)",
+            }),
+        }
+    }
+
     /// Offers `values` in order, as [`Protocol::propose`] called on each would, and returns
     /// the first id and how many were taken: consecutive ids of this node. It stops at the
     /// first value refused, and returns that refusal only when it is the first. A protocol

@@ -26,7 +26,7 @@ pub struct TokenConfig {
     pub max_value_bytes: usize,
     /// Values waiting to be sent, at most (`propose` says `Busy` past it).
     pub window_values: usize,
-    /// The service of this node's proposals.
+    /// The service of `propose` (`Protocol::propose_at` picks one per value).
     pub service: Service,
     /// A member that passed the token and heard nothing that shows its successor took it
     /// (the token again, or a message stamped after it) sends it again after this long; the

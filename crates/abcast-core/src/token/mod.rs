@@ -93,8 +93,9 @@ pub struct TokenRing {
     pub(crate) ring: RingId,
     /// Its members, in ring order (ascending ids).
     pub(crate) memb: Vec<NodeId>,
-    /// Values waiting for the token, with the first one's id seq.
-    pending: VecDeque<Bytes>,
+    /// Values waiting for the token, each with its service, and the first one's id seq.
+    /// A data message packs consecutive values of one service.
+    pending: VecDeque<(Bytes, Service)>,
     pending_first_seq: u64,
     /// Received (or sent) messages of `ring` not yet discarded, by sequence number.
     pub(crate) buffer: BTreeMap<u64, Data>,
@@ -464,7 +465,11 @@ impl TokenRing {
         self.asked.retain(|&q, _| q > aru);
         // The other members, each of whom may hold the message (at least 1, at most what
         // a skip count holds).
-        let holders = self.memb.len().saturating_sub(1).clamp(1, usize::from(u8::MAX)) as u8;
+        let holders = self
+            .memb
+            .len()
+            .saturating_sub(1)
+            .clamp(1, usize::from(u8::MAX)) as u8;
         while s <= limit && rtr.len() < RTR_MAX {
             if !self.buffer.contains_key(&s) && !rtr.iter().any(|r| r.seq == s) {
                 // Asked before and still missing: the next holder in turn answers.
@@ -507,8 +512,11 @@ impl TokenRing {
         while new_msgs.len() < allowed && !self.pending.is_empty() {
             let seq = seq_received + 1 + new_msgs.len() as u64;
             let mut b = BatchBuilder::new(self.me, self.pending_first_seq, 0);
-            while let Some(v) = self.pending.front() {
-                if !b.is_empty() && b.payload_bytes() + v.len() > self.cfg.max_message_bytes {
+            let service = self.pending.front().map_or(self.cfg.service, |(_, s)| *s);
+            while let Some((v, s)) = self.pending.front() {
+                if !b.is_empty()
+                    && (*s != service || b.payload_bytes() + v.len() > self.cfg.max_message_bytes)
+                {
                     break;
                 }
                 b.push(v);
@@ -520,7 +528,7 @@ impl TokenRing {
                 seq,
                 pid: self.me,
                 round,
-                service: self.cfg.service,
+                service,
                 batch: b.finish(),
                 inner: None,
             });
@@ -673,8 +681,24 @@ impl Protocol for TokenRing {
 
     fn propose(
         &mut self,
+        now: Micros,
+        payload: Bytes,
+        out: &mut Out,
+    ) -> Result<ValueId, ProposeError> {
+        let level = match self.cfg.service {
+            Service::Agreed => DeliveryLevel::Agreed,
+            Service::Safe => DeliveryLevel::Safe,
+        };
+        self.propose_at(now, payload, level, out)
+    }
+
+    /// Agreed or Safe per value (seed 002 §II): the value waits with its service, and a
+    /// data message packs only values of one service.
+    fn propose_at(
+        &mut self,
         _now: Micros,
         payload: Bytes,
+        level: DeliveryLevel,
         _out: &mut Out,
     ) -> Result<ValueId, ProposeError> {
         if payload.len() > self.cfg.max_value_bytes {
@@ -690,7 +714,11 @@ impl Protocol for TokenRing {
             node: self.me,
             seq: self.pending_first_seq + self.pending.len() as u64,
         };
-        self.pending.push_back(payload);
+        let service = match level {
+            DeliveryLevel::Agreed => Service::Agreed,
+            DeliveryLevel::Safe => Service::Safe,
+        };
+        self.pending.push_back((payload, service));
         Ok(id)
     }
 

@@ -242,6 +242,45 @@ fn safe_delivery_waits_until_every_member_has_the_message() {
     assert_eq!(net.acked[0], 1, "the sender's ack once every member has it");
 }
 
+/// `propose_at` picks the service per value: Agreed and Safe values of one member go in
+/// separate data messages (each message has one service), keep the member's order, and
+/// each is delivered at its own level.
+#[test]
+fn agreed_and_safe_values_of_one_member_go_in_separate_messages_in_order() {
+    let mut net = Net::new(ring(3, 5, 3, Service::Agreed));
+    net.form();
+    let levels = [
+        DeliveryLevel::Agreed,
+        DeliveryLevel::Agreed,
+        DeliveryLevel::Safe,
+        DeliveryLevel::Agreed,
+    ];
+    let mut ids = Vec::new();
+    for (k, l) in levels.iter().enumerate() {
+        let mut out = Out::new();
+        let v = Bytes::from(vec![k as u8; 10]);
+        ids.push(
+            net.nodes[0]
+                .propose_at(net.now, v, *l, &mut out)
+                .expect("room"),
+        );
+    }
+    net.run(3_000, |_, _, _| false);
+    for i in 0..3 {
+        let got: Vec<DeliveryLevel> = net.delivered[i].iter().map(|d| d.1).collect();
+        assert_eq!(
+            got,
+            vec![
+                DeliveryLevel::Agreed,
+                DeliveryLevel::Safe,
+                DeliveryLevel::Agreed
+            ],
+            "member {i}: three messages (two Agreed values packed, one Safe, one Agreed)"
+        );
+        assert_eq!(net.values[i], ids, "member {i}: the proposer's order");
+    }
+}
+
 /// Agreed delivery does not wait for the other members: the sender delivers its own
 /// message as soon as it is stamped and in order.
 #[test]

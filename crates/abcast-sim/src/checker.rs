@@ -138,6 +138,13 @@ pub enum ViolationKind {
     /// was in one configuration of them all; or, while a one-way link stayed, the
     /// configurations kept changing.
     MembershipUnsettled,
+    /// Process groups: two members delivered a group's message in one configuration in
+    /// different views of the group, a view listed a member whose node is outside the
+    /// configuration, or a message came in another view than the last one told.
+    GroupView,
+    /// Process groups: after the heal, some live node had not ended its state exchange,
+    /// or its groups were not the members the live nodes hold, within the bound.
+    GroupsUnsettled,
 }
 
 impl ViolationKind {
@@ -149,6 +156,7 @@ impl ViolationKind {
             | SnapshotMismatch | ConfigMismatch => "agreement",
             EvsOrder | EvsVirtualSynchrony | EvsWrongConfiguration | EvsSafe => "evs",
             EvsSelfDelivery => "self-delivery",
+            GroupView => "groups",
             StaleRead => "linearizability",
             ReconfigRefused => "config",
             MergeOrder => "merge order",
@@ -161,7 +169,8 @@ impl ViolationKind {
             | NothingAcked
             | TooBusy
             | PartialConnectivityStall
-            | MembershipUnsettled => "liveness",
+            | MembershipUnsettled
+            | GroupsUnsettled => "liveness",
             Decode | CodecMismatch => "codec",
             BadConfig => "config",
             StorageFailed => "storage",

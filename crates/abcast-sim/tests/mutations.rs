@@ -506,7 +506,7 @@ fn token_caught(m: Mutation, mix: FaultMix, budget: u64) {
 
 #[test]
 fn token_safe_delivery_without_the_two_round_aru_is_caught() {
-    token_caught(Mutation::TokenSafeAtOnce, FaultMix::Pause, 20);
+    token_caught(Mutation::TokenSafeAtOnce, FaultMix::Partition, 10);
 }
 
 #[test]
@@ -531,4 +531,16 @@ fn token_membership_without_flap_damping_is_caught() {
         FaultMix::PartialConnectivity,
         20,
     );
+}
+
+// ---- Process groups over the token ring (the EVS world's group layer) ---------------------
+
+#[test]
+fn groups_without_the_state_exchange_are_caught() {
+    token_caught(Mutation::GroupsNoStateExchange, FaultMix::Partition, 10);
+}
+
+#[test]
+fn groups_delivering_during_the_state_exchange_are_caught() {
+    token_caught(Mutation::GroupsDeliverDuringExchange, FaultMix::Crash, 10);
 }

@@ -17,8 +17,9 @@
 //! `State` value naming the configuration), and nothing of the groups is delivered until
 //! the states of every member of the configuration are in: joins, leaves and messages
 //! delivered meanwhile are held, in order. When the last state is delivered, each group's
-//! members are the union of the states, a view is delivered for every group that changed,
-//! and the held values follow, in order. Every member delivers the states at the same place
+//! members are the union of the states, a new view is delivered for every group with
+//! members (as Spread does at every configuration change), and the held values follow, in
+//! order. Every member delivers the states at the same place
 //! of one sequence, so the exchange ends at the same place everywhere.
 //!
 //! **Transitional configurations** do not change the layer's state (two members that move
@@ -417,15 +418,9 @@ impl GroupLayer {
                     }
                 }
             }
-            let changed: BTreeSet<String> = table
-                .keys()
-                .chain(self.table.keys())
-                .filter(|g| table.get(*g) != self.table.get(*g))
-                .cloned()
-                .collect();
-            for g in changed {
-                *self.changes.entry(g).or_insert(0) += 1;
-            }
+            // Every group with members gets a new view; its id counts from the exchange,
+            // not from what this node knew before (a node that restarted knew nothing).
+            self.changes = table.keys().map(|g| (g.clone(), 1)).collect();
             self.table = table;
             self.per_node = per_node;
         }
@@ -538,11 +533,13 @@ impl GroupLayer {
         (id, kind, members)
     }
 
-    /// Tells `group`'s view if it differs from what was told last.
+    /// Tells `group`'s view if it differs from what was told last (a new regular
+    /// configuration is a new view of every group with members, as in Spread, even when
+    /// its members stay).
     fn tell(&mut self, group: &str, events: &mut Vec<GroupEvent>) {
         let now = self.current(group);
         let before = self.told.get(group);
-        if before.is_some_and(|b| b.1 == now.1 && b.2 == now.2) {
+        if before.is_some_and(|b| *b == now) {
             return;
         }
         if before.is_none() && now.2.is_empty() {

@@ -266,7 +266,7 @@ fn an_exchange_cut_short_ends_at_the_next_regular_configuration() {
     assert_eq!(a.stats().exchanges_cut, 1);
     let s = state_of(&mut a);
     let told = feed(&mut a, &[Step::Value(n(1), 3, s)]);
-    assert_eq!(told, vec!["view g 2.0 Regular [x@n1]"]);
+    assert_eq!(told, vec!["view g 2.1 Regular [x@n1]"]);
 }
 
 #[test]

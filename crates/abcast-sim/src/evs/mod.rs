@@ -19,6 +19,7 @@
 //! kinds ([`FaultKind`]), drawn the same way, replayed the same way.
 
 pub mod checker;
+pub mod groups;
 pub mod token;
 
 pub use checker::EvsChecker;
@@ -29,10 +30,12 @@ use crate::faults::{FaultCounts, FaultKind};
 use crate::rng::SimRng;
 use crate::sim::{Violation, decode, encode};
 use abcast_core::config::StartInfo;
+use abcast_core::groups::{GroupEvent, GroupLayer};
+use abcast_core::mutation::Mutation;
 use abcast_core::protocol::Ack;
 use abcast_core::{
-    Application, Carrier, ConfigChange, Delivery, Event as CoreEvent, Install, Micros, NodeId,
-    Outbox, ProposeError, Protocol, Skip,
+    Application, Carrier, ConfigChange, Delivery, DeliveryLevel, Event as CoreEvent, Install,
+    Micros, NodeId, Outbox, ProposeError, Protocol, Skip,
 };
 use bytes::{Bytes, BytesMut};
 use std::cmp::{Ordering, Reverse};
@@ -70,6 +73,11 @@ pub struct EvsConfig {
     pub replay_target: String,
     /// Extra variables for the replay line (a mutation).
     pub replay_env: String,
+    /// Every node runs the process-group layer over its deliveries, and some proposals
+    /// are group joins, leaves and messages (`groups.rs`).
+    pub groups: bool,
+    /// The group layer's broken variant (the mutation sweeps).
+    pub group_mutation: Option<Mutation>,
 }
 
 impl EvsConfig {
@@ -92,6 +100,8 @@ impl EvsConfig {
             replay_target: "cargo test -p abcast-sim --test token replay -- --exact --nocapture"
                 .into(),
             replay_env: String::new(),
+            groups: true,
+            group_mutation: None,
         }
     }
 
@@ -237,6 +247,9 @@ pub struct EvsReport {
     pub remain_installs_max: u64,
     pub remain_last_installs_max: u64,
     pub remain_runs: u64,
+    /// Group views and group messages told, over every life.
+    pub group_views: u64,
+    pub group_messages: u64,
     /// From the heal until every node was in one ring with everything delivered.
     pub settle_us: Micros,
     pub events: u64,
@@ -310,6 +323,10 @@ struct Node<P> {
     inbox: VecDeque<Msg>,
     /// Messages that came while it was down, for its next life.
     parked: Vec<Msg>,
+    /// The process-group layer of this life, and the values it asked to broadcast that
+    /// wait for room (`propose` said `Busy`).
+    groups: GroupLayer,
+    group_queue: VecDeque<Bytes>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -318,6 +335,12 @@ enum Phase {
     Remain,
     Healed,
 }
+
+/// The share of proposals that are group operations, the groups and the member names per
+/// node they draw from (few, so joins, leaves and messages meet).
+const GROUP_OPS_PPM: u32 = 300_000;
+const GROUPS: u64 = 3;
+const MEMBERS: u64 = 3;
 
 /// The last events, for a violation's report.
 const TRACE_EVENTS: usize = 80;
@@ -337,6 +360,7 @@ struct World<'f, P: Protocol, F> {
     side: Vec<u8>,
     one_way: HashSet<(NodeId, NodeId)>,
     checker: EvsChecker,
+    group_checker: groups::GroupChecker,
     report: EvsReport,
     fault_end: Micros,
     heal_at: Option<Micros>,
@@ -391,7 +415,13 @@ where
     }
     fn delivered(&mut self, _now: Micros, d: &Delivery, _results: &[Bytes]) -> Result<(), Failure> {
         let life = self.w.life(self.i);
-        self.w.checker.delivered(life, d)
+        self.w.checker.delivered(life, d)?;
+        if self.w.cfg.groups {
+            let mut ev: Vec<GroupEvent> = Vec::new();
+            self.w.nodes[self.i].groups.delivered(d, &mut ev);
+            self.w.group_checker.events(life, &ev)?;
+        }
+        Ok(())
     }
     fn installed(&mut self, _now: Micros, _i: &Install) -> Result<(), Failure> {
         Err(Failure::new(
@@ -421,7 +451,24 @@ where
             c.config.id,
             c.config.members.iter().map(|m| m.id).collect::<Vec<_>>()
         ));
-        self.w.checker.config_changed(now, life, c)
+        self.w.checker.config_changed(now, life, c)?;
+        if self.w.cfg.groups {
+            let mut ev: Vec<GroupEvent> = Vec::new();
+            let node = &mut self.w.nodes[self.i];
+            node.groups.config_changed(c, &mut ev);
+            let values = node.groups.take_proposals();
+            node.group_queue.extend(values);
+            // What a transitional configuration tells belongs to it; what a regular one
+            // tells (an exchange cut short, ended) to the configuration before it.
+            if c.kind == abcast_core::ConfigKind::Transitional {
+                self.w.group_checker.config_changed(life, c);
+                self.w.group_checker.events(life, &ev)?;
+            } else {
+                self.w.group_checker.events(life, &ev)?;
+                self.w.group_checker.config_changed(life, c);
+            }
+        }
+        Ok(())
     }
     fn acked(&mut self, _now: Micros, a: &Ack) -> Result<(), Failure> {
         let life = self.w.life(self.i);
@@ -597,12 +644,19 @@ where
                 )));
             }
         };
+        let mut layer = GroupLayer::new(id);
+        if let Err(e) = layer.set_mutation(self.cfg.group_mutation) {
+            return Err(self.violation(Failure::new(ViolationKind::BadConfig, e)));
+        }
         let n = &mut self.nodes[i];
         n.proto = Some(p);
         n.incarnation = start.incarnation;
         n.epoch += 1;
         n.paused_until = 0;
         n.inbox.clear();
+        // A new life knows no members: its clients join again.
+        n.groups = layer;
+        n.group_queue.clear();
         self.checker.start((id, start.incarnation));
         self.note(format!("{id}#{} starts", start.incarnation));
         let epoch = self.nodes[i].epoch;
@@ -664,14 +718,25 @@ where
                 let Some(&i) = self.rng.pick(&live) else {
                     return Ok(());
                 };
-                let payload = self.payload();
+                let mut payload = self.payload();
+                let mut level = None;
+                if self.cfg.groups && self.rng.chance_ppm(GROUP_OPS_PPM) {
+                    match self.group_value(i, &payload) {
+                        Some((v, l)) => {
+                            payload = v;
+                            level = l;
+                        }
+                        None => return Ok(()),
+                    }
+                }
                 let life = self.life(i);
                 let mut out = std::mem::take(&mut self.outbox);
                 out.clear();
                 let now = self.now;
-                let r = match self.nodes[i].proto.as_mut() {
-                    Some(p) => p.propose(now, payload.clone(), &mut out),
-                    None => Err(ProposeError::Busy),
+                let r = match (self.nodes[i].proto.as_mut(), level) {
+                    (Some(p), None) => p.propose(now, payload.clone(), &mut out),
+                    (Some(p), Some(l)) => p.propose_at(now, payload.clone(), l, &mut out),
+                    (None, _) => Err(ProposeError::Busy),
                 };
                 self.outbox = out;
                 match r {
@@ -848,10 +913,23 @@ where
             }
             Action::Check => {
                 let heal = self.heal_at.unwrap_or(self.now);
-                if self.checker.settled() {
+                let groups = self.groups_settled();
+                if self.checker.settled() && groups.is_ok() {
                     self.report.settle_us = self.now - heal;
                     self.queue.clear();
                     return Ok(());
+                }
+                if self.now > heal + self.cfg.settle_bound_us
+                    && self.checker.settled()
+                    && let Err(why) = groups
+                {
+                    let detail = format!(
+                        "the groups did not settle {} ms after the heal: {why}",
+                        self.cfg.settle_bound_us / 1000
+                    );
+                    return Err(
+                        self.violation(Failure::new(ViolationKind::GroupsUnsettled, detail))
+                    );
                 }
                 if self.now > heal + self.cfg.settle_bound_us {
                     let detail = format!(
@@ -872,6 +950,106 @@ where
                 Ok(())
             }
         }
+    }
+
+    /// A client's group operation at node `i`: a join, a leave of one of its members, or a
+    /// message (with `payload`, whose first bytes make it unique) to a group, from one of
+    /// its members or from a non-member; with a service for a message.
+    fn group_value(&mut self, i: usize, payload: &Bytes) -> Option<(Bytes, Option<DeliveryLevel>)> {
+        let group = format!("g{}", self.rng.below(GROUPS));
+        let member = format!("m{}", self.rng.below(MEMBERS));
+        let layer = &self.nodes[i].groups;
+        let roll = self.rng.below(10);
+        if roll < 4 {
+            return layer.join_value(&group, &member).ok().map(|v| (v, None));
+        }
+        if roll < 6 {
+            let mine: Vec<(String, String)> = layer.mine().iter().cloned().collect();
+            let (g, m) = self.rng.pick(&mine)?.clone();
+            return self.nodes[i]
+                .groups
+                .leave_value(&g, &m)
+                .ok()
+                .map(|v| (v, None));
+        }
+        let members: Vec<String> = layer
+            .mine()
+            .iter()
+            .filter(|(g, _)| *g == group)
+            .map(|(_, m)| m.clone())
+            .collect();
+        let sender = if self.rng.chance_ppm(700_000) {
+            self.rng.pick(&members).cloned().unwrap_or_default()
+        } else {
+            String::new()
+        };
+        let level = if self.rng.chance_ppm(300_000) {
+            DeliveryLevel::Safe
+        } else {
+            DeliveryLevel::Agreed
+        };
+        let v = self.nodes[i]
+            .groups
+            .message_value(&group, &sender, payload)
+            .ok()?;
+        Some((v, Some(level)))
+    }
+
+    /// Proposes the values the group layers asked for (each node's state after a regular
+    /// configuration), in order, as far as each protocol takes them.
+    fn flush_group_queues(&mut self) -> Res<()> {
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].group_queue.is_empty() || self.nodes[i].proto.is_none() {
+                continue;
+            }
+            let life = self.life(i);
+            let now = self.now;
+            let mut out = std::mem::take(&mut self.outbox);
+            out.clear();
+            let mut taken = Vec::new();
+            let n = &mut self.nodes[i];
+            if let Some(p) = n.proto.as_mut() {
+                while let Some(v) = n.group_queue.front() {
+                    match p.propose(now, v.clone(), &mut out) {
+                        Ok(id) => {
+                            taken.push((id, v.clone()));
+                            n.group_queue.pop_front();
+                        }
+                        Err(_) => break,
+                    }
+                }
+            }
+            self.outbox = out;
+            for (id, v) in taken {
+                self.mix_in(id.seq);
+                self.checker
+                    .propose(life, id, v)
+                    .map_err(|f| self.violation(f))?;
+            }
+            self.call(i, |_, _, _| {})?;
+        }
+        Ok(())
+    }
+
+    /// The live nodes' groups settled (`groups::GroupChecker::settled`), or why not.
+    fn groups_settled(&self) -> Result<(), String> {
+        if !self.cfg.groups {
+            return Ok(());
+        }
+        if let Some(n) = self
+            .nodes
+            .iter()
+            .find(|n| n.proto.is_some() && !n.group_queue.is_empty())
+        {
+            return Err(format!("node {} has group values waiting for room", n.id));
+        }
+        let live: Vec<((NodeId, u64), &GroupLayer)> = self
+            .nodes
+            .iter()
+            .filter(|n| n.proto.is_some())
+            .map(|n| ((n.id, n.incarnation), &n.groups))
+            .collect();
+        self.group_checker.settled(&live)
     }
 
     fn on_msg(&mut self, m: Msg) -> Res<()> {
@@ -992,6 +1170,7 @@ where
         n.epoch += 1;
         n.inbox.clear();
         n.paused_until = 0;
+        n.group_queue.clear();
         self.report.crashes += 1;
         self.note(format!("{}#{} crashes", life.0, life.1));
         let down = self.rng.between(self.plan.down_us.0, self.plan.down_us.1);
@@ -1030,6 +1209,9 @@ where
                 return Err(self.violation(f));
             }
             self.handle(ev.action)?;
+            if self.cfg.groups {
+                self.flush_group_queues()?;
+            }
         }
         if self.heal_at.is_none() || !self.checker.settled() {
             return Err(self.violation(Failure::new(
@@ -1053,6 +1235,8 @@ where
         r.safe_deliveries = c.safe_deliveries;
         r.transitional_deliveries = c.transitional_deliveries;
         r.configs_installed = c.configs_installed;
+        r.group_views = self.group_checker.views;
+        r.group_messages = self.group_checker.messages;
         r.fingerprint = self.fingerprint ^ r.events ^ (r.deliveries << 20);
         Ok(self.report)
     }
@@ -1091,6 +1275,8 @@ where
             paused_until: 0,
             inbox: VecDeque::new(),
             parked: Vec::new(),
+            groups: GroupLayer::new(NodeId(id)),
+            group_queue: VecDeque::new(),
         })
         .collect();
     let fault_end = cfg.fault_phase_us;
@@ -1106,6 +1292,7 @@ where
         side: vec![0; n],
         one_way: HashSet::new(),
         checker: EvsChecker::new(),
+        group_checker: groups::GroupChecker::default(),
         report: EvsReport::default(),
         fault_end,
         heal_at: None,
@@ -1139,7 +1326,8 @@ impl fmt::Display for EvsSweep {
             "{} seeds, {} violations; proposed {}, acked {}, delivered {} ({} Safe, {} in \
              transitional configurations), {} configurations installed, {} crashes, {} pauses, \
              {} partition changes, {} messages held long; settle max {} ms (seed {}); remain \
-             runs {} with at most {} installs, {} in the last window",
+             runs {} with at most {} installs, {} in the last window; {} group views, {} \
+             group messages",
             self.runs,
             self.violations.len(),
             t.proposed,
@@ -1156,7 +1344,9 @@ impl fmt::Display for EvsSweep {
             self.settle_seed,
             t.remain_runs,
             t.remain_installs_max,
-            t.remain_last_installs_max
+            t.remain_last_installs_max,
+            t.group_views,
+            t.group_messages
         )
     }
 }
@@ -1192,6 +1382,8 @@ impl EvsSweep {
                 t.pauses += r.pauses;
                 t.partition_changes += r.partition_changes;
                 t.remain_runs += r.remain_runs;
+                t.group_views += r.group_views;
+                t.group_messages += r.group_messages;
                 t.remain_installs_max = t.remain_installs_max.max(r.remain_installs_max);
                 t.remain_last_installs_max =
                     t.remain_last_installs_max.max(r.remain_last_installs_max);
@@ -1230,6 +1422,8 @@ impl EvsSweep {
         t.pauses += r.pauses;
         t.partition_changes += r.partition_changes;
         t.remain_runs += r.remain_runs;
+        t.group_views += r.group_views;
+        t.group_messages += r.group_messages;
         t.remain_installs_max = t.remain_installs_max.max(r.remain_installs_max);
         t.remain_last_installs_max = t.remain_last_installs_max.max(r.remain_last_installs_max);
         t.events += r.events;

@@ -58,6 +58,12 @@ pub fn world_config(cfg: &EvsConfig, mutation: Option<Mutation>) -> EvsConfig {
     c.token_kinds = vec![K_TOKEN, K_COMMIT];
     if let Some(m) = mutation {
         c.replay_env = format!(" ABCAST_SIM_MUTATION={m}");
+        if matches!(
+            m,
+            Mutation::GroupsNoStateExchange | Mutation::GroupsDeliverDuringExchange
+        ) {
+            c.group_mutation = Some(m);
+        }
     }
     c
 }

@@ -464,7 +464,11 @@ impl TokenRing {
         self.asked.retain(|&q, _| q > aru);
         // The other members, each of whom may hold the message (at least 1, at most what
         // a skip count holds).
-        let holders = self.memb.len().saturating_sub(1).clamp(1, usize::from(u8::MAX)) as u8;
+        let holders = self
+            .memb
+            .len()
+            .saturating_sub(1)
+            .clamp(1, usize::from(u8::MAX)) as u8;
         while s <= limit && rtr.len() < RTR_MAX {
             if !self.buffer.contains_key(&s) && !rtr.iter().any(|r| r.seq == s) {
                 // Asked before and still missing: the next holder in turn answers.

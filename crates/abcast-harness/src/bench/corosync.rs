@@ -19,7 +19,10 @@
 //!
 //! Every process and the LAN are removed when the run ends, fails or is interrupted
 //! (SIGINT, SIGTERM); the configurations and logs stay in the member directories of
-//! `out_dir`, and an error names them.
+//! `out_dir`, and an error names them. The first run registers SIGINT and SIGTERM handlers
+//! that set [`interrupted`] for the rest of the process's life. Should the process be
+//! killed outright, its children get SIGTERM from the kernel (`PR_SET_PDEATHSIG`) and the
+//! next run with the same LAN tag removes the namespaces left behind.
 
 use super::lan::EmulatedLan;
 use abcast_node::stats::median;
@@ -27,6 +30,7 @@ use serde_json::Value;
 use std::fmt::Write as _;
 use std::fs::{self, File};
 use std::net::Ipv4Addr;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
@@ -560,7 +564,8 @@ fn stop_flag() -> &'static Arc<AtomicBool> {
         let flag = Arc::new(AtomicBool::new(false));
         for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
             // Without the handler the signal ends the process and the Drop guards do not
-            // run; the next run's LAN removes the namespaces left behind.
+            // run: the children still get SIGTERM (PR_SET_PDEATHSIG), and the next run's
+            // LAN removes the namespaces left behind.
             let _ = signal_hook::flag::register(sig, Arc::clone(&flag));
         }
         flag
@@ -661,12 +666,24 @@ fn spawn_in_netns(
     stdout: &Path,
     stderr: &Path,
 ) -> Result<Proc, String> {
-    let child = Command::new("ip")
-        .args(["netns", "exec", netns])
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", netns])
         .args(program)
         .stdin(Stdio::null())
         .stdout(create_file(stdout)?)
-        .stderr(create_file(stderr)?)
+        .stderr(create_file(stderr)?);
+    // Should this process die without running its Drop guards (SIGKILL), the kernel sends
+    // the child SIGTERM; the setting survives `ip netns exec`'s and `sh`'s exec.
+    // SAFETY: prctl(2) is async-signal-safe and changes only the child's own state.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd
         .spawn()
         .map_err(|e| format!("corosync CPG: cannot start {what} (`ip netns exec`): {e}"))?;
     Ok(Proc {

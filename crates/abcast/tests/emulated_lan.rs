@@ -127,6 +127,36 @@ fn multicast_crosses_the_bridge_to_every_other_node_and_the_lan_is_removed_on_dr
 }
 
 #[test]
+fn an_unshaped_lan_has_no_shaper_on_either_side_and_is_removed_on_drop() {
+    if let Some(why) = cannot_build() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let t = tag(3);
+    let lan = EmulatedLan::create_unshaped(&t, 2).expect("build the LAN");
+    assert_eq!(lan.rate_mbit, None);
+    for (i, n) in lan.nodes.iter().enumerate() {
+        for args in [
+            vec!["-n", n.netns.as_str(), "qdisc", "show", "dev", "eth0"],
+            vec!["qdisc", "show", "dev", &format!("ab{t}h{i}")],
+        ] {
+            let out = std::process::Command::new("tc")
+                .args(&args)
+                .output()
+                .expect("tc");
+            assert!(out.status.success(), "tc {args:?}");
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(!text.contains("tbf"), "tc {args:?}: a shaper: {text}");
+        }
+    }
+    let paths: Vec<PathBuf> = lan.nodes.iter().map(|n| n.netns_path()).collect();
+    drop(lan);
+    for p in paths {
+        assert!(!p.exists(), "{} outlived the LAN", p.display());
+    }
+}
+
+#[test]
 fn a_ring_paxos_cluster_on_the_lan_orders_values_over_multicast() {
     if let Some(why) = cannot_build() {
         eprintln!("skipping: {why}");

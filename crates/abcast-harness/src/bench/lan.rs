@@ -15,7 +15,9 @@
 //!   `10.77.K.254/24` so the caller can reach the nodes;
 //! - a veth pair per node, `eth0` in the node's namespace and `abTAGhI` on the bridge;
 //! - a token-bucket shaper (`tc qdisc tbf`) on both ends of each pair: the node's NIC sends
-//!   at most `rate_mbit`, and the switch port towards the node delivers at most `rate_mbit`.
+//!   at most `rate_mbit`, and the switch port towards the node delivers at most `rate_mbit`
+//!   (none with [`EmulatedLan::create_unshaped`], for comparisons where the link should
+//!   never be the limit, only the namespaces and the bridge).
 //!   The shaper queues rather than drops (its limit is larger than any socket's send
 //!   buffer), so a sender that outruns its link is held by its socket buffer, as on a real
 //!   NIC, and TCP sees the bandwidth as a real link's.
@@ -64,7 +66,8 @@ impl LanNode {
 pub struct EmulatedLan {
     bridge: String,
     pub nodes: Vec<LanNode>,
-    pub rate_mbit: u32,
+    /// Each link's rate each way; `None` when the links are not shaped.
+    pub rate_mbit: Option<u32>,
     /// The bridge's address, in the caller's namespace.
     pub gateway: Ipv4Addr,
 }
@@ -89,6 +92,23 @@ fn tool(program: &str, args: &[&str]) -> Result<(), String> {
     ))
 }
 
+/// Shapes both ends of one node's veth pair, `eth0` in namespace `ns` and the bridge port
+/// `host`, to `mbit` each way.
+fn shape(ns: &str, host: &str, mbit: u32) -> Result<(), String> {
+    let rate = format!("{mbit}mbit");
+    let burst = burst_bytes(mbit).to_string();
+    let limit = SHAPER_LIMIT_BYTES.to_string();
+    let tbf = [
+        "root", "tbf", "rate", &rate, "burst", &burst, "limit", &limit,
+    ];
+    let mut node_side = vec!["-n", ns, "qdisc", "add", "dev", "eth0"];
+    node_side.extend_from_slice(&tbf);
+    tool("tc", &node_side)?;
+    let mut port_side = vec!["qdisc", "add", "dev", host];
+    port_side.extend_from_slice(&tbf);
+    tool("tc", &port_side)
+}
+
 /// The shaper's token bucket: enough for 2 ms at the rate (timer slack) and at least a
 /// few jumbo frames.
 fn burst_bytes(rate_mbit: u32) -> u64 {
@@ -100,6 +120,21 @@ impl EmulatedLan {
     /// characters from `[a-z0-9]`) names its parts, so two LANs of different tags coexist;
     /// the subnet 10.77.K.0/24 is drawn from the tag.
     pub fn create(tag: &str, nodes: usize, rate_mbit: u32) -> Result<EmulatedLan, String> {
+        if !(LAN_RATE_MBIT_MIN..=LAN_RATE_MBIT_MAX).contains(&rate_mbit) {
+            return Err(format!(
+                "emulated LAN: link rate {rate_mbit} Mbit/s, must be {LAN_RATE_MBIT_MIN} to \
+                 {LAN_RATE_MBIT_MAX}"
+            ));
+        }
+        Self::create_with(tag, nodes, Some(rate_mbit))
+    }
+
+    /// The same LAN without shapers: each veth pair carries what the cores can copy.
+    pub fn create_unshaped(tag: &str, nodes: usize) -> Result<EmulatedLan, String> {
+        Self::create_with(tag, nodes, None)
+    }
+
+    fn create_with(tag: &str, nodes: usize, rate_mbit: Option<u32>) -> Result<EmulatedLan, String> {
         if tag.is_empty()
             || tag.len() > 6
             || !tag
@@ -113,12 +148,6 @@ impl EmulatedLan {
         if nodes == 0 || nodes > LAN_NODES_MAX {
             return Err(format!(
                 "emulated LAN: {nodes} nodes, must be 1 to {LAN_NODES_MAX}"
-            ));
-        }
-        if !(LAN_RATE_MBIT_MIN..=LAN_RATE_MBIT_MAX).contains(&rate_mbit) {
-            return Err(format!(
-                "emulated LAN: link rate {rate_mbit} Mbit/s, must be {LAN_RATE_MBIT_MIN} to \
-                 {LAN_RATE_MBIT_MAX}"
             ));
         }
         let k = tag
@@ -147,9 +176,6 @@ impl EmulatedLan {
     fn build(&self, tag: &str) -> Result<(), String> {
         let br = self.bridge.as_str();
         let mtu = LAN_MTU_BYTES.to_string();
-        let rate = format!("{}mbit", self.rate_mbit);
-        let burst = burst_bytes(self.rate_mbit).to_string();
-        let limit = SHAPER_LIMIT_BYTES.to_string();
         let gateway = format!("{}/24", self.gateway);
         tool("ip", &["link", "add", br, "type", "bridge"])?;
         tool(
@@ -158,9 +184,6 @@ impl EmulatedLan {
         )?;
         tool("ip", &["addr", "add", &gateway, "dev", br])?;
         tool("ip", &["link", "set", br, "up"])?;
-        let tbf = [
-            "root", "tbf", "rate", &rate, "burst", &burst, "limit", &limit,
-        ];
         for (i, n) in self.nodes.iter().enumerate() {
             let ns = n.netns.as_str();
             let host = format!("ab{tag}h{i}");
@@ -181,12 +204,9 @@ impl EmulatedLan {
                 "ip",
                 &["-n", ns, "route", "add", "224.0.0.0/4", "dev", "eth0"],
             )?;
-            let mut node_side = vec!["-n", ns, "qdisc", "add", "dev", "eth0"];
-            node_side.extend_from_slice(&tbf);
-            tool("tc", &node_side)?;
-            let mut port_side = vec!["qdisc", "add", "dev", host.as_str()];
-            port_side.extend_from_slice(&tbf);
-            tool("tc", &port_side)?;
+            if let Some(mbit) = self.rate_mbit {
+                shape(ns, &host, mbit)?;
+            }
         }
         Ok(())
     }

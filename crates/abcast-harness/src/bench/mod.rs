@@ -6,6 +6,7 @@
 //! machine spreads over all points instead of biasing one; medians of `--runs` are reported
 //! with min/max whiskers. Output per invocation: `results.csv`, `plot.png`, `summary.md`.
 
+pub mod corosync;
 pub mod experiments;
 pub mod lan;
 pub mod leader;

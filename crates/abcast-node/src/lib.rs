@@ -5,6 +5,7 @@
 
 pub mod client;
 pub mod deliverylog;
+pub mod groups;
 pub mod leader;
 pub mod node;
 pub mod nodeconfig;

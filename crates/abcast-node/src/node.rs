@@ -501,6 +501,8 @@ fn driver_config(
 ) -> DriverConfig {
     let mut dcfg = DriverConfig::new(cfg.node_id, cfg.cluster_id, cfg.peer_addrs());
     dcfg.client_addrs = cfg.client_addrs();
+    // Process groups (Spread / Corosync CPG) run over the token ring's EVS configurations.
+    dcfg.process_groups = cfg.protocol == ProtocolKind::Token && cfg.process_groups;
     dcfg.incarnation = start.incarnation;
     dcfg.transport = cfg.transport.clone();
     dcfg.periodic_us = args.stats_ms.saturating_mul(1000);

@@ -119,6 +119,9 @@ pub struct NodeConfig {
     pub spares: Vec<NodeId>,
     /// The token ring's configuration, when `protocol = "token"` (`token.rs`).
     pub token: Option<TokenConfig>,
+    /// `[token] process_groups = true`: the node runs process groups (`abcast join`,
+    /// `multicast`, `listen`) over the ring; every member must say the same.
+    pub process_groups: bool,
 }
 
 /// The protocols `abcast node` runs.
@@ -657,6 +660,7 @@ pub fn parse(
         leader,
         spares,
         token,
+        process_groups: file.token.as_ref().is_some_and(FileToken::process_groups),
     };
     if let Some(mr) = cfg.ringpaxos_rings() {
         for (i, spec) in mr.rings.iter().enumerate() {

@@ -22,6 +22,8 @@
 //! holddown_max_us = 2000000      #   down this long, doubling to this at repeated failures
 //! holddown_forget_us = 10000000  #   within this; 0 = no damping
 //! token_port_offset = 200        # the token's own UDP socket: peer port + this
+//! process_groups = false         # true: named process groups (abcast join, leave,
+//!                                # multicast, listen) over the ring; set it on every member
 //! ```
 //!
 //! The ring is the `[[members]]` list; every member proposes and delivers. Transport
@@ -64,6 +66,16 @@ pub(crate) struct FileToken {
     holddown_forget_us: Option<u64>,
     /// Read wide so that a value out of range names its field.
     token_port_offset: Option<u64>,
+    process_groups: Option<bool>,
+}
+
+impl FileToken {
+    /// `process_groups = true`: process groups run over the ring (off by default: each
+    /// member then multicasts its members after every configuration change, values that
+    /// plain `abcast learn` subscribers see in the sequence).
+    pub(crate) fn process_groups(&self) -> bool {
+        self.process_groups.unwrap_or(false)
+    }
 }
 
 fn invalid<T>(field: impl Into<String>, reason: impl Into<String>) -> Result<T, NodeConfigError> {

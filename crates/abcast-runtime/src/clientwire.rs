@@ -25,6 +25,25 @@
 //! | 143 | `ReadBarrier` | client -> node | empty |
 //! | 144 | `ReadPoint` | node -> client | upto u64: a read of this node's state is linearizable once it applied every instance up to `upto` (it has, when this is sent) |
 //!
+//!
+//! Process groups (the token ring, `protocol = "token"`; `abcast_core::groups`). Names are
+//! `len u8` and UTF-8 (1 to 64 bytes, printable, no spaces; a sender's may be empty: not a
+//! member); a member is `node u32, name`; a list is `count u32` and its items.
+//!
+//! | kind | frame | direction | body |
+//! | --- | --- | --- | --- |
+//! | 145 | `GroupJoin` | client -> node | group, member, bound u8 (1: the member leaves when this connection closes) |
+//! | 146 | `GroupLeave` | client -> node | group, member |
+//! | 147 | `GroupMulticast` | client -> node | group, sender (empty: a non-member), service u8 (0 agreed, 1 safe), count u32, per message: len u32, bytes; answered like `Propose` (`Proposed`, then `Decided`) |
+//! | 148 | `GroupListen` | client -> node | group (empty: every group): from now on the group's views and messages come to this connection; the views in effect come first |
+//! | 149 | `GroupAsked` | node -> client | empty: the join or leave is asked for (in effect once delivered: a view shows it), or the listen is on |
+//! | 150 | `GroupView` | node -> client | group, view config u64, change u64, kind u8 (0 regular, 1 transitional), members, joined, left |
+//! | 151 | `GroupMessages` | node -> client | group, view config u64, change u64, transitional u8, level u8 (0 agreed, 1 safe), count u32, per message: sender, seq u64, len u32, bytes (consecutive messages of one group, in delivery order) |
+//! | 152 | `GetGroups` | client -> node | empty |
+//! | 153 | `Groups` | node -> client | count u32, per group: group, members |
+//!
+//! A group request to a node that runs no process groups is answered `Error`.
+//!
 //! `Reconfigure` and `ReadBarrier` are answered with one frame each: `ReconfigureAsked` or
 //! `ReadPoint`, else `NotLeader`, `Busy` (a change already under way, a bound reached) or
 //! `Error{text}` (the protocol has no reconfiguration, an invalid configuration).
@@ -39,9 +58,11 @@
 use abcast_core::DecodeError;
 use abcast_core::codec::{Decoder, Encoder};
 use abcast_core::config::Configuration;
+use abcast_core::groups::{self, GroupView, Member, ViewId};
 use abcast_core::protocol::FollowerProgress;
 use abcast_core::replog::{ENTRY_MEMBERS_MAX, get_configuration, put_configuration};
 use abcast_core::types::{Ballot, Batch, Instance, NodeId, ValueId};
+use abcast_core::{ConfigKind, DeliveryLevel};
 use bytes::Bytes;
 use std::net::SocketAddr;
 
@@ -64,6 +85,18 @@ pub const KIND_RECONFIGURE_ASKED: u8 = 141;
 pub const KIND_NOT_LEADER: u8 = 142;
 pub const KIND_READ_BARRIER: u8 = 143;
 pub const KIND_READ_POINT: u8 = 144;
+pub const KIND_GROUP_JOIN: u8 = 145;
+pub const KIND_GROUP_LEAVE: u8 = 146;
+pub const KIND_GROUP_MULTICAST: u8 = 147;
+pub const KIND_GROUP_LISTEN: u8 = 148;
+pub const KIND_GROUP_ASKED: u8 = 149;
+pub const KIND_GROUP_VIEW: u8 = 150;
+pub const KIND_GROUP_MESSAGES: u8 = 151;
+pub const KIND_GET_GROUPS: u8 = 152;
+pub const KIND_GROUPS: u8 = 153;
+
+/// Most members one view or one group lists in a frame, and most groups in `Groups`.
+const MAX_GROUP_ITEMS: usize = 1 << 20;
 
 /// Most values in one `Propose` frame (and ids in one reply).
 pub const MAX_VALUES_PER_FRAME: usize = 1 << 16;
@@ -101,6 +134,25 @@ pub struct StatusReport {
     pub configuration_pending: Option<Configuration>,
     /// At a leader: each follower's progress as it sees it.
     pub followers: Vec<FollowerProgress>,
+}
+
+/// One message of a [`GroupBatch`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupBatchEntry {
+    pub sender: Member,
+    /// The seq of the value that carried it (its node is the sender's).
+    pub seq: u64,
+    pub payload: Bytes,
+}
+
+/// Consecutive messages of one group delivered in one view at one level.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupBatch {
+    pub group: String,
+    pub view: ViewId,
+    pub transitional: bool,
+    pub level: DeliveryLevel,
+    pub messages: Vec<GroupBatchEntry>,
 }
 
 /// One client-port frame.
@@ -155,6 +207,40 @@ pub enum ClientFrame {
     ReadPoint {
         upto: Instance,
     },
+    /// Make `member` (on this node) a member of `group`; `bound`: it leaves when this
+    /// connection closes.
+    GroupJoin {
+        group: String,
+        member: String,
+        bound: bool,
+    },
+    GroupLeave {
+        group: String,
+        member: String,
+    },
+    /// Messages for `group` from `sender` (a member on this node; empty: a non-member).
+    GroupMulticast {
+        group: String,
+        sender: String,
+        level: DeliveryLevel,
+        payloads: Vec<Bytes>,
+    },
+    /// Stream `group`'s views and messages (empty: every group) to this connection.
+    GroupListen {
+        group: String,
+    },
+    GroupAsked,
+    GroupView {
+        view: Box<GroupView>,
+    },
+    GroupMessages {
+        batch: Box<GroupBatch>,
+    },
+    GetGroups,
+    /// Every group with members, as this node's views have them.
+    Groups {
+        groups: Vec<(String, Vec<Member>)>,
+    },
 }
 
 impl ClientFrame {
@@ -177,6 +263,15 @@ impl ClientFrame {
             ClientFrame::NotLeader { .. } => KIND_NOT_LEADER,
             ClientFrame::ReadBarrier => KIND_READ_BARRIER,
             ClientFrame::ReadPoint { .. } => KIND_READ_POINT,
+            ClientFrame::GroupJoin { .. } => KIND_GROUP_JOIN,
+            ClientFrame::GroupLeave { .. } => KIND_GROUP_LEAVE,
+            ClientFrame::GroupMulticast { .. } => KIND_GROUP_MULTICAST,
+            ClientFrame::GroupListen { .. } => KIND_GROUP_LISTEN,
+            ClientFrame::GroupAsked => KIND_GROUP_ASKED,
+            ClientFrame::GroupView { .. } => KIND_GROUP_VIEW,
+            ClientFrame::GroupMessages { .. } => KIND_GROUP_MESSAGES,
+            ClientFrame::GetGroups => KIND_GET_GROUPS,
+            ClientFrame::Groups { .. } => KIND_GROUPS,
         }
     }
 
@@ -238,6 +333,66 @@ impl ClientFrame {
                 put_addr(&mut e, *client_addr);
             }
             ClientFrame::ReadPoint { upto } => e.put_u64(*upto),
+            ClientFrame::GroupJoin {
+                group,
+                member,
+                bound,
+            } => {
+                put_name(&mut e, group);
+                put_name(&mut e, member);
+                e.put_u8(u8::from(*bound));
+            }
+            ClientFrame::GroupLeave { group, member } => {
+                put_name(&mut e, group);
+                put_name(&mut e, member);
+            }
+            ClientFrame::GroupMulticast {
+                group,
+                sender,
+                level,
+                payloads,
+            } => {
+                put_name(&mut e, group);
+                put_name(&mut e, sender);
+                e.put_u8(level_byte(*level));
+                e.put_u32(payloads.len() as u32);
+                for p in payloads {
+                    e.put_u32(p.len() as u32);
+                    e.put_bytes(p);
+                }
+            }
+            ClientFrame::GroupListen { group } => put_name(&mut e, group),
+            ClientFrame::GroupAsked | ClientFrame::GetGroups => {}
+            ClientFrame::GroupView { view } => {
+                put_name(&mut e, &view.group);
+                e.put_u64(view.id.config);
+                e.put_u64(view.id.change);
+                e.put_u8(u8::from(view.kind == ConfigKind::Transitional));
+                put_members(&mut e, &view.members);
+                put_members(&mut e, &view.joined);
+                put_members(&mut e, &view.left);
+            }
+            ClientFrame::GroupMessages { batch } => {
+                put_name(&mut e, &batch.group);
+                e.put_u64(batch.view.config);
+                e.put_u64(batch.view.change);
+                e.put_u8(u8::from(batch.transitional));
+                e.put_u8(level_byte(batch.level));
+                e.put_u32(batch.messages.len() as u32);
+                for m in &batch.messages {
+                    put_member(&mut e, &m.sender);
+                    e.put_u64(m.seq);
+                    e.put_u32(m.payload.len() as u32);
+                    e.put_bytes(&m.payload);
+                }
+            }
+            ClientFrame::Groups { groups } => {
+                e.put_u32(groups.len() as u32);
+                for (g, ms) in groups {
+                    put_name(&mut e, g);
+                    put_members(&mut e, ms);
+                }
+            }
         }
         e.finish()
     }
@@ -359,10 +514,169 @@ impl ClientFrame {
             KIND_READ_POINT => ClientFrame::ReadPoint {
                 upto: d.u64("read_point.upto")?,
             },
+            KIND_GROUP_JOIN => ClientFrame::GroupJoin {
+                group: get_name(&mut d, "group", false)?,
+                member: get_name(&mut d, "member", false)?,
+                bound: get_flag(&mut d, "bound")?,
+            },
+            KIND_GROUP_LEAVE => ClientFrame::GroupLeave {
+                group: get_name(&mut d, "group", false)?,
+                member: get_name(&mut d, "member", false)?,
+            },
+            KIND_GROUP_MULTICAST => {
+                let group = get_name(&mut d, "group", false)?;
+                let sender = get_name(&mut d, "sender", true)?;
+                let level = get_level(&mut d, "service")?;
+                let n = d.count("message count", MAX_VALUES_PER_FRAME, 4)?;
+                let mut payloads = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let len = d.u32("message length")? as usize;
+                    payloads.push(d.bytes(len, "message")?);
+                }
+                ClientFrame::GroupMulticast {
+                    group,
+                    sender,
+                    level,
+                    payloads,
+                }
+            }
+            KIND_GROUP_LISTEN => ClientFrame::GroupListen {
+                group: get_name(&mut d, "group", true)?,
+            },
+            KIND_GROUP_ASKED => ClientFrame::GroupAsked,
+            KIND_GROUP_VIEW => {
+                let group = get_name(&mut d, "group", false)?;
+                let id = ViewId {
+                    config: d.u64("view config")?,
+                    change: d.u64("view change")?,
+                };
+                let kind = if get_flag(&mut d, "view kind")? {
+                    ConfigKind::Transitional
+                } else {
+                    ConfigKind::Regular
+                };
+                ClientFrame::GroupView {
+                    view: Box::new(GroupView {
+                        group,
+                        id,
+                        kind,
+                        members: get_members(&mut d, "members")?,
+                        joined: get_members(&mut d, "joined")?,
+                        left: get_members(&mut d, "left")?,
+                    }),
+                }
+            }
+            KIND_GROUP_MESSAGES => {
+                let group = get_name(&mut d, "group", false)?;
+                let view = ViewId {
+                    config: d.u64("view config")?,
+                    change: d.u64("view change")?,
+                };
+                let transitional = get_flag(&mut d, "transitional")?;
+                let level = get_level(&mut d, "level")?;
+                let n = d.count("message count", MAX_BATCH_VALUES, 18)?;
+                let mut messages = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let sender = get_member(&mut d, "sender", true)?;
+                    let seq = d.u64("seq")?;
+                    let len = d.u32("message length")? as usize;
+                    let payload = d.bytes(len, "message")?;
+                    messages.push(GroupBatchEntry {
+                        sender,
+                        seq,
+                        payload,
+                    });
+                }
+                ClientFrame::GroupMessages {
+                    batch: Box::new(GroupBatch {
+                        group,
+                        view,
+                        transitional,
+                        level,
+                        messages,
+                    }),
+                }
+            }
+            KIND_GET_GROUPS => ClientFrame::GetGroups,
+            KIND_GROUPS => {
+                let n = d.count("group count", MAX_GROUP_ITEMS, 5)?;
+                let mut groups = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let g = get_name(&mut d, "group", false)?;
+                    groups.push((g, get_members(&mut d, "members")?));
+                }
+                ClientFrame::Groups { groups }
+            }
             other => return Err(DecodeError::UnknownKind(other)),
         };
         d.finish()?;
         Ok(f)
+    }
+}
+
+fn put_name(e: &mut Encoder, s: &str) {
+    // Names are checked where they are made (at most `groups::NAME_BYTES_MAX` bytes).
+    let b = &s.as_bytes()[..s.len().min(groups::NAME_BYTES_MAX)];
+    e.put_u8(b.len() as u8);
+    e.put_slice(b);
+}
+
+fn get_name(d: &mut Decoder, what: &'static str, empty_ok: bool) -> Result<String, DecodeError> {
+    let n = usize::from(d.u8(what)?);
+    let b = d.bytes(n, what)?;
+    let s = std::str::from_utf8(&b).map_err(|_| DecodeError::Invalid {
+        what,
+        detail: "not UTF-8".into(),
+    })?;
+    groups::check_name(what, s, empty_ok)
+        .map_err(|detail| DecodeError::Invalid { what, detail })?;
+    Ok(s.to_string())
+}
+
+fn put_member(e: &mut Encoder, m: &Member) {
+    e.put_u32(m.node.0);
+    put_name(e, &m.name);
+}
+
+fn get_member(d: &mut Decoder, what: &'static str, empty_ok: bool) -> Result<Member, DecodeError> {
+    let node = NodeId(d.u32(what)?);
+    Ok(Member {
+        node,
+        name: get_name(d, what, empty_ok)?,
+    })
+}
+
+fn put_members(e: &mut Encoder, ms: &[Member]) {
+    e.put_u32(ms.len() as u32);
+    for m in ms {
+        put_member(e, m);
+    }
+}
+
+fn get_members(d: &mut Decoder, what: &'static str) -> Result<Vec<Member>, DecodeError> {
+    let n = d.count(what, MAX_GROUP_ITEMS, 6)?;
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(get_member(d, what, false)?);
+    }
+    Ok(v)
+}
+
+fn level_byte(l: DeliveryLevel) -> u8 {
+    match l {
+        DeliveryLevel::Agreed => 0,
+        DeliveryLevel::Safe => 1,
+    }
+}
+
+fn get_level(d: &mut Decoder, what: &'static str) -> Result<DeliveryLevel, DecodeError> {
+    match d.u8(what)? {
+        0 => Ok(DeliveryLevel::Agreed),
+        1 => Ok(DeliveryLevel::Safe),
+        v => Err(DecodeError::Invalid {
+            what,
+            detail: format!("{v}, expected 0 (agreed) or 1 (safe)"),
+        }),
     }
 }
 
@@ -538,6 +852,99 @@ mod tests {
             all.extend_from_slice(c);
         }
         assert_eq!(ClientFrame::decode(f.kind(), Bytes::from(all)).unwrap(), f);
+    }
+
+    #[test]
+    fn every_group_frame_roundtrips() {
+        let m = |n: u32, s: &str| Member {
+            node: NodeId(n),
+            name: s.into(),
+        };
+        roundtrip(ClientFrame::GroupJoin {
+            group: "orders".into(),
+            member: "alice".into(),
+            bound: true,
+        });
+        roundtrip(ClientFrame::GroupLeave {
+            group: "orders".into(),
+            member: "alice".into(),
+        });
+        roundtrip(ClientFrame::GroupMulticast {
+            group: "orders".into(),
+            sender: String::new(),
+            level: DeliveryLevel::Safe,
+            payloads: vec![Bytes::from_static(b"x"), Bytes::new()],
+        });
+        roundtrip(ClientFrame::GroupListen {
+            group: String::new(),
+        });
+        roundtrip(ClientFrame::GroupAsked);
+        roundtrip(ClientFrame::GroupView {
+            view: Box::new(GroupView {
+                group: "g".into(),
+                id: ViewId {
+                    config: 7,
+                    change: 2,
+                },
+                kind: ConfigKind::Transitional,
+                members: vec![m(1, "a"), m(2, "b")],
+                joined: vec![m(2, "b")],
+                left: vec![],
+            }),
+        });
+        roundtrip(ClientFrame::GroupMessages {
+            batch: Box::new(GroupBatch {
+                group: "g".into(),
+                view: ViewId {
+                    config: 7,
+                    change: 3,
+                },
+                transitional: false,
+                level: DeliveryLevel::Agreed,
+                messages: vec![
+                    GroupBatchEntry {
+                        sender: m(1, ""),
+                        seq: 5,
+                        payload: Bytes::from_static(b"hello"),
+                    },
+                    GroupBatchEntry {
+                        sender: m(2, "b"),
+                        seq: 9,
+                        payload: Bytes::from(vec![7u8; 3000]),
+                    },
+                ],
+            }),
+        });
+        roundtrip(ClientFrame::GetGroups);
+        roundtrip(ClientFrame::Groups {
+            groups: vec![("g".into(), vec![m(1, "a")]), ("h".into(), vec![])],
+        });
+    }
+
+    #[test]
+    fn malformed_group_requests_are_refused_with_the_field_named() {
+        let bad: Vec<(u8, Vec<u8>, &str)> = vec![
+            (KIND_GROUP_JOIN, b"\x00\x01m\x00".to_vec(), "group"),
+            (KIND_GROUP_JOIN, b"\x01g\x01m\x02".to_vec(), "bound"),
+            (KIND_GROUP_JOIN, b"\x03a b\x01m\x00".to_vec(), "group"),
+            (KIND_GROUP_LEAVE, b"\x01g\x05m".to_vec(), "member"),
+            (
+                KIND_GROUP_MULTICAST,
+                b"\x01g\x00\x07\x00\x00\x00\x00".to_vec(),
+                "service",
+            ),
+            (
+                KIND_GROUP_MULTICAST,
+                b"\x01g\x00\x00\x01\x00\x00\x00\x09\x00\x00\x00ab".to_vec(),
+                "message",
+            ),
+            (KIND_GROUP_LISTEN, b"\x02\xff\xfe".to_vec(), "group"),
+        ];
+        for (kind, body, field) in bad {
+            let e = ClientFrame::decode(kind, Bytes::from(body.clone()))
+                .expect_err(&format!("kind {kind} {body:?} must be refused"));
+            assert!(e.to_string().contains(field), "kind {kind}: {e}");
+        }
     }
 
     #[test]

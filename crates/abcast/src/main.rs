@@ -57,6 +57,22 @@ enum Command {
     /// returns), a read of its state is linearizable. Sequence Paxos and Raft answer at
     /// the leader; other protocols order the read through the log.
     Read(abcast_node::client::ReadArgs),
+    /// Make a member of a process group (token ring): it stays until `abcast leave`.
+    ///
+    /// The join is a value of the total order; every member of the configuration sees the
+    /// group's new view at the same place among the group's messages.
+    Join(abcast_node::groups::MembershipArgs),
+    /// Take a member out of a process group (token ring).
+    Leave(abcast_node::groups::MembershipArgs),
+    /// Send messages to a process group (token ring), Agreed or Safe.
+    ///
+    /// With --count or --duration, a load generator that prints the rate it reached.
+    Multicast(abcast_node::groups::MulticastArgs),
+    /// Print a process group's views (membership changes) and messages as a node delivers
+    /// them; with --member, as a member of the group while it listens.
+    Listen(abcast_node::groups::ListenArgs),
+    /// List the process groups a node knows, with their members.
+    Groups(abcast_node::groups::GroupsArgs),
     /// Run a local cluster under load and report on it.
     ///
     /// Starts N node processes on 127.0.0.1, loads them, then prints throughput, latency,
@@ -128,6 +144,26 @@ fn main() -> ExitCode {
             Err(e) => fail(e.exit_code(), e),
         },
         Command::Read(args) => match abcast_node::client::run_read(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e.exit_code(), e),
+        },
+        Command::Join(args) => match abcast_node::groups::run_join(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e.exit_code(), e),
+        },
+        Command::Leave(args) => match abcast_node::groups::run_leave(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e.exit_code(), e),
+        },
+        Command::Multicast(args) => match abcast_node::groups::run_multicast(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e.exit_code(), e),
+        },
+        Command::Listen(args) => match abcast_node::groups::run_listen(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e.exit_code(), e),
+        },
+        Command::Groups(args) => match abcast_node::groups::run_groups(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e.exit_code(), e),
         },

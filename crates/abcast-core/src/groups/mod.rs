@@ -45,6 +45,11 @@ use crate::types::{NodeId, ValueId};
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet};
 
+/// Values one exchange holds at most. An exchange that never ends (a member that runs no
+/// process groups sends no state) would hold every group value; past the bound they are
+/// passed over, at every member alike (the same sequence), and counted.
+pub const HELD_MAX: usize = 1 << 20;
+
 /// Groups one node's table holds at most; a join of one more group is passed over at every
 /// member alike (counted in [`GroupStats::refused`]).
 pub const GROUPS_MAX: usize = 4096;
@@ -139,8 +144,9 @@ pub struct GroupStats {
     /// Exchanges completed, and those ended by the next configuration.
     pub exchanges: u64,
     pub exchanges_cut: u64,
-    /// Values held while an exchange ran.
+    /// Values held while an exchange ran, and those passed over at `HELD_MAX`.
     pub held: u64,
+    pub held_dropped: u64,
 }
 
 struct Held {
@@ -361,6 +367,10 @@ impl GroupLayer {
         let hold = !self.mutated(Mutation::GroupsDeliverDuringExchange);
         match self.exchange.as_mut() {
             Some(x) if hold => {
+                if x.held.len() >= HELD_MAX {
+                    self.stats.held_dropped += 1;
+                    return;
+                }
                 self.stats.held += 1;
                 x.held.push(Held { id, level, env });
             }

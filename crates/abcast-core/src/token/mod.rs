@@ -372,9 +372,15 @@ impl TokenRing {
         if self.is_first() {
             t.rotation = t.rotation.saturating_add(1);
         }
+        // The ring is idle, not just this member: nothing new was stamped in a whole
+        // rotation (the token's seq is the one this member took last round; Corosync holds
+        // the token only after `seqno_unchanged_const` rotations without a new message).
+        // A member with nothing to send that held the token while another member is busy
+        // would add its hold to every round of the busy one.
         let idle = self.state == State::Operational
             && self.pending.is_empty()
             && t.rtr.is_empty()
+            && t.seq == self.prev_token_seq
             && t.aru == t.seq
             && self.my_aru == t.seq
             && self.delivered == t.seq;

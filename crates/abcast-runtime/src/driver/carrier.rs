@@ -71,6 +71,7 @@ impl<P: Protocol, A: Hooks + ?Sized> Carrier<P::Message> for LoopCarrier<'_, '_,
         results: &[Bytes],
     ) -> Result<(), DriverError> {
         self.d.on_delivered(d, results);
+        self.d.group_delivered(d);
         Ok(())
     }
 
@@ -115,6 +116,7 @@ impl<P: Protocol, A: Hooks + ?Sized> Carrier<P::Message> for LoopCarrier<'_, '_,
             c.kind,
             c.config.members.len()
         ));
+        self.d.group_config_changed(c);
         Ok(())
     }
 

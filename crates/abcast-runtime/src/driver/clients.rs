@@ -39,6 +39,10 @@ pub(super) struct ClientState {
     pub(super) sub: Option<Cursor>,
     /// Sequence numbers of this client's values (this node's own ids) not yet decided.
     pub(super) pending: BTreeSet<u64>,
+    /// The process group it listens to ("": every group), if any (`groups.rs`).
+    pub(super) listen: Option<String>,
+    /// Members it joined bound to the connection: (group, member), left when it closes.
+    pub(super) bound: Vec<(String, String)>,
 }
 
 /// Pushes one event to a handle stream; false (drop the stream) when it is gone or full,
@@ -737,6 +741,11 @@ impl<P: Protocol> Driver<P> {
                 self.reply(token, &answer);
             }
             ClientFrame::ReadBarrier => self.client_read(now, app, token)?,
+            f @ (ClientFrame::GroupJoin { .. }
+            | ClientFrame::GroupLeave { .. }
+            | ClientFrame::GroupMulticast { .. }
+            | ClientFrame::GroupListen { .. }
+            | ClientFrame::GetGroups) => self.on_group_frame(now, app, token, f)?,
             other => {
                 return Ok(Err(format!(
                     "unexpected client frame kind {}",

@@ -162,6 +162,7 @@ impl<P: Protocol> Driver<P> {
         if let Some(mut conn) = self.conns.remove(&token) {
             // Deregistering can only fail if the socket is already gone from the poller.
             let _ = self.poll.registry().deregister(&mut conn.stream);
+            self.leave_bound(&conn.client);
         }
     }
 

@@ -23,6 +23,7 @@ mod carrier;
 mod clients;
 mod commit;
 mod conns;
+mod groups;
 mod lanes;
 mod peers;
 mod snapshots;
@@ -133,6 +134,9 @@ pub struct DriverConfig {
     /// `StatusReport` answers so a client can go to the leader (empty: the answers name
     /// the leader's id only).
     pub client_addrs: Vec<(NodeId, SocketAddr)>,
+    /// Run the process-group layer over the deliveries and serve the client port's group
+    /// frames (`groups.rs`; the token ring).
+    pub process_groups: bool,
 }
 
 impl DriverConfig {
@@ -152,6 +156,7 @@ impl DriverConfig {
             snapshot_interval_us: 0,
             snapshot_path: None,
             client_addrs: Vec::new(),
+            process_groups: false,
         }
     }
 }
@@ -279,6 +284,8 @@ pub struct Driver<P: Protocol> {
     /// The group commit's ordering rules, and the outboxes waiting for their sync jobs,
     /// oldest first (one per job in the syncer).
     pipeline: CommitPipeline<Outbox<P::Message>>,
+    /// The process groups (`DriverConfig::process_groups`).
+    groups: Option<groups::Groups>,
 }
 
 impl<P: Protocol> Driver<P> {
@@ -315,6 +322,7 @@ impl<P: Protocol> Driver<P> {
         let history = open_history(&cfg)?;
         let last_tick_us = 0;
         Ok(Driver {
+            groups: cfg.process_groups.then(|| groups::Groups::new(cfg.me)),
             syncer,
             pipeline: CommitPipeline::new(Mode::new(cfg.group_commit, cfg.sync_thread)),
             next_periodic_us: cfg.periodic_us,
@@ -526,6 +534,7 @@ impl<P: Protocol> Driver<P> {
             self.take_link_notices(now);
             self.run_loopback(now, app)?;
             self.run_load(now, app)?;
+            self.flush_group_queue(now, app)?;
             self.protocol.tick(now, &mut self.outbox);
             self.last_tick_us = now;
             // The iteration's group commit, if one is gathering.

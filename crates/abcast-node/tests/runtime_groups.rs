@@ -1,0 +1,248 @@
+//! Process groups (issue 18) on real sockets: three `abcast node`s of a token ring, clients
+//! that join, leave, multicast and listen through the client port. Every listener, at
+//! every node, is told the same views and the same messages in the same order; a member
+//! bound to a connection leaves when it closes; bad requests get an error or, malformed,
+//! close only their own connection.
+
+mod token_support;
+
+use abcast_core::DeliveryLevel;
+use abcast_core::groups::Member;
+use abcast_node::client::{Client, ClientError};
+use abcast_node::groups::{GroupEventFrame, GroupSend};
+use abcast_runtime::clientwire::ClientFrame;
+use bytes::Bytes;
+use std::time::{Duration, Instant};
+use token_support::*;
+
+fn ring(name: &str) -> (std::path::PathBuf, Vec<Node>) {
+    ring_with(name, "process_groups = true\n")
+}
+
+fn ring_with(name: &str, token: &str) -> (std::path::PathBuf, Vec<Node>) {
+    let dir = temp_dir(name);
+    let peers: Vec<u16> = (0..3).map(|_| free_peer_port()).collect();
+    let clients: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let path = dir.join("cluster.toml");
+    std::fs::write(&path, token_config(&peers, &clients, token)).unwrap();
+    let nodes = start(&path, &peers, &clients, 3);
+    wait_for_the_whole_ring(&nodes);
+    (dir, nodes)
+}
+
+fn names(ms: &[Member]) -> String {
+    ms.iter()
+        .map(|m| m.to_string())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// One line per view or message a listener is told.
+fn lines_of(ev: GroupEventFrame) -> Vec<String> {
+    match ev {
+        GroupEventFrame::View(v) => vec![format!(
+            "view {} {} {:?} [{}]",
+            v.group,
+            v.id,
+            v.kind,
+            names(&v.members)
+        )],
+        GroupEventFrame::Messages(b) => b
+            .messages
+            .iter()
+            .map(|m| {
+                format!(
+                    "msg {} {} {:?} {} {}",
+                    b.group,
+                    b.view,
+                    b.level,
+                    m.sender,
+                    String::from_utf8_lossy(&m.payload)
+                )
+            })
+            .collect(),
+    }
+}
+
+/// Reads a listener's events until `done` holds for the last line.
+fn listen_until(l: &mut Client, done: impl Fn(&str) -> bool) -> Vec<String> {
+    let end = Instant::now() + PATIENCE;
+    let mut got = Vec::new();
+    loop {
+        assert!(Instant::now() < end, "listener stuck after {got:#?}");
+        let ev = l.next_group_event(Some(PATIENCE)).unwrap();
+        for line in lines_of(ev) {
+            let stop = done(&line);
+            got.push(line);
+            if stop {
+                return got;
+            }
+        }
+    }
+}
+
+fn to(group: &str, sender: &str, level: DeliveryLevel) -> GroupSend {
+    GroupSend {
+        group: group.into(),
+        sender: sender.into(),
+        level,
+        window: 64,
+        stall_max: PATIENCE,
+    }
+}
+
+fn multicast(c: &mut Client, group: &str, sender: &str, level: DeliveryLevel, msgs: &[&str]) {
+    let mut it = msgs.iter().map(|m| Bytes::from(m.to_string()));
+    let sent = c
+        .group_multicast_stream(&to(group, sender, level), || it.next(), |_| {})
+        .unwrap();
+    assert_eq!(sent, msgs.len() as u64);
+}
+
+#[test]
+fn every_listener_is_told_the_same_views_and_messages_in_the_same_order() {
+    let (dir, nodes) = ring("groups-story");
+    let t = PATIENCE;
+    let mut listeners: Vec<Client> = nodes.iter().map(|n| connect(n.client)).collect();
+    for l in &mut listeners {
+        l.group_listen("orders", t).unwrap();
+    }
+    // alice joins at node 1 (she stays until she leaves); bob at node 2, bound to his
+    // connection.
+    let mut c1 = connect(nodes[1].client);
+    c1.group_join("orders", "alice", false, t).unwrap();
+    let mut bob = connect(nodes[2].client);
+    bob.group_join("orders", "bob", true, t).unwrap();
+    // Wait until node 0's listener sees both, so the messages below come after.
+    let mut seen0 = listen_until(&mut listeners[0], |l| l.contains("alice@n1 bob@n2"));
+    // A sender that is not a member, Agreed; alice, Safe.
+    let mut c0 = connect(nodes[0].client);
+    multicast(
+        &mut c0,
+        "orders",
+        "",
+        DeliveryLevel::Agreed,
+        &["a1", "a2", "a3"],
+    );
+    multicast(
+        &mut c1,
+        "orders",
+        "alice",
+        DeliveryLevel::Safe,
+        &["s1", "s2"],
+    );
+    // bob's connection closes: he leaves; then alice leaves.
+    drop(bob);
+    seen0.extend(listen_until(&mut listeners[0], |l| {
+        l.starts_with("view") && !l.contains("bob")
+    }));
+    c1.group_leave("orders", "alice", t).unwrap();
+    seen0.extend(listen_until(&mut listeners[0], |l| l.ends_with("[]")));
+    let mut told = vec![seen0];
+    for l in listeners.iter_mut().skip(1) {
+        told.push(listen_until(l, |l| l.ends_with("[]")));
+    }
+    for (i, t) in told.iter().enumerate().skip(1) {
+        assert_eq!(t, &told[0], "listener at node {i} was told another story");
+    }
+    let story = &told[0];
+    let views: Vec<&String> = story.iter().filter(|l| l.starts_with("view")).collect();
+    assert!(
+        views[0].contains("[alice@n1]") || views[0].contains("[bob@n2]"),
+        "{story:#?}"
+    );
+    assert!(
+        views.iter().any(|v| v.ends_with("[alice@n1 bob@n2]")),
+        "{story:#?}"
+    );
+    assert!(
+        views.iter().any(|v| v.ends_with("[alice@n1]")),
+        "bob left: {story:#?}"
+    );
+    assert!(views.last().unwrap().ends_with("[]"), "{story:#?}");
+    let msgs: Vec<&String> = story.iter().filter(|l| l.starts_with("msg")).collect();
+    assert_eq!(msgs.len(), 5, "{story:#?}");
+    assert!(msgs[0].contains("Agreed (non-member)@n0 a1"), "{}", msgs[0]);
+    assert!(msgs[3].contains("Safe alice@n1 s1"), "{}", msgs[3]);
+    // Every message came in the view with both members.
+    let both = story
+        .iter()
+        .position(|l| l.ends_with("[alice@n1 bob@n2]"))
+        .unwrap();
+    let first_msg = story.iter().position(|l| l.starts_with("msg")).unwrap();
+    assert!(both < first_msg);
+    // The node's list agrees: nobody is left.
+    assert!(c0.groups(t).unwrap().is_empty());
+    for n in nodes {
+        n.stop();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn group_requests_are_checked_and_a_malformed_one_closes_only_its_connection() {
+    let (dir, nodes) = ring("groups-bad");
+    let t = PATIENCE;
+    let mut c = connect(nodes[0].client);
+    let refused = |r: Result<(), ClientError>, needle: &str| match r {
+        Err(ClientError::Refused(text)) => assert!(text.contains(needle), "{text}"),
+        other => panic!("expected a refusal naming {needle:?}, got {other:?}"),
+    };
+    refused(c.group_leave("g", "nobody", t), "not a member");
+    let mut it = std::iter::once(Bytes::from_static(b"x"));
+    match c.group_multicast_stream(
+        &to("g", "ghost", DeliveryLevel::Agreed),
+        || it.next(),
+        |_| {},
+    ) {
+        Err(ClientError::Refused(text)) => assert!(text.contains("join first"), "{text}"),
+        other => panic!("a non-member sending under a member's name: {other:?}"),
+    }
+    c.group_join("g", "m", false, t).unwrap();
+    // The join is in effect once delivered; asking again then is refused.
+    let end = Instant::now() + t;
+    loop {
+        match c.group_join("g", "m", false, t) {
+            Err(ClientError::Refused(text)) if text.contains("already a member") => break,
+            Ok(()) | Err(ClientError::Refused(_)) => {}
+            Err(e) => panic!("{e}"),
+        }
+        assert!(Instant::now() < end, "the join never took effect");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A name with a space does not decode: that connection is closed, the node goes on.
+    let mut bad = connect(nodes[0].client);
+    bad.send(&ClientFrame::GroupJoin {
+        group: "a b".into(),
+        member: "m".into(),
+        bound: false,
+    })
+    .unwrap();
+    assert!(matches!(
+        bad.recv(Some(t)),
+        Err(ClientError::Closed) | Err(ClientError::Io(_))
+    ));
+    let groups = c.groups(t).unwrap();
+    assert_eq!(groups.len(), 1);
+    assert_eq!(groups[0].0, "g");
+    for n in nodes {
+        n.stop();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_node_without_process_groups_says_how_to_turn_them_on() {
+    let (dir, nodes) = ring_with("groups-off", "");
+    let mut c = connect(nodes[0].client);
+    match c.group_join("g", "m", false, PATIENCE) {
+        Err(ClientError::Refused(text)) => {
+            assert!(text.contains("process_groups = true"), "{text}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    for n in nodes {
+        n.stop();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

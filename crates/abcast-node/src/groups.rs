@@ -320,8 +320,11 @@ impl Client {
             stall_max,
         } = to;
         let (level, window, stall_max) = (*level, (*window).max(1), *stall_max);
-        let mut pending: HashSet<ValueId> = HashSet::new();
+        // Values taken and not yet acknowledged, with how many messages each carries; an
+        // acknowledgement may overtake its `GroupSent`.
+        let mut pending: HashMap<ValueId, usize> = HashMap::new();
         let mut early: HashSet<ValueId> = HashSet::new();
+        let mut in_flight = 0usize;
         let mut held: VecDeque<Bytes> = VecDeque::new();
         let mut asked: Option<usize> = None;
         let mut done = false;
@@ -330,8 +333,8 @@ impl Client {
         let mut retry_at: Option<Instant> = None;
         loop {
             let now = Instant::now();
-            if asked.is_none() && retry_at.is_none_or(|t| now >= t) && pending.len() < window {
-                let room = (window - pending.len())
+            if asked.is_none() && retry_at.is_none_or(|t| now >= t) && in_flight < window {
+                let room = (window - in_flight)
                     .min(MESSAGES_PER_REQUEST)
                     .min(MAX_VALUES_PER_FRAME);
                 while held.len() < room && !done {
@@ -365,24 +368,28 @@ impl Client {
                 Err(e) => return Err(e),
             };
             match frame {
-                ClientFrame::Proposed { ids } => {
+                ClientFrame::GroupSent { values } => {
                     let Some(n) = asked.take() else {
-                        return Err(ClientError::Unexpected("Proposed without a request".into()));
+                        return Err(ClientError::Unexpected(
+                            "GroupSent without a request".into(),
+                        ));
                     };
-                    if ids.len() > n {
+                    let messages: usize = values.iter().map(|(_, m)| *m as usize).sum();
+                    if messages > n {
                         return Err(ClientError::Unexpected(format!(
-                            "{} ids for {n} messages",
-                            ids.len()
+                            "{messages} messages taken of {n}"
                         )));
                     }
-                    sent += ids.len() as u64;
+                    sent += messages as u64;
+                    held.drain(..messages);
                     let mut acked = 0;
-                    for id in ids {
-                        held.pop_front();
+                    for (id, count) in values {
+                        let count = count as usize;
                         if early.remove(&id) {
-                            acked += 1;
+                            acked += count;
                         } else {
-                            pending.insert(id);
+                            pending.insert(id, count);
+                            in_flight += count;
                         }
                     }
                     if acked > 0 {
@@ -398,10 +405,14 @@ impl Client {
                 ClientFrame::Decided { ids } => {
                     let mut acked = 0;
                     for id in ids {
-                        if pending.remove(&id) {
-                            acked += 1;
-                        } else {
-                            early.insert(id);
+                        match pending.remove(&id) {
+                            Some(count) => {
+                                acked += count;
+                                in_flight -= count;
+                            }
+                            None => {
+                                early.insert(id);
+                            }
                         }
                     }
                     if acked > 0 {

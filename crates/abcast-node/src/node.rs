@@ -503,6 +503,10 @@ fn driver_config(
     dcfg.client_addrs = cfg.client_addrs();
     // Process groups (Spread / Corosync CPG) run over the token ring's EVS configurations.
     dcfg.process_groups = cfg.protocol == ProtocolKind::Token && cfg.process_groups;
+    // A value of packed group messages fits one data message of the ring.
+    if let Some(t) = &cfg.token {
+        dcfg.group_value_bytes = t.max_message_bytes;
+    }
     dcfg.incarnation = start.incarnation;
     dcfg.transport = cfg.transport.clone();
     dcfg.periodic_us = args.stats_ms.saturating_mul(1000);

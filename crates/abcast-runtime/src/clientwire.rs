@@ -34,13 +34,14 @@
 //! | --- | --- | --- | --- |
 //! | 145 | `GroupJoin` | client -> node | group, member, bound u8 (1: the member leaves when this connection closes) |
 //! | 146 | `GroupLeave` | client -> node | group, member |
-//! | 147 | `GroupMulticast` | client -> node | group, sender (empty: a non-member), service u8 (0 agreed, 1 safe), count u32, per message: len u32, bytes; answered like `Propose` (`Proposed`, then `Decided`) |
+//! | 147 | `GroupMulticast` | client -> node | group, sender (empty: a non-member), service u8 (0 agreed, 1 safe), count u32, per message: len u32, bytes; answered by `GroupSent`, then `Decided` for each value |
 //! | 148 | `GroupListen` | client -> node | group (empty: every group): from now on the group's views and messages come to this connection; the views in effect come first |
 //! | 149 | `GroupAsked` | node -> client | empty: the join or leave is asked for (in effect once delivered: a view shows it), or the listen is on |
 //! | 150 | `GroupView` | node -> client | group, view config u64, change u64, kind u8 (0 regular, 1 transitional), members, joined, left |
 //! | 151 | `GroupMessages` | node -> client | group, view config u64, change u64, transitional u8, level u8 (0 agreed, 1 safe), count u32, per message: sender, seq u64, len u32, bytes (consecutive messages of one group, in delivery order) |
 //! | 152 | `GetGroups` | client -> node | empty |
 //! | 153 | `Groups` | node -> client | count u32, per group: group, members |
+//! | 154 | `GroupSent` | node -> client | count u32, per value: node u32, seq u64, messages u32: the request's first messages were taken, packed in order into these values (consecutive messages share a value up to the node's `group_value_bytes`); each value's `Decided` acknowledges its messages |
 //!
 //! A group request to a node that runs no process groups is answered `Error`.
 //!
@@ -94,6 +95,7 @@ pub const KIND_GROUP_VIEW: u8 = 150;
 pub const KIND_GROUP_MESSAGES: u8 = 151;
 pub const KIND_GET_GROUPS: u8 = 152;
 pub const KIND_GROUPS: u8 = 153;
+pub const KIND_GROUP_SENT: u8 = 154;
 
 /// Most members one view or one group lists in a frame, and most groups in `Groups`.
 const MAX_GROUP_ITEMS: usize = 1 << 20;
@@ -241,6 +243,11 @@ pub enum ClientFrame {
     Groups {
         groups: Vec<(String, Vec<Member>)>,
     },
+    /// A `GroupMulticast`'s first messages were taken, packed in order into these values:
+    /// each value's id and how many messages it carries.
+    GroupSent {
+        values: Vec<(ValueId, u32)>,
+    },
 }
 
 impl ClientFrame {
@@ -272,6 +279,7 @@ impl ClientFrame {
             ClientFrame::GroupMessages { .. } => KIND_GROUP_MESSAGES,
             ClientFrame::GetGroups => KIND_GET_GROUPS,
             ClientFrame::Groups { .. } => KIND_GROUPS,
+            ClientFrame::GroupSent { .. } => KIND_GROUP_SENT,
         }
     }
 
@@ -284,6 +292,14 @@ impl ClientFrame {
                 for p in payloads {
                     e.put_u32(p.len() as u32);
                     e.put_bytes(p);
+                }
+            }
+            ClientFrame::GroupSent { values } => {
+                e.put_u32(values.len() as u32);
+                for (id, n) in values {
+                    e.put_u32(id.node.0);
+                    e.put_u64(id.seq);
+                    e.put_u32(*n);
                 }
             }
             ClientFrame::Proposed { ids } | ClientFrame::Decided { ids } => {
@@ -598,6 +614,23 @@ impl ClientFrame {
                 }
             }
             KIND_GET_GROUPS => ClientFrame::GetGroups,
+            KIND_GROUP_SENT => {
+                let n = d.count("value count", MAX_VALUES_PER_FRAME, 16)?;
+                let mut values = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let node = NodeId(d.u32("id node")?);
+                    let seq = d.u64("id seq")?;
+                    let m = d.u32("messages")?;
+                    if m == 0 {
+                        return Err(DecodeError::Invalid {
+                            what: "messages",
+                            detail: "a value of no messages".into(),
+                        });
+                    }
+                    values.push((ValueId { node, seq }, m));
+                }
+                ClientFrame::GroupSent { values }
+            }
             KIND_GROUPS => {
                 let n = d.count("group count", MAX_GROUP_ITEMS, 5)?;
                 let mut groups = Vec::with_capacity(n);
@@ -916,6 +949,24 @@ mod tests {
             }),
         });
         roundtrip(ClientFrame::GetGroups);
+        roundtrip(ClientFrame::GroupSent {
+            values: vec![
+                (
+                    ValueId {
+                        node: NodeId(1),
+                        seq: 4,
+                    },
+                    200,
+                ),
+                (
+                    ValueId {
+                        node: NodeId(1),
+                        seq: 5,
+                    },
+                    1,
+                ),
+            ],
+        });
         roundtrip(ClientFrame::Groups {
             groups: vec![("g".into(), vec![m(1, "a")]), ("h".into(), vec![])],
         });

@@ -100,15 +100,16 @@ pub struct GroupView {
     pub left: Vec<Member>,
 }
 
-/// A message of a group, delivered in the total order.
+/// Consecutive messages of one sender to a group (one value of the total order), delivered
+/// in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupMessage {
     pub group: String,
     pub sender: Member,
-    /// The value that carried it.
+    /// The value that carried them.
     pub id: ValueId,
     pub level: DeliveryLevel,
-    pub payload: Bytes,
+    pub payloads: Vec<Bytes>,
     /// The view of the group it is delivered in.
     pub view: ViewId,
     /// Delivered in a transitional configuration.
@@ -286,6 +287,25 @@ impl GroupLayer {
         sender: &str,
         payload: &[u8],
     ) -> Result<Bytes, String> {
+        self.messages_value(group, sender, &[payload])
+    }
+
+    /// One value of several consecutive messages (at most
+    /// [`wire::MESSAGES_PER_VALUE_MAX`]): ordered, acknowledged and delivered together,
+    /// each in its place.
+    pub fn messages_value<P: AsRef<[u8]>>(
+        &self,
+        group: &str,
+        sender: &str,
+        payloads: &[P],
+    ) -> Result<Bytes, String> {
+        if payloads.is_empty() || payloads.len() > wire::MESSAGES_PER_VALUE_MAX {
+            return Err(format!(
+                "{} messages in one value: 1 to {}",
+                payloads.len(),
+                wire::MESSAGES_PER_VALUE_MAX
+            ));
+        }
         check_name("group", group, false)?;
         check_name("sender", sender, true)?;
         if !sender.is_empty() && !self.mine.contains(&(group.to_string(), sender.to_string())) {
@@ -295,7 +315,7 @@ impl GroupLayer {
                 self.me
             ));
         }
-        Ok(wire::encode_message(group, sender, payload))
+        Ok(wire::encode_messages(group, sender, payloads))
     }
 
     // ---- the delivered sequence --------------------------------------------------------
@@ -448,10 +468,10 @@ impl GroupLayer {
         events: &mut Vec<GroupEvent>,
     ) {
         match env {
-            Envelope::Message {
+            Envelope::Messages {
                 group,
                 sender,
-                payload,
+                payloads,
             } => {
                 let view = ViewId {
                     config: self.config,
@@ -465,7 +485,7 @@ impl GroupLayer {
                     },
                     id,
                     level,
-                    payload,
+                    payloads,
                     view,
                     transitional: self.trans.is_some(),
                 }));

@@ -78,7 +78,11 @@ fn line(e: &GroupEvent) -> String {
             m.sender,
             m.view,
             if m.transitional { " (trans)" } else { "" },
-            String::from_utf8_lossy(&m.payload)
+            m.payloads
+                .iter()
+                .map(|p| String::from_utf8_lossy(p).into_owned())
+                .collect::<Vec<_>>()
+                .join(",")
         ),
     }
 }

@@ -3,11 +3,16 @@
 //!
 //! ```text
 //! "ABGR" | kind u8 | body
-//!   1 message: group (len u8, UTF-8) | sender (len u8, UTF-8; empty: not a member) | payload (the rest)
+//!   1 messages: group (len u8, UTF-8) | sender (len u8, UTF-8; empty: not a member) |
+//!               count u32 | count x (len u32 | payload)
 //!   2 join:    group | member
 //!   3 leave:   group | member
 //!   4 state:   configuration id u64 | count u32 | count x (group | member)
 //! ```
+//!
+//! One value carries one or more consecutive messages of one sender to one group, as
+//! Spread packs small messages into one packet: the ring then orders, acknowledges and
+//! delivers them as one value, and each message keeps its place in the total order.
 //!
 //! The node a member lives on is the value's origin (its `ValueId::node`), never a field:
 //! no node can join, leave or speak for another node's members. A value without the magic
@@ -30,21 +35,25 @@ pub const NAME_BYTES_MAX: usize = 64;
 /// Most (group, member) pairs one node holds (and one state message lists).
 pub const MEMBERS_PER_NODE_MAX: usize = 1024;
 
-/// Bytes the envelope of a message adds to its payload: magic, kind, the two names'
-/// lengths and the names.
+/// Messages one value carries at most.
+pub const MESSAGES_PER_VALUE_MAX: usize = 1 << 16;
+
+/// Bytes the envelope of a value of messages adds, besides 4 per message: magic, kind, the
+/// two names' lengths and the names, the count.
 pub fn message_overhead_bytes(group: &str, sender: &str) -> usize {
-    MAGIC.len() + 1 + 2 + group.len() + sender.len()
+    MAGIC.len() + 1 + 2 + group.len() + sender.len() + 4
 }
 
 /// A decoded group value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Envelope {
-    /// A message for `group`; `sender` is the sending member's name on the origin node, or
-    /// empty for a sender that is not a member (groups are open, as Spread's are).
-    Message {
+    /// Messages for `group`, in order; `sender` is the sending member's name on the
+    /// origin node, or empty for a sender that is not a member (groups are open, as
+    /// Spread's are).
+    Messages {
         group: String,
         sender: String,
-        payload: Bytes,
+        payloads: Vec<Bytes>,
     },
     Join {
         group: String,
@@ -107,18 +116,31 @@ fn header(kind: u8) -> Encoder {
     e
 }
 
-/// A message for `group` from member `sender` (empty: a non-member): one copy of the
-/// payload, behind the envelope.
-pub fn encode_message(group: &str, sender: &str, payload: &[u8]) -> Bytes {
-    let mut v = Vec::with_capacity(message_overhead_bytes(group, sender) + payload.len());
+/// One value of messages for `group` from member `sender` (empty: a non-member): one copy
+/// of each payload, behind the envelope. At most [`MESSAGES_PER_VALUE_MAX`] messages (the
+/// caller splits).
+pub fn encode_messages<P: AsRef<[u8]>>(group: &str, sender: &str, payloads: &[P]) -> Bytes {
+    let payloads = &payloads[..payloads.len().min(MESSAGES_PER_VALUE_MAX)];
+    let bytes: usize = payloads.iter().map(|p| 4 + p.as_ref().len()).sum();
+    let mut v = Vec::with_capacity(message_overhead_bytes(group, sender) + bytes);
     v.extend_from_slice(&MAGIC);
     v.push(K_MESSAGE);
     v.push(group.len().min(NAME_BYTES_MAX) as u8);
     v.extend_from_slice(&group.as_bytes()[..group.len().min(NAME_BYTES_MAX)]);
     v.push(sender.len().min(NAME_BYTES_MAX) as u8);
     v.extend_from_slice(&sender.as_bytes()[..sender.len().min(NAME_BYTES_MAX)]);
-    v.extend_from_slice(payload);
+    v.extend_from_slice(&(payloads.len() as u32).to_le_bytes());
+    for p in payloads {
+        let p = p.as_ref();
+        v.extend_from_slice(&(p.len() as u32).to_le_bytes());
+        v.extend_from_slice(p);
+    }
     Bytes::from(v)
+}
+
+/// One message as a value (see [`encode_messages`]).
+pub fn encode_message(group: &str, sender: &str, payload: &[u8]) -> Bytes {
+    encode_messages(group, sender, &[payload])
 }
 
 pub fn encode_join(group: &str, member: &str) -> Bytes {
@@ -166,12 +188,22 @@ pub fn decode(value: &Bytes) -> Result<Option<Envelope>, DecodeError> {
         K_MESSAGE => {
             let group = get_name(&mut d, "group", false)?;
             let sender = get_name(&mut d, "sender", true)?;
-            let rest = d.remaining();
-            let payload = d.bytes(rest, "payload")?;
-            Envelope::Message {
+            let n = d.count("messages", MESSAGES_PER_VALUE_MAX, 4)?;
+            if n == 0 {
+                return Err(DecodeError::Invalid {
+                    what: "messages",
+                    detail: "a value of no messages".into(),
+                });
+            }
+            let mut payloads = Vec::with_capacity(n);
+            for _ in 0..n {
+                let len = d.u32("message length")? as usize;
+                payloads.push(d.bytes(len, "message")?);
+            }
+            Envelope::Messages {
                 group,
                 sender,
-                payload,
+                payloads,
             }
         }
         K_JOIN => Envelope::Join {
@@ -208,17 +240,18 @@ mod tests {
         let m = encode_message("orders", "alice", b"hello");
         assert_eq!(
             decode(&m).unwrap(),
-            Some(Envelope::Message {
+            Some(Envelope::Messages {
                 group: "orders".into(),
                 sender: "alice".into(),
-                payload: Bytes::from_static(b"hello"),
+                payloads: vec![Bytes::from_static(b"hello")],
             })
         );
-        assert_eq!(m.len(), message_overhead_bytes("orders", "alice") + 5);
-        let anon = encode_message("g", "", b"");
+        assert_eq!(m.len(), message_overhead_bytes("orders", "alice") + 4 + 5);
+        let anon = encode_messages("g", "", &[&b""[..], b"two", b"three"]);
         assert!(matches!(
             decode(&anon).unwrap(),
-            Some(Envelope::Message { sender, payload, .. }) if sender.is_empty() && payload.is_empty()
+            Some(Envelope::Messages { sender, payloads, .. })
+                if sender.is_empty() && payloads.len() == 3 && payloads[2] == "three"
         ));
         assert_eq!(
             decode(&encode_join("g", "m")).unwrap(),
@@ -261,6 +294,8 @@ mod tests {
             b"ABGR\x02\x02\xff\xfe\x01m".to_vec(),
             b"ABGR\x02\x03a b\x01m".to_vec(),
             b"ABGR\x04\x00\x00\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff".to_vec(),
+            b"ABGR\x01\x01g\x00\x00\x00\x00\x00".to_vec(),
+            b"ABGR\x01\x01g\x00\x01\x00\x00\x00\x09\x00\x00\x00ab".to_vec(),
         ];
         let mut long = b"ABGR\x02\x41".to_vec();
         long.extend(std::iter::repeat_n(b'a', 65));

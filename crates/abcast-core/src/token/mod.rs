@@ -54,7 +54,7 @@ use crate::ProposeError;
 use crate::config::{ConfigError, StartInfo};
 use crate::mutation::Mutation;
 use crate::protocol::{Ack, Delivery, DeliveryLevel, Outbox, Protocol, Status};
-use crate::types::{Ballot, BatchBuilder, GroupId, Micros, NodeId, ValueId};
+use crate::types::{Ballot, Batch, BatchBuilder, GroupId, Micros, NodeId, ValueId};
 use bytes::Bytes;
 use membership::{OldRing, State};
 use messages::RTR_MAX;
@@ -517,8 +517,33 @@ impl TokenRing {
         let mut new_msgs: Vec<Data> = Vec::new();
         while new_msgs.len() < allowed && !self.pending.is_empty() {
             let seq = seq_received + 1 + new_msgs.len() as u64;
-            let mut b = BatchBuilder::new(self.me, self.pending_first_seq, 0);
             let service = self.pending.front().map_or(self.cfg.service, |(_, s)| *s);
+            // A value that fills a message on its own (the next would not fit beside it)
+            // goes as it is, sharing the proposer's buffer: no copy.
+            let alone = match (self.pending.front(), self.pending.get(1)) {
+                (Some((v, _)), next) => next.is_none_or(|(n, s)| {
+                    *s != service || v.len() + n.len() > self.cfg.max_message_bytes
+                }),
+                (None, _) => false,
+            };
+            if alone && let Some((v, _)) = self.pending.pop_front() {
+                let id = ValueId {
+                    node: self.me,
+                    seq: self.pending_first_seq,
+                };
+                self.pending_first_seq += 1;
+                new_msgs.push(Data {
+                    ring: self.ring,
+                    seq,
+                    pid: self.me,
+                    round,
+                    service,
+                    batch: Batch::single(id, v),
+                    inner: None,
+                });
+                continue;
+            }
+            let mut b = BatchBuilder::new(self.me, self.pending_first_seq, 0);
             while let Some((v, s)) = self.pending.front() {
                 if !b.is_empty()
                     && (*s != service || b.payload_bytes() + v.len() > self.cfg.max_message_bytes)

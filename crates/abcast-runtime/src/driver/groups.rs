@@ -119,22 +119,19 @@ impl<P: Protocol> Driver<P> {
                                 &ClientFrame::GroupMessages { batch: Box::new(b) },
                             );
                         }
-                        let entry = GroupBatchEntry {
-                            sender: m.sender,
-                            seq: m.id.seq,
-                            payload: m.payload,
-                        };
-                        match batch.as_mut() {
-                            Some(b) => b.messages.push(entry),
-                            None => {
-                                batch = Some(GroupBatch {
-                                    group: m.group,
-                                    view: m.view,
-                                    transitional: m.transitional,
-                                    level: m.level,
-                                    messages: vec![entry],
-                                })
-                            }
+                        let b = batch.get_or_insert_with(|| GroupBatch {
+                            group: m.group,
+                            view: m.view,
+                            transitional: m.transitional,
+                            level: m.level,
+                            messages: Vec::with_capacity(m.payloads.len()),
+                        });
+                        for payload in m.payloads {
+                            b.messages.push(GroupBatchEntry {
+                                sender: m.sender.clone(),
+                                seq: m.id.seq,
+                                payload,
+                            });
                         }
                     }
                 }
@@ -347,7 +344,10 @@ impl<P: Protocol> Driver<P> {
         Ok(answer)
     }
 
-    /// `GroupMulticast`: each payload as a group message, answered as `Propose` is.
+    /// `GroupMulticast`: the messages, packed in order into values of at most
+    /// `group_value_bytes` (envelope included), each value proposed; answered with
+    /// `GroupSent` (how many messages were taken, in which values), then `Decided` per
+    /// value.
     #[allow(clippy::too_many_arguments)]
     fn group_multicast<A: Hooks + ?Sized>(
         &mut self,
@@ -359,9 +359,14 @@ impl<P: Protocol> Driver<P> {
         level: DeliveryLevel,
         payloads: Vec<Bytes>,
     ) -> Result<(), DriverError> {
+        let budget = self
+            .cfg
+            .group_value_bytes
+            .saturating_sub(groups::wire::message_overhead_bytes(group, sender));
         let mut ids = Vec::new();
+        let mut taken = 0usize;
         let mut refusal = None;
-        for p in payloads {
+        while taken < payloads.len() {
             let Some(conn) = self.conns.get(&token) else {
                 return Ok(());
             };
@@ -369,8 +374,18 @@ impl<P: Protocol> Driver<P> {
                 refusal = Some(ClientFrame::Busy);
                 break;
             }
+            // The next run of messages that fits the budget (at least one).
+            let mut end = taken;
+            let mut bytes = 0usize;
+            while end < payloads.len()
+                && end - taken < groups::wire::MESSAGES_PER_VALUE_MAX
+                && (end == taken || bytes + 4 + payloads[end].len() <= budget)
+            {
+                bytes += 4 + payloads[end].len();
+                end += 1;
+            }
             let v = match self.groups.as_ref() {
-                Some(g) => g.layer.message_value(group, sender, &p),
+                Some(g) => g.layer.messages_value(group, sender, &payloads[taken..end]),
                 None => return Ok(()),
             };
             let v = match v {
@@ -386,7 +401,8 @@ impl<P: Protocol> Driver<P> {
                         conn.client.pending.insert(id.seq);
                     }
                     app.proposed(now, id, false);
-                    ids.push(id);
+                    ids.push((id, (end - taken) as u32));
+                    taken = end;
                 }
                 Err(ProposeError::Busy) => {
                     app.busy(now);
@@ -404,7 +420,7 @@ impl<P: Protocol> Driver<P> {
         self.carry_out(now, app)?;
         let answer = match refusal {
             Some(r) if ids.is_empty() => r,
-            _ => ClientFrame::Proposed { ids },
+            _ => ClientFrame::GroupSent { values: ids },
         };
         self.reply(token, &answer);
         Ok(())

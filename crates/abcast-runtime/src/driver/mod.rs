@@ -137,6 +137,9 @@ pub struct DriverConfig {
     /// Run the process-group layer over the deliveries and serve the client port's group
     /// frames (`groups.rs`; the token ring).
     pub process_groups: bool,
+    /// A client's group messages are packed into values of at most this many bytes
+    /// (envelope included): the node sets it so a value fits one data message.
+    pub group_value_bytes: usize,
 }
 
 impl DriverConfig {
@@ -157,6 +160,7 @@ impl DriverConfig {
             snapshot_path: None,
             client_addrs: Vec::new(),
             process_groups: false,
+            group_value_bytes: 8 << 10,
         }
     }
 }

@@ -988,10 +988,19 @@ where
         } else {
             DeliveryLevel::Agreed
         };
-        let v = self.nodes[i]
-            .groups
-            .message_value(&group, &sender, payload)
-            .ok()?;
+        // Sometimes several messages in one value (the client port packs a frame's).
+        let v = if self.rng.chance_ppm(300_000) {
+            let parts = [payload.clone(), payload.slice(..8), Bytes::new()];
+            self.nodes[i]
+                .groups
+                .messages_value(&group, &sender, &parts)
+                .ok()?
+        } else {
+            self.nodes[i]
+                .groups
+                .message_value(&group, &sender, payload)
+                .ok()?
+        };
         Some((v, Some(level)))
     }
 

@@ -20,7 +20,7 @@ use bytes::{Bytes, BytesMut};
 use serde_json::{Value, json};
 use std::collections::{HashSet, VecDeque};
 use std::fmt;
-use std::io::{self, BufRead, BufWriter, Read, Write};
+use std::io::{self, BufRead, BufWriter, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
@@ -308,6 +308,8 @@ impl From<io::Error> for ClientError {
 pub struct Client {
     stream: TcpStream,
     rbuf: BytesMut,
+    /// The read timeout last set on the socket (`recv` sets it only when it must shrink).
+    read_timeout: Option<Duration>,
 }
 
 impl Client {
@@ -325,6 +327,7 @@ impl Client {
                     return Ok(Client {
                         stream,
                         rbuf: BytesMut::with_capacity(1 << 16),
+                        read_timeout: None,
                     });
                 }
                 Err(e) => last = e,
@@ -356,11 +359,20 @@ impl Client {
                 }
                 None => None,
             };
-            self.stream.set_read_timeout(wait)?;
-            let mut chunk = [0u8; 64 << 10];
-            match self.stream.read(&mut chunk) {
+            // A socket timeout no longer than what is left serves this wait too (a read
+            // that ends early loops): one setsockopt per change, not one per read.
+            let keep = match (self.read_timeout, wait) {
+                (None, None) => true,
+                (Some(set), Some(w)) => set <= w,
+                _ => false,
+            };
+            if !keep {
+                self.stream.set_read_timeout(wait)?;
+                self.read_timeout = wait;
+            }
+            match self.read_more() {
                 Ok(0) => return Err(ClientError::Closed),
-                Ok(n) => self.rbuf.extend_from_slice(&chunk[..n]),
+                Ok(_) => {}
                 Err(e)
                     if matches!(
                         e.kind(),
@@ -370,6 +382,31 @@ impl Client {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+
+    /// Reads what the socket holds into the free room at the end of `rbuf`, without an
+    /// intermediate buffer; the count read.
+    fn read_more(&mut self) -> io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        const READ_BYTES: usize = 256 << 10;
+        self.rbuf.reserve(READ_BYTES);
+        let spare = self.rbuf.spare_capacity_mut();
+        // SAFETY: read(2) writes at most `spare.len()` bytes into memory this BytesMut owns
+        // and has reserved; `set_len` then covers only the bytes it wrote.
+        let n = unsafe {
+            libc::read(
+                self.stream.as_raw_fd(),
+                spare.as_mut_ptr().cast::<libc::c_void>(),
+                spare.len(),
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let n = n as usize;
+        // SAFETY: the kernel initialised exactly `n` bytes past the old length.
+        unsafe { self.rbuf.set_len(self.rbuf.len() + n) };
+        Ok(n)
     }
 
     /// Proposes every payload, in order, and returns when all are decided. `on_decided` sees

@@ -506,6 +506,9 @@ fn driver_config(
     // A value of packed group messages fits one data message of the ring.
     if let Some(t) = &cfg.token {
         dcfg.group_value_bytes = t.max_message_bytes;
+        // A member whose group listeners are behind holds the token up to a fifth of the
+        // retransmission time (1 ms by default), so the ring slows to its receivers.
+        dcfg.token_defer_max_us = t.token_retransmit_us / 5;
     }
     dcfg.incarnation = start.incarnation;
     dcfg.transport = cfg.transport.clone();

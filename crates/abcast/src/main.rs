@@ -100,7 +100,8 @@ fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
 /// all the time: at 16-byte values the faults were a tenth of a leader's time (profile in
 /// docs/benchmarks/leader/README.md). The thresholds here keep blocks up to 32 MiB in the
 /// heap and up to 256 MiB of free heap top mapped. A program that embeds a node chooses
-/// its own allocator; this is the `abcast node` process only.
+/// its own allocator; this is the `abcast node` process (and `abcast multicast` and
+/// `listen`, whose message buffers churn the same way) only.
 fn keep_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: `mallopt` only sets malloc parameters; it is called before this process
@@ -115,14 +116,18 @@ fn main() -> ExitCode {
     // clap prints `error: ...` with usage and exits 2 on bad input; --help and --version
     // exit 0.
     let cli = Cli::parse();
+    if matches!(
+        cli.command,
+        Command::Node(_) | Command::Multicast(_) | Command::Listen(_)
+    ) {
+        // The node, and the group clients that stream messages at it.
+        keep_freed_memory();
+    }
     match cli.command {
-        Command::Node(args) => {
-            keep_freed_memory();
-            match abcast_node::node::run_node(args) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => fail(1, e),
-            }
-        }
+        Command::Node(args) => match abcast_node::node::run_node(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(1, e),
+        },
         Command::Propose(args) => match abcast_node::client::run_propose(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(1, e),

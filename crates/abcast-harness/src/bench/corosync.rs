@@ -578,21 +578,21 @@ pub fn interrupted() -> bool {
 }
 
 /// A child process that is stopped (SIGTERM, then SIGKILL) when dropped.
-struct Proc {
+pub(super) struct Proc {
     what: String,
     child: Child,
     status: Option<ExitStatus>,
 }
 
 impl Proc {
-    fn poll(&mut self) -> Option<ExitStatus> {
+    pub(super) fn poll(&mut self) -> Option<ExitStatus> {
         if self.status.is_none() {
             self.status = self.child.try_wait().ok().flatten();
         }
         self.status
     }
 
-    fn terminate(&mut self) {
+    pub(super) fn terminate(&mut self) {
         if self.poll().is_some() {
             return;
         }
@@ -609,7 +609,7 @@ impl Proc {
     }
 
     /// Waits until `deadline` for the process to end, then kills it.
-    fn reap(&mut self, deadline: Instant) {
+    pub(super) fn reap(&mut self, deadline: Instant) {
         while self.poll().is_none() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -654,12 +654,12 @@ fn member_dir(out_dir: &Path, i: usize) -> PathBuf {
 }
 
 fn create_file(path: &Path) -> Result<File, String> {
-    File::create(path).map_err(|e| format!("corosync CPG: cannot create {}: {e}", path.display()))
+    File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))
 }
 
 /// Runs `program args` in network namespace `netns` (`ip netns exec`, which also gives it a
 /// mount namespace of its own), its output into `stdout` and `stderr`.
-fn spawn_in_netns(
+pub(super) fn spawn_in_netns(
     what: String,
     netns: &str,
     program: &[&std::ffi::OsStr],
@@ -685,7 +685,7 @@ fn spawn_in_netns(
     }
     let child = cmd
         .spawn()
-        .map_err(|e| format!("corosync CPG: cannot start {what} (`ip netns exec`): {e}"))?;
+        .map_err(|e| format!("cannot start {what} (`ip netns exec`): {e}"))?;
     Ok(Proc {
         what,
         child,

@@ -45,10 +45,13 @@ pub enum BenchName {
     /// Replace a follower, then the leader, under load: Sequence Paxos pull and eager,
     /// Raft's joint consensus (seed 001 fig 10, 12, table 5.1).
     Reconfig,
+    /// The same 3-member group workload through abcast's token ring and Corosync CPG
+    /// (issue 18).
+    GroupPeer,
 }
 
 impl BenchName {
-    pub const ALL: [BenchName; 13] = [
+    pub const ALL: [BenchName; 14] = [
         BenchName::ValueSize,
         BenchName::Buffer,
         BenchName::RingSize,
@@ -62,6 +65,7 @@ impl BenchName {
         BenchName::Latency,
         BenchName::PartialConnectivity,
         BenchName::Reconfig,
+        BenchName::GroupPeer,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -79,6 +83,7 @@ impl BenchName {
             BenchName::Latency => "latency",
             BenchName::PartialConnectivity => "partial-connectivity",
             BenchName::Reconfig => "reconfig",
+            BenchName::GroupPeer => "group-peer",
         }
     }
 
@@ -140,6 +145,11 @@ impl BenchName {
                 "3 nodes + a spare under load: replace a follower, replace the leader; \
                  Sequence Paxos pull and eager, Raft joint consensus: throughput over time, \
                  gap, dropped proposals (seed 001 fig 10, 12, table 5.1)"
+            }
+            BenchName::GroupPeer => {
+                "3 members, 1 KB agreed messages, one and three senders: abcast's token ring \
+                 with process groups against Corosync 3 CPG, msgs/s and latency (root; the \
+                 corosync and libcpg-dev packages)"
             }
         }
     }
@@ -277,6 +287,7 @@ pub fn experiment(name: BenchName, max_nodes: u32) -> Option<Experiment> {
         | BenchName::Latency
         | BenchName::PartialConnectivity
         | BenchName::Reconfig
+        | BenchName::GroupPeer
         | BenchName::Storage => {
             return None;
         }
@@ -415,6 +426,7 @@ pub fn shape_sentences(exp: &Experiment, sweep: &[Medians], low_load: Option<&Me
         | BenchName::Latency
         | BenchName::PartialConnectivity
         | BenchName::Reconfig
+        | BenchName::GroupPeer
         | BenchName::Storage => {
             format!("{} is not a sweep of one cluster.", exp.name.as_str())
         }

@@ -8,6 +8,7 @@
 
 pub mod corosync;
 pub mod experiments;
+pub mod grouppeer;
 pub mod lan;
 pub mod leader;
 pub mod multicast;
@@ -480,6 +481,9 @@ pub fn run_bench(args: &BenchArgs) -> Result<u8, HarnessError> {
     }
     if name == BenchName::Reconfig {
         return reconfig::run(args);
+    }
+    if name == BenchName::GroupPeer {
+        return grouppeer::run(args);
     }
     if name == BenchName::Multicast {
         // Two protocols per point and figures per learner: its own runner.

@@ -17,6 +17,10 @@ use bytes::Bytes;
 use mio::Token;
 use std::collections::VecDeque;
 
+/// A listener with more than this queued is behind: the token waits for it
+/// (`defer_token`).
+const LISTENER_BEHIND_BYTES: usize = 1 << 20;
+
 /// Values the layer and closed connections asked to broadcast, at most; past it the oldest
 /// bound leave is dropped (its member stays until its node leaves the configuration).
 const GROUP_QUEUE_MAX: usize = 1 << 16;
@@ -200,6 +204,31 @@ impl<P: Protocol> Driver<P> {
         self.carry_out(now, app)
     }
 
+    /// Whether the loop leaves the token on its socket for now (receiver flow control,
+    /// `DriverConfig::token_defer_max_us`): a group listener here is behind (more than
+    /// `LISTENER_BEHIND_BYTES` queued), and the token has waited less than the maximum.
+    pub(super) fn defer_token(&mut self, now: Micros) -> bool {
+        let max = self.cfg.token_defer_max_us;
+        if max == 0 || self.groups.is_none() || !self.lane_ready.control {
+            self.token_deferred_since = None;
+            return false;
+        }
+        let behind = self
+            .conns
+            .values()
+            .any(|c| c.client.listen.is_some() && c.out.queued_bytes() > LISTENER_BEHIND_BYTES);
+        if !behind {
+            self.token_deferred_since = None;
+            return false;
+        }
+        let since = *self.token_deferred_since.get_or_insert(now);
+        if now.saturating_sub(since) < max {
+            return true;
+        }
+        self.token_deferred_since = None;
+        false
+    }
+
     /// The members bound to a connection that closed leave their groups.
     pub(super) fn leave_bound(&mut self, client: &ClientState) {
         let Some(g) = self.groups.as_mut() else {
@@ -359,6 +388,19 @@ impl<P: Protocol> Driver<P> {
         level: DeliveryLevel,
         payloads: Vec<Bytes>,
     ) -> Result<(), DriverError> {
+        // Flow control: while a listener here is behind (its queue past half of the
+        // client queue bound, where it would be closed), this node takes no more messages
+        // from its clients: they wait (Busy) rather than outrun the members' receivers.
+        let limit = self.cfg.transport.client_queue_bytes / 2;
+        let behind = self
+            .conns
+            .values()
+            .any(|c| c.client.listen.is_some() && c.out.queued_bytes() > limit);
+        if behind {
+            app.busy(now);
+            self.reply(token, &ClientFrame::Busy);
+            return Ok(());
+        }
         let budget = self
             .cfg
             .group_value_bytes

@@ -140,6 +140,12 @@ pub struct DriverConfig {
     /// A client's group messages are packed into values of at most this many bytes
     /// (envelope included): the node sets it so a value fits one data message.
     pub group_value_bytes: usize,
+    /// Receiver flow control for the token ring's process groups: while a group listener
+    /// at this node is behind (`groups.rs`), the loop reads the token's socket only after
+    /// this long (from the token's arrival), so the whole ring slows to what the members'
+    /// receivers take. 0: off. Keep it well below the protocol's token retransmission
+    /// time.
+    pub token_defer_max_us: Micros,
 }
 
 impl DriverConfig {
@@ -161,6 +167,7 @@ impl DriverConfig {
             client_addrs: Vec::new(),
             process_groups: false,
             group_value_bytes: 8 << 10,
+            token_defer_max_us: 0,
         }
     }
 }
@@ -283,6 +290,9 @@ pub struct Driver<P: Protocol> {
     lane_ready: LaneReady,
     /// `load_waits_for_view`: the load generator's floor on the view's size.
     load_view_min: usize,
+    /// Since when the token waits on its socket for a group listener to catch up
+    /// (`DriverConfig::token_defer_max_us`).
+    token_deferred_since: Option<Micros>,
     /// The sync thread (pipelined group commit).
     syncer: Option<Syncer>,
     /// The group commit's ordering rules, and the outboxes waiting for their sync jobs,
@@ -371,6 +381,7 @@ impl<P: Protocol> Driver<P> {
             lanes: LanePriority::new(),
             lane_ready: LaneReady::default(),
             load_view_min: 0,
+            token_deferred_since: None,
         })
     }
 
@@ -958,9 +969,10 @@ impl LaneReady {
         }
     }
     /// The socket to read next when `first` has priority: a socket of that lane that may
-    /// hold datagrams, else one of the other lane.
-    fn next(&self, first: abcast_core::codec::Lane) -> Option<Token> {
-        let control = self.control.then_some(CONTROL_SOCKET);
+    /// hold datagrams, else one of the other lane; with `defer_control`, never the control
+    /// lane's.
+    fn next(&self, first: abcast_core::codec::Lane, defer_control: bool) -> Option<Token> {
+        let control = (self.control && !defer_control).then_some(CONTROL_SOCKET);
         let data =
             (self.unicast.then_some(UNICAST_SOCKET)).or(self.multicast.then_some(MULTICAST_SOCKET));
         match first {

@@ -419,8 +419,9 @@ impl<P: Protocol> Driver<P> {
         }
         let mut inbox = std::mem::take(&mut self.inbox);
         let mut result = Ok(());
+        let defer = self.defer_token(now);
         for _ in 0..LANE_READS_PER_ITERATION {
-            let Some(token) = self.lane_ready.next(self.lanes.first()) else {
+            let Some(token) = self.lane_ready.next(self.lanes.first(), defer) else {
                 break;
             };
             let Some(t) = self.transport_of(token) else {

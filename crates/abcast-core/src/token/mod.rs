@@ -464,7 +464,11 @@ impl TokenRing {
         self.asked.retain(|&q, _| q > aru);
         // The other members, each of whom may hold the message (at least 1, at most what
         // a skip count holds).
-        let holders = self.memb.len().saturating_sub(1).clamp(1, usize::from(u8::MAX)) as u8;
+        let holders = self
+            .memb
+            .len()
+            .saturating_sub(1)
+            .clamp(1, usize::from(u8::MAX)) as u8;
         while s <= limit && rtr.len() < RTR_MAX {
             if !self.buffer.contains_key(&s) && !rtr.iter().any(|r| r.seq == s) {
                 // Asked before and still missing: the next holder in turn answers.
@@ -752,7 +756,16 @@ impl Protocol for TokenRing {
             decided_max: self.delivered_total,
             values_in_flight: self.pending.len() + self.own_unstable,
             amnesic: false,
-            view: self.memb.clone(),
+            // The installed ring only: while a ring forms (gather, commit, recovery) `memb`
+            // already names the ring being committed, which may yet fail and leave a
+            // smaller one; a load that waits for the whole ring (the runtime's
+            // `load_waits_for_view`) must not take that for the ring, or the values it
+            // proposes are delivered in the smaller ring alone (EVS).
+            view: if self.state == State::Operational {
+                self.memb.clone()
+            } else {
+                Vec::new()
+            },
             groups: Vec::new(),
             log_bytes: 0,
             log_appended_bytes: 0,

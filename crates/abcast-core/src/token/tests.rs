@@ -503,6 +503,35 @@ fn members_gather_and_install_one_ring_with_a_transitional_then_a_regular_config
     }
 }
 
+/// The status' view is the installed ring only: a member committing to a ring of three
+/// that may still fail shows no view, so a load that waits for the whole ring waits.
+#[test]
+fn the_view_names_only_an_installed_ring_not_one_being_committed() {
+    let mut net = Net::new(ring(3, 5, 3, Service::Agreed));
+    let mut seen_forming = false;
+    for _ in 0..20_000 {
+        steps(&mut net, 1, |_, _, _| false);
+        for r in &net.nodes {
+            if matches!(r.state, State::Commit | State::Recovery) {
+                seen_forming = true;
+                assert_eq!(r.members().len(), 3, "memb already names the new ring");
+                assert!(r.status().view.is_empty(), "{}", r.describe());
+            }
+        }
+        if net
+            .nodes
+            .iter()
+            .all(|r| r.operational() && r.members().len() == 3)
+        {
+            break;
+        }
+    }
+    assert!(seen_forming, "the ring formed without a commit step");
+    for r in &net.nodes {
+        assert_eq!(r.status().view, ids(3));
+    }
+}
+
 /// A member crashes: the token is lost, the others gather, fail it, and install a ring of
 /// two; values proposed before and after go on in one order at both.
 #[test]

@@ -43,7 +43,8 @@
 //! queue serve both; only the destination differs.
 
 use super::frame::{self, Frame, FrameError, KIND_PROTOCOL_MAX};
-use super::linkfault::{self, LinkFault};
+use super::linkfault::{LinkFault, RecvLoss};
+use abcast_core::codec::Lane;
 use abcast_core::{Micros, NodeId};
 use bytes::{Buf, Bytes, BytesMut};
 use mio::net::UdpSocket;
@@ -406,28 +407,6 @@ struct Queued {
     bytes: usize,
 }
 
-/// Injected loss on received datagrams: the loss of the link `sender -> me`.
-#[derive(Debug)]
-struct RecvLoss {
-    loss_ppm: HashMap<NodeId, u32>,
-    rng: u64,
-}
-
-impl RecvLoss {
-    /// splitmix64, as `linkfault` rolls its dice.
-    fn lost(&mut self, from: NodeId) -> bool {
-        let Some(&ppm) = self.loss_ppm.get(&from) else {
-            return false;
-        };
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        z % u64::from(linkfault::MAX_LOSS_PPM) < u64::from(ppm)
-    }
-}
-
 /// Whether a datagram from `source` comes from the socket bound at `expected`: the same
 /// port, and the same address unless `expected` is a wildcard (a socket bound to 0.0.0.0
 /// sends from the address of its route). An IPv4 address seen as IPv4-mapped IPv6 is the
@@ -577,27 +556,8 @@ impl Multicast {
         let members: Vec<NodeId> = std::iter::once(me.node)
             .chain(peers.iter().copied())
             .collect();
-        let loss = match linkfault::resolve(faults, &members) {
-            Ok(shapes) => {
-                let loss_ppm: HashMap<NodeId, u32> = shapes
-                    .into_iter()
-                    // Ring Paxos runs group 0: rules for every group or for group 0.
-                    .filter(|r| {
-                        r.to == me.node
-                            && r.from != me.node
-                            && r.shape.loss_ppm > 0
-                            && r.group.is_none_or(|g| g == 0)
-                    })
-                    .map(|r| (r.from, r.shape.loss_ppm))
-                    .collect();
-                (!loss_ppm.is_empty()).then(|| RecvLoss {
-                    loss_ppm,
-                    rng: me.cluster_id ^ u64::from(me.node.0).rotate_left(29) ^ 0x006D_6361_7374,
-                })
-            }
-            // The driver validated the rules already; an invalid set shapes nothing here.
-            Err(_) => None,
-        };
+        // The driver validated the rules already; an invalid set shapes nothing here.
+        let loss = RecvLoss::new(me.node, me.cluster_id, faults, &members);
         Ok(Multicast {
             socket: UdpSocket::from_std(std_sock),
             group,
@@ -782,14 +742,25 @@ impl Multicast {
             }));
         }
         *known = from.incarnation;
-        if let Some(loss) = self.loss.as_mut()
-            && loss.lost(from.node)
-        {
-            self.stats.datagrams_lost += 1;
-            return Ok(Received::Dropped);
-        }
         self.stats.datagrams_received += 1;
         Ok(Received::Frame(from.node, f))
+    }
+
+    /// The injected loss of the link from `from` to this node (`[[link_faults]]`), rolled
+    /// for one decoded message of `group` on `lane` that arrived on this endpoint: true
+    /// when it is lost, and then counted as lost instead of received. Called once the
+    /// message is decoded, because a rule may name a lane (`linkfault::LinkFault::lane`),
+    /// which only the message knows.
+    pub fn lost_on_receipt(&mut self, from: NodeId, group: u16, lane: Lane) -> bool {
+        let Some(loss) = self.loss.as_mut() else {
+            return false;
+        };
+        if !loss.lost(from, group, lane) {
+            return false;
+        }
+        self.stats.datagrams_received = self.stats.datagrams_received.saturating_sub(1);
+        self.stats.datagrams_lost += 1;
+        true
     }
 
     /// A datagram that passed the checks held a message that did not decode.
@@ -978,16 +949,5 @@ mod tests {
         assert!(!same_source(at("10.0.0.9:7400"), at("127.0.0.1:7400")));
         // A member bound to a wildcard address sends from its route's: the port decides.
         assert!(same_source(at("10.0.0.9:7400"), at("0.0.0.0:7400")));
-    }
-
-    #[test]
-    fn injected_loss_drops_about_the_configured_share() {
-        let mut l = RecvLoss {
-            loss_ppm: [(NodeId(1), 20_000)].into_iter().collect(),
-            rng: 1,
-        };
-        let lost = (0..100_000).filter(|_| l.lost(NodeId(1))).count();
-        assert!((1_500..2_500).contains(&lost), "{lost}");
-        assert!(!(0..1000).any(|_| l.lost(NodeId(2))));
     }
 }

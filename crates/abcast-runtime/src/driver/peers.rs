@@ -212,7 +212,7 @@ impl<P: Protocol> Driver<P> {
                 queued_bytes: self.tcp.queued_bytes(to),
                 limit_bytes: self.cfg.transport.send_queue_bytes,
             };
-            match faults.on_send(slot, now, kind, group, chunks, room) {
+            match faults.on_send(slot, now, kind, group, lane, chunks, room) {
                 Verdict::Pass(c) => chunks = c,
                 Verdict::Held => return,
                 Verdict::Lost => {
@@ -376,6 +376,12 @@ impl<P: Protocol> Driver<P> {
             // to decode.
             match P::Message::decode_in(GroupId(group), kind, body) {
                 Ok(msg) => {
+                    if self
+                        .transport_of(token)
+                        .is_some_and(|t| t.lost_on_receipt(from, group, msg.lane()))
+                    {
+                        continue;
+                    }
                     if self.control.is_some() {
                         self.lanes.on_processed(from, &msg);
                     }

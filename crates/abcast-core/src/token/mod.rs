@@ -35,7 +35,8 @@
 //! Not in the seed, needed to run: a token lost on the wire is sent again by its sender
 //! after `token_retransmit_us` unless something shows the successor took it (the token
 //! back, or a message stamped after it); the successor takes one copy (`Token::hop`). An
-//! idle ring holds the token `token_hold_us` at each member (Corosync's `token_hold`).
+//! idle ring holds the token `token_hold_us` at each member (Corosync's `token_hold`), once
+//! it has been idle for `idle_before_hold_us`.
 //! The priority of the token over data (§III-D) is the driver's: the two arrive on
 //! different sockets.
 
@@ -123,6 +124,9 @@ pub struct TokenRing {
     pub(crate) last_sent: Option<(Message, Micros)>,
     /// A token held on an idle ring, until this time.
     pub(crate) held: Option<(Token, Micros)>,
+    /// When a token last showed the ring busy (see `on_token`): the token is held only
+    /// once the ring has been idle `idle_before_hold_us` since.
+    busy_seen_us: Micros,
     /// Own messages stamped and not yet known to every member: their acks wait.
     own_unstable: usize,
     /// Deliveries so far, over every ring: the `instance` of the next one is this plus 1.
@@ -193,6 +197,7 @@ impl TokenRing {
             aru_sent_now: 0,
             last_sent: None,
             held: None,
+            busy_seen_us: 0,
             own_unstable: 0,
             delivered_total: 0,
             token_seen_us: 0,
@@ -371,12 +376,23 @@ impl TokenRing {
         if self.is_first() {
             t.rotation = t.rotation.saturating_add(1);
         }
-        let idle = self.state == State::Operational
+        // Idle now: nothing to send, ask for, deliver or raise, and nothing sent by anyone
+        // in the last rotation (`fcc`). The token is held only once the ring has been idle
+        // for `idle_before_hold_us`: a ring that carried anything lately keeps its token
+        // moving, so a value proposed at any member waits for a rotation, not for a hold at
+        // another member (a hold ends early only where the value is proposed).
+        let quiet = self.state == State::Operational
             && self.pending.is_empty()
+            && t.fcc == 0
             && t.rtr.is_empty()
             && t.aru == t.seq
             && self.my_aru == t.seq
             && self.delivered == t.seq;
+        if !quiet {
+            self.busy_seen_us = self.now;
+        }
+        let idle =
+            quiet && self.now.saturating_sub(self.busy_seen_us) >= self.cfg.idle_before_hold_us;
         if idle && self.cfg.token_hold_us > 0 && self.held.is_none() {
             self.held = Some((t, self.now + self.cfg.token_hold_us));
             return;

@@ -45,10 +45,16 @@ pub enum BenchName {
     /// Replace a follower, then the leader, under load: Sequence Paxos pull and eager,
     /// Raft's joint consensus (seed 001 fig 10, 12, table 5.1).
     Reconfig,
+    /// The token ring: latency against offered throughput, Agreed and Safe, the original
+    /// ring against the Accelerated Ring (seed 002 fig 2, 3; 5, 7 with `--large`).
+    TokenLatency,
+    /// The token ring under data-message loss: latency against loss per member, and
+    /// against the distance to the member lost from (seed 002 fig 9-13).
+    TokenLoss,
 }
 
 impl BenchName {
-    pub const ALL: [BenchName; 13] = [
+    pub const ALL: [BenchName; 15] = [
         BenchName::ValueSize,
         BenchName::Buffer,
         BenchName::RingSize,
@@ -62,6 +68,8 @@ impl BenchName {
         BenchName::Latency,
         BenchName::PartialConnectivity,
         BenchName::Reconfig,
+        BenchName::TokenLatency,
+        BenchName::TokenLoss,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -79,6 +87,8 @@ impl BenchName {
             BenchName::Latency => "latency",
             BenchName::PartialConnectivity => "partial-connectivity",
             BenchName::Reconfig => "reconfig",
+            BenchName::TokenLatency => "token-latency",
+            BenchName::TokenLoss => "token-loss",
         }
     }
 
@@ -140,6 +150,18 @@ impl BenchName {
                 "3 nodes + a spare under load: replace a follower, replace the leader; \
                  Sequence Paxos pull and eager, Raft joint consensus: throughput over time, \
                  gap, dropped proposals (seed 001 fig 10, 12, table 5.1)"
+            }
+            BenchName::TokenLatency => {
+                "token ring, original (accelerated_window 0) vs Accelerated Ring, Agreed and \
+                 Safe, 1350 B payloads (8850 with --large): latency against offered throughput \
+                 from light to past saturation (seed 002 fig 2, 3; 5, 7); `--link-mbit 1000` on \
+                 an emulated 1 Gbit/s LAN (root)"
+            }
+            BenchName::TokenLoss => {
+                "token ring, original vs Accelerated Ring, Agreed and Safe: mean and worst-5 % \
+                 latency against data-message loss per member 0 .. 25 % at 20 % and 50 % of \
+                 the original's maximum, and against the distance to the member lost from \
+                 (seed 002 fig 9-13)"
             }
         }
     }
@@ -267,7 +289,7 @@ pub fn experiment(name: BenchName, max_nodes: u32) -> Option<Experiment> {
             }
         }
         // Not sweeps of one cluster: each has its own runner (`multiring.rs`, `multicast.rs`,
-        // `storage.rs`, `trim.rs`).
+        // `storage.rs`, `trim.rs`, `token.rs`, ...).
         BenchName::Skip
         | BenchName::Rings
         | BenchName::GlobalRing
@@ -277,6 +299,8 @@ pub fn experiment(name: BenchName, max_nodes: u32) -> Option<Experiment> {
         | BenchName::Latency
         | BenchName::PartialConnectivity
         | BenchName::Reconfig
+        | BenchName::TokenLatency
+        | BenchName::TokenLoss
         | BenchName::Storage => {
             return None;
         }
@@ -415,6 +439,8 @@ pub fn shape_sentences(exp: &Experiment, sweep: &[Medians], low_load: Option<&Me
         | BenchName::Latency
         | BenchName::PartialConnectivity
         | BenchName::Reconfig
+        | BenchName::TokenLatency
+        | BenchName::TokenLoss
         | BenchName::Storage => {
             format!("{} is not a sweep of one cluster.", exp.name.as_str())
         }

@@ -21,6 +21,9 @@
 //! to = 1            # receiving node; omitted = every peer of `from`
 //! delay_us = 5000   # one-way delay per frame, default 0, at most 10 s
 //! loss_ppm = 1000   # frames lost per million, default 0, at most 1000000
+//! group = 3         # only this protocol instance's frames; omitted = every group
+//! lane = "data"     # only this lane's messages: "data" (the token ring's data messages)
+//!                   # or "control" (its token); omitted = every message
 //! ```
 //!
 //! IP-multicast Ring Paxos (seed 003) instead of U-Ring Paxos:
@@ -437,6 +440,7 @@ struct FileLinkFault {
     delay_us: Option<u64>,
     loss_ppm: Option<u64>,
     group: Option<u64>,
+    lane: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -1499,12 +1503,28 @@ fn link_faults(
                 }
             },
         };
+        let lane = match e.lane.as_deref() {
+            None => None,
+            Some(name) => match linkfault::parse_lane(name) {
+                Some(l) => Some(l),
+                None => {
+                    return invalid(
+                        format!("link_faults[{i}].lane"),
+                        format!(
+                            "{name:?}: expected \"data\" (data messages; seed 002 loses \
+                             only those) or \"control\" (the token ring's token)"
+                        ),
+                    );
+                }
+            },
+        };
         rules.push(LinkFault {
             from: e.from.map(NodeId),
             to: e.to.map(NodeId),
             delay_us,
             loss_ppm,
             group,
+            lane,
         });
     }
     let ids: Vec<NodeId> = members.iter().map(|m| m.id).collect();
@@ -1536,6 +1556,12 @@ pub fn link_faults_toml(rules: &[LinkFault]) -> toml::Value {
                 t.insert("loss_ppm".into(), int(u64::from(r.loss_ppm)));
                 if let Some(g) = r.group {
                     t.insert("group".into(), int(u64::from(g)));
+                }
+                if let Some(l) = r.lane {
+                    t.insert(
+                        "lane".into(),
+                        toml::Value::String(linkfault::lane_name(l).into()),
+                    );
                 }
                 toml::Value::Table(t)
             })

@@ -13,7 +13,8 @@
 //! window_values = 65536          # values waiting for the token (then `Busy`)
 //! service = "agreed"             # or "safe" (delivered once every member has it)
 //! token_retransmit_us = 5000     # a token passed and not seen taken is sent again
-//! token_hold_us = 1000           # an idle ring holds the token this long per member
+//! token_hold_us = 1000           # an idle ring holds the token this long per member,
+//! idle_before_hold_us = 10000    #   once it has been idle this long
 //! token_timeout_us = 100000      # no token this long: lost, the members gather
 //! join_timeout_us = 10000
 //! consensus_timeout_us = 120000
@@ -57,6 +58,7 @@ pub(crate) struct FileToken {
     service: Option<String>,
     token_retransmit_us: Option<u64>,
     token_hold_us: Option<u64>,
+    idle_before_hold_us: Option<u64>,
     token_timeout_us: Option<u64>,
     join_timeout_us: Option<u64>,
     consensus_timeout_us: Option<u64>,
@@ -112,6 +114,7 @@ pub(crate) fn token_config(
         window_values,
         token_retransmit_us,
         token_hold_us,
+        idle_before_hold_us,
         token_timeout_us,
         join_timeout_us,
         consensus_timeout_us,

@@ -3,6 +3,7 @@
 //! faults themselves are tested with the runtime, `abcast-runtime/tests/runtime_linkfault.rs`.)
 
 use abcast_core::NodeId;
+use abcast_core::codec::Lane;
 use abcast_node::nodeconfig::{self, NodeConfigError};
 use abcast_runtime::LinkFault;
 use std::path::Path;
@@ -49,7 +50,43 @@ fn link_fault_rules_parse_into_the_transport_config() {
 }
 
 #[test]
+fn a_link_fault_may_name_a_lane_and_is_written_back_with_it() {
+    let text = config_with(
+        "[[link_faults]]\nloss_ppm = 200000\nlane = \"data\"\n\
+         [[link_faults]]\nfrom = 0\nto = 1\ndelay_us = 10\nlane = \"control\"\n",
+    );
+    let c = nodeconfig::parse(&text, Some(1), Path::new("/tmp")).unwrap();
+    assert_eq!(
+        c.transport.link_faults,
+        [
+            LinkFault::everywhere(0, 200_000).on_lane(Lane::Data),
+            LinkFault::link(NodeId(0), NodeId(1), 10, 0).on_lane(Lane::Control),
+        ]
+    );
+    let mut table: toml::Table = toml::from_str(&nodeconfig::local_cluster(3, 7400)).unwrap();
+    table.insert(
+        "link_faults".into(),
+        nodeconfig::link_faults_toml(&c.transport.link_faults),
+    );
+    let again = nodeconfig::parse(&table.to_string(), Some(1), Path::new("/tmp")).unwrap();
+    assert_eq!(again.transport.link_faults, c.transport.link_faults);
+    // One link may have a rule per lane, but not two for the same lane.
+    let (field, reason) = invalid_field(
+        "[[link_faults]]\nloss_ppm = 5\nlane = \"data\"\n\
+         [[link_faults]]\nfrom = 2\nloss_ppm = 5\nlane = \"data\"\n",
+    );
+    assert_eq!(field, "link_faults[1]");
+    assert!(reason.contains("on the data lane"), "{reason}");
+}
+
+#[test]
 fn bad_link_fault_rules_are_refused_by_field() {
+    let (field, reason) = invalid_field("[[link_faults]]\nloss_ppm = 5\nlane = \"token\"\n");
+    assert_eq!(field, "link_faults[0].lane");
+    assert!(
+        reason.contains("\"token\"") && reason.contains("\"data\""),
+        "{reason}"
+    );
     let (field, reason) = invalid_field("[[link_faults]]\nfrom = 0\nto = 9\ndelay_us = 10\n");
     assert_eq!(field, "link_faults[0].to");
     assert!(reason.contains("not among the members"), "{reason}");

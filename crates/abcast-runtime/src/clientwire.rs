@@ -530,121 +530,130 @@ impl ClientFrame {
             KIND_READ_POINT => ClientFrame::ReadPoint {
                 upto: d.u64("read_point.upto")?,
             },
-            KIND_GROUP_JOIN => ClientFrame::GroupJoin {
-                group: get_name(&mut d, "group", false)?,
-                member: get_name(&mut d, "member", false)?,
-                bound: get_flag(&mut d, "bound")?,
-            },
-            KIND_GROUP_LEAVE => ClientFrame::GroupLeave {
-                group: get_name(&mut d, "group", false)?,
-                member: get_name(&mut d, "member", false)?,
-            },
-            KIND_GROUP_MULTICAST => {
-                let group = get_name(&mut d, "group", false)?;
-                let sender = get_name(&mut d, "sender", true)?;
-                let level = get_level(&mut d, "service")?;
-                let n = d.count("message count", MAX_VALUES_PER_FRAME, 4)?;
-                let mut payloads = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let len = d.u32("message length")? as usize;
-                    payloads.push(d.bytes(len, "message")?);
-                }
-                ClientFrame::GroupMulticast {
-                    group,
-                    sender,
-                    level,
-                    payloads,
-                }
-            }
-            KIND_GROUP_LISTEN => ClientFrame::GroupListen {
-                group: get_name(&mut d, "group", true)?,
-            },
-            KIND_GROUP_ASKED => ClientFrame::GroupAsked,
-            KIND_GROUP_VIEW => {
-                let group = get_name(&mut d, "group", false)?;
-                let id = ViewId {
-                    config: d.u64("view config")?,
-                    change: d.u64("view change")?,
-                };
-                let kind = if get_flag(&mut d, "view kind")? {
-                    ConfigKind::Transitional
-                } else {
-                    ConfigKind::Regular
-                };
-                ClientFrame::GroupView {
-                    view: Box::new(GroupView {
-                        group,
-                        id,
-                        kind,
-                        members: get_members(&mut d, "members")?,
-                        joined: get_members(&mut d, "joined")?,
-                        left: get_members(&mut d, "left")?,
-                    }),
-                }
-            }
-            KIND_GROUP_MESSAGES => {
-                let group = get_name(&mut d, "group", false)?;
-                let view = ViewId {
-                    config: d.u64("view config")?,
-                    change: d.u64("view change")?,
-                };
-                let transitional = get_flag(&mut d, "transitional")?;
-                let level = get_level(&mut d, "level")?;
-                let n = d.count("message count", MAX_BATCH_VALUES, 18)?;
-                let mut messages = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let sender = get_member(&mut d, "sender", true)?;
-                    let seq = d.u64("seq")?;
-                    let len = d.u32("message length")? as usize;
-                    let payload = d.bytes(len, "message")?;
-                    messages.push(GroupBatchEntry {
-                        sender,
-                        seq,
-                        payload,
-                    });
-                }
-                ClientFrame::GroupMessages {
-                    batch: Box::new(GroupBatch {
-                        group,
-                        view,
-                        transitional,
-                        level,
-                        messages,
-                    }),
-                }
-            }
-            KIND_GET_GROUPS => ClientFrame::GetGroups,
-            KIND_GROUP_SENT => {
-                let n = d.count("value count", MAX_VALUES_PER_FRAME, 16)?;
-                let mut values = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let node = NodeId(d.u32("id node")?);
-                    let seq = d.u64("id seq")?;
-                    let m = d.u32("messages")?;
-                    if m == 0 {
-                        return Err(DecodeError::Invalid {
-                            what: "messages",
-                            detail: "a value of no messages".into(),
-                        });
-                    }
-                    values.push((ValueId { node, seq }, m));
-                }
-                ClientFrame::GroupSent { values }
-            }
-            KIND_GROUPS => {
-                let n = d.count("group count", MAX_GROUP_ITEMS, 5)?;
-                let mut groups = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let g = get_name(&mut d, "group", false)?;
-                    groups.push((g, get_members(&mut d, "members")?));
-                }
-                ClientFrame::Groups { groups }
-            }
+            KIND_GROUP_JOIN..=KIND_GROUP_SENT => decode_group(kind, &mut d)?,
             other => return Err(DecodeError::UnknownKind(other)),
         };
         d.finish()?;
         Ok(f)
     }
+}
+
+/// The body of a process-group frame (kinds 145..=154).
+fn decode_group(kind: u8, d: &mut Decoder) -> Result<ClientFrame, DecodeError> {
+    let f = match kind {
+        KIND_GROUP_JOIN => ClientFrame::GroupJoin {
+            group: get_name(d, "group", false)?,
+            member: get_name(d, "member", false)?,
+            bound: get_flag(d, "bound")?,
+        },
+        KIND_GROUP_LEAVE => ClientFrame::GroupLeave {
+            group: get_name(d, "group", false)?,
+            member: get_name(d, "member", false)?,
+        },
+        KIND_GROUP_MULTICAST => {
+            let group = get_name(d, "group", false)?;
+            let sender = get_name(d, "sender", true)?;
+            let level = get_level(d, "service")?;
+            let n = d.count("message count", MAX_VALUES_PER_FRAME, 4)?;
+            let mut payloads = Vec::with_capacity(n);
+            for _ in 0..n {
+                let len = d.u32("message length")? as usize;
+                payloads.push(d.bytes(len, "message")?);
+            }
+            ClientFrame::GroupMulticast {
+                group,
+                sender,
+                level,
+                payloads,
+            }
+        }
+        KIND_GROUP_LISTEN => ClientFrame::GroupListen {
+            group: get_name(d, "group", true)?,
+        },
+        KIND_GROUP_ASKED => ClientFrame::GroupAsked,
+        KIND_GROUP_VIEW => {
+            let group = get_name(d, "group", false)?;
+            let id = ViewId {
+                config: d.u64("view config")?,
+                change: d.u64("view change")?,
+            };
+            let kind = if get_flag(d, "view kind")? {
+                ConfigKind::Transitional
+            } else {
+                ConfigKind::Regular
+            };
+            ClientFrame::GroupView {
+                view: Box::new(GroupView {
+                    group,
+                    id,
+                    kind,
+                    members: get_members(d, "members")?,
+                    joined: get_members(d, "joined")?,
+                    left: get_members(d, "left")?,
+                }),
+            }
+        }
+        KIND_GROUP_MESSAGES => {
+            let group = get_name(d, "group", false)?;
+            let view = ViewId {
+                config: d.u64("view config")?,
+                change: d.u64("view change")?,
+            };
+            let transitional = get_flag(d, "transitional")?;
+            let level = get_level(d, "level")?;
+            let n = d.count("message count", MAX_BATCH_VALUES, 18)?;
+            let mut messages = Vec::with_capacity(n);
+            for _ in 0..n {
+                let sender = get_member(d, "sender", true)?;
+                let seq = d.u64("seq")?;
+                let len = d.u32("message length")? as usize;
+                let payload = d.bytes(len, "message")?;
+                messages.push(GroupBatchEntry {
+                    sender,
+                    seq,
+                    payload,
+                });
+            }
+            ClientFrame::GroupMessages {
+                batch: Box::new(GroupBatch {
+                    group,
+                    view,
+                    transitional,
+                    level,
+                    messages,
+                }),
+            }
+        }
+        KIND_GET_GROUPS => ClientFrame::GetGroups,
+        KIND_GROUP_SENT => {
+            let n = d.count("value count", MAX_VALUES_PER_FRAME, 16)?;
+            let mut values = Vec::with_capacity(n);
+            for _ in 0..n {
+                let node = NodeId(d.u32("id node")?);
+                let seq = d.u64("id seq")?;
+                let m = d.u32("messages")?;
+                if m == 0 {
+                    return Err(DecodeError::Invalid {
+                        what: "messages",
+                        detail: "a value of no messages".into(),
+                    });
+                }
+                values.push((ValueId { node, seq }, m));
+            }
+            ClientFrame::GroupSent { values }
+        }
+        KIND_GROUPS => {
+            let n = d.count("group count", MAX_GROUP_ITEMS, 5)?;
+            let mut groups = Vec::with_capacity(n);
+            for _ in 0..n {
+                let g = get_name(d, "group", false)?;
+                groups.push((g, get_members(d, "members")?));
+            }
+            ClientFrame::Groups { groups }
+        }
+        other => return Err(DecodeError::UnknownKind(other)),
+    };
+    Ok(f)
 }
 
 fn put_name(e: &mut Encoder, s: &str) {

@@ -30,12 +30,28 @@
 //! figures 4.10 and 4.11). A group-specific rule takes precedence over a rule for every
 //! group on the same link.
 //!
+//! A rule may name a `lane` ([`Lane`]): it then shapes only that lane's messages, so an
+//! experiment can lose data messages and never the token (seed 002 §IV-A4: "we only
+//! consider data-message loss in this evaluation, not token loss", the daemons drop a
+//! share of the *data* messages they receive). The lane is the message's own
+//! (`WireMessage::lane`), whichever socket or connection carries it: for the token ring
+//! `Data` is its data messages (and the joins and merge announcements of a membership
+//! change), `Control` its token and commit token. A lane-specific rule takes precedence
+//! over a rule for every lane on the same link and group.
+//!
+//! Where a rule applies: on the send path, to every message to one peer (a TCP frame, a
+//! UDP unicast datagram, and each copy of a logical multicast); and on receipt, to IP
+//! multicast datagrams (one datagram reaches every member, so each receiver rolls the
+//! dice of its own link from the sender, after decoding, when the lane is known:
+//! [`RecvLoss`], used by `multicast.rs`).
+//!
 //! Frames to the node itself never pass here (the driver loops them back in-process), and
 //! neither does the transport's `Hello`, which is not a protocol message.
 //!
 //! With no rule for a node, the driver holds no [`LinkFaults`] at all and its send path
 //! costs one branch more than without this module.
 
+use abcast_core::codec::Lane;
 use abcast_core::{Micros, NodeId};
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
@@ -59,6 +75,8 @@ pub struct LinkFault {
     pub loss_ppm: u32,
     /// Only frames of this group (protocol instance); `None` = every group.
     pub group: Option<u16>,
+    /// Only messages of this lane (`WireMessage::lane`); `None` = every lane.
+    pub lane: Option<Lane>,
 }
 
 impl LinkFault {
@@ -70,6 +88,7 @@ impl LinkFault {
             delay_us,
             loss_ppm,
             group: None,
+            lane: None,
         }
     }
 
@@ -81,6 +100,7 @@ impl LinkFault {
             delay_us,
             loss_ppm,
             group: None,
+            lane: None,
         }
     }
 
@@ -90,6 +110,31 @@ impl LinkFault {
             group: Some(group),
             ..self
         }
+    }
+
+    /// The same rule for one lane's messages only.
+    pub fn on_lane(self, lane: Lane) -> LinkFault {
+        LinkFault {
+            lane: Some(lane),
+            ..self
+        }
+    }
+}
+
+/// The name of a lane as the config spells it (`lane = "data"`).
+pub fn lane_name(lane: Lane) -> &'static str {
+    match lane {
+        Lane::Data => "data",
+        Lane::Control => "control",
+    }
+}
+
+/// A lane by its config name; `None` for any other word.
+pub fn parse_lane(name: &str) -> Option<Lane> {
+    match name {
+        "data" => Some(Lane::Data),
+        "control" => Some(Lane::Control),
+        _ => None,
     }
 }
 
@@ -116,20 +161,35 @@ pub struct LinkShape {
     pub loss_ppm: u32,
 }
 
-/// One resolved shape: the directed link, the group it applies to (`None` = every group).
+/// One resolved shape: the directed link, the group and lane it applies to (`None` =
+/// every group, every lane).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ResolvedLink {
     pub from: NodeId,
     pub to: NodeId,
     pub group: Option<u16>,
+    pub lane: Option<Lane>,
     pub shape: LinkShape,
 }
 
+impl ResolvedLink {
+    /// Whether this shape applies to a message of `group` on `lane`.
+    pub fn covers(&self, group: u16, lane: Lane) -> bool {
+        self.group.is_none_or(|g| g == group) && self.lane.is_none_or(|l| l == lane)
+    }
+}
+
+/// The order in which rules of one link are tried: group- and lane-specific first.
+fn precedence(group: Option<u16>, lane: Option<Lane>) -> (bool, bool) {
+    (group.is_none(), lane.is_none())
+}
+
 /// Checks `rules` against the cluster's `members` and expands them into one shape per
-/// directed link `(from, to)`, `from != to`, and group. Errors name the rule's field: an id
-/// that is not a member, a value out of range, a link to the node itself, two rules for one
-/// link and group (after expanding omitted ids; overlapping rules would make the outcome
-/// depend on their order). Links whose rule has neither delay nor loss are left out.
+/// directed link `(from, to)`, `from != to`, group and lane. Errors name the rule's field:
+/// an id that is not a member, a value out of range, a link to the node itself, two rules
+/// for one link, group and lane (after expanding omitted ids; overlapping rules would make
+/// the outcome depend on their order). Links whose rule has neither delay nor loss are left
+/// out.
 pub fn resolve(
     rules: &[LinkFault],
     members: &[NodeId],
@@ -152,7 +212,7 @@ pub fn resolve(
         }
     }
     let members = &unique[..];
-    let mut owner: HashMap<(NodeId, NodeId, Option<u16>), usize> = HashMap::new();
+    let mut owner: HashMap<(NodeId, NodeId, Option<u16>, Option<Lane>), usize> = HashMap::new();
     let mut shapes = Vec::new();
     for (i, r) in rules.iter().enumerate() {
         for (name, id) in [("from", r.from), ("to", r.to)] {
@@ -187,10 +247,13 @@ pub fn resolve(
         for &from in &froms {
             let tos: Vec<NodeId> = r.to.map_or_else(|| members.to_vec(), |t| vec![t]);
             for to in tos.into_iter().filter(|&t| t != from) {
-                if let Some(first) = owner.insert((from, to, r.group), i) {
-                    let which = r
+                if let Some(first) = owner.insert((from, to, r.group, r.lane), i) {
+                    let mut which = r
                         .group
                         .map_or_else(String::new, |g| format!(" in group {g}"));
+                    if let Some(l) = r.lane {
+                        which += &format!(" on the {} lane", lane_name(l));
+                    }
                     return err(
                         i,
                         "",
@@ -205,6 +268,7 @@ pub fn resolve(
                         from,
                         to,
                         group: r.group,
+                        lane: r.lane,
                         shape: LinkShape {
                             delay_us: r.delay_us,
                             loss_ppm: r.loss_ppm,
@@ -251,11 +315,69 @@ impl HeldFrame {
 struct FaultyLink {
     /// The group this link's rule shapes; `None` = every group without a rule of its own.
     group: Option<u16>,
+    /// The lane this link's rule shapes; `None` = every lane without a rule of its own.
+    lane: Option<Lane>,
     shape: LinkShape,
     rng: SplitMix64,
     /// Due times grow front to back: one delay per link and a clock that never goes back.
     held: VecDeque<HeldFrame>,
     held_bytes: usize,
+}
+
+impl FaultyLink {
+    fn covers(&self, group: u16, lane: Lane) -> bool {
+        self.group.is_none_or(|g| g == group) && self.lane.is_none_or(|l| l == lane)
+    }
+}
+
+/// Injected loss on receipt, for datagrams that reach every member at once (IP multicast):
+/// the loss of each link `sender -> me`, rolled where the datagram arrives. Built from the
+/// same rules as [`LinkFaults`]; only their loss applies (a multicast datagram is sent
+/// once, so there is no per-link send queue to delay it in).
+#[derive(Debug)]
+pub struct RecvLoss {
+    /// Per sender, its link's shapes with loss, group- and lane-specific first.
+    links: HashMap<NodeId, Vec<ResolvedLink>>,
+    rng: SplitMix64,
+}
+
+impl RecvLoss {
+    /// The receive-side loss of node `me` under `rules` (`members`: every id the rules may
+    /// name). `None` when no rule loses anything on a link to `me`, or the rules are
+    /// invalid (the driver refuses those before any socket opens). `seed` varies the
+    /// pattern between clusters.
+    pub fn new(me: NodeId, seed: u64, rules: &[LinkFault], members: &[NodeId]) -> Option<RecvLoss> {
+        let shapes = resolve(rules, members).ok()?;
+        let mut links: HashMap<NodeId, Vec<ResolvedLink>> = HashMap::new();
+        for r in shapes
+            .into_iter()
+            .filter(|r| r.to == me && r.from != me && r.shape.loss_ppm > 0)
+        {
+            links.entry(r.from).or_default().push(r);
+        }
+        for v in links.values_mut() {
+            v.sort_by_key(|r| precedence(r.group, r.lane));
+        }
+        let mut mix = SplitMix64(seed ^ u64::from(me.0).rotate_left(29) ^ 0x006D_6361_7374);
+        let state = mix.next_u64();
+        (!links.is_empty()).then_some(RecvLoss {
+            links,
+            rng: SplitMix64(state),
+        })
+    }
+
+    /// Rolls the dice for one message of `group` on `lane` that arrived from `from`: true
+    /// when the link's loss drops it.
+    pub fn lost(&mut self, from: NodeId, group: u16, lane: Lane) -> bool {
+        let Some(r) = self
+            .links
+            .get(&from)
+            .and_then(|v| v.iter().find(|r| r.covers(group, lane)))
+        else {
+            return false;
+        };
+        self.rng.next_u64() % u64::from(MAX_LOSS_PPM) < u64::from(r.shape.loss_ppm)
+    }
 }
 
 /// The state of the peer's socket queue a held frame counts against.
@@ -317,6 +439,7 @@ impl LinkFaults {
                         let state = mix.next_u64();
                         FaultyLink {
                             group: r.group,
+                            lane: r.lane,
                             shape: r.shape,
                             rng: SplitMix64(state),
                             held: VecDeque::new(),
@@ -324,8 +447,9 @@ impl LinkFaults {
                         }
                     })
                     .collect();
-                // Group-specific rules first: they take precedence over the rule for all.
-                mine.sort_by_key(|l| l.group.is_none());
+                // Group- and lane-specific rules first: they take precedence over the rules
+                // for all.
+                mine.sort_by_key(|l| precedence(l.group, l.lane));
                 any |= !mine.is_empty();
                 mine
             })
@@ -333,25 +457,28 @@ impl LinkFaults {
         Ok(any.then_some(LinkFaults { links }))
     }
 
-    /// The shape of the link to peer `idx` for frames of `group`, if it has one.
-    pub fn shape(&self, idx: usize, group: u16) -> Option<LinkShape> {
+    /// The shape of the link to peer `idx` for messages of `group` on `lane`, if it has one.
+    pub fn shape(&self, idx: usize, group: u16, lane: Lane) -> Option<LinkShape> {
         self.links
             .get(idx)?
             .iter()
-            .find(|l| l.group.is_none_or(|g| g == group))
+            .find(|l| l.covers(group, lane))
             .map(|l| l.shape)
     }
 
-    /// Offers a frame the protocol sends to peer `idx` at `now`. A frame to be held is
+    /// Offers a frame the protocol sends to peer `idx` at `now` (a message of `lane`: see
+    /// [`LinkFault::lane`]). A frame to be held is
     /// refused when the bytes held for the peer (every group) and the bytes in the peer's
     /// socket queue (`room`) would together exceed the queue's bound, unless both are empty,
     /// so one frame larger than the bound still gets through, as in `OutQueue`.
+    #[allow(clippy::too_many_arguments)]
     pub fn on_send(
         &mut self,
         idx: usize,
         now: Micros,
         kind: u8,
         group: u16,
+        lane: Lane,
         chunks: Vec<Bytes>,
         room: QueueRoom,
     ) -> Verdict {
@@ -359,10 +486,7 @@ impl LinkFaults {
             return Verdict::Pass(chunks);
         };
         let held_total: usize = links.iter().map(|l| l.held_bytes).sum();
-        let Some(link) = links
-            .iter_mut()
-            .find(|l| l.group.is_none_or(|g| g == group))
-        else {
+        let Some(link) = links.iter_mut().find(|l| l.covers(group, lane)) else {
             return Verdict::Pass(chunks);
         };
         if link.shape.loss_ppm > 0
@@ -471,7 +595,7 @@ mod tests {
         assert!(f.is_none());
         let f = LinkFaults::new(NodeId(1), 1, &rules, &ids(2), &[NodeId(0)]).unwrap();
         assert_eq!(
-            f.and_then(|f| f.shape(0, 0)),
+            f.and_then(|f| f.shape(0, 0, Lane::Data)),
             Some(LinkShape {
                 delay_us: 10,
                 loss_ppm: 0
@@ -514,14 +638,14 @@ mod tests {
         let mut f = LinkFaults::new(NodeId(0), 1, &rules, &ids(2), &[NodeId(1)])
             .unwrap()
             .unwrap();
-        assert_eq!(f.shape(0, 3).map(|s| s.delay_us), Some(1_000));
-        assert_eq!(f.shape(0, 1).map(|s| s.delay_us), Some(10));
+        assert_eq!(f.shape(0, 3, Lane::Data).map(|s| s.delay_us), Some(1_000));
+        assert_eq!(f.shape(0, 1, Lane::Data).map(|s| s.delay_us), Some(10));
         assert!(matches!(
-            f.on_send(0, 0, 1, 3, frame(3), ROOM),
+            f.on_send(0, 0, 1, 3, Lane::Data, frame(3), ROOM),
             Verdict::Held
         ));
         assert!(matches!(
-            f.on_send(0, 0, 1, 1, frame(1), ROOM),
+            f.on_send(0, 0, 1, 1, Lane::Data, frame(1), ROOM),
             Verdict::Held
         ));
         // The group-1 frame (10 us) overtakes the group-3 frame (1 ms): one FIFO per group.
@@ -539,11 +663,11 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(matches!(
-            f.on_send(0, 0, 1, 1, frame(1), ROOM),
+            f.on_send(0, 0, 1, 1, Lane::Data, frame(1), ROOM),
             Verdict::Pass(_)
         ));
         assert!(matches!(
-            f.on_send(0, 0, 1, 2, frame(2), ROOM),
+            f.on_send(0, 0, 1, 2, Lane::Data, frame(2), ROOM),
             Verdict::Held
         ));
     }
@@ -555,5 +679,101 @@ mod tests {
         let e = resolve(&[a.in_group(1), a.in_group(1)], &ids(2)).unwrap_err();
         assert_eq!(e.field, "link_faults[1]");
         assert!(e.reason.contains("in group 1"), "{}", e.reason);
+    }
+
+    #[test]
+    fn a_lane_rule_shapes_only_its_lane_and_beats_the_rule_for_every_lane() {
+        let rules = [
+            LinkFault::link(NodeId(0), NodeId(1), 0, MAX_LOSS_PPM).on_lane(Lane::Data),
+            LinkFault::link(NodeId(0), NodeId(1), 0, 7),
+        ];
+        let mut f = LinkFaults::new(NodeId(0), 1, &rules, &ids(2), &[NodeId(1)])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            f.shape(0, 0, Lane::Data).map(|s| s.loss_ppm),
+            Some(MAX_LOSS_PPM)
+        );
+        assert_eq!(f.shape(0, 0, Lane::Control).map(|s| s.loss_ppm), Some(7));
+        // Every data message is lost; a control message (the token) only by the rule for
+        // every lane, 7 in a million.
+        for _ in 0..100 {
+            assert!(matches!(
+                f.on_send(0, 0, 1, 0, Lane::Data, frame(1), ROOM),
+                Verdict::Lost
+            ));
+        }
+        let passed = (0..100)
+            .filter(|_| {
+                matches!(
+                    f.on_send(0, 0, 1, 0, Lane::Control, frame(1), ROOM),
+                    Verdict::Pass(_)
+                )
+            })
+            .count();
+        assert!(passed >= 99, "{passed}");
+    }
+
+    #[test]
+    fn a_data_lane_rule_alone_never_touches_the_token() {
+        let rules = [LinkFault::everywhere(0, MAX_LOSS_PPM).on_lane(Lane::Data)];
+        let mut f = LinkFaults::new(NodeId(0), 1, &rules, &ids(3), &[NodeId(1), NodeId(2)])
+            .unwrap()
+            .unwrap();
+        for peer in 0..2 {
+            assert!(matches!(
+                f.on_send(peer, 0, 1, 0, Lane::Control, frame(1), ROOM),
+                Verdict::Pass(_)
+            ));
+            assert!(matches!(
+                f.on_send(peer, 0, 1, 0, Lane::Data, frame(1), ROOM),
+                Verdict::Lost
+            ));
+        }
+    }
+
+    #[test]
+    fn two_rules_for_one_link_and_lane_are_refused_but_different_lanes_are_not() {
+        let a = LinkFault::link(NodeId(0), NodeId(1), 0, 5);
+        assert!(
+            resolve(
+                &[a.on_lane(Lane::Data), a.on_lane(Lane::Control), a],
+                &ids(2)
+            )
+            .is_ok()
+        );
+        let e = resolve(&[a.on_lane(Lane::Data), a.on_lane(Lane::Data)], &ids(2)).unwrap_err();
+        assert_eq!(e.field, "link_faults[1]");
+        assert!(e.reason.contains("on the data lane"), "{}", e.reason);
+    }
+
+    #[test]
+    fn lane_names_round_trip_and_others_are_refused() {
+        for lane in [Lane::Data, Lane::Control] {
+            assert_eq!(parse_lane(lane_name(lane)), Some(lane));
+        }
+        assert_eq!(parse_lane("token"), None);
+        assert_eq!(parse_lane("Data"), None);
+    }
+
+    #[test]
+    fn receive_side_loss_drops_about_the_share_of_its_own_links_lane_and_group() {
+        let rules = [
+            LinkFault::link(NodeId(1), NodeId(0), 0, 200_000).on_lane(Lane::Data),
+            LinkFault::link(NodeId(2), NodeId(0), 0, 200_000).in_group(3),
+            // Another node's link: not node 0's to roll.
+            LinkFault::link(NodeId(0), NodeId(1), 0, MAX_LOSS_PPM),
+        ];
+        let mut l = RecvLoss::new(NodeId(0), 9, &rules, &ids(3)).unwrap();
+        let lost = (0..100_000)
+            .filter(|_| l.lost(NodeId(1), 0, Lane::Data))
+            .count();
+        assert!((18_000..22_000).contains(&lost), "{lost}");
+        assert!(!(0..1000).any(|_| l.lost(NodeId(1), 0, Lane::Control)));
+        assert!(!(0..1000).any(|_| l.lost(NodeId(2), 0, Lane::Data)));
+        assert!((0..1000).any(|_| l.lost(NodeId(2), 3, Lane::Data)));
+        // A rule for the link 0 -> 1 is node 1's to roll on receipt, not node 0's.
+        assert!(RecvLoss::new(NodeId(0), 9, &rules[2..], &ids(3)).is_none());
+        assert!(RecvLoss::new(NodeId(1), 9, &rules[2..], &ids(3)).is_some());
     }
 }

@@ -36,6 +36,18 @@
 //! host hear each other) and is ignored: the driver loops its own multicasts back in-process,
 //! losslessly.
 //!
+//! **Batching** (Linux UDP GSO and GRO). A flush sends each run of queued datagrams to one
+//! destination, of one size (the run's last may be shorter), as one `sendmsg` with
+//! `UDP_SEGMENT`: the kernel builds the run's datagrams itself, one pass through the IP
+//! stack instead of one per datagram, and they leave as separate datagrams of the same
+//! bytes (a switch or a receiver without GRO sees exactly what one send each would have
+//! sent). The socket has `UDP_GRO` on: such a run arrives in one `recvmsg` with its
+//! segment size, and is split here into its datagrams again, each checked alone. A kernel
+//! that refuses a GSO send turns GSO off for the socket (said once in the log); one
+//! without `UDP_GRO` delivers datagrams one by one. Seed 002's token ring sends up to a
+//! personal window of data messages per token visit to one group: one syscall for them
+//! instead of one each, on the sender and on every receiver.
+//!
 //! **Unicast datagrams.** The same endpoint, opened with [`Multicast::open_unicast`] on the
 //! node's own peer address (UDP beside the TCP listener, same port), carries frames to one
 //! peer each ([`Multicast::push_to`]): `TransportConfig::unicast = Udp`, the transport the
@@ -43,7 +55,8 @@
 //! queue serve both; only the destination differs.
 
 use super::frame::{self, Frame, FrameError, KIND_PROTOCOL_MAX};
-use super::linkfault::{self, LinkFault};
+use super::linkfault::{LinkFault, RecvLoss};
+use abcast_core::codec::Lane;
 use abcast_core::{Micros, NodeId};
 use bytes::{Buf, Bytes, BytesMut};
 use mio::net::UdpSocket;
@@ -51,6 +64,7 @@ use socket2::{Domain, Protocol as SockProtocol, SockAddr, SockRef, Socket, Type}
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::io::{self, IoSlice};
+use std::mem::MaybeUninit;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
 /// "ABM1" read as a little-endian `u32`.
@@ -80,6 +94,12 @@ const RECV_ROOM_BYTES: usize = 1 << 16;
 const LOG_INTERVAL_US: Micros = 1_000_000;
 /// Different reasons one such line names at most.
 const LOG_REASONS_MAX: usize = 4;
+
+/// Most datagrams one GSO send carries (the kernel's `UDP_MAX_SEGMENTS` is 64 before
+/// Linux 6.4, 128 since).
+pub const GSO_SEGMENTS_MAX: usize = 64;
+/// Most payload bytes one GSO send carries (one UDP datagram's worth, as the kernel wants).
+pub const GSO_BYTES_MAX: usize = MAX_DATAGRAM_BYTES;
 
 /// SO_RCVBUF of a datagram socket unless configured: room for a burst between two reads.
 pub const RECV_BUFFER_BYTES_DEFAULT: usize = 8 << 20;
@@ -395,6 +415,10 @@ pub struct MulticastStats {
     pub send_drops: u64,
     /// Datagrams dropped on receipt by injected loss (`[[link_faults]]`).
     pub datagrams_lost: u64,
+    /// `sendmsg` calls that carried several datagrams (UDP GSO), and reads that returned
+    /// several (UDP GRO).
+    pub gso_sends: u64,
+    pub gro_reads: u64,
 }
 
 /// One datagram waiting for the socket.
@@ -404,28 +428,6 @@ struct Queued {
     headers: [u8; OVERHEAD_BYTES],
     chunks: Vec<Bytes>,
     bytes: usize,
-}
-
-/// Injected loss on received datagrams: the loss of the link `sender -> me`.
-#[derive(Debug)]
-struct RecvLoss {
-    loss_ppm: HashMap<NodeId, u32>,
-    rng: u64,
-}
-
-impl RecvLoss {
-    /// splitmix64, as `linkfault` rolls its dice.
-    fn lost(&mut self, from: NodeId) -> bool {
-        let Some(&ppm) = self.loss_ppm.get(&from) else {
-            return false;
-        };
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        z % u64::from(linkfault::MAX_LOSS_PPM) < u64::from(ppm)
-    }
 }
 
 /// Whether a datagram from `source` comes from the socket bound at `expected`: the same
@@ -441,6 +443,125 @@ fn same_source(source: SocketAddr, expected: SocketAddr) -> bool {
     };
     source.port() == expected.port()
         && (expected.ip().is_unspecified() || canonical(source.ip()) == canonical(expected.ip()))
+}
+
+/// How many datagrams from the front of a send queue (each `(destination, bytes)`) one
+/// GSO send may carry: the same destination, the first's size for all but the last (which
+/// may be shorter, and ends the run), at most [`GSO_SEGMENTS_MAX`] datagrams and
+/// [`GSO_BYTES_MAX`] bytes. At least 1 for a non-empty queue.
+pub fn gso_run<'a>(mut queue: impl Iterator<Item = (&'a SockAddr, usize)>) -> usize {
+    let Some((dest, size)) = queue.next() else {
+        return 0;
+    };
+    let (mut n, mut total) = (1, size);
+    for (d, bytes) in queue {
+        if n >= GSO_SEGMENTS_MAX || d != dest || bytes > size || total + bytes > GSO_BYTES_MAX {
+            break;
+        }
+        n += 1;
+        total += bytes;
+        if bytes < size {
+            break;
+        }
+    }
+    n
+}
+
+/// Room for the control messages a read may carry (`UDP_GRO`'s segment size).
+const GRO_CONTROL_BYTES: usize = 64;
+
+/// The `UDP_SEGMENT` control message of a GSO send, in a buffer aligned for `cmsghdr`.
+#[repr(C, align(8))]
+struct SegmentControl([u8; SegmentControl::BYTES]);
+
+impl SegmentControl {
+    // SAFETY: CMSG_SPACE only computes a size.
+    const BYTES: usize = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as usize;
+
+    fn new(segment_bytes: u16) -> SegmentControl {
+        let mut c = SegmentControl([0; SegmentControl::BYTES]);
+        // SAFETY: the buffer is CMSG_SPACE(2) bytes, aligned for a cmsghdr, and the msghdr
+        // built here only names it: CMSG_FIRSTHDR returns its start (non-null: the buffer
+        // holds a whole cmsghdr), and the header and its 2 data bytes lie inside it.
+        unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_control = c.0.as_mut_ptr().cast();
+            msg.msg_controllen = SegmentControl::BYTES as _;
+            let cm = libc::CMSG_FIRSTHDR(&msg);
+            if !cm.is_null() {
+                (*cm).cmsg_level = libc::SOL_UDP;
+                (*cm).cmsg_type = libc::UDP_SEGMENT;
+                (*cm).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(cm).cast::<u16>(), segment_bytes);
+            }
+        }
+        c
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// The segment size a coalesced read (`UDP_GRO`) reports in its control messages, if any.
+/// `control` is what the kernel wrote.
+pub fn gro_segment_bytes(control: &[u8]) -> Option<usize> {
+    // Walked with the libc macros, on a copy aligned for `cmsghdr`: the kernel's layout.
+    let mut aligned = [0u64; GRO_CONTROL_BYTES / 8];
+    let len = control.len().min(GRO_CONTROL_BYTES);
+    for (word, chunk) in aligned.iter_mut().zip(control[..len].chunks(8)) {
+        let mut b = [0u8; 8];
+        b[..chunk.len()].copy_from_slice(chunk);
+        *word = u64::from_ne_bytes(b);
+    }
+    let base = aligned.as_ptr() as usize;
+    // SAFETY: the msghdr names `aligned` (8-byte aligned; its first `len` bytes are the
+    // kernel's). CMSG_FIRSTHDR and CMSG_NXTHDR return only headers that lie wholly inside
+    // `msg_controllen`, and the data is read only after checking that the header's length
+    // covers it and that it ends inside the buffer.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_control = aligned.as_mut_ptr().cast();
+        msg.msg_controllen = len as _;
+        let need = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as usize;
+        let mut cm = libc::CMSG_FIRSTHDR(&msg);
+        while !cm.is_null() {
+            let hdr = std::ptr::read_unaligned(cm);
+            let offset = (cm as usize).saturating_sub(base);
+            let hdr_len = hdr.cmsg_len as usize;
+            if hdr_len < need || offset.saturating_add(hdr_len) > len {
+                return None;
+            }
+            if hdr.cmsg_level == libc::SOL_UDP && hdr.cmsg_type == libc::UDP_GRO {
+                let v = std::ptr::read_unaligned(libc::CMSG_DATA(cm).cast::<libc::c_int>());
+                return usize::try_from(v).ok();
+            }
+            cm = libc::CMSG_NXTHDR(&msg, cm);
+        }
+    }
+    None
+}
+
+/// Turns `UDP_GRO` on: a GSO run arrives in one read.
+fn set_udp_gro(sock: &Socket) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(sock);
+    // SAFETY: `fd` is an open socket owned by `sock`; the option value is a c_int that
+    // lives across the call, and its size is passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_UDP,
+            libc::UDP_GRO,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// What one read produced.
@@ -470,7 +591,13 @@ pub struct Multicast {
     queued_bytes: usize,
     /// The last send would have blocked: wait for a writable event.
     blocked: bool,
+    /// Runs of datagrams go as one GSO send; off once the kernel refused one.
+    gso: bool,
+    /// Why the kernel refused GSO, until the log has said it.
+    gso_refused: Option<String>,
     rbuf: BytesMut,
+    /// Datagrams of a coalesced read (UDP GRO) not yet handed out, with their source.
+    backlog: VecDeque<(BytesMut, Option<SocketAddr>)>,
     loss: Option<RecvLoss>,
     pub stats: MulticastStats,
     /// Drops since the last log line, and the first reason among them.
@@ -572,32 +699,16 @@ impl Multicast {
     ) -> io::Result<Multicast> {
         let granted_recv_buffer_bytes = set_buffer(&sock, recv_buffer_bytes, true)?;
         let granted_send_buffer_bytes = set_buffer(&sock, send_buffer_bytes, false)?;
+        // Coalesced runs of datagrams arrive whole (split in `read`); a kernel without
+        // UDP_GRO splits them itself, which only costs more reads.
+        let _ = set_udp_gro(&sock);
         sock.set_nonblocking(true)?;
         let std_sock: std::net::UdpSocket = sock.into();
         let members: Vec<NodeId> = std::iter::once(me.node)
             .chain(peers.iter().copied())
             .collect();
-        let loss = match linkfault::resolve(faults, &members) {
-            Ok(shapes) => {
-                let loss_ppm: HashMap<NodeId, u32> = shapes
-                    .into_iter()
-                    // Ring Paxos runs group 0: rules for every group or for group 0.
-                    .filter(|r| {
-                        r.to == me.node
-                            && r.from != me.node
-                            && r.shape.loss_ppm > 0
-                            && r.group.is_none_or(|g| g == 0)
-                    })
-                    .map(|r| (r.from, r.shape.loss_ppm))
-                    .collect();
-                (!loss_ppm.is_empty()).then(|| RecvLoss {
-                    loss_ppm,
-                    rng: me.cluster_id ^ u64::from(me.node.0).rotate_left(29) ^ 0x006D_6361_7374,
-                })
-            }
-            // The driver validated the rules already; an invalid set shapes nothing here.
-            Err(_) => None,
-        };
+        // The driver validated the rules already; an invalid set shapes nothing here.
+        let loss = RecvLoss::new(me.node, me.cluster_id, faults, &members);
         Ok(Multicast {
             socket: UdpSocket::from_std(std_sock),
             group,
@@ -611,7 +722,10 @@ impl Multicast {
             queue: VecDeque::new(),
             queued_bytes: 0,
             blocked: false,
+            gso: true,
+            gso_refused: None,
             rbuf: BytesMut::new(),
+            backlog: VecDeque::new(),
             loss,
             stats: MulticastStats::default(),
             unlogged: 0,
@@ -696,60 +810,147 @@ impl Multicast {
         self.blocked = false;
     }
 
-    /// Sends queued datagrams until the queue is empty or the socket would block.
+    /// Sends queued datagrams until the queue is empty or the socket would block: each run
+    /// that [`gso_run`] finds as one GSO send, the rest one by one.
     pub fn flush(&mut self) {
         if self.blocked {
             return;
         }
         while let Some(q) = self.queue.front() {
-            let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(1 + q.chunks.len());
-            iov.push(IoSlice::new(&q.headers));
-            iov.extend(q.chunks.iter().map(|c| IoSlice::new(c)));
-            let sent = SockRef::from(&self.socket).send_to_vectored(&iov, &q.dest);
-            drop(iov);
+            let run = if self.gso {
+                gso_run(self.queue.iter().map(|q| (&q.dest, q.bytes)))
+            } else {
+                1
+            };
+            let sent = if run > 1 {
+                self.send_run(run)
+            } else {
+                let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(1 + q.chunks.len());
+                iov.push(IoSlice::new(&q.headers));
+                iov.extend(q.chunks.iter().map(|c| IoSlice::new(c)));
+                SockRef::from(&self.socket)
+                    .send_to_vectored(&iov, &q.dest)
+                    .map(|_| ())
+            };
             match sent {
-                Ok(_) => self.stats.datagrams_sent += 1,
+                Ok(()) => {
+                    self.stats.datagrams_sent += run as u64;
+                    if run > 1 {
+                        self.stats.gso_sends += 1;
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.blocked = true;
                     return;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                    // The kernel is out of buffers right now; keep the datagram and try again
-                    // at the next flush (the next event or loop iteration).
+                    // The kernel is out of buffers right now; keep the datagrams and try
+                    // again at the next flush (the next event or loop iteration).
                     return;
+                }
+                Err(e) if run > 1 => {
+                    // This kernel or route takes no GSO (EIO without checksum offload,
+                    // EINVAL past the path MTU): one datagram per send from now on.
+                    self.gso = false;
+                    self.gso_refused = Some(e.to_string());
+                    continue;
                 }
                 Err(e) => {
                     self.note_drop(&format!("send failed: {e}"));
                     self.stats.send_drops += 1;
                 }
             }
-            if let Some(q) = self.queue.pop_front() {
-                self.queued_bytes = self.queued_bytes.saturating_sub(q.bytes);
+            for _ in 0..run {
+                if let Some(q) = self.queue.pop_front() {
+                    self.queued_bytes = self.queued_bytes.saturating_sub(q.bytes);
+                }
             }
         }
     }
 
-    /// Reads and checks one datagram.
-    pub fn recv(&mut self) -> io::Result<Received> {
+    /// Sends the first `run` queued datagrams (one destination, segment size the first's)
+    /// as one `sendmsg` with `UDP_SEGMENT`.
+    fn send_run(&self, run: usize) -> io::Result<()> {
+        let Some(first) = self.queue.front() else {
+            return Ok(());
+        };
+        let Ok(segment) = u16::try_from(first.bytes) else {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        };
+        let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(run * 4);
+        for q in self.queue.iter().take(run) {
+            iov.push(IoSlice::new(&q.headers));
+            iov.extend(q.chunks.iter().map(|c| IoSlice::new(c)));
+        }
+        let control = SegmentControl::new(segment);
+        let msg = socket2::MsgHdr::new()
+            .with_addr(&first.dest)
+            .with_buffers(&iov)
+            .with_control(control.as_bytes());
+        SockRef::from(&self.socket).sendmsg(&msg, 0).map(|_| ())
+    }
+
+    /// One datagram from the socket (or the rest of a coalesced read), with its source;
+    /// `None` when nothing is waiting.
+    fn read(&mut self) -> io::Result<Option<(BytesMut, Option<SocketAddr>)>> {
+        if let Some(d) = self.backlog.pop_front() {
+            return Ok(Some(d));
+        }
         if self.rbuf.capacity() - self.rbuf.len() < RECV_ROOM_BYTES {
             self.rbuf.reserve(RECV_CHUNK_BYTES.max(RECV_ROOM_BYTES));
         }
+        // Any address fits the room of an IPv6 one; the kernel writes the family it has.
+        let mut source = SockAddr::from(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)));
+        let mut control = [MaybeUninit::new(0u8); GRO_CONTROL_BYTES];
         let sock = SockRef::from(&self.socket);
-        let (n, source) = loop {
-            match sock.recv_from(self.rbuf.spare_capacity_mut()) {
-                Ok((n, source)) => break (n, source.as_socket()),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Received::Empty),
+        let (n, control_len) = loop {
+            let mut bufs = [socket2::MaybeUninitSlice::new(
+                self.rbuf.spare_capacity_mut(),
+            )];
+            let mut msg = socket2::MsgHdrMut::new()
+                .with_addr(&mut source)
+                .with_buffers(&mut bufs)
+                .with_control(&mut control);
+            match sock.recvmsg(&mut msg, 0) {
+                Ok(n) => break (n, msg.control_len()),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             }
         };
         let free = self.rbuf.capacity() - self.rbuf.len();
         let n = n.min(free);
-        // SAFETY: `recv` initialised the first `n` bytes of the spare capacity (it returns
-        // how many bytes it wrote, never more than the slice it was given).
+        // SAFETY: `recvmsg` initialised the first `n` bytes of the spare capacity (it
+        // returns how many bytes it wrote, never more than the buffer it was given).
         unsafe { self.rbuf.set_len(self.rbuf.len() + n) };
-        let dgram = self.rbuf.split_to(self.rbuf.len());
+        let mut data = self.rbuf.split_to(self.rbuf.len());
+        let source = source.as_socket();
+        // The control buffer started zeroed and the kernel wrote `control_len` bytes.
+        let control: Vec<u8> = control[..control_len.min(GRO_CONTROL_BYTES)]
+            .iter()
+            // SAFETY: every byte was initialised (to 0) before the call.
+            .map(|b| unsafe { b.assume_init() })
+            .collect();
+        match gro_segment_bytes(&control) {
+            Some(segment) if segment > 0 && data.len() > segment => {
+                self.stats.gro_reads += 1;
+                let first = data.split_to(segment);
+                while !data.is_empty() {
+                    let next = data.split_to(segment.min(data.len()));
+                    self.backlog.push_back((next, source));
+                }
+                Ok(Some((first, source)))
+            }
+            _ => Ok(Some((data, source))),
+        }
+    }
+
+    /// Reads and checks one datagram.
+    pub fn recv(&mut self) -> io::Result<Received> {
+        let Some((dgram, source)) = self.read()? else {
+            return Ok(Received::Empty);
+        };
         let (from, f) = match decode(dgram, self.me.cluster_id) {
             Ok(x) => x,
             Err(e) => return Ok(self.reject(e)),
@@ -782,14 +983,25 @@ impl Multicast {
             }));
         }
         *known = from.incarnation;
-        if let Some(loss) = self.loss.as_mut()
-            && loss.lost(from.node)
-        {
-            self.stats.datagrams_lost += 1;
-            return Ok(Received::Dropped);
-        }
         self.stats.datagrams_received += 1;
         Ok(Received::Frame(from.node, f))
+    }
+
+    /// The injected loss of the link from `from` to this node (`[[link_faults]]`), rolled
+    /// for one decoded message of `group` on `lane` that arrived on this endpoint: true
+    /// when it is lost, and then counted as lost instead of received. Called once the
+    /// message is decoded, because a rule may name a lane (`linkfault::LinkFault::lane`),
+    /// which only the message knows.
+    pub fn lost_on_receipt(&mut self, from: NodeId, group: u16, lane: Lane) -> bool {
+        let Some(loss) = self.loss.as_mut() else {
+            return false;
+        };
+        if !loss.lost(from, group, lane) {
+            return false;
+        }
+        self.stats.datagrams_received = self.stats.datagrams_received.saturating_sub(1);
+        self.stats.datagrams_lost += 1;
+        true
     }
 
     /// A datagram that passed the checks held a message that did not decode.
@@ -818,8 +1030,14 @@ impl Multicast {
         }
     }
 
-    /// A log line about drops since the last one, at most one per second.
+    /// A log line about drops since the last one, at most one per second; or, once, that
+    /// the kernel refused a GSO send.
     pub fn take_log(&mut self, now: Micros) -> Option<String> {
+        if let Some(e) = self.gso_refused.take() {
+            return Some(format!(
+                "the kernel refused a UDP GSO send ({e}); one datagram per send from now on"
+            ));
+        }
         if self.unlogged == 0
             || (self.last_log_us != 0 && now.saturating_sub(self.last_log_us) < LOG_INTERVAL_US)
         {
@@ -981,13 +1199,113 @@ mod tests {
     }
 
     #[test]
-    fn injected_loss_drops_about_the_configured_share() {
-        let mut l = RecvLoss {
-            loss_ppm: [(NodeId(1), 20_000)].into_iter().collect(),
-            rng: 1,
+    fn a_gso_run_is_one_destination_one_size_and_a_shorter_last() {
+        let a = SockAddr::from("127.0.0.1:1".parse::<SocketAddr>().unwrap());
+        let b = SockAddr::from("127.0.0.1:2".parse::<SocketAddr>().unwrap());
+        let run = |q: &[(&SockAddr, usize)]| gso_run(q.iter().copied());
+        assert_eq!(run(&[]), 0);
+        assert_eq!(run(&[(&a, 100)]), 1);
+        assert_eq!(run(&[(&a, 100), (&a, 100), (&a, 60), (&a, 100)]), 3);
+        assert_eq!(run(&[(&a, 100), (&b, 100)]), 1, "another destination");
+        assert_eq!(run(&[(&a, 100), (&a, 120)]), 1, "a longer datagram");
+        let many: Vec<(&SockAddr, usize)> = (0..200).map(|_| (&a, 10)).collect();
+        assert_eq!(run(&many), GSO_SEGMENTS_MAX);
+        let big: Vec<(&SockAddr, usize)> = (0..40).map(|_| (&a, 9000)).collect();
+        assert_eq!(run(&big), GSO_BYTES_MAX / 9000);
+    }
+
+    /// A control buffer holding one cmsg of `level`/`kind` with an int, as the kernel
+    /// writes it.
+    fn control_with(level: libc::c_int, kind: libc::c_int, v: libc::c_int) -> Vec<u8> {
+        let mut buf = [0u64; 4];
+        // SAFETY: the buffer is 32 bytes, aligned, and holds a cmsghdr and an int.
+        unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_control = buf.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE(4) as _;
+            let cm = libc::CMSG_FIRSTHDR(&msg);
+            (*cm).cmsg_level = level;
+            (*cm).cmsg_type = kind;
+            (*cm).cmsg_len = libc::CMSG_LEN(4) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cm).cast::<libc::c_int>(), v);
+        }
+        let space = unsafe { libc::CMSG_SPACE(4) } as usize;
+        buf.iter()
+            .flat_map(|w| w.to_ne_bytes())
+            .take(space)
+            .collect()
+    }
+
+    #[test]
+    fn the_gro_segment_size_is_read_from_its_control_message_and_nothing_else() {
+        assert_eq!(
+            gro_segment_bytes(&control_with(libc::SOL_UDP, libc::UDP_GRO, 1456)),
+            Some(1456)
+        );
+        assert_eq!(
+            gro_segment_bytes(&control_with(libc::SOL_IP, libc::UDP_GRO, 1456)),
+            None
+        );
+        assert_eq!(gro_segment_bytes(&[]), None);
+        let c = control_with(libc::SOL_UDP, libc::UDP_GRO, 1456);
+        for cut in 0..c.len() {
+            // A truncated control buffer never yields a size from beyond its end.
+            let got = gro_segment_bytes(&c[..cut]);
+            assert!(got.is_none() || cut >= c.len() - 4, "cut {cut}: {got:?}");
+        }
+        let mut garbage = c.clone();
+        garbage[0] = 0xff; // a header length far past the buffer
+        assert_eq!(gro_segment_bytes(&garbage), None);
+        // The send side's control message is the same layout with UDP_SEGMENT.
+        let seg = SegmentControl::new(1456);
+        assert_eq!(seg.as_bytes().len(), unsafe { libc::CMSG_SPACE(2) }
+            as usize);
+    }
+
+    #[test]
+    fn a_run_sent_with_gso_arrives_as_its_datagrams_in_order() {
+        let port = 41_000 + (std::process::id() % 2000) as u16 * 3;
+        let cfg = MulticastConfig::new(SocketAddrV4::new([239, 255, 79, 9].into(), port));
+        let who = |n: u32| Sender {
+            cluster_id: 5,
+            node: NodeId(n),
+            incarnation: 1,
         };
-        let lost = (0..100_000).filter(|_| l.lost(NodeId(1))).count();
-        assert!((1_500..2_500).contains(&lost), "{lost}");
-        assert!(!(0..1000).any(|_| l.lost(NodeId(2))));
+        let mut tx = Multicast::open(&cfg, who(1), &[NodeId(2)], &[]).unwrap();
+        let mut rx = Multicast::open(&cfg, who(2), &[NodeId(1)], &[]).unwrap();
+        // Ten equal datagrams and a shorter last: one GSO run.
+        for i in 0..11u8 {
+            let len = if i == 10 { 300 } else { 1400 };
+            assert!(tx.push(4, 0, vec![Bytes::from(vec![i; len])]));
+        }
+        tx.flush();
+        assert!(!tx.has_queued());
+        assert_eq!(tx.stats.datagrams_sent, 11);
+        if tx.gso {
+            assert_eq!(tx.stats.gso_sends, 1, "{:?}", tx.stats);
+        }
+        let mut got = Vec::new();
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while got.len() < 11 && std::time::Instant::now() < end {
+            match rx.recv().unwrap() {
+                Received::Frame(from, f) => {
+                    assert_eq!(from, NodeId(1));
+                    got.push(f.body);
+                }
+                Received::Dropped => {}
+                Received::Empty => std::thread::sleep(std::time::Duration::from_millis(5)),
+            }
+        }
+        assert_eq!(got.len(), 11, "rx: {:?}", rx.stats);
+        for (i, body) in got.iter().enumerate() {
+            let len = if i == 10 { 300 } else { 1400 };
+            assert_eq!(body.len(), len);
+            assert!(
+                body.iter().all(|&b| b == i as u8),
+                "datagram {i} out of order or torn"
+            );
+        }
+        assert_eq!(rx.stats.datagrams_received, 11);
+        eprintln!("tx {:?}\nrx {:?}", tx.stats, rx.stats);
     }
 }

@@ -5,7 +5,7 @@
 
 mod runtime_support;
 
-use abcast_core::codec::{Decoder, Encoder, WireMessage};
+use abcast_core::codec::{Decoder, Encoder, Lane, WireMessage};
 use abcast_core::config::StartInfo;
 use abcast_core::storage::MemoryStore;
 use abcast_core::uring::{RingConfig, URing};
@@ -295,7 +295,7 @@ fn held_frames_leave_in_order_once_due() {
     let mut f = faults(LinkFault::link(NodeId(0), NodeId(1), 1_000, 0), 1);
     for i in 0..100u64 {
         assert!(matches!(
-            f.on_send(0, i * 10, 1, 0, body(i, 8), ROOMY),
+            f.on_send(0, i * 10, 1, 0, Lane::Data, body(i, 8), ROOMY),
             Verdict::Held
         ));
     }
@@ -330,7 +330,7 @@ fn held_bytes_share_the_queue_bound() {
     };
     let mut held = 0;
     for i in 0..20 {
-        match f.on_send(0, 0, 1, 0, body(i, 84), room(0)) {
+        match f.on_send(0, 0, 1, 0, Lane::Data, body(i, 84), room(0)) {
             Verdict::Held => held += 1,
             Verdict::Full => {}
             other => panic!("{other:?}"),
@@ -341,7 +341,10 @@ fn held_bytes_share_the_queue_bound() {
     while f.pop_due(u64::MAX).is_some() {}
     let mut held = 0;
     for i in 0..20 {
-        if matches!(f.on_send(0, 0, 1, 0, body(i, 84), room(600)), Verdict::Held) {
+        if matches!(
+            f.on_send(0, 0, 1, 0, Lane::Data, body(i, 84), room(600)),
+            Verdict::Held
+        ) {
             held += 1;
         }
     }
@@ -349,11 +352,11 @@ fn held_bytes_share_the_queue_bound() {
     // An empty link takes one frame larger than the whole bound, as an empty queue does.
     while f.pop_due(u64::MAX).is_some() {}
     assert!(matches!(
-        f.on_send(0, 0, 1, 0, body(0, 5_000), room(0)),
+        f.on_send(0, 0, 1, 0, Lane::Data, body(0, 5_000), room(0)),
         Verdict::Held
     ));
     assert!(matches!(
-        f.on_send(0, 0, 1, 0, body(1, 8), room(0)),
+        f.on_send(0, 0, 1, 0, Lane::Data, body(1, 8), room(0)),
         Verdict::Full
     ));
 }
@@ -361,14 +364,16 @@ fn held_bytes_share_the_queue_bound() {
 fn loss_pattern(seed: u64, loss_ppm: u32, n: u64) -> Vec<bool> {
     let mut f = faults(LinkFault::link(NodeId(0), NodeId(1), 0, loss_ppm), seed);
     (0..n)
-        .map(|i| match f.on_send(0, i, 1, 0, body(i, 8), ROOMY) {
-            Verdict::Lost => true,
-            Verdict::Pass(c) => {
-                assert_eq!(seq_of(&c), i, "a passed frame must be the one offered");
-                false
-            }
-            other => panic!("{other:?}"),
-        })
+        .map(
+            |i| match f.on_send(0, i, 1, 0, Lane::Data, body(i, 8), ROOMY) {
+                Verdict::Lost => true,
+                Verdict::Pass(c) => {
+                    assert_eq!(seq_of(&c), i, "a passed frame must be the one offered");
+                    false
+                }
+                other => panic!("{other:?}"),
+            },
+        )
         .collect()
 }
 
@@ -390,7 +395,10 @@ fn loss_is_reproducible_for_a_seed_and_near_its_rate() {
     assert!(loss_pattern(7, 1_000_000, 1_000).iter().all(|&l| l));
     let mut f = faults(LinkFault::link(NodeId(0), NodeId(1), 5, 0), 7);
     assert!(
-        (0..1_000).all(|i| matches!(f.on_send(0, i, 1, 0, body(i, 8), ROOMY), Verdict::Held)),
+        (0..1_000).all(|i| matches!(
+            f.on_send(0, i, 1, 0, Lane::Data, body(i, 8), ROOMY),
+            Verdict::Held
+        )),
         "a link without loss lost a frame"
     );
 }

@@ -35,6 +35,13 @@ pub struct TokenConfig {
     /// On an idle ring (nothing to send, retransmit or deliver) a member holds the token this
     /// long before passing it (Corosync's `token_hold`), so an idle ring does not spin.
     pub token_hold_us: Micros,
+    /// The ring must have been idle this long (no token of the period carried a message,
+    /// a retransmission request or an aru behind its seq) before a member holds the token.
+    /// A held token makes a value proposed at another member wait for the hold, so a ring
+    /// under any load keeps its token moving and only a ring idle for a while holds it
+    /// (Corosync cancels a hold with a message instead; seed 002's ring never holds). 0:
+    /// hold at the first idle token.
+    pub idle_before_hold_us: Micros,
     /// No token for this long: the token is lost, and the members gather (Totem's token
     /// loss timeout; Corosync's `token`, 1 s there, shorter for a LAN here).
     pub token_timeout_us: Micros,
@@ -73,6 +80,7 @@ impl Default for TokenConfig {
             service: Service::Agreed,
             token_retransmit_us: 5_000,
             token_hold_us: 1_000,
+            idle_before_hold_us: 10_000,
             token_timeout_us: 100_000,
             join_timeout_us: 10_000,
             consensus_timeout_us: 120_000,

@@ -35,7 +35,8 @@
 //! Not in the seed, needed to run: a token lost on the wire is sent again by its sender
 //! after `token_retransmit_us` unless something shows the successor took it (the token
 //! back, or a message stamped after it); the successor takes one copy (`Token::hop`). An
-//! idle ring holds the token `token_hold_us` at each member (Corosync's `token_hold`).
+//! idle ring holds the token `token_hold_us` at each member (Corosync's `token_hold`), once
+//! it has been idle for `idle_before_hold_us`.
 //! The priority of the token over data (§III-D) is the driver's: the two arrive on
 //! different sockets.
 
@@ -124,6 +125,9 @@ pub struct TokenRing {
     pub(crate) last_sent: Option<(Message, Micros)>,
     /// A token held on an idle ring, until this time.
     pub(crate) held: Option<(Token, Micros)>,
+    /// When a token last showed the ring busy (see `on_token`): the token is held only
+    /// once the ring has been idle `idle_before_hold_us` since.
+    busy_seen_us: Micros,
     /// Own messages stamped and not yet known to every member: their acks wait.
     own_unstable: usize,
     /// Deliveries so far, over every ring: the `instance` of the next one is this plus 1.
@@ -194,6 +198,7 @@ impl TokenRing {
             aru_sent_now: 0,
             last_sent: None,
             held: None,
+            busy_seen_us: 0,
             own_unstable: 0,
             delivered_total: 0,
             token_seen_us: 0,
@@ -372,18 +377,23 @@ impl TokenRing {
         if self.is_first() {
             t.rotation = t.rotation.saturating_add(1);
         }
-        // The ring is idle, not just this member: nothing new was stamped in a whole
-        // rotation (the token's seq is the one this member took last round; Corosync holds
-        // the token only after `seqno_unchanged_const` rotations without a new message).
-        // A member with nothing to send that held the token while another member is busy
-        // would add its hold to every round of the busy one.
-        let idle = self.state == State::Operational
+        // Idle now: nothing to send, ask for, deliver or raise, and nothing sent by anyone
+        // in the last rotation (`fcc`). The token is held only once the ring has been idle
+        // for `idle_before_hold_us`: a ring that carried anything lately keeps its token
+        // moving, so a value proposed at any member waits for a rotation, not for a hold at
+        // another member (a hold ends early only where the value is proposed).
+        let quiet = self.state == State::Operational
             && self.pending.is_empty()
+            && t.fcc == 0
             && t.rtr.is_empty()
-            && t.seq == self.prev_token_seq
             && t.aru == t.seq
             && self.my_aru == t.seq
             && self.delivered == t.seq;
+        if !quiet {
+            self.busy_seen_us = self.now;
+        }
+        let idle =
+            quiet && self.now.saturating_sub(self.busy_seen_us) >= self.cfg.idle_before_hold_us;
         if idle && self.cfg.token_hold_us > 0 && self.held.is_none() {
             self.held = Some((t, self.now + self.cfg.token_hold_us));
             return;
@@ -811,7 +821,16 @@ impl Protocol for TokenRing {
             decided_max: self.delivered_total,
             values_in_flight: self.pending.len() + self.own_unstable,
             amnesic: false,
-            view: self.memb.clone(),
+            // The installed ring only: while a ring forms (gather, commit, recovery) `memb`
+            // already names the ring being committed, which may yet fail and leave a
+            // smaller one; a load that waits for the whole ring (the runtime's
+            // `load_waits_for_view`) must not take that for the ring, or the values it
+            // proposes are delivered in the smaller ring alone (EVS).
+            view: if self.state == State::Operational {
+                self.memb.clone()
+            } else {
+                Vec::new()
+            },
             groups: Vec::new(),
             log_bytes: 0,
             log_appended_bytes: 0,

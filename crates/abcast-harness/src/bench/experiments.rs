@@ -45,13 +45,19 @@ pub enum BenchName {
     /// Replace a follower, then the leader, under load: Sequence Paxos pull and eager,
     /// Raft's joint consensus (seed 001 fig 10, 12, table 5.1).
     Reconfig,
+    /// The token ring: latency against offered throughput, Agreed and Safe, the original
+    /// ring against the Accelerated Ring (seed 002 fig 2, 3; 5, 7 with `--large`).
+    TokenLatency,
+    /// The token ring under data-message loss: latency against loss per member, and
+    /// against the distance to the member lost from (seed 002 fig 9-13).
+    TokenLoss,
     /// The same 3-member group workload through abcast's token ring and Corosync CPG
     /// (issue 18).
     GroupPeer,
 }
 
 impl BenchName {
-    pub const ALL: [BenchName; 14] = [
+    pub const ALL: [BenchName; 16] = [
         BenchName::ValueSize,
         BenchName::Buffer,
         BenchName::RingSize,
@@ -65,6 +71,8 @@ impl BenchName {
         BenchName::Latency,
         BenchName::PartialConnectivity,
         BenchName::Reconfig,
+        BenchName::TokenLatency,
+        BenchName::TokenLoss,
         BenchName::GroupPeer,
     ];
 
@@ -83,6 +91,8 @@ impl BenchName {
             BenchName::Latency => "latency",
             BenchName::PartialConnectivity => "partial-connectivity",
             BenchName::Reconfig => "reconfig",
+            BenchName::TokenLatency => "token-latency",
+            BenchName::TokenLoss => "token-loss",
             BenchName::GroupPeer => "group-peer",
         }
     }
@@ -145,6 +155,18 @@ impl BenchName {
                 "3 nodes + a spare under load: replace a follower, replace the leader; \
                  Sequence Paxos pull and eager, Raft joint consensus: throughput over time, \
                  gap, dropped proposals (seed 001 fig 10, 12, table 5.1)"
+            }
+            BenchName::TokenLatency => {
+                "token ring, original (accelerated_window 0) vs Accelerated Ring, Agreed and \
+                 Safe, 1350 B payloads (8850 with --large): latency against offered throughput \
+                 from light to past saturation (seed 002 fig 2, 3; 5, 7); `--link-mbit 1000` on \
+                 an emulated 1 Gbit/s LAN (root)"
+            }
+            BenchName::TokenLoss => {
+                "token ring, original vs Accelerated Ring, Agreed and Safe: mean and worst-5 % \
+                 latency against data-message loss per member 0 .. 25 % at 20 % and 50 % of \
+                 the original's maximum, and against the distance to the member lost from \
+                 (seed 002 fig 9-13)"
             }
             BenchName::GroupPeer => {
                 "3 members, 1 KB agreed messages, one and three senders: abcast's token ring \
@@ -277,7 +299,7 @@ pub fn experiment(name: BenchName, max_nodes: u32) -> Option<Experiment> {
             }
         }
         // Not sweeps of one cluster: each has its own runner (`multiring.rs`, `multicast.rs`,
-        // `storage.rs`, `trim.rs`).
+        // `storage.rs`, `trim.rs`, `token.rs`, ...).
         BenchName::Skip
         | BenchName::Rings
         | BenchName::GlobalRing
@@ -287,6 +309,8 @@ pub fn experiment(name: BenchName, max_nodes: u32) -> Option<Experiment> {
         | BenchName::Latency
         | BenchName::PartialConnectivity
         | BenchName::Reconfig
+        | BenchName::TokenLatency
+        | BenchName::TokenLoss
         | BenchName::GroupPeer
         | BenchName::Storage => {
             return None;
@@ -426,6 +450,8 @@ pub fn shape_sentences(exp: &Experiment, sweep: &[Medians], low_load: Option<&Me
         | BenchName::Latency
         | BenchName::PartialConnectivity
         | BenchName::Reconfig
+        | BenchName::TokenLatency
+        | BenchName::TokenLoss
         | BenchName::GroupPeer
         | BenchName::Storage => {
             format!("{} is not a sweep of one cluster.", exp.name.as_str())

@@ -17,6 +17,7 @@ mod output;
 pub mod partial;
 pub mod reconfig;
 pub mod storage;
+pub mod token;
 pub mod trim;
 
 use crate::analysis;
@@ -71,9 +72,10 @@ pub struct BenchArgs {
     /// Print one JSON line with the medians at the end instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// `multicast` only: run every node in its own network namespace on an emulated switched
-    /// LAN whose links carry this many Mbit/s each way (`tc tbf` on veth pairs to a bridge,
-    /// as seed 003's 1 Gbit/s switch); needs root. Without it nodes share the loopback.
+    /// `multicast`, `token-latency` and `token-loss` only: run every node in its own network
+    /// namespace on an emulated switched LAN whose links carry this many Mbit/s each way
+    /// (`tc tbf` on veth pairs to a bridge, as seed 003's and seed 002's 1 Gbit/s switches);
+    /// needs root. Without it nodes share the loopback.
     #[arg(long = "link-mbit", value_name = "MBIT_PER_S",
           value_parser = clap::value_parser!(u32).range(i64::from(lan::LAN_RATE_MBIT_MIN)..=i64::from(lan::LAN_RATE_MBIT_MAX)))]
     pub link_mbit: Option<u32>,
@@ -90,6 +92,24 @@ pub struct BenchArgs {
     #[arg(long = "batch-bytes", value_name = "BYTES",
           value_parser = clap::value_parser!(u64).range(1..=(16 << 20)))]
     pub batch_bytes: Option<u64>,
+    /// `token-latency` and `token-loss` only: members of the token ring [default: 3].
+    #[arg(long = "nodes", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(2..=i64::from(token::NODES_MAX)))]
+    pub nodes: Option<u32>,
+    /// `token-latency` and `token-loss` only: 8850-byte payloads in datagrams of up to
+    /// 9000 bytes instead of 1350 (seed 002 §IV-A3, fig 5, 7).
+    #[arg(long)]
+    pub large: bool,
+    /// `token-latency` and `token-loss` only: the offered loads, comma-separated Mbit/s of
+    /// payload over all members [default token-latency: 10 % to 120 % of --link-mbit, or
+    /// 50 to 1300 on the loopback; token-loss: 20 % and 50 % of the original ring's
+    /// measured maximum].
+    #[arg(long = "loads-mbit", value_name = "LIST", allow_hyphen_values = true)]
+    pub loads_mbit: Option<String>,
+    /// `token-loss` only: data messages lost per member and link, comma-separated percent
+    /// [default: 0,5,10,15,20,25].
+    #[arg(long = "loss-pct", value_name = "LIST", allow_hyphen_values = true)]
+    pub losses_pct: Option<String>,
 }
 
 /// What one run of one point measured.
@@ -437,11 +457,28 @@ pub fn run_bench(args: &BenchArgs) -> Result<u8, HarnessError> {
         let _ = std::io::stdout().lock().write_all(list().as_bytes());
         return Ok(0);
     };
-    if args.link_mbit.is_some() && name != BenchName::Multicast {
+    let token = matches!(name, BenchName::TokenLatency | BenchName::TokenLoss);
+    if args.link_mbit.is_some() && name != BenchName::Multicast && !token {
         return Err(HarnessError::Usage(format!(
-            "--link-mbit applies to `bench multicast` only, not to `bench {}`",
+            "--link-mbit applies to `bench multicast`, `token-latency` and `token-loss` only, \
+             not to `bench {}`",
             name.as_str()
         )));
+    }
+    if !token {
+        let given = [
+            ("--nodes", args.nodes.is_some()),
+            ("--large", args.large),
+            ("--loads-mbit", args.loads_mbit.is_some()),
+            ("--loss-pct", args.losses_pct.is_some()),
+        ];
+        if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
+            return Err(HarnessError::Usage(format!(
+                "{flag} applies to `bench token-latency` and `token-loss` only, not to \
+                 `bench {}`",
+                name.as_str()
+            )));
+        }
     }
     if args.batch_bytes.is_some() && !matches!(name, BenchName::Concurrency | BenchName::Latency) {
         return Err(HarnessError::Usage(format!(
@@ -466,6 +503,11 @@ pub fn run_bench(args: &BenchArgs) -> Result<u8, HarnessError> {
              `bench {}`",
             name.as_str()
         )));
+    }
+    if token {
+        // Four series (two rings, two services) per point, loss and latency figures a
+        // sweep has not: its own runner.
+        return token::run(name, args);
     }
     if name == BenchName::PartialConnectivity {
         return partial::run(args);

@@ -2150,6 +2150,10 @@ mod tests {
             link_mbit: None,
             protocols: None,
             batch_bytes: None,
+            nodes: None,
+            large: false,
+            loads_mbit: None,
+            losses_pct: None,
         };
         let v = bench_json(
             &results,

@@ -212,7 +212,7 @@ impl<P: Protocol> Driver<P> {
                 queued_bytes: self.tcp.queued_bytes(to),
                 limit_bytes: self.cfg.transport.send_queue_bytes,
             };
-            match faults.on_send(slot, now, kind, group, chunks, room) {
+            match faults.on_send(slot, now, kind, group, lane, chunks, room) {
                 Verdict::Pass(c) => chunks = c,
                 Verdict::Held => return,
                 Verdict::Lost => {
@@ -376,6 +376,12 @@ impl<P: Protocol> Driver<P> {
             // to decode.
             match P::Message::decode_in(GroupId(group), kind, body) {
                 Ok(msg) => {
+                    if self
+                        .transport_of(token)
+                        .is_some_and(|t| t.lost_on_receipt(from, group, msg.lane()))
+                    {
+                        continue;
+                    }
                     if self.control.is_some() {
                         self.lanes.on_processed(from, &msg);
                     }
@@ -440,9 +446,28 @@ impl<P: Protocol> Driver<P> {
             if result.is_err() {
                 break;
             }
+            // What the message made the protocol send leaves now, not after the rest of
+            // this iteration's reads: the post-token data of a token just passed
+            // (§III-B3) would otherwise wait behind up to `LANE_READS_PER_ITERATION`
+            // messages, and the successor with it. A datagram's send is its own syscall (or
+            // one per GSO run) either way, so nothing is lost by not waiting.
+            self.flush_datagrams(now);
         }
         self.inbox = inbox;
         result
+    }
+
+    /// Writes what the datagram transports have queued.
+    fn flush_datagrams(&mut self, now: Micros) {
+        use crate::transport::Transport;
+        for t in self
+            .control
+            .iter_mut()
+            .chain(self.udp.iter_mut())
+            .chain(self.mcast.iter_mut())
+        {
+            t.flush(now);
+        }
     }
 
     /// Hands the transports' link changes to the protocol; their effects are carried out

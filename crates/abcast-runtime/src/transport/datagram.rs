@@ -204,6 +204,10 @@ impl Transport for Datagrams {
         false
     }
 
+    fn lost_on_receipt(&mut self, from: NodeId, group: u16, lane: Lane) -> bool {
+        self.shape == Shape::Group && self.socket.lost_on_receipt(from, group, lane)
+    }
+
     fn flush(&mut self, _now: Micros) {
         if self.socket.has_queued() {
             self.socket.flush();

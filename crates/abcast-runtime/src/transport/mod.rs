@@ -152,6 +152,16 @@ pub trait Transport {
     /// endpoint counts and logs the datagram and returns false.
     fn reject(&mut self, frame: &InFrame, reason: &str) -> bool;
 
+    /// Injected loss on receipt (`[[link_faults]]`, `crate::linkfault::RecvLoss`): a
+    /// message of `group` on `lane` from `from` that arrived on this transport, decoded, is
+    /// dropped when this returns true (and counted by the transport). Only an IP-multicast
+    /// endpoint rolls these dice: its one datagram reaches every member, so each link's
+    /// loss is applied where it arrives; every other path applies the link's faults where
+    /// the driver sends.
+    fn lost_on_receipt(&mut self, _from: NodeId, _group: u16, _lane: Lane) -> bool {
+        false
+    }
+
     /// Writes what is queued, as far as the sockets take it now.
     fn flush(&mut self, now: Micros);
 

@@ -376,15 +376,23 @@ pub fn start<P: Protocol + Send + 'static>(spec: NodeSpec<P>) -> RunningNode<P>
 where
     P::Message: Send,
 {
-    let id = spec.cfg.me;
-    let recorder = Recorder::default();
-    let stop = Arc::new(AtomicBool::new(false));
     let mut driver = Driver::new(spec.cfg, spec.protocol, spec.listeners).unwrap();
-    let client_addr = driver.client_addr();
-    let peer_addr = driver.peer_addr().unwrap();
     if let Some(load) = spec.load {
         driver.start_load(load);
     }
+    spawn(driver)
+}
+
+/// Runs a driver the caller built (and set up: its load, ...) on a thread of its own.
+pub fn spawn<P: Protocol + Send + 'static>(mut driver: Driver<P>) -> RunningNode<P>
+where
+    P::Message: Send,
+{
+    let id = driver.protocol().node();
+    let recorder = Recorder::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let client_addr = driver.client_addr();
+    let peer_addr = driver.peer_addr().unwrap();
     let (mut app, flag) = (recorder.clone(), Arc::clone(&stop));
     let handle = std::thread::Builder::new()
         .name(format!("node-{}", id.0))

@@ -246,3 +246,84 @@ fn a_node_without_process_groups_says_how_to_turn_them_on() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Seed 002 §II's Safe delivery, on real sockets: node 2 loses every data message sent to
+/// it (a `[[link_faults]]` rule on the data lane; the token still goes round, so node 2
+/// stays in the ring and holds the token's aru down). An Agreed message is delivered at
+/// nodes 0 and 1 at once; a Safe one is delivered nowhere while node 2 lacks it, and once
+/// node 2 is gone, nodes 0 and 1 (every member of the configuration left) deliver it.
+#[test]
+fn safe_delivery_waits_for_the_member_that_misses_the_message() {
+    let dir = temp_dir("groups-safe");
+    let peers: Vec<u16> = (0..3).map(|_| free_peer_port()).collect();
+    let clients: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let path = dir.join("cluster.toml");
+    let config = token_config(&peers, &clients, "process_groups = true\n")
+        + "[[link_faults]]\nto = 2\nloss_ppm = 1000000\nlane = \"data\"\n";
+    std::fs::write(&path, config).unwrap();
+    let nodes = start(&path, &peers, &clients, 3);
+    wait_for_the_whole_ring(&nodes);
+    let t = PATIENCE;
+    let mut listeners: Vec<Client> = nodes[..2].iter().map(|n| connect(n.client)).collect();
+    for l in &mut listeners {
+        l.group_listen("g", t).unwrap();
+    }
+    // Acknowledgements never come while node 2 lacks the messages: send without waiting.
+    let mut c0 = connect(nodes[0].client);
+    let send = |c: &mut Client, level: DeliveryLevel, text: &str| {
+        c.send(&ClientFrame::GroupMulticast {
+            group: "g".into(),
+            sender: String::new(),
+            level,
+            payloads: vec![Bytes::from(text.to_string())],
+        })
+        .unwrap();
+        assert!(matches!(c.recv(Some(t)), Ok(ClientFrame::GroupSent { .. })));
+    };
+    send(&mut c0, DeliveryLevel::Agreed, "agreed");
+    for l in &mut listeners {
+        let got = listen_until(l, |line| line.starts_with("msg"));
+        assert!(
+            got.last()
+                .unwrap()
+                .contains("Agreed (non-member)@n0 agreed"),
+            "{got:?}"
+        );
+    }
+    send(&mut c0, DeliveryLevel::Safe, "safe");
+    // For a while nobody delivers it: node 2 does not have it.
+    let quiet_until = Instant::now() + Duration::from_millis(1500);
+    for l in &mut listeners {
+        while let Some(left) = quiet_until.checked_duration_since(Instant::now()) {
+            match l.next_group_event(Some(left)) {
+                Err(ClientError::Timeout(_)) => break,
+                Ok(ev) => {
+                    let lines = lines_of(ev);
+                    assert!(
+                        !lines.iter().any(|x| x.contains("safe")),
+                        "delivered Safe while node 2 lacks it: {lines:?}"
+                    );
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    // Node 2 goes; the configuration of nodes 0 and 1 has it everywhere: delivered Safe.
+    let mut nodes = nodes.into_iter();
+    let (n0, n1, n2) = (
+        nodes.next().unwrap(),
+        nodes.next().unwrap(),
+        nodes.next().unwrap(),
+    );
+    n2.stop();
+    for l in &mut listeners {
+        let got = listen_until(l, |line| line.starts_with("msg") && line.contains("safe"));
+        assert!(
+            got.last().unwrap().contains("Safe (non-member)@n0 safe"),
+            "{got:?}"
+        );
+    }
+    n0.stop();
+    n1.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -45,10 +45,13 @@ use crate::types::{NodeId, ValueId};
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Values one exchange holds at most. An exchange that never ends (a member that runs no
-/// process groups sends no state) would hold every group value; past the bound they are
-/// passed over, at every member alike (the same sequence), and counted.
+/// Values, and their bytes, one exchange holds at most. An exchange that never ends (a
+/// member that runs no process groups sends no state) would hold every group value; past
+/// either bound they are passed over, at every member alike (the same sequence), and
+/// counted. An exchange under load lasts as long as the members' proposal queues take to
+/// reach their states: a few rounds' worth of values.
 pub const HELD_MAX: usize = 1 << 20;
+pub const HELD_BYTES_MAX: usize = 256 << 20;
 
 /// Groups one node's table holds at most; a join of one more group is passed over at every
 /// member alike (counted in [`GroupStats::refused`]).
@@ -161,6 +164,7 @@ struct Exchange {
     waiting: BTreeSet<NodeId>,
     states: BTreeMap<NodeId, Vec<(String, String)>>,
     held: Vec<Held>,
+    held_bytes: usize,
 }
 
 /// One node's process groups (see the module comment).
@@ -344,6 +348,7 @@ impl GroupLayer {
                     waiting: nodes,
                     states: BTreeMap::new(),
                     held: Vec::new(),
+                    held_bytes: 0,
                 });
                 let state = wire::encode_state(
                     c.config.id,
@@ -387,11 +392,12 @@ impl GroupLayer {
         let hold = !self.mutated(Mutation::GroupsDeliverDuringExchange);
         match self.exchange.as_mut() {
             Some(x) if hold => {
-                if x.held.len() >= HELD_MAX {
+                if x.held.len() >= HELD_MAX || x.held_bytes + v.len() > HELD_BYTES_MAX {
                     self.stats.held_dropped += 1;
                     return;
                 }
                 self.stats.held += 1;
+                x.held_bytes += v.len();
                 x.held.push(Held { id, level, env });
             }
             _ => self.apply(id, level, env, events),

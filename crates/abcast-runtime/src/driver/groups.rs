@@ -21,8 +21,9 @@ use std::collections::VecDeque;
 /// (`defer_token`).
 const LISTENER_BEHIND_BYTES: usize = 1 << 20;
 
-/// Values the layer and closed connections asked to broadcast, at most; past it the oldest
-/// bound leave is dropped (its member stays until its node leaves the configuration).
+/// Leaves of bound members waiting in the queue, at most; past it a leave is dropped (its
+/// member stays until its node leaves the configuration). The layer's states are never
+/// dropped: the other members wait for them, and there is one per configuration change.
 const GROUP_QUEUE_MAX: usize = 1 << 16;
 
 /// The node's process groups.
@@ -30,7 +31,7 @@ pub(super) struct Groups {
     pub(super) layer: GroupLayer,
     queue: VecDeque<Bytes>,
     events: Vec<GroupEvent>,
-    /// Values of the queue dropped at its bound.
+    /// Leaves dropped at the queue's bound.
     pub(super) dropped: u64,
 }
 
@@ -44,10 +45,12 @@ impl Groups {
         }
     }
 
-    fn enqueue(&mut self, v: Bytes) {
-        if self.queue.len() >= GROUP_QUEUE_MAX {
-            self.queue.pop_front();
+    /// Queues a value to propose; a `droppable` one (a bound member's leave) only below
+    /// the bound.
+    fn enqueue(&mut self, v: Bytes, droppable: bool) {
+        if droppable && self.queue.len() >= GROUP_QUEUE_MAX {
             self.dropped += 1;
+            return;
         }
         self.queue.push_back(v);
     }
@@ -77,7 +80,7 @@ impl<P: Protocol> Driver<P> {
         };
         g.layer.config_changed(c, &mut g.events);
         for v in g.layer.take_proposals() {
-            g.enqueue(v);
+            g.enqueue(v, false);
         }
         self.tell_group_events();
     }
@@ -237,7 +240,7 @@ impl<P: Protocol> Driver<P> {
         for (group, member) in &client.bound {
             // Proposed after its join (one node's values keep their order), so it takes
             // effect even if the join is not delivered yet.
-            g.enqueue(groups::wire::encode_leave(group, member));
+            g.enqueue(groups::wire::encode_leave(group, member), true);
         }
     }
 

@@ -13,13 +13,16 @@
 //! the messages of the measured window, their latency, per-sender order and a digest of
 //! the order it delivered them in.
 //!
-//! The runs are interleaved (abcast, Corosync, abcast, Corosync, ...), so the drift of a
-//! shared machine spreads over both; medians of `--runs` are reported. Without root, or
+//! Corosync runs twice per point: tuned for throughput (`CorosyncTuning::tuned`: udpu,
+//! jumbo totem packets, a larger token window) and as installed (`defaults`: knet); the
+//! ratios are given against both. The runs are interleaved (abcast, Corosync tuned,
+//! Corosync defaults, abcast, ...), so the drift of a shared machine spreads over all;
+//! medians of `--runs` are reported. Without root, or
 //! without the corosync packages, the abcast side runs alone and the summary says how to
 //! install the peer.
 
 use super::BenchArgs;
-use super::corosync::{self, CpgFigures, CpgSpec, Proc, spawn_in_netns};
+use super::corosync::{self, CorosyncTuning, CpgFigures, CpgSpec, Proc, spawn_in_netns};
 use super::lan::EmulatedLan;
 use super::output::{command_line, create_out_dir, finish, write_file};
 use crate::error::HarnessError;
@@ -317,7 +320,9 @@ fn wait_for_ring(clients: &[String], nodes: &mut [Proc]) -> Result<(), String> {
 struct Point {
     senders: usize,
     abcast: Vec<Result<AbcastFigures, String>>,
+    /// Corosync tuned for throughput, and as installed.
     corosync: Vec<Result<CpgFigures, String>>,
+    corosync_default: Vec<Result<CpgFigures, String>>,
 }
 
 fn med(v: impl Iterator<Item = f64>) -> Option<f64> {
@@ -332,8 +337,20 @@ impl Point {
     fn corosync_med(&self, f: impl Fn(&CpgFigures) -> f64) -> Option<f64> {
         med(self.corosync.iter().filter_map(|r| r.as_ref().ok()).map(f))
     }
+    fn default_med(&self, f: impl Fn(&CpgFigures) -> f64) -> Option<f64> {
+        med(self
+            .corosync_default
+            .iter()
+            .filter_map(|r| r.as_ref().ok())
+            .map(f))
+    }
+    /// abcast's msgs/s over tuned Corosync's.
     fn ratio(&self) -> Option<f64> {
         Some(self.abcast_med(|f| f.msgs_per_s)? / self.corosync_med(|f| f.msgs_per_s)?)
+    }
+    /// abcast's msgs/s over Corosync's as installed.
+    fn ratio_default(&self) -> Option<f64> {
+        Some(self.abcast_med(|f| f.msgs_per_s)? / self.default_med(|f| f.msgs_per_s)?)
     }
 }
 
@@ -389,22 +406,32 @@ pub fn run(args: &BenchArgs) -> Result<u8, HarnessError> {
             }
             p.abcast.push(a);
             if peer.is_ok() {
-                let mut cs = CpgSpec::new(
-                    p.senders,
-                    args.duration_s,
-                    out.join(format!("corosync-s{}-r{run}", p.senders)),
-                );
-                cs.warmup_s = warmup_s;
-                let c = corosync::run_cpg_workload(&cs);
-                match &c {
-                    Ok(f) => eprintln!(
-                        "{label}: corosync {} msgs/s, p50 {:.1} ms",
-                        group(f.msgs_per_s.round() as u64),
-                        f.latency_us_p50 / 1000.0
-                    ),
-                    Err(e) => eprintln!("{label}: corosync failed: {e}"),
+                for (name, tuning) in [
+                    ("tuned", CorosyncTuning::tuned()),
+                    ("defaults", CorosyncTuning::defaults()),
+                ] {
+                    let mut cs = CpgSpec::new(
+                        p.senders,
+                        args.duration_s,
+                        out.join(format!("corosync-{name}-s{}-r{run}", p.senders)),
+                    );
+                    cs.warmup_s = warmup_s;
+                    cs.tuning = tuning;
+                    let c = corosync::run_cpg_workload(&cs);
+                    match &c {
+                        Ok(f) => eprintln!(
+                            "{label}: corosync ({name}) {} msgs/s, p50 {:.1} ms",
+                            group(f.msgs_per_s.round() as u64),
+                            f.latency_us_p50 / 1000.0
+                        ),
+                        Err(e) => eprintln!("{label}: corosync ({name}) failed: {e}"),
+                    }
+                    if name == "tuned" {
+                        p.corosync.push(c);
+                    } else {
+                        p.corosync_default.push(c);
+                    }
                 }
-                p.corosync.push(c);
             }
         }
     }
@@ -416,7 +443,11 @@ pub fn run(args: &BenchArgs) -> Result<u8, HarnessError> {
         p.abcast.iter().all(|r| {
             r.as_ref()
                 .is_ok_and(|f| f.order_violations == 0 && f.total_order_agrees)
-        }) && p.corosync.iter().all(Result::is_ok)
+        }) && p
+            .corosync
+            .iter()
+            .chain(&p.corosync_default)
+            .all(Result::is_ok)
     });
     let one = &points[0];
     finish(
@@ -429,18 +460,24 @@ pub fn run(args: &BenchArgs) -> Result<u8, HarnessError> {
                 "message_bytes": MESSAGE_BYTES,
                 "abcast_msgs_per_s": one.abcast_med(|f| f.msgs_per_s),
                 "corosync_msgs_per_s": one.corosync_med(|f| f.msgs_per_s),
+                "corosync_default_msgs_per_s": one.default_med(|f| f.msgs_per_s),
                 "ratio": one.ratio(),
+                "ratio_default": one.ratio_default(),
                 "points": points.iter().map(|p| json!({
                     "senders": p.senders,
                     "abcast_msgs_per_s": p.abcast_med(|f| f.msgs_per_s),
                     "corosync_msgs_per_s": p.corosync_med(|f| f.msgs_per_s),
+                    "corosync_default_msgs_per_s": p.default_med(|f| f.msgs_per_s),
                     "ratio": p.ratio(),
+                    "ratio_default": p.ratio_default(),
                     "abcast_latency_us_p50": p.abcast_med(|f| f.latency_us_p50),
                     "corosync_latency_us_p50": p.corosync_med(|f| f.latency_us_p50),
                     "abcast_latency_us_p99": p.abcast_med(|f| f.latency_us_p99),
                     "corosync_latency_us_p99": p.corosync_med(|f| f.latency_us_p99),
                     "abcast_runs_ok": p.abcast.iter().filter(|r| r.is_ok()).count(),
                     "corosync_runs_ok": p.corosync.iter().filter(|r| r.is_ok()).count(),
+                    "corosync_default_runs_ok":
+                        p.corosync_default.iter().filter(|r| r.is_ok()).count(),
                 })).collect::<Vec<_>>(),
                 "peer_available": peer.is_ok(),
                 "out_dir": out.display().to_string(),
@@ -479,12 +516,16 @@ fn write_csv(path: &Path, points: &[Point]) -> Result<(), HarnessError> {
                 }
             }
         }
-        for (k, r) in p.corosync.iter().enumerate() {
+        let tuned = p.corosync.iter().map(|r| ("corosync-tuned", r));
+        let defaults = p.corosync_default.iter().map(|r| ("corosync-defaults", r));
+        let count = p.corosync.len();
+        for (k, (system, r)) in tuned.chain(defaults).enumerate() {
+            let k = k % count.max(1);
             match r {
                 Ok(f) => {
                     let _ = writeln!(
                         s,
-                        "corosync,{},{},{:.1},{:.1},{:.0},{:.0},{},{},",
+                        "{system},{},{},{:.1},{:.1},{:.0},{:.0},{},{},",
                         p.senders,
                         k + 1,
                         f.msgs_per_s,
@@ -496,7 +537,7 @@ fn write_csv(path: &Path, points: &[Point]) -> Result<(), HarnessError> {
                     );
                 }
                 Err(e) => {
-                    let _ = writeln!(s, "corosync,{},{},,,,,,,{:?}", p.senders, k + 1, e);
+                    let _ = writeln!(s, "{system},{},{},,,,,,,{:?}", p.senders, k + 1, e);
                 }
             }
         }
@@ -520,7 +561,10 @@ fn write_plot(path: &Path, points: &[Point]) {
             y_desc: "msgs/s".into(),
             lines: vec![
                 line("abcast token ring", &|p| p.abcast_med(|f| f.msgs_per_s)),
-                line("Corosync CPG", &|p| p.corosync_med(|f| f.msgs_per_s)),
+                line("Corosync CPG, tuned", &|p| p.corosync_med(|f| f.msgs_per_s)),
+                line("Corosync CPG, defaults", &|p| {
+                    p.default_med(|f| f.msgs_per_s)
+                }),
             ],
         },
         LinePanel {
@@ -531,8 +575,11 @@ fn write_plot(path: &Path, points: &[Point]) {
                 line("abcast token ring", &|p| {
                     p.abcast_med(|f| f.latency_us_p50 / 1000.0)
                 }),
-                line("Corosync CPG", &|p| {
+                line("Corosync CPG, tuned", &|p| {
                     p.corosync_med(|f| f.latency_us_p50 / 1000.0)
+                }),
+                line("Corosync CPG, defaults", &|p| {
+                    p.default_med(|f| f.latency_us_p50 / 1000.0)
                 }),
             ],
         },
@@ -585,8 +632,9 @@ fn summary(
                 .unwrap_or_default();
             let _ = writeln!(
                 s,
-                "- Corosync: {tuning}; cpgbench (tools/cpg-bench) over libcpg, \
-                 `CPG_TYPE_AGREED`.\n"
+                "- Corosync: tuned ({tuning}) and as installed ({}); cpgbench \
+                 (tools/cpg-bench) over libcpg, `CPG_TYPE_AGREED`.\n",
+                CorosyncTuning::defaults().describe()
             );
         }
         Err(why) => {
@@ -599,30 +647,33 @@ fn summary(
         }
     }
     s.push_str(
-        "| senders | abcast msgs/s | Corosync msgs/s | ratio | abcast p50 | Corosync p50 | \
-         abcast p99 | Corosync p99 | runs ok (abcast, Corosync) |\n\
+        "| senders | abcast msgs/s | Corosync tuned | ratio | Corosync defaults | ratio | \
+         p50 abcast / tuned / defaults | p99 abcast / tuned / defaults | runs ok |\n\
          | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
-    let ms = |v: f64| format!("{:.1} ms", v / 1000.0);
+    let ms = |v: f64| format!("{:.1}", v / 1000.0);
+    let rate = |v: f64| group(v.round() as u64);
+    let ok = |v: &[Result<CpgFigures, String>]| v.iter().filter(|r| r.is_ok()).count();
     for p in points {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {}/{}, {}/{} |",
+            "| {} | {} | {} | {} | {} | {} | {} / {} / {} ms | {} / {} / {} ms | {}, {}, {} of {} |",
             p.senders,
-            opt(p.abcast_med(|f| f.msgs_per_s), |v| group(v.round() as u64)),
-            opt(
-                p.corosync_med(|f| f.msgs_per_s),
-                |v| group(v.round() as u64)
-            ),
+            opt(p.abcast_med(|f| f.msgs_per_s), rate),
+            opt(p.corosync_med(|f| f.msgs_per_s), rate),
             opt(p.ratio(), |v| format!("{v:.1}x")),
+            opt(p.default_med(|f| f.msgs_per_s), rate),
+            opt(p.ratio_default(), |v| format!("{v:.1}x")),
             opt(p.abcast_med(|f| f.latency_us_p50), ms),
             opt(p.corosync_med(|f| f.latency_us_p50), ms),
+            opt(p.default_med(|f| f.latency_us_p50), ms),
             opt(p.abcast_med(|f| f.latency_us_p99), ms),
             opt(p.corosync_med(|f| f.latency_us_p99), ms),
+            opt(p.default_med(|f| f.latency_us_p99), ms),
             p.abcast.iter().filter(|r| r.is_ok()).count(),
+            ok(&p.corosync),
+            ok(&p.corosync_default),
             p.abcast.len(),
-            p.corosync.iter().filter(|r| r.is_ok()).count(),
-            p.corosync.len(),
         );
     }
     let failures: Vec<String> = points
@@ -634,11 +685,30 @@ fn summary(
                     .map(|e| format!("abcast, {} sender(s), run {}: {}", p.senders, k + 1, e))
             });
             let c = p.corosync.iter().enumerate().filter_map(move |(k, r)| {
-                r.as_ref()
-                    .err()
-                    .map(|e| format!("Corosync, {} sender(s), run {}: {}", p.senders, k + 1, e))
+                r.as_ref().err().map(|e| {
+                    format!(
+                        "Corosync tuned, {} sender(s), run {}: {}",
+                        p.senders,
+                        k + 1,
+                        e
+                    )
+                })
             });
-            a.chain(c)
+            let d = p
+                .corosync_default
+                .iter()
+                .enumerate()
+                .filter_map(move |(k, r)| {
+                    r.as_ref().err().map(|e| {
+                        format!(
+                            "Corosync defaults, {} sender(s), run {}: {}",
+                            p.senders,
+                            k + 1,
+                            e
+                        )
+                    })
+                });
+            a.chain(c).chain(d)
         })
         .collect();
     if !failures.is_empty() {

@@ -40,6 +40,11 @@ pub trait Carrier<M> {
     /// (the contract's loopback: IP multicast with loopback on, or an in-process copy).
     fn multicast(&mut self, msg: M);
 
+    /// Every message of the outbox has been handed over (`send`, `multicast`), before its
+    /// deliveries are: a carrier that queues messages may write them now, so that they do
+    /// not wait for the application (the token ring's post-token data, seed 002 §III-B3).
+    fn handed_over(&mut self) {}
+
     /// The application took `d`; `results` are its per-value results (empty for none).
     fn delivered(
         &mut self,
@@ -106,6 +111,7 @@ pub fn carry_out<M, C: Carrier<M>>(
     for msg in multicasts {
         carrier.multicast(msg);
     }
+    carrier.handed_over();
     let r = carry_sequence(now, out, carrier);
     if r.is_ok() {
         for a in &out.acks {
@@ -220,6 +226,9 @@ mod tests {
         fn multicast(&mut self, msg: u32) {
             self.seen.push(format!("multicast {msg}"));
         }
+        fn handed_over(&mut self) {
+            self.seen.push("handed over".to_string());
+        }
         fn delivered(&mut self, _: Micros, d: &Delivery, r: &[Bytes]) -> Result<(), String> {
             self.seen.push(format!("delivered {} {:?}", d.instance, r));
             Ok(())
@@ -319,6 +328,7 @@ mod tests {
             [
                 "send 7 to 2",
                 "multicast 8",
+                "handed over",
                 "app install 9",
                 "installed 9",
                 "app deliver 10",

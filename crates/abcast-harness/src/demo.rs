@@ -114,6 +114,7 @@ pub fn cluster_spec(args: &DemoArgs) -> ClusterSpec {
         learners_differ: false,
         placement: Vec::new(),
         load_at_leader: false,
+        stamp_values: false,
     }
 }
 

@@ -63,6 +63,12 @@ pub struct NodeArgs {
     /// a client of the leader does; every node can run it, the leader's proposes.
     #[arg(long)]
     pub load_at_leader: bool,
+    /// With --load-rate: stamp each value with its propose time (bytes 8..16, system
+    /// clock), and measure the latency of every value delivered here from its stamp, not
+    /// only of this node's own (`lat_all_*` in the stats). Every node of the cluster must
+    /// run with it, on one host (one clock), with values of at least 16 bytes.
+    #[arg(long)]
+    pub load_stamp: bool,
     /// Stop after this many seconds (default: run until SIGTERM or SIGINT).
     #[arg(long)]
     pub duration_s: Option<f64>,
@@ -89,6 +95,7 @@ impl NodeArgs {
             load_value_size: 1024,
             load_window: None,
             load_at_leader: false,
+            load_stamp: false,
             duration_s: None,
             drain_ms: 1000,
             delivery_log: false,
@@ -570,6 +577,12 @@ fn node_stats<'w>(
         out,
     )?;
     app.multi = cfg.multiring.is_some();
+    if args.load_stamp && app.learner {
+        app.latency_all_us = Some(
+            Histogram::new_with_bounds(1, 3_600_000_000, 3)
+                .map_err(|e| NodeError::Args(format!("latency histogram: {e}")))?,
+        );
+    }
     if let Some(snap) = restored {
         app.restore(&snap.app).map_err(NodeError::Args)?;
     }
@@ -604,6 +617,7 @@ fn start_load<P: Protocol>(cfg: &NodeConfig, args: &NodeArgs, driver: &mut Drive
         window_values: args.load_window.unwrap_or(cfg.window_values()).max(1),
         max_values: None,
         leader_only: args.load_at_leader,
+        stamp: args.load_stamp,
     });
     if let Some(t) = &cfg.token {
         // The first ring is whoever answered in time; what it delivers before the others
@@ -908,6 +922,8 @@ struct NodeStats<'w> {
     seen: HashMap<NodeId, SeqIntervals>,
     duplicate_deliveries: u64,
     latency_us: Histogram<u64>,
+    /// `--load-stamp`: every delivered value's latency from its stamp (`None`: off).
+    latency_all_us: Option<Histogram<u64>>,
     /// Propose time of the load generator's values not yet delivered here.
     proposed_at: ProposeTimes,
     /// Multi-Ring: per-ring figures, and the position in the merged order (the delivery
@@ -951,6 +967,7 @@ impl<'w> NodeStats<'w> {
             seen: HashMap::new(),
             duplicate_deliveries: 0,
             latency_us,
+            latency_all_us: None,
             proposed_at: ProposeTimes::default(),
             multi: false,
             groups: BTreeMap::new(),
@@ -1003,6 +1020,14 @@ impl<'w> NodeStats<'w> {
                 lat_us_p99: h.value_at_quantile(0.99) as f64,
                 lat_us_p999: h.value_at_quantile(0.999) as f64,
                 lat_hist: Some(lat_hist),
+                lat_all_count: self.latency_all_us.as_ref().map_or(0, |h| h.len()),
+                lat_all_hist: self.latency_all_us.as_ref().and_then(|h| {
+                    let mut bytes = Vec::new();
+                    V2Serializer::new()
+                        .serialize(h, &mut bytes)
+                        .ok()
+                        .map(|_| base64::engine::general_purpose::STANDARD.encode(&bytes))
+                }),
                 delivered_by_origin: origins(&self.delivered_by_origin),
                 acked_by_origin: origins(&self.acked_by_origin),
                 duplicate_deliveries: self.duplicate_deliveries,
@@ -1183,6 +1208,26 @@ impl Application for NodeStats<'_> {
             .or_default()
             .insert(b.first_seq(), n);
         self.order_hash.push_run(b.origin(), b.first_seq(), n);
+        if let Some(h) = self.latency_all_us.as_mut() {
+            // Every value's own stamp: runs of one propose time are recorded at once.
+            let at = abcast_runtime::loadgen::stamp_now_us();
+            let (mut run_lat, mut run_len) = (0, 0);
+            for v in b.values() {
+                let Some(stamp) = abcast_runtime::loadgen::stamp_of(&v.payload) else {
+                    continue;
+                };
+                let lat = at.saturating_sub(stamp).max(1);
+                if lat != run_lat && run_len > 0 {
+                    h.saturating_record_n(run_lat, run_len);
+                    run_len = 0;
+                }
+                run_lat = lat;
+                run_len += 1;
+            }
+            if run_len > 0 {
+                h.saturating_record_n(run_lat, run_len);
+            }
+        }
         if b.origin() == self.me && !self.proposed_at.is_empty() {
             // Values proposed in one loop iteration share a propose time: record runs of
             // equal latencies at once.

@@ -77,6 +77,10 @@ pub struct StatsLine {
     pub lat_us_p999: f64,
     /// HdrHistogram V2 serialization, base64: lets the parent merge nodes exactly.
     pub lat_hist: Option<String>,
+    /// With `--load-stamp`: the latency of every value this node delivered, from its
+    /// proposer's stamp (any origin, this node's own too), and its histogram.
+    pub lat_all_count: u64,
+    pub lat_all_hist: Option<String>,
     pub delivered_by_origin: BTreeMap<u32, u64>,
     pub acked_by_origin: BTreeMap<u32, u64>,
     pub duplicate_deliveries: u64,
@@ -129,6 +133,11 @@ pub struct WireLine {
     pub lat_us_p999: f64,
     #[serde(default)]
     pub lat_hist: Option<String>,
+    /// With `--load-stamp`: every delivered value's latency from its proposer's stamp.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lat_all_count: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lat_all_hist: Option<String>,
     /// JSON object keys are strings: node ids as decimal text.
     pub delivered_by_origin: BTreeMap<String, u64>,
     pub acked_by_origin: BTreeMap<String, u64>,
@@ -143,6 +152,10 @@ pub struct WireLine {
     /// Of `datagrams_rejected`: those from outside the configured members.
     #[serde(default)]
     pub datagrams_unknown_sender: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 fn origins(field: &str, raw: BTreeMap<String, u64>) -> Result<BTreeMap<u32, u64>, StatsError> {
@@ -218,6 +231,8 @@ pub fn parse_line(line: &str) -> Result<StatsLine, StatsError> {
         lat_us_p99: raw.lat_us_p99,
         lat_us_p999: raw.lat_us_p999,
         lat_hist: raw.lat_hist.filter(|h| !h.is_empty()),
+        lat_all_count: raw.lat_all_count,
+        lat_all_hist: raw.lat_all_hist.filter(|h| !h.is_empty()),
         delivered_by_origin: origins("delivered_by_origin", raw.delivered_by_origin)?,
         acked_by_origin: origins("acked_by_origin", raw.acked_by_origin)?,
         duplicate_deliveries: raw.duplicate_deliveries,

@@ -203,6 +203,44 @@ fn a_uring_node_prints_contract_stats_lines_and_a_final_line() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--load-stamp`: every delivered value's latency, from its proposer's stamp, in
+/// `lat_all_*`; a node without it prints none of those fields.
+#[test]
+fn a_node_with_load_stamps_measures_every_delivered_value() {
+    let dir = temp_dir("node-stamps");
+    let path = write_config(&dir, &single_node_config());
+    let args = NodeArgs {
+        json_stats: true,
+        stats_ms: 100,
+        load_rate: Some(2000),
+        load_value_size: 64,
+        load_stamp: true,
+        duration_s: Some(0.5),
+        drain_ms: 2000,
+        id: Some(0),
+        ..NodeArgs::new(path)
+    };
+    let stop = AtomicBool::new(false);
+    let mut out = Vec::new();
+    run_node_with(&args, &stop, &mut out, |cfg, start| {
+        let store = MemoryStore::new(
+            cfg.ring.store_capacity_instances,
+            cfg.ring.store_capacity_bytes,
+        );
+        URing::new(cfg.ring.clone(), cfg.node_id, start, Box::new(store))
+    })
+    .unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let last = abcast_node::stats::parse_line(text.lines().last().unwrap()).unwrap();
+    assert!(last.delivered_values > 0);
+    assert_eq!(last.lat_all_count, last.delivered_values, "{text}");
+    let h = abcast_node::stats::decode_histogram(last.lat_all_hist.as_deref().unwrap()).unwrap();
+    assert_eq!(h.len(), last.delivered_values);
+    // A stamp is the propose time: no latency is negative or an hour long.
+    assert!(h.max() < 60_000_000, "{}", h.max());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_restarted_node_has_the_next_incarnation() {
     let dir = temp_dir("node-restart");

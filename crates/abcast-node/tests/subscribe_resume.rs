@@ -112,6 +112,7 @@ fn a_resumed_subscription_covers_every_instance_across_a_restart_of_its_node() {
                     window_values: 32,
                     max_values: Some(VALUES_PER_NODE),
                     leader_only: false,
+                    stamp: false,
                 }),
             })
         })

@@ -6,6 +6,12 @@
 //! of sequence numbers at a time into a large shared arena (two arenas, written in turn)
 //! and handed out as runs of it (`next_run`), so proposing costs no allocation and one
 //! reference per run.
+//!
+//! With `stamp`, bytes 8..16 of each payload (of at least 16 bytes) are the time it was
+//! first offered to the protocol, in microseconds of the system clock ([`stamp_now_us`]):
+//! every learner on the same host can then measure the latency of every value, not only
+//! of its own (seed 002 measured delivery at every receiver). Stamped payloads are written
+//! when they are offered, a run at a time, into an arena reused once nothing holds it.
 
 use abcast_core::{Micros, UniformRun};
 use bytes::{Bytes, BytesMut};
@@ -32,6 +38,25 @@ pub struct LoadConfig {
     /// generator and only the leader's proposes, so a benchmark measures the protocol and
     /// not the followers' forwarding.
     pub leader_only: bool,
+    /// Stamp each payload with its propose time (see the module comment).
+    pub stamp: bool,
+}
+
+/// The smallest payload a stamp fits in: the sequence number and the time.
+pub const STAMPED_VALUE_BYTES_MIN: usize = 16;
+
+/// Microseconds of the system clock, the stamps' clock: the same for every process of one
+/// host (0 if the clock is before 1970).
+pub fn stamp_now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// The stamp of a stamped payload, if it is long enough to hold one.
+pub fn stamp_of(payload: &[u8]) -> Option<u64> {
+    let b: [u8; 8] = payload.get(8..16)?.try_into().ok()?;
+    Some(u64::from_le_bytes(b))
 }
 
 #[derive(Debug)]
@@ -50,6 +75,11 @@ pub(crate) struct LoadGen {
     /// holds slices of the old one, so the new one is written into the one before.
     spare: Bytes,
     filler: Vec<u8>,
+    /// `stamp`: the payloads offered last, of sequence numbers `offered_seq ..` (offered
+    /// again, stamps and all, until taken), and the arena new ones are written into.
+    offered: Bytes,
+    offered_seq: u64,
+    arena: BytesMut,
 }
 
 impl LoadGen {
@@ -69,6 +99,9 @@ impl LoadGen {
             chunk_seq: 0,
             spare: Bytes::new(),
             filler,
+            offered: Bytes::new(),
+            offered_seq: 0,
+            arena: BytesMut::new(),
         }
     }
 
@@ -142,9 +175,38 @@ impl LoadGen {
         if size == 0 {
             return UniformRun::empty_values(n);
         }
+        if self.cfg.stamp && size >= STAMPED_VALUE_BYTES_MIN {
+            return self.stamped_run(n);
+        }
         let at = self.chunk_index(self.proposed);
         let count = n.min(self.chunk.len() / size - at);
         UniformRun::of(self.chunk.slice(at * size..(at + count) * size), size)
+    }
+
+    /// [`LoadGen::next_run`] with stamps: what was offered and not taken yet is offered
+    /// again as it was; otherwise `n` new payloads are written, stamped now.
+    fn stamped_run(&mut self, n: usize) -> UniformRun {
+        let size = self.cfg.value_bytes;
+        let taken = self.proposed.saturating_sub(self.offered_seq);
+        let left = (self.offered.len() / size) as u64;
+        if self.proposed >= self.offered_seq && taken < left {
+            let at = taken as usize * size;
+            let count = n.min((left - taken) as usize).max(1);
+            return UniformRun::of(self.offered.slice(at..at + count * size), size);
+        }
+        let n = n.max(1);
+        // Reclaims the arena's memory when nothing holds the runs written before.
+        self.arena.reserve(n * size);
+        let stamp = stamp_now_us().to_le_bytes();
+        for seq in self.proposed..self.proposed.saturating_add(n as u64) {
+            self.arena.extend_from_slice(&seq.to_le_bytes());
+            self.arena.extend_from_slice(&stamp);
+            self.arena
+                .extend_from_slice(&self.filler[STAMPED_VALUE_BYTES_MIN..size]);
+        }
+        self.offered = self.arena.split().freeze();
+        self.offered_seq = self.proposed;
+        UniformRun::of(self.offered.clone(), size)
     }
 
     /// The payload of sequence number `seq`.
@@ -219,6 +281,7 @@ mod tests {
             window_values: 4,
             max_values: None,
             leader_only: true,
+            stamp: false,
         };
         let mut g = LoadGen::new(cfg, 0);
         assert!(
@@ -239,6 +302,7 @@ mod tests {
             window_values: 1 << 20,
             max_values: None,
             leader_only: false,
+            stamp: false,
         };
         let mut g = LoadGen::new(cfg, 0);
         let mut proposed = 0;
@@ -262,6 +326,7 @@ mod tests {
             window_values: 3,
             max_values: Some(5),
             leader_only: false,
+            stamp: false,
         };
         let mut g = LoadGen::new(cfg, 0);
         while g.wants_one() {
@@ -286,6 +351,7 @@ mod tests {
                 window_values: usize::MAX,
                 max_values: None,
                 leader_only: false,
+                stamp: false,
             };
             let mut g = LoadGen::new(cfg, 0);
             let per_chunk = (CHUNK_BYTES / size).max(1) as u64;
@@ -310,6 +376,7 @@ mod tests {
             window_values: 10,
             max_values: None,
             leader_only: false,
+            stamp: false,
         };
         let mut g = LoadGen::new(cfg, 0);
         g.on_proposed();
@@ -327,6 +394,7 @@ mod tests {
                 window_values: 100_000,
                 max_values: Some(40_000),
                 leader_only: false,
+                stamp: false,
             };
             let mut one = LoadGen::new(cfg.clone(), 0);
             let mut many = LoadGen::new(cfg, 0);
@@ -361,5 +429,46 @@ mod tests {
                 assert_eq!(chunks.len(), 2, "chunks in use");
             }
         }
+    }
+
+    #[test]
+    fn stamped_payloads_carry_their_propose_time_and_are_offered_again_until_taken() {
+        let cfg = LoadConfig {
+            rate_per_s: 0,
+            value_bytes: 40,
+            window_values: 1000,
+            max_values: None,
+            leader_only: false,
+            stamp: true,
+        };
+        let mut g = LoadGen::new(cfg, 0);
+        let before = stamp_now_us();
+        let run = g.next_run(5);
+        let after = stamp_now_us();
+        assert_eq!(run.count(), 5);
+        let first = run.data().slice(0..40);
+        assert_eq!(&first[..8], &0u64.to_le_bytes());
+        let stamp = stamp_of(&first).unwrap();
+        assert!(before <= stamp && stamp <= after);
+        assert_eq!(&first[16..], &g.filler[16..40]);
+        // Two taken: the other three are offered again, stamps and all.
+        g.on_proposed_many(2);
+        let again = g.next_run(10);
+        assert_eq!(again.count(), 3);
+        assert_eq!(again.data()[..], run.data()[80..]);
+        assert_eq!(&again.data()[..8], &2u64.to_le_bytes());
+        g.on_proposed_many(3);
+        let fresh = g.next_run(4);
+        assert_eq!(fresh.count(), 4);
+        assert_eq!(&fresh.data()[..8], &5u64.to_le_bytes());
+        assert!(stamp_of(&fresh.data()[..40]).unwrap() >= stamp);
+        // Too small for a stamp: the plain payloads.
+        let small = LoadConfig {
+            value_bytes: 12,
+            ..g.cfg.clone()
+        };
+        let mut s = LoadGen::new(small, 0);
+        assert_eq!(&s.next_run(1).data()[8..12], b"ijkl");
+        assert_eq!(stamp_of(b"short"), None);
     }
 }

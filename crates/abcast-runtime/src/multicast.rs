@@ -467,6 +467,32 @@ pub fn gso_run<'a>(mut queue: impl Iterator<Item = (&'a SockAddr, usize)>) -> us
     n
 }
 
+/// Reorders `queue` so that the datagrams of each destination are consecutive, in the
+/// order of each destination's first datagram, keeping each destination's own order: a
+/// logical multicast (one datagram to each member in turn) becomes one GSO run per
+/// member. Datagrams to different destinations have no order between them on the wire.
+pub fn group_by_destination<T>(queue: &mut VecDeque<T>, dest: impl Fn(&T) -> &SockAddr) {
+    let Some(first) = queue.front() else {
+        return;
+    };
+    let first = dest(first).clone();
+    if queue.iter().all(|q| *dest(q) == first) {
+        return;
+    }
+    let mut order: Vec<SockAddr> = Vec::new();
+    for q in queue.iter() {
+        if !order.iter().any(|d| d == dest(q)) {
+            order.push(dest(q).clone());
+        }
+    }
+    let mut groups: Vec<Vec<T>> = order.iter().map(|_| Vec::new()).collect();
+    for q in queue.drain(..) {
+        let i = order.iter().position(|d| d == dest(&q)).unwrap_or(0);
+        groups[i].push(q);
+    }
+    queue.extend(groups.into_iter().flatten());
+}
+
 /// Room for the control messages a read may carry (`UDP_GRO`'s segment size).
 const GRO_CONTROL_BYTES: usize = 64;
 
@@ -815,6 +841,9 @@ impl Multicast {
     pub fn flush(&mut self) {
         if self.blocked {
             return;
+        }
+        if self.gso {
+            group_by_destination(&mut self.queue, |q| &q.dest);
         }
         while let Some(q) = self.queue.front() {
             let run = if self.gso {
@@ -1307,5 +1336,21 @@ mod tests {
         }
         assert_eq!(rx.stats.datagrams_received, 11);
         eprintln!("tx {:?}\nrx {:?}", tx.stats, rx.stats);
+    }
+
+    #[test]
+    fn grouping_by_destination_keeps_each_destinations_order() {
+        let a = SockAddr::from("127.0.0.1:1".parse::<SocketAddr>().unwrap());
+        let b = SockAddr::from("127.0.0.1:2".parse::<SocketAddr>().unwrap());
+        let mut q: VecDeque<(SockAddr, u32)> = [(&b, 1), (&a, 2), (&b, 3), (&a, 4), (&b, 5)]
+            .into_iter()
+            .map(|(d, i)| (d.clone(), i))
+            .collect();
+        group_by_destination(&mut q, |x| &x.0);
+        let order: Vec<u32> = q.iter().map(|x| x.1).collect();
+        assert_eq!(order, [1, 3, 5, 2, 4]);
+        let mut one: VecDeque<(SockAddr, u32)> = VecDeque::from([(a.clone(), 1), (a.clone(), 2)]);
+        group_by_destination(&mut one, |x| &x.0);
+        assert_eq!(one.iter().map(|x| x.1).collect::<Vec<_>>(), [1, 2]);
     }
 }

@@ -27,6 +27,7 @@ fn corrupt_and_recover(corruption: Corruption) {
                 window_values: 16,
                 max_values: Some(200),
                 leader_only: false,
+                stamp: false,
             });
             start(NodeSpec {
                 cfg,

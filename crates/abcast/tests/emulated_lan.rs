@@ -201,6 +201,7 @@ fn a_ring_paxos_cluster_on_the_lan_orders_values_over_multicast() {
             })
             .collect(),
         load_at_leader: false,
+        stamp_values: false,
     };
     let run = run_cluster(&spec).expect("the cluster runs");
     let report = analyse(&run);

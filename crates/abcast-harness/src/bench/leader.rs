@@ -130,6 +130,7 @@ fn spec(p: Point, args: &BenchArgs, label: String) -> ClusterSpec {
         learners_differ: false,
         placement: Vec::new(),
         load_at_leader: true,
+        stamp_values: false,
     }
 }
 

@@ -237,6 +237,7 @@ fn spec_for(
         learners_differ: false,
         placement: Vec::new(),
         load_at_leader: false,
+        stamp_values: false,
     }
 }
 

@@ -992,6 +992,7 @@ fn point_spec(
                 .collect()
         }),
         load_at_leader: false,
+        stamp_values: false,
     }
 }
 

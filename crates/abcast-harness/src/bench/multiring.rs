@@ -146,6 +146,7 @@ fn spec_of(s: &Scenario, args: &BenchArgs, label: String) -> ClusterSpec {
         learners_differ: true,
         placement: Vec::new(),
         load_at_leader: false,
+        stamp_values: false,
     }
 }
 

@@ -1012,6 +1012,7 @@ pub fn run(args: &BenchArgs) -> Result<u8, HarnessError> {
                 learners_differ: false,
                 placement: Vec::new(),
                 load_at_leader: false,
+                stamp_values: false,
             };
             let figures = match measure(&spec, run) {
                 Ok((r, stop)) => {

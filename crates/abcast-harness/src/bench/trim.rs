@@ -84,6 +84,7 @@ fn spec(args: &BenchArgs, label: String) -> ClusterSpec {
         learners_differ: false,
         placement: Vec::new(),
         load_at_leader: false,
+        stamp_values: false,
     }
 }
 

@@ -86,6 +86,10 @@ pub struct ClusterSpec {
     /// Every node's load generator proposes only while its node leads (`--load-at-leader`,
     /// leader-based protocols): the load of one client talking to the leader.
     pub load_at_leader: bool,
+    /// Every node stamps its values with their propose time and measures the latency of
+    /// every value it delivers (`abcast node --load-stamp`): latency at every receiver, not
+    /// only at the proposer (`lat_all_*` in the stats lines).
+    pub stamp_values: bool,
 }
 
 /// A node's own network namespace and its address there.
@@ -630,6 +634,7 @@ pub(crate) mod test_support {
             learners_differ: false,
             placement: Vec::new(),
             load_at_leader: false,
+            stamp_values: false,
         }
     }
 

@@ -193,6 +193,7 @@ impl Cluster {
                     .flatten(),
             )
             .args(self.spec.load_at_leader.then_some("--load-at-leader"))
+            .args(self.spec.stamp_values.then_some("--load-stamp"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log));
@@ -325,10 +326,10 @@ impl Cluster {
                 };
                 match *line {
                     Ok(line) => {
-                        let prev_hist = inc
-                            .samples
-                            .last_mut()
-                            .and_then(|prev| prev.line.lat_hist.take());
+                        let prev_hist = inc.samples.last_mut().and_then(|prev| {
+                            prev.line.lat_all_hist = None;
+                            prev.line.lat_hist.take()
+                        });
                         let interval_latency = line
                             .lat_hist
                             .as_deref()

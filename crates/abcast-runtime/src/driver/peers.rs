@@ -458,7 +458,7 @@ impl<P: Protocol> Driver<P> {
     }
 
     /// Writes what the datagram transports have queued.
-    fn flush_datagrams(&mut self, now: Micros) {
+    pub(super) fn flush_datagrams(&mut self, now: Micros) {
         use crate::transport::Transport;
         for t in self
             .control

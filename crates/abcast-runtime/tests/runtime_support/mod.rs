@@ -479,6 +479,7 @@ pub fn load_of(values: u64, value_bytes: usize, window_values: usize) -> Option<
         window_values,
         max_values: Some(values),
         leader_only: false,
+        stamp: false,
     })
 }
 

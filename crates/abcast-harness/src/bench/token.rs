@@ -26,9 +26,10 @@
 //! Data travel by IP multicast (seed 002 §III-E: "IP-multicast to transmit data messages
 //! and UDP unicast to pass the token"), on the loopback by default or, with `--link-mbit`,
 //! on the emulated switched LAN of `lan.rs` (a network namespace per member). Latency is
-//! measured where the value was proposed (the node's own clock; the seed measured at the
-//! receiving clients), so a series' latency is the proposer's view of it; the comparison
-//! between the two rings, side by side in one run, is what the figures show.
+//! measured at every member for every value, as the seed measured it at the receiving
+//! clients: the load stamps each value's propose time into its payload
+//! (`abcast node --load-stamp`, one host, one clock) and each node measures every delivery
+//! against it; the proposer's own view (propose to own delivery) is reported beside it.
 //!
 //! Runs are interleaved (run 1 of every point, then run 2, ...) and every run is a full
 //! [`cluster::run_cluster`]: agreement, loss and duplicates are checked every time.

@@ -428,16 +428,17 @@ impl GroupLayer {
         }
     }
 
-    /// Ends an exchange: each group's members are the union of the states (of the
-    /// transitional configuration's nodes, in one); then the held values, in order.
+    /// Ends an exchange: each group's members are the union of the states; then the held
+    /// values, in order.
     fn complete(&mut self, x: Exchange, events: &mut Vec<GroupEvent>) {
         if !self.mutated(Mutation::GroupsNoStateExchange) {
             let mut table: BTreeMap<String, BTreeSet<Member>> = BTreeMap::new();
             let mut per_node: BTreeMap<NodeId, usize> = BTreeMap::new();
+            // Every state delivered counts, in a transitional configuration too: two
+            // members that move together may deliver the last state on either side of the
+            // transitional configuration (a Safe value), and the table must not depend on
+            // which (what is told is restricted to the transitional members, `current`).
             for (node, list) in &x.states {
-                if self.trans.as_ref().is_some_and(|t| !t.contains(node)) {
-                    continue;
-                }
                 for (g, m) in list {
                     let count = per_node.entry(*node).or_insert(0);
                     let is_new_group = !table.contains_key(g);

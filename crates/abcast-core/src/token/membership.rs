@@ -612,6 +612,18 @@ impl TokenRing {
             self.stats.holddown_ignored += 1;
             return;
         }
+        // A late message of an older ring from a member of this one (the network held it,
+        // or it crossed a restart): that member is here already, and a gather for it would
+        // re-form the same ring (the simulator found rings re-formed with the same members
+        // three times a second in its mixed mix). Joins of such a member are dropped the
+        // same way (`on_join`); a member that restarted is found by the token it drops.
+        if self.state == State::Operational
+            && self.memb.contains(&sender)
+            && ring.seq < self.ring.seq
+        {
+            self.stats.foreign_dropped += 1;
+            return;
+        }
         match self.state {
             State::Operational => {
                 if ring != self.ring && sender != self.me {

@@ -102,7 +102,7 @@ pub struct BenchArgs {
     pub large: bool,
     /// `token-latency` and `token-loss` only: the offered loads, comma-separated Mbit/s of
     /// payload over all members [default token-latency: 10 % to 120 % of --link-mbit, or
-    /// 50 to 1300 on the loopback; token-loss: 20 % and 50 % of the original ring's
+    /// 100 to 2500 on the loopback; token-loss: 20 % and 50 % of the original ring's
     /// measured maximum].
     #[arg(long = "loads-mbit", value_name = "LIST", allow_hyphen_values = true)]
     pub loads_mbit: Option<String>,

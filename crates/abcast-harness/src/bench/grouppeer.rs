@@ -228,8 +228,12 @@ pub fn run_abcast_workload(spec: &AbcastSpec) -> Result<AbcastFigures, String> {
                 os(&send_s),
                 os("--size"),
                 os(&size),
+                // The CLI's default: 4 MiB of messages in flight per sender. The whole
+                // ring's in-flight messages reach every listener, whose queue at its node
+                // is bounded (16 MiB, then it is closed as too slow): with 64 MiB per
+                // sender three senders outran the listeners' flow control.
                 os("--window"),
-                os("65536"),
+                os("4096"),
                 os("--tag"),
                 os(&tag),
                 os("--json"),

@@ -493,6 +493,58 @@ pub fn run(args: &BenchArgs) -> Result<u8, HarnessError> {
     )
 }
 
+/// The figures one CSV row holds, whichever system measured them.
+struct Row {
+    msgs_per_s: f64,
+    mbit_per_s: f64,
+    latency_us_p50: f64,
+    latency_us_p99: f64,
+    order_violations: u64,
+    total_order_agrees: bool,
+}
+
+impl From<&AbcastFigures> for Row {
+    fn from(f: &AbcastFigures) -> Row {
+        Row {
+            msgs_per_s: f.msgs_per_s,
+            mbit_per_s: f.mbit_per_s,
+            latency_us_p50: f.latency_us_p50,
+            latency_us_p99: f.latency_us_p99,
+            order_violations: f.order_violations,
+            total_order_agrees: f.total_order_agrees,
+        }
+    }
+}
+
+impl From<&CpgFigures> for Row {
+    fn from(f: &CpgFigures) -> Row {
+        Row {
+            msgs_per_s: f.msgs_per_s,
+            mbit_per_s: f.mbit_per_s,
+            latency_us_p50: f.latency_us_p50,
+            latency_us_p99: f.latency_us_p99,
+            order_violations: f.order_violations,
+            total_order_agrees: f.total_order_agrees,
+        }
+    }
+}
+
+fn csv_row(s: &mut String, system: &str, senders: usize, run: usize, r: Result<Row, &String>) {
+    let _ = match r {
+        Ok(f) => writeln!(
+            s,
+            "{system},{senders},{run},{:.1},{:.1},{:.0},{:.0},{},{},",
+            f.msgs_per_s,
+            f.mbit_per_s,
+            f.latency_us_p50,
+            f.latency_us_p99,
+            f.order_violations,
+            f.total_order_agrees
+        ),
+        Err(e) => writeln!(s, "{system},{senders},{run},,,,,,,{e:?}"),
+    };
+}
+
 fn write_csv(path: &Path, points: &[Point]) -> Result<(), HarnessError> {
     let mut s = String::from(
         "system,senders,run,msgs_per_s,mbit_per_s,latency_us_p50,latency_us_p99,\
@@ -500,49 +552,20 @@ fn write_csv(path: &Path, points: &[Point]) -> Result<(), HarnessError> {
     );
     for p in points {
         for (k, r) in p.abcast.iter().enumerate() {
-            match r {
-                Ok(f) => {
-                    let _ = writeln!(
-                        s,
-                        "abcast,{},{},{:.1},{:.1},{:.0},{:.0},{},{},",
-                        p.senders,
-                        k + 1,
-                        f.msgs_per_s,
-                        f.mbit_per_s,
-                        f.latency_us_p50,
-                        f.latency_us_p99,
-                        f.order_violations,
-                        f.total_order_agrees
-                    );
-                }
-                Err(e) => {
-                    let _ = writeln!(s, "abcast,{},{},,,,,,,{:?}", p.senders, k + 1, e);
-                }
-            }
+            csv_row(
+                &mut s,
+                "abcast",
+                p.senders,
+                k + 1,
+                r.as_ref().map(Row::from),
+            );
         }
-        let tuned = p.corosync.iter().map(|r| ("corosync-tuned", r));
-        let defaults = p.corosync_default.iter().map(|r| ("corosync-defaults", r));
-        let count = p.corosync.len();
-        for (k, (system, r)) in tuned.chain(defaults).enumerate() {
-            let k = k % count.max(1);
-            match r {
-                Ok(f) => {
-                    let _ = writeln!(
-                        s,
-                        "{system},{},{},{:.1},{:.1},{:.0},{:.0},{},{},",
-                        p.senders,
-                        k + 1,
-                        f.msgs_per_s,
-                        f.mbit_per_s,
-                        f.latency_us_p50,
-                        f.latency_us_p99,
-                        f.order_violations,
-                        f.total_order_agrees
-                    );
-                }
-                Err(e) => {
-                    let _ = writeln!(s, "{system},{},{},,,,,,,{:?}", p.senders, k + 1, e);
-                }
+        for (system, runs) in [
+            ("corosync-tuned", &p.corosync),
+            ("corosync-defaults", &p.corosync_default),
+        ] {
+            for (k, r) in runs.iter().enumerate() {
+                csv_row(&mut s, system, p.senders, k + 1, r.as_ref().map(Row::from));
             }
         }
     }

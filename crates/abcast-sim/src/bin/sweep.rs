@@ -11,7 +11,11 @@
 //! `--mutation NAME` (a deliberately broken variant; needs `--features mutations`),
 //! `--stop` (end at the first violation), `--json` (the last line is one JSON object with
 //! `seeds`, `violations` and `fault_counts`). Every violation is printed with the line that
-//! replays it. Exit status: 0 when no seed failed, 1 when some did, 2 on bad arguments.
+//! replays it. `--per-seed` prints one line per seed, in seed order, with the run's whole
+//! report (its trace fingerprint included) or its violation: two builds that behave alike
+//! print the same lines (how a change to the simulator or a protocol that must not change
+//! behaviour is checked). Exit status: 0 when no seed failed, 1 when some did, 2 on bad
+//! arguments.
 
 use abcast_core::mutation::Mutation;
 use abcast_sim::sim::PartialShape;
@@ -33,10 +37,11 @@ struct Args {
     variant: Variant,
     stop: bool,
     json: bool,
+    per_seed: bool,
 }
 
 const USAGE: &str = "usage: sweep --protocol uring|ringpaxos|multiring|multiring-ringpaxos|seqpaxos|raft|token --mix MIX|all --seeds N \
-                     [--seed-start S] [--jobs J] [--mutation NAME] [--stop] [--json]";
+                     [--seed-start S] [--jobs J] [--mutation NAME] [--stop] [--json] [--per-seed]";
 
 fn parse() -> Result<Args, String> {
     let mut a = Args {
@@ -49,6 +54,7 @@ fn parse() -> Result<Args, String> {
         variant: Variant::CORRECT,
         stop: false,
         json: false,
+        per_seed: false,
     };
     let mut proto = None;
     let mut it = std::env::args().skip(1);
@@ -82,6 +88,7 @@ fn parse() -> Result<Args, String> {
             }
             "--stop" => a.stop = true,
             "--json" => a.json = true,
+            "--per-seed" => a.per_seed = true,
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?}; {USAGE}")),
         }
@@ -109,6 +116,7 @@ fn run_mix(a: &Args, mix: FaultMix, stopped: &AtomicUsize) -> SuiteReport {
     let next = AtomicU64::new(a.seed_start);
     let end = a.seed_start.saturating_add(a.seeds);
     let total = Mutex::new(SuiteReport::default());
+    let lines = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..a.jobs.max(1) {
             s.spawn(|| {
@@ -120,11 +128,32 @@ fn run_mix(a: &Args, mix: FaultMix, stopped: &AtomicUsize) -> SuiteReport {
                     if seed >= end {
                         break;
                     }
-                    let line = suites::config(a.proto, mix, a.variant)
-                        .with_run(seed, mix)
-                        .replay_line();
-                    CURRENT.with(|c| *c.borrow_mut() = Some(line));
-                    let r = suites::sweep(a.proto, mix, seed..seed + 1, a.variant, true);
+                    let cfg = suites::config(a.proto, mix, a.variant).with_run(seed, mix);
+                    CURRENT.with(|c| *c.borrow_mut() = Some(cfg.replay_line()));
+                    let r = if a.per_seed {
+                        let mut r = SuiteReport {
+                            seeds: 1,
+                            ..SuiteReport::default()
+                        };
+                        let line = match suites::run_one(a.proto, &cfg, a.variant) {
+                            Ok(rep) => {
+                                r.totals.add(&rep);
+                                format!("seed {seed} {mix}: {rep:?}")
+                            }
+                            Err(v) => {
+                                eprintln!("{v}");
+                                let line = format!("seed {seed} {mix}: violation {}", v.headline());
+                                r.violations.push(v);
+                                line
+                            }
+                        };
+                        if let Ok(mut l) = lines.lock() {
+                            l.push((seed, line));
+                        }
+                        r
+                    } else {
+                        suites::sweep(a.proto, mix, seed..seed + 1, a.variant, true)
+                    };
                     stopped.fetch_add(r.violations.len(), Ordering::Relaxed);
                     if let Ok(mut t) = total.lock() {
                         t.merge(r);
@@ -133,6 +162,11 @@ fn run_mix(a: &Args, mix: FaultMix, stopped: &AtomicUsize) -> SuiteReport {
             });
         }
     });
+    let mut lines = lines.into_inner().unwrap_or_default();
+    lines.sort();
+    for (_, line) in lines {
+        println!("{line}");
+    }
     total.into_inner().unwrap_or_default()
 }
 

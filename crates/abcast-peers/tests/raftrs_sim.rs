@@ -12,7 +12,7 @@ mod common;
 use abcast_core::NodeId;
 use abcast_core::config::StartInfo;
 use abcast_peers::{RaftRsCore, RaftRsCoreConfig};
-use abcast_sim::{FaultMix, SimConfig, replay_from_env, run, run_seeds};
+use abcast_sim::{FaultMix, SimConfig, replay_from_env, run, run_seeds_each};
 use common::{KEPT, base, summary};
 use raft::storage::MemStorage;
 use std::cell::RefCell;
@@ -43,7 +43,9 @@ fn factory(cfg: &SimConfig) -> impl Fn(NodeId, StartInfo) -> RaftRsCore + use<> 
 fn sweep(scenario: &str, mix: FaultMix, seeds: std::ops::Range<u64>) {
     let cfg = base(TEST, scenario, mix);
     let n = seeds.end - seeds.start;
-    match run_seeds(&cfg, mix, seeds, &factory(&cfg)) {
+    // The factory keeps a node's store for its restarts within one run: one per run, so
+    // that runs side by side do not share stores.
+    match run_seeds_each(&cfg, mix, seeds, factory) {
         Ok(r) => summary(&format!("raft-rs [{scenario}]"), mix, n, &r),
         Err(v) => panic!("{}", v.headline()),
     }

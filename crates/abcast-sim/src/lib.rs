@@ -84,6 +84,7 @@ pub use plan::{DiskPlan, FaultPlan};
 pub use rng::SimRng;
 pub use sim::{SimReport, Violation, decode, encode, run, run_with_disk, without_disk};
 pub use sweep::{
-    SweepReport, replay_from_env, replay_from_env_with_disk, run_seeds, run_seeds_with_disk,
+    SweepReport, for_seeds, replay_from_env, replay_from_env_with_disk, run_seeds, run_seeds_each,
+    run_seeds_with_disk,
 };
 pub use trace::{DropReason, Trace, TraceEvent, TraceRecord};

@@ -27,7 +27,7 @@
 use crate::config::{CrashModel, FaultMix, SimConfig};
 use crate::faults::FaultKind;
 use crate::sim::{SimReport, Violation, run_with_disk};
-use crate::sweep::SweepReport;
+use crate::sweep::{SweepReport, for_seeds};
 use abcast_core::config::{Member, Roles, StartInfo};
 use abcast_core::multiring::{
     MultiRingConfig, MultiRingConfigOf, MultiRingOf, ProposeTo, RingSpec, RingSpecOf,
@@ -853,17 +853,16 @@ pub fn sweep(
 ) -> SuiteReport {
     let base = config(proto, mix, variant);
     let mut r = SuiteReport::default();
-    for seed in seeds {
-        let cfg = base.with_run(seed, mix);
+    // The seeds run side by side (`for_seeds`); the totals add up in seed order.
+    for (_, result) in for_seeds(seeds, stop_at_first, |seed| {
+        run_one(proto, &base.with_run(seed, mix), variant)
+    }) {
         r.seeds += 1;
-        match run_one(proto, &cfg, variant) {
+        match result {
             Ok(rep) => r.totals.add(&rep),
             Err(v) => {
                 eprintln!("{v}");
                 r.violations.push(v);
-                if stop_at_first {
-                    break;
-                }
             }
         }
     }

@@ -8,6 +8,8 @@ use abcast_core::config::StartInfo;
 use abcast_core::storage::{MemDir, StorageError};
 use abcast_core::{Micros, NodeId, Protocol};
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 /// Totals over a sweep of seeds.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -171,8 +173,9 @@ impl SweepReport {
     }
 }
 
-/// Runs `base` with `mix` for every seed in `seeds`, in order, and stops at the first
-/// violation, which it prints (with its replay line) to stderr and returns.
+/// Runs `base` with `mix` for every seed in `seeds` and stops at the first violation in
+/// seed order, which it prints (with its replay line) to stderr and returns. The seeds run
+/// side by side ([`for_seeds`]); the outcome is that of running them one after another.
 pub fn run_seeds<P, F>(
     base: &SimConfig,
     mix: FaultMix,
@@ -181,7 +184,7 @@ pub fn run_seeds<P, F>(
 ) -> Result<SweepReport, Box<Violation>>
 where
     P: Protocol,
-    F: Fn(NodeId, StartInfo) -> P,
+    F: Fn(NodeId, StartInfo) -> P + Sync,
 {
     run_seeds_with_disk(base, mix, seeds, &without_disk(factory))
 }
@@ -196,12 +199,13 @@ pub fn run_seeds_with_disk<P, F>(
 ) -> Result<SweepReport, Box<Violation>>
 where
     P: Protocol,
-    F: Fn(NodeId, StartInfo, MemDir) -> Result<P, StorageError>,
+    F: Fn(NodeId, StartInfo, MemDir) -> Result<P, StorageError> + Sync,
 {
     let mut sweep = SweepReport::default();
-    for seed in seeds {
-        let cfg = base.with_run(seed, mix);
-        match run_with_disk(&cfg, factory) {
+    for (_, r) in for_seeds(seeds, true, |seed| {
+        run_with_disk(&base.with_run(seed, mix), factory)
+    }) {
+        match r {
             Ok(r) => sweep.add(&r),
             Err(v) => {
                 eprintln!("{v}");
@@ -210,6 +214,111 @@ where
         }
     }
     Ok(sweep)
+}
+
+/// [`run_seeds`] with a factory built for each run from its configuration: for factories
+/// that keep state across the restarts of one run (a store a node finds again), which
+/// cannot be shared by runs side by side.
+pub fn run_seeds_each<P, F, S>(
+    base: &SimConfig,
+    mix: FaultMix,
+    seeds: Range<u64>,
+    setup: S,
+) -> Result<SweepReport, Box<Violation>>
+where
+    P: Protocol,
+    F: Fn(NodeId, StartInfo) -> P,
+    S: Fn(&SimConfig) -> F + Sync,
+{
+    let mut sweep = SweepReport::default();
+    for (_, r) in for_seeds(seeds, true, |seed| {
+        let cfg = base.with_run(seed, mix);
+        crate::sim::run(&cfg, &setup(&cfg))
+    }) {
+        match r {
+            Ok(r) => sweep.add(&r),
+            Err(v) => {
+                eprintln!("{v}");
+                return Err(v);
+            }
+        }
+    }
+    Ok(sweep)
+}
+
+/// How many seeds of one sweep run at once: one per core, or `ABCAST_SIM_JOBS`.
+pub fn sweep_jobs() -> usize {
+    std::env::var("ABCAST_SIM_JOBS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Runs `run` for every seed of `seeds` on up to [`sweep_jobs`] threads (seeds handed out
+/// in order) and returns the results in seed order. Each seed is a world of its own, so a
+/// seed's result does not depend on which thread ran it or what ran beside it: the results
+/// are those of running the seeds one after another. With `stop_at_first`, they end at the
+/// first error in seed order, as a sequential sweep that stops there would (seeds after it
+/// that were already running are dropped).
+///
+/// Why: `cargo test` runs the tests of one binary on as many threads as there are cores,
+/// but the last sweep of a binary ran alone on one of them.
+pub fn for_seeds<T, E, R>(
+    seeds: Range<u64>,
+    stop_at_first: bool,
+    run: R,
+) -> Vec<(u64, Result<T, E>)>
+where
+    T: Send,
+    E: Send,
+    R: Fn(u64) -> Result<T, E> + Sync,
+{
+    let count = seeds.end.saturating_sub(seeds.start);
+    let jobs = (sweep_jobs() as u64).min(count).max(1);
+    let mut results = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
+    if jobs == 1 {
+        for seed in seeds {
+            let r = run(seed);
+            let failed = r.is_err();
+            results.push((seed, r));
+            if failed && stop_at_first {
+                break;
+            }
+        }
+        return results;
+    }
+    let next = AtomicU64::new(seeds.start);
+    let first_failed = AtomicU64::new(u64::MAX);
+    let results = Mutex::new(results);
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| {
+                loop {
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    if seed >= seeds.end
+                        || (stop_at_first && seed > first_failed.load(Ordering::Relaxed))
+                    {
+                        break;
+                    }
+                    let r = run(seed);
+                    if r.is_err() {
+                        first_failed.fetch_min(seed, Ordering::Relaxed);
+                    }
+                    results
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push((seed, r));
+                }
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap_or_else(PoisonError::into_inner);
+    results.sort_by_key(|(seed, _)| *seed);
+    if stop_at_first && let Some(k) = results.iter().position(|(_, r)| r.is_err()) {
+        results.truncate(k + 1);
+    }
+    results
 }
 
 /// The body of a test named `replay`: when `ABCAST_SIM_SEED` is set, runs that one seed of

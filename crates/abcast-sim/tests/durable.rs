@@ -398,7 +398,7 @@ fn store(
     }
 }
 
-type Factory<P> = Box<dyn Fn(NodeId, StartInfo, MemDir) -> Result<P, StorageError>>;
+type Factory<P> = Box<dyn Fn(NodeId, StartInfo, MemDir) -> Result<P, StorageError> + Send + Sync>;
 
 fn uring_factory(cfg: &SimConfig, scenario: Scenario, opens: Arc<Opens>) -> Factory<URing> {
     let ids: Vec<u32> = cfg.nodes.iter().map(|n| n.0).collect();

@@ -1450,22 +1450,24 @@ impl Default for EvsSweep {
     }
 }
 
-/// Runs `seeds` of `base`'s mix; prints each violation.
+/// Runs `seeds` of `base`'s mix (side by side, [`crate::sweep::for_seeds`]; the totals add
+/// up in seed order); prints each violation.
 pub fn run_seeds<P, F>(
     base: &EvsConfig,
     seeds: std::ops::Range<u64>,
-    factory_for: impl Fn(&EvsConfig) -> F,
+    factory_for: impl Fn(&EvsConfig) -> F + Sync,
 ) -> EvsSweep
 where
     P: Protocol,
     F: Fn(NodeId, StartInfo) -> P,
 {
     let mut s = EvsSweep::new();
-    for seed in seeds {
+    for (_, r) in crate::sweep::for_seeds(seeds, false, |seed| {
         let mut cfg = base.clone();
         cfg.seed = seed;
         let factory = factory_for(&cfg);
-        let r = run(&cfg, &factory);
+        run(&cfg, &factory)
+    }) {
         if let Err(v) = &r {
             eprintln!("{v}");
         }

@@ -142,10 +142,12 @@ pub fn sweep_with(
     mutation: Option<Mutation>,
 ) -> super::EvsSweep {
     let mut s = super::EvsSweep::new();
-    for seed in seeds {
+    // Side by side (`for_seeds`); the totals add up in seed order.
+    for (_, r) in crate::sweep::for_seeds(seeds, false, |seed| {
         let mut cfg = base.clone();
         cfg.seed = seed;
-        let r = run_token(&cfg, mutation);
+        run_token(&cfg, mutation)
+    }) {
         if mutation.is_none()
             && let Err(v) = &r
         {

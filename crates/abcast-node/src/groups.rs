@@ -783,12 +783,12 @@ pub fn run_listen(args: ListenArgs) -> Result<(), ClientError> {
                     }
                 }
                 GroupEventFrame::Messages(b) => {
-                    for m in &b.messages {
+                    for payload in &b.payloads {
                         if args.count.is_some_and(|n| stats.messages >= n) {
                             break;
                         }
                         if args.stats {
-                            stats.on_message(&m.payload, now, now_ns, warmup);
+                            stats.on_message(payload, now, now_ns, warmup);
                             continue;
                         }
                         stats.messages += 1;
@@ -797,10 +797,10 @@ pub fn run_listen(args: ListenArgs) -> Result<(), ClientError> {
                             out,
                             "message {} from {} ({}{}): {}",
                             b.group,
-                            m.sender,
+                            b.sender,
                             level_text(b.level),
                             if b.transitional { ", transitional" } else { "" },
-                            format_payload(&m.payload)
+                            format_payload(payload)
                         )?;
                     }
                 }

@@ -35,6 +35,9 @@
 //! interface = "127.0.0.1"           # default 127.0.0.1 (nodes on one machine); "0.0.0.0":
 //!                                   # the interface of each host's route to the group
 //! ttl = 1                           # default 1
+//! loop = true                       # default true: a member's datagrams come back to its
+//!                                   # host (other members on it read them); false when
+//!                                   # every member has a host of its own
 //! recv_buffer_bytes = 8388608       # default 8 MiB (SO_RCVBUFFORCE when permitted)
 //! send_buffer_bytes = 4194304       # default 4 MiB
 //! [ringpaxos]                       # Ring Paxos only, every field optional
@@ -417,6 +420,8 @@ struct FileMulticast {
     group: String,
     interface: Option<String>,
     ttl: Option<u32>,
+    #[serde(rename = "loop")]
+    multicast_loop: Option<bool>,
     recv_buffer_bytes: Option<usize>,
     send_buffer_bytes: Option<usize>,
 }
@@ -1298,6 +1303,9 @@ fn multicast_config(m: &FileMulticast) -> Result<MulticastConfig, NodeConfigErro
     if let Some(v) = m.ttl {
         c.ttl = v;
     }
+    if let Some(v) = m.multicast_loop {
+        c.multicast_loop = v;
+    }
     if let Some(v) = m.recv_buffer_bytes {
         c.recv_buffer_bytes = v;
     }
@@ -2129,6 +2137,17 @@ recv_buffer_bytes = 1048576
         assert_eq!(m.group, "239.255.77.1:30000".parse().unwrap());
         assert_eq!(m.interface, std::net::Ipv4Addr::LOCALHOST);
         assert_eq!((m.ttl, m.recv_buffer_bytes), (1, 1 << 20));
+        assert!(
+            m.multicast_loop,
+            "a member's datagrams loop back by default"
+        );
+        let off = parse(
+            &RINGPAXOS.replace("[multicast]\n", "[multicast]\nloop = false\n"),
+            Some(3),
+            Path::new("/"),
+        )
+        .unwrap();
+        assert!(!off.transport.multicast.unwrap().multicast_loop);
         // U-Ring Paxos is the default and has neither.
         let u = parse(GOOD, Some(0), Path::new("/")).unwrap();
         assert_eq!((u.protocol, u.ringpaxos), (ProtocolKind::URing, None));

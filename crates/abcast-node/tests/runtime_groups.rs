@@ -48,16 +48,16 @@ fn lines_of(ev: GroupEventFrame) -> Vec<String> {
             names(&v.members)
         )],
         GroupEventFrame::Messages(b) => b
-            .messages
+            .payloads
             .iter()
-            .map(|m| {
+            .map(|p| {
                 format!(
                     "msg {} {} {:?} {} {}",
                     b.group,
                     b.view,
                     b.level,
-                    m.sender,
-                    String::from_utf8_lossy(&m.payload)
+                    b.sender,
+                    String::from_utf8_lossy(p)
                 )
             })
             .collect(),

@@ -38,12 +38,16 @@
 //! | 148 | `GroupListen` | client -> node | group (empty: every group): from now on the group's views and messages come to this connection; the views in effect come first |
 //! | 149 | `GroupAsked` | node -> client | empty: the join or leave is asked for (in effect once delivered: a view shows it), or the listen is on |
 //! | 150 | `GroupView` | node -> client | group, view config u64, change u64, kind u8 (0 regular, 1 transitional), members, joined, left |
-//! | 151 | `GroupMessages` | node -> client | group, view config u64, change u64, transitional u8, level u8 (0 agreed, 1 safe), count u32, per message: sender, seq u64, len u32, bytes (consecutive messages of one group, in delivery order) |
+//! | 151 | `GroupMessages` | node -> client | view config u64, change u64, transitional u8, level u8 (0 agreed, 1 safe), sender node u32, seq u64, then the rest of the body: the delivered value as the ring carried it, an `ABGR` envelope of group messages (`abcast_core::groups::wire`: group, sender name, count u32, per message: len u32, bytes): one sender's consecutive messages to one group, in delivery order, handed on without being encoded again |
 //! | 152 | `GetGroups` | client -> node | empty |
 //! | 153 | `Groups` | node -> client | count u32, per group: group, members |
 //! | 154 | `GroupSent` | node -> client | count u32, per value: node u32, seq u64, messages u32: the request's first messages were taken, packed in order into these values (consecutive messages share a value up to the node's `group_value_bytes`); each value's `Decided` acknowledges its messages |
 //!
 //! A group request to a node that runs no process groups is answered `Error`.
+//!
+//! On a connection whose two ends are on one host, both ends write their frames without a
+//! body checksum (`frame::CLIENT_UNCHECKED`: a flag in the header's group field, the crc
+//! field 0); every other client frame, and every peer frame, is checked.
 //!
 //! `Reconfigure` and `ReadBarrier` are answered with one frame each: `ReconfigureAsked` or
 //! `ReadPoint`, else `NotLeader`, `Busy` (a change already under way, a bound reached) or
@@ -138,23 +142,59 @@ pub struct StatusReport {
     pub followers: Vec<FollowerProgress>,
 }
 
-/// One message of a [`GroupBatch`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GroupBatchEntry {
-    pub sender: Member,
-    /// The seq of the value that carried it (its node is the sender's).
-    pub seq: u64,
-    pub payload: Bytes,
-}
-
-/// Consecutive messages of one group delivered in one view at one level.
+/// The messages of one delivered value: one sender's consecutive messages to one group,
+/// in order, with the view and service they are delivered in. On the wire the value goes
+/// as the ring delivered it (its `ABGR` envelope, `abcast_core::groups::wire`), so a node
+/// hands the same bytes to every listener without encoding the messages again.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupBatch {
     pub group: String,
     pub view: ViewId,
     pub transitional: bool,
     pub level: DeliveryLevel,
-    pub messages: Vec<GroupBatchEntry>,
+    /// The sending member (its node is the value's origin; an empty name: not a member).
+    pub sender: Member,
+    /// The seq of the value that carried them.
+    pub seq: u64,
+    pub payloads: Vec<Bytes>,
+    /// The value as delivered: the envelope of `group`, the sender's name and `payloads`.
+    pub value: Bytes,
+}
+
+impl GroupBatch {
+    /// The batch of a delivered value, read from its envelope: an error unless it is a
+    /// value of group messages.
+    pub fn from_value(
+        view: ViewId,
+        transitional: bool,
+        level: DeliveryLevel,
+        id: ValueId,
+        value: Bytes,
+    ) -> Result<GroupBatch, DecodeError> {
+        match groups::wire::decode(&value)? {
+            Some(groups::wire::Envelope::Messages {
+                group,
+                sender,
+                payloads,
+            }) => Ok(GroupBatch {
+                group,
+                view,
+                transitional,
+                level,
+                sender: Member {
+                    node: id.node,
+                    name: sender,
+                },
+                seq: id.seq,
+                payloads,
+                value,
+            }),
+            _ => Err(DecodeError::Invalid {
+                what: "group messages",
+                detail: "the value is not an envelope of group messages".into(),
+            }),
+        }
+    }
 }
 
 /// One client-port frame.
@@ -389,18 +429,14 @@ impl ClientFrame {
                 put_members(&mut e, &view.left);
             }
             ClientFrame::GroupMessages { batch } => {
-                put_name(&mut e, &batch.group);
                 e.put_u64(batch.view.config);
                 e.put_u64(batch.view.change);
                 e.put_u8(u8::from(batch.transitional));
                 e.put_u8(level_byte(batch.level));
-                e.put_u32(batch.messages.len() as u32);
-                for m in &batch.messages {
-                    put_member(&mut e, &m.sender);
-                    e.put_u64(m.seq);
-                    e.put_u32(m.payload.len() as u32);
-                    e.put_bytes(&m.payload);
-                }
+                e.put_u32(batch.sender.node.0);
+                e.put_u64(batch.seq);
+                // The rest of the body: the value as delivered, never copied when large.
+                e.put_bytes(&batch.value);
             }
             ClientFrame::Groups { groups } => {
                 e.put_u32(groups.len() as u32);
@@ -594,34 +630,26 @@ fn decode_group(kind: u8, d: &mut Decoder) -> Result<ClientFrame, DecodeError> {
             }
         }
         KIND_GROUP_MESSAGES => {
-            let group = get_name(d, "group", false)?;
             let view = ViewId {
                 config: d.u64("view config")?,
                 change: d.u64("view change")?,
             };
             let transitional = get_flag(d, "transitional")?;
             let level = get_level(d, "level")?;
-            let n = d.count("message count", MAX_BATCH_VALUES, 18)?;
-            let mut messages = Vec::with_capacity(n);
-            for _ in 0..n {
-                let sender = get_member(d, "sender", true)?;
-                let seq = d.u64("seq")?;
-                let len = d.u32("message length")? as usize;
-                let payload = d.bytes(len, "message")?;
-                messages.push(GroupBatchEntry {
-                    sender,
-                    seq,
-                    payload,
-                });
-            }
+            let id = ValueId {
+                node: NodeId(d.u32("sender node")?),
+                seq: d.u64("seq")?,
+            };
+            let n = d.remaining();
+            let value = d.bytes(n, "group value")?;
             ClientFrame::GroupMessages {
-                batch: Box::new(GroupBatch {
-                    group,
+                batch: Box::new(GroupBatch::from_value(
                     view,
                     transitional,
                     level,
-                    messages,
-                }),
+                    id,
+                    value,
+                )?),
             }
         }
         KIND_GET_GROUPS => ClientFrame::GetGroups,
@@ -934,29 +962,53 @@ mod tests {
                 left: vec![],
             }),
         });
-        roundtrip(ClientFrame::GroupMessages {
-            batch: Box::new(GroupBatch {
-                group: "g".into(),
-                view: ViewId {
+        for (sender, payloads) in [
+            ("", vec![Bytes::from_static(b"hello")]),
+            (
+                "b",
+                vec![Bytes::from_static(b"x"), Bytes::from(vec![7u8; 3000])],
+            ),
+        ] {
+            let value = groups::wire::encode_messages("g", sender, &payloads);
+            let batch = GroupBatch::from_value(
+                ViewId {
                     config: 7,
                     change: 3,
                 },
+                false,
+                DeliveryLevel::Safe,
+                ValueId {
+                    node: NodeId(2),
+                    seq: 9,
+                },
+                value,
+            )
+            .unwrap();
+            assert_eq!((&batch.group[..], &batch.sender.name[..]), ("g", sender));
+            assert_eq!(batch.payloads, payloads);
+            roundtrip(ClientFrame::GroupMessages {
+                batch: Box::new(batch),
+            });
+        }
+        // A value that is not one of group messages is refused, not passed on.
+        let join = groups::wire::encode_join("g", "a");
+        let f = ClientFrame::GroupMessages {
+            batch: Box::new(GroupBatch {
+                group: "g".into(),
+                view: ViewId {
+                    config: 1,
+                    change: 1,
+                },
                 transitional: false,
                 level: DeliveryLevel::Agreed,
-                messages: vec![
-                    GroupBatchEntry {
-                        sender: m(1, ""),
-                        seq: 5,
-                        payload: Bytes::from_static(b"hello"),
-                    },
-                    GroupBatchEntry {
-                        sender: m(2, "b"),
-                        seq: 9,
-                        payload: Bytes::from(vec![7u8; 3000]),
-                    },
-                ],
+                sender: m(1, "a"),
+                seq: 1,
+                payloads: vec![],
+                value: join,
             }),
-        });
+        };
+        let body: Vec<u8> = f.encode().iter().flat_map(|c| c.iter().copied()).collect();
+        assert!(ClientFrame::decode(f.kind(), Bytes::from(body)).is_err());
         roundtrip(ClientFrame::GetGroups);
         roundtrip(ClientFrame::GroupSent {
             values: vec![

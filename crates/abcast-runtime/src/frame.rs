@@ -87,6 +87,25 @@ impl fmt::Display for FrameError {
 
 impl std::error::Error for FrameError {}
 
+/// Client frames only (kinds `128..=255`, whose group field is otherwise 0): this bit of
+/// the group field says the body carries no checksum (the crc field is 0). A client
+/// connection whose two ends are on one host sets it ([`same_host`]): no wire lies between
+/// them to corrupt a byte (TCP over the loopback skips its own checksum for the same
+/// reason), and a checksum pass over every delivered byte, at the node and again at the
+/// client, was a third of the byte-touching of a process group's delivery path
+/// (docs/benchmarks/group-peer). Each end decides for the frames it writes; a reader
+/// honours the bit frame by frame, so ends that judge differently (a NAT between them)
+/// still understand each other. Peer frames (kinds `1..=127`) are always checked: the bit
+/// is never honoured there.
+pub const CLIENT_UNCHECKED: u16 = 0x8000;
+
+/// Whether a connection from `a` to `b` stays inside one host: the same address, or both
+/// loopback.
+pub fn same_host(a: std::net::SocketAddr, b: std::net::SocketAddr) -> bool {
+    let (x, y) = (a.ip().to_canonical(), b.ip().to_canonical());
+    x == y || (x.is_loopback() && y.is_loopback())
+}
+
 /// crc32c over a body given as chunks.
 pub fn checksum(chunks: &[Bytes]) -> u32 {
     chunks
@@ -115,6 +134,32 @@ pub fn encode_header(
     // `len <= MAX_BODY_BYTES < u32::MAX`, so the cast is exact.
     h[8..12].copy_from_slice(&(len as u32).to_le_bytes());
     h[12..16].copy_from_slice(&checksum(chunks).to_le_bytes());
+    Ok(h)
+}
+
+/// The header of a client frame (`kind >= 128`) whose body is not checksummed
+/// ([`CLIENT_UNCHECKED`]). A peer kind gets the checked header of [`encode_header`].
+pub fn encode_client_header_unchecked(
+    kind: u8,
+    chunks: &[Bytes],
+) -> Result<[u8; HEADER_BYTES], FrameError> {
+    if kind < KIND_CLIENT_MIN {
+        return encode_header(kind, 0, chunks);
+    }
+    let len: usize = chunks.iter().map(|c| c.len()).sum();
+    if len > MAX_BODY_BYTES {
+        return Err(FrameError::TooLong {
+            len,
+            max: MAX_BODY_BYTES,
+        });
+    }
+    let mut h = [0u8; HEADER_BYTES];
+    h[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+    h[4] = VERSION;
+    h[5] = kind;
+    h[6..8].copy_from_slice(&CLIENT_UNCHECKED.to_le_bytes());
+    // `len <= MAX_BODY_BYTES < u32::MAX`, so the cast is exact.
+    h[8..12].copy_from_slice(&(len as u32).to_le_bytes());
     Ok(h)
 }
 
@@ -175,10 +220,26 @@ pub fn decode(buf: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
         buf.reserve(HEADER_BYTES + len - buf.len());
         return Ok(None);
     }
-    let computed = crc32c::crc32c(&buf[HEADER_BYTES..HEADER_BYTES + len]);
-    if computed != expected {
-        return Err(FrameError::Checksum { expected, computed });
+    let unchecked = kind >= KIND_CLIENT_MIN && group & CLIENT_UNCHECKED != 0;
+    if unchecked {
+        // An unchecked body says so twice: the flag, and a crc field of 0.
+        if expected != 0 {
+            return Err(FrameError::Checksum {
+                expected,
+                computed: 0,
+            });
+        }
+    } else {
+        let computed = crc32c::crc32c(&buf[HEADER_BYTES..HEADER_BYTES + len]);
+        if computed != expected {
+            return Err(FrameError::Checksum { expected, computed });
+        }
     }
+    let group = if unchecked {
+        group & !CLIENT_UNCHECKED
+    } else {
+        group
+    };
     buf.advance(HEADER_BYTES);
     let body = buf.split_to(len).freeze();
     Ok(Some(Frame { kind, group, body }))
@@ -283,6 +344,47 @@ mod tests {
             encode_header(1, 0, &[big]),
             Err(FrameError::TooLong { .. })
         ));
+    }
+
+    #[test]
+    fn an_unchecked_client_frame_is_read_and_the_flag_never_spares_a_peer_frame() {
+        let body = [Bytes::from_static(b"delivered values")];
+        let h = encode_client_header_unchecked(151, &body).unwrap();
+        let mut buf = BytesMut::from(&h[..]);
+        buf.extend_from_slice(&body[0]);
+        let f = decode(&mut buf).unwrap().unwrap();
+        assert_eq!(
+            (f.kind, f.group, &f.body[..]),
+            (151, 0, &b"delivered values"[..])
+        );
+        // A peer kind with the flag in its group field is still checked.
+        let mut peer = frame_bytes(3, CLIENT_UNCHECKED, b"ballot");
+        peer[12..16].copy_from_slice(&0u32.to_le_bytes());
+        assert!(matches!(
+            decode(&mut peer),
+            Err(FrameError::Checksum { .. })
+        ));
+        // A peer kind asked for unchecked gets a checked header.
+        assert_eq!(
+            encode_client_header_unchecked(3, &body).unwrap(),
+            encode_header(3, 0, &body).unwrap()
+        );
+        // The flag with a crc field that is not 0 is refused.
+        let mut odd = BytesMut::from(&h[..]);
+        odd[12] = 1;
+        odd.extend_from_slice(&body[0]);
+        assert!(matches!(decode(&mut odd), Err(FrameError::Checksum { .. })));
+    }
+
+    #[test]
+    fn same_host_is_the_loopback_or_one_address() {
+        let a = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
+        assert!(same_host(a("127.0.0.1:5"), a("127.0.0.1:6")));
+        assert!(same_host(a("127.0.0.1:5"), a("[::1]:6")));
+        assert!(same_host(a("10.0.0.2:5"), a("10.0.0.2:6")));
+        assert!(same_host(a("[::ffff:10.0.0.2]:5"), a("10.0.0.2:6")));
+        assert!(!same_host(a("10.0.0.2:5"), a("10.0.0.3:6")));
+        assert!(!same_host(a("127.0.0.1:5"), a("10.0.0.3:6")));
     }
 
     #[test]

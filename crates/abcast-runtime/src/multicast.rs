@@ -122,6 +122,11 @@ pub struct MulticastConfig {
     pub recv_buffer_bytes: usize,
     /// SO_SNDBUF of the socket; SO_SNDBUFFORCE when permitted.
     pub send_buffer_bytes: usize,
+    /// IP_MULTICAST_LOOP: a member's datagrams come back to its own host, where the other
+    /// members on it read them. Members that each have a host of their own may turn it off:
+    /// the sender's own copy is then never made, reassembled and read only to be dropped
+    /// (a member takes its own messages in-process; `MulticastStats::datagrams_own`).
+    pub multicast_loop: bool,
 }
 
 impl MulticastConfig {
@@ -133,6 +138,7 @@ impl MulticastConfig {
             ttl: 1,
             recv_buffer_bytes: RECV_BUFFER_BYTES_DEFAULT,
             send_buffer_bytes: SEND_BUFFER_BYTES_DEFAULT,
+            multicast_loop: true,
         }
     }
 
@@ -688,7 +694,7 @@ impl Multicast {
         sock.bind(&SockAddr::from(SocketAddr::V4(cfg.group)))?;
         sock.join_multicast_v4(cfg.group.ip(), &cfg.interface)?;
         sock.set_multicast_if_v4(&cfg.interface)?;
-        sock.set_multicast_loop_v4(true)?;
+        sock.set_multicast_loop_v4(cfg.multicast_loop)?;
         sock.set_multicast_ttl_v4(cfg.ttl)?;
         let buffers = (cfg.recv_buffer_bytes, cfg.send_buffer_bytes);
         let group = Some(SockAddr::from(SocketAddr::V4(cfg.group)));

@@ -48,14 +48,11 @@ struct Running {
 /// Starts the ring with every node's load waiting for the whole ring (values proposed in a
 /// smaller first ring would be delivered there alone, EVS). Retries with another control
 /// port offset when a token socket's port is taken.
-fn start_ring(multicast: Option<SocketAddrV4>) -> Running {
+fn start_ring(multicast: Option<SocketAddrV4>, tweak: fn(&mut TransportConfig)) -> Running {
     for attempt in 0..20 {
-        let specs = local_specs(
-            MEMBERS,
-            transport(multicast, control_offset(attempt)),
-            false,
-            |_, _, a| a,
-        );
+        let mut t = transport(multicast, control_offset(attempt));
+        tweak(&mut t);
+        let specs = local_specs(MEMBERS, t, false, |_, _, a| a);
         let mut drivers = Vec::new();
         for (cfg, listeners) in specs {
             let me = cfg.me;
@@ -84,7 +81,14 @@ fn start_ring(multicast: Option<SocketAddrV4>) -> Running {
 /// Runs the ring to one sequence of every value; returns each member's counters and
 /// token-ring statistics.
 fn run(multicast: Option<SocketAddrV4>) -> Vec<(TransportStats, abcast_core::token::TokenStats)> {
-    let ring = start_ring(multicast);
+    run_with(multicast, |_| {})
+}
+
+fn run_with(
+    multicast: Option<SocketAddrV4>,
+    tweak: fn(&mut TransportConfig),
+) -> Vec<(TransportStats, abcast_core::token::TokenStats)> {
+    let ring = start_ring(multicast, tweak);
     let total = MEMBERS * VALUES_PER_NODE as usize;
     assert!(
         wait_until(PATIENCE, || all_delivered(&ring.nodes, total)),
@@ -137,4 +141,20 @@ fn data_lane_loss_on_ip_multicast_is_rolled_on_receipt_and_spares_the_token() {
     assert!(sent > 0, "no data went by multicast: {stats:?}");
     assert!(lost > 0, "the injected loss dropped nothing: {stats:?}");
     assert_token_never_lost(&stats);
+}
+
+/// With `busy_poll_us = 0` (the loop sleeps in the kernel at once, documented as "0 =
+/// never" spin) the loop polls again every iteration: it once kept the previous poll's
+/// events when it did not spin, handled them again and again without polling, and a token
+/// ring never formed (its nodes sent joins and read nothing, at full CPU).
+#[test]
+fn a_loop_that_never_busy_polls_still_reads_its_sockets() {
+    let stats = run_with(None, |t| {
+        t.busy_poll_us = 0;
+        t.link_faults.clear();
+    });
+    for (t, s) in &stats {
+        assert!(s.tokens_taken > 0, "{s:?} {t:?}");
+        assert!(t.unicast.datagrams_received > 0, "{t:?}");
+    }
 }

@@ -117,6 +117,10 @@ pub struct GroupMessage {
     pub view: ViewId,
     /// Delivered in a transitional configuration.
     pub transitional: bool,
+    /// The whole value as the ring delivered it (its `ABGR` envelope: group, sender name,
+    /// `payloads`): a node hands it to its listening clients as it is, without encoding
+    /// the messages again.
+    pub value: Bytes,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -157,6 +161,7 @@ struct Held {
     id: ValueId,
     level: DeliveryLevel,
     env: Envelope,
+    value: Bytes,
 }
 
 struct Exchange {
@@ -398,9 +403,14 @@ impl GroupLayer {
                 }
                 self.stats.held += 1;
                 x.held_bytes += v.len();
-                x.held.push(Held { id, level, env });
+                x.held.push(Held {
+                    id,
+                    level,
+                    env,
+                    value: v.clone(),
+                });
             }
-            _ => self.apply(id, level, env, events),
+            _ => self.apply(id, level, env, v, events),
         }
     }
 
@@ -463,7 +473,7 @@ impl GroupLayer {
         }
         self.tell_all(events);
         for h in x.held {
-            self.apply(h.id, h.level, h.env, events);
+            self.apply(h.id, h.level, h.env, &h.value, events);
         }
     }
 
@@ -472,6 +482,7 @@ impl GroupLayer {
         id: ValueId,
         level: DeliveryLevel,
         env: Envelope,
+        value: &Bytes,
         events: &mut Vec<GroupEvent>,
     ) {
         match env {
@@ -495,6 +506,7 @@ impl GroupLayer {
                     payloads,
                     view,
                     transitional: self.trans.is_some(),
+                    value: value.clone(),
                 }));
             }
             Envelope::Join { group, member } => {

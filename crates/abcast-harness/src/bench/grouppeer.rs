@@ -140,7 +140,9 @@ pub fn abcast_config(lan: &EmulatedLan, spec: &AbcastSpec) -> String {
     let _ = write!(
         s,
         "[token]\nprocess_groups = true\nmax_message_bytes = {}\n\
-         [multicast]\ngroup = \"{MULTICAST_GROUP}\"\ninterface = \"0.0.0.0\"\n",
+         [multicast]\ngroup = \"{MULTICAST_GROUP}\"\ninterface = \"0.0.0.0\"\n\
+         # Each member has a namespace (a host) of its own: no copy need loop back.\n\
+         loop = false\n",
         spec.max_message_bytes
     );
     s
@@ -648,7 +650,7 @@ fn summary(
         s,
         "- abcast: `protocol = \"token\"`, `process_groups = true`, `max_message_bytes = \
          {max_message_bytes}` (a client's messages packed into values of that size), data by \
-         IP multicast, `abcast multicast` / `abcast listen --stats` over the client port."
+         IP multicast (`loop = false`: a member per host), `abcast multicast` / `abcast          listen --stats` over the client port (no body checksum between a client and its          node on one host)."
     );
     match peer {
         Ok(()) => {

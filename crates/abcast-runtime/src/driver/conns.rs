@@ -62,13 +62,21 @@ impl<P: Protocol> Driver<P> {
                 continue;
             }
             let limit = self.cfg.transport.client_queue_bytes;
+            let mut out = OutQueue::new(limit);
+            // A client on this host gets its frames without a body checksum
+            // (`frame::CLIENT_UNCHECKED`); the client decides the same for what it sends.
+            out.set_client_unchecked(
+                stream
+                    .local_addr()
+                    .is_ok_and(|local| crate::frame::same_host(local, addr)),
+            );
             self.conns.insert(
                 token,
                 Conn {
                     stream,
                     addr,
                     rbuf: BytesMut::new(),
-                    out: OutQueue::new(limit),
+                    out,
                     client: ClientState::default(),
                     dirty: false,
                 },

@@ -10,7 +10,7 @@
 use super::clients::ClientState;
 use super::{Driver, DriverError};
 use crate::Hooks;
-use crate::clientwire::{ClientFrame, GroupBatch, GroupBatchEntry};
+use crate::clientwire::{ClientFrame, GroupBatch};
 use abcast_core::groups::{self, GroupEvent, GroupLayer};
 use abcast_core::{ConfigChange, Delivery, DeliveryLevel, Micros, ProposeError, Protocol};
 use bytes::Bytes;
@@ -85,8 +85,10 @@ impl<P: Protocol> Driver<P> {
         self.tell_group_events();
     }
 
-    /// Sends the layer's events to the listening connections: a view as one frame,
-    /// consecutive messages of one group (one view, one level) as one frame.
+    /// Sends the layer's events to the listening connections: a view as one frame, the
+    /// messages of one delivered value as one frame carrying the value as the ring
+    /// delivered it (no message is encoded again; a large value goes to the socket from
+    /// the buffer it arrived in).
     fn tell_group_events(&mut self) {
         let Some(g) = self.groups.as_mut() else {
             return;
@@ -97,16 +99,9 @@ impl<P: Protocol> Driver<P> {
         let mut events = std::mem::take(&mut g.events);
         let any_listener = self.conns.values().any(|c| c.client.listen.is_some());
         if any_listener {
-            let mut batch: Option<GroupBatch> = None;
             for e in events.drain(..) {
                 match e {
                     GroupEvent::View(v) => {
-                        if let Some(b) = batch.take() {
-                            self.send_group_frame(
-                                &b.group.clone(),
-                                &ClientFrame::GroupMessages { batch: Box::new(b) },
-                            );
-                        }
                         let group = v.group.clone();
                         self.send_group_frame(
                             &group,
@@ -114,40 +109,25 @@ impl<P: Protocol> Driver<P> {
                         );
                     }
                     GroupEvent::Message(m) => {
-                        let same = batch.as_ref().is_some_and(|b| {
-                            b.group == m.group
-                                && b.view == m.view
-                                && b.level == m.level
-                                && b.transitional == m.transitional
-                        });
-                        if !same && let Some(b) = batch.take() {
-                            self.send_group_frame(
-                                &b.group.clone(),
-                                &ClientFrame::GroupMessages { batch: Box::new(b) },
-                            );
-                        }
-                        let b = batch.get_or_insert_with(|| GroupBatch {
+                        let group = m.group.clone();
+                        let batch = GroupBatch {
                             group: m.group,
                             view: m.view,
                             transitional: m.transitional,
                             level: m.level,
-                            messages: Vec::with_capacity(m.payloads.len()),
-                        });
-                        for payload in m.payloads {
-                            b.messages.push(GroupBatchEntry {
-                                sender: m.sender.clone(),
-                                seq: m.id.seq,
-                                payload,
-                            });
-                        }
+                            sender: m.sender,
+                            seq: m.id.seq,
+                            payloads: m.payloads,
+                            value: m.value,
+                        };
+                        self.send_group_frame(
+                            &group,
+                            &ClientFrame::GroupMessages {
+                                batch: Box::new(batch),
+                            },
+                        );
                     }
                 }
-            }
-            if let Some(b) = batch.take() {
-                self.send_group_frame(
-                    &b.group.clone(),
-                    &ClientFrame::GroupMessages { batch: Box::new(b) },
-                );
             }
         }
         events.clear();

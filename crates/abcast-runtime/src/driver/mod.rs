@@ -496,6 +496,10 @@ impl<P: Protocol> Driver<P> {
                 return Ok(());
             }
             let timeout = self.poll_timeout(now);
+            // The previous iteration's events were handled: without this, a loop that does
+            // not spin below (`busy_poll_us = 0`) would skip the poll (it polls only into
+            // an empty list) and handle the same events forever.
+            events.clear();
             // Busy-poll for a while after the last event before sleeping in the kernel: the
             // answer to what this node just sent usually comes within a round trip, and a
             // sleeping process pays a wake-up per message (on this 2-core machine about 10

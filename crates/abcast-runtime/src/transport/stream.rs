@@ -67,6 +67,9 @@ pub struct OutQueue {
     frames_since_empty: usize,
     /// A write took some bytes of what the queue holds now (reset when it empties).
     written_into: bool,
+    /// Client frames leave without a body checksum (`frame::CLIENT_UNCHECKED`): a client
+    /// connection inside one host.
+    client_unchecked: bool,
 }
 
 impl OutQueue {
@@ -82,7 +85,15 @@ impl OutQueue {
             limit_bytes,
             frames_since_empty: 0,
             written_into: false,
+            client_unchecked: false,
         }
+    }
+
+    /// Client frames (kinds 128 and up) pushed from now on carry no body checksum
+    /// (`frame::CLIENT_UNCHECKED`); for a client connection whose ends are on one host
+    /// (`frame::same_host`).
+    pub fn set_client_unchecked(&mut self, on: bool) {
+        self.client_unchecked = on;
     }
 
     /// Bytes waiting to be written.
@@ -96,7 +107,12 @@ impl OutQueue {
 
     /// Appends one frame. Fails, enqueuing nothing, when the frame would exceed the bound.
     pub fn push_frame(&mut self, kind: u8, group: u16, chunks: &[Bytes]) -> Result<(), PushError> {
-        let header = frame::encode_header(kind, group, chunks).map_err(PushError::Frame)?;
+        let header = if self.client_unchecked && kind >= frame::KIND_CLIENT_MIN {
+            frame::encode_client_header_unchecked(kind, chunks)
+        } else {
+            frame::encode_header(kind, group, chunks)
+        }
+        .map_err(PushError::Frame)?;
         let len = HEADER_BYTES + chunks.iter().map(|c| c.len()).sum::<usize>();
         if self.queued_bytes + len > self.limit_bytes && !self.is_empty() {
             // An empty queue takes any frame, so a frame larger than the bound is not

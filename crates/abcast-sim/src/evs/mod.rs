@@ -157,6 +157,10 @@ pub struct EvsPlan {
     pub pause_us: (Micros, Micros),
     /// A one-way link stays cut for the remain phase.
     pub remain_one_way: bool,
+    /// A crash is armed instead of immediate: the node dies half-way through carrying
+    /// out its next outbox with two messages or more, after a random prefix of them left
+    /// (the guide's "crash half-way through one outbox"; `sim/faults.rs` for the others).
+    pub partial_fanout_ppm: u32,
 }
 
 impl EvsPlan {
@@ -176,6 +180,7 @@ impl EvsPlan {
             pause_every_us: None,
             pause_us: (20_000, 800_000),
             remain_one_way: false,
+            partial_fanout_ppm: 0,
         };
         let loss = |rng: &mut SimRng, max: u64| rng.between(0, max) as u32;
         match mix {
@@ -195,6 +200,7 @@ impl EvsPlan {
                 p.crash_every_us = Some((100_000, 800_000));
                 p.cross_ppm = loss(rng, 300_000);
                 p.long_delay_ppm = loss(rng, 1_000);
+                p.partial_fanout_ppm = 300_000;
             }
             FaultMix::Pause => {
                 p.loss_ppm = loss(rng, 10_000);
@@ -217,6 +223,7 @@ impl EvsPlan {
                 p.crash_every_us = Some((300_000, 1_500_000));
                 p.pause_every_us = Some((300_000, 1_500_000));
                 p.remain_one_way = rng.chance_ppm(500_000);
+                p.partial_fanout_ppm = 300_000;
             }
             _ => {}
         }
@@ -327,6 +334,8 @@ struct Node<P> {
     /// wait for room (`propose` said `Busy`).
     groups: GroupLayer,
     group_queue: VecDeque<Bytes>,
+    /// Armed to crash half-way through its next outbox of two messages or more.
+    armed: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -617,6 +626,14 @@ where
             f.node = Some(self.nodes[i].id);
             return Err(self.violation(f));
         }
+        // An armed crash strikes in an outbox with two messages or more, unless the node
+        // is the last one up (then it stays armed).
+        let strike = self.nodes[i].armed
+            && out.sends.len() + out.multicasts.len() >= 2
+            && self.nodes.iter().filter(|n| n.proto.is_some()).count() > 1;
+        if strike {
+            self.cut_outbox(i, &mut out);
+        }
         let r = abcast_core::carry_out(
             now,
             &mut out,
@@ -628,7 +645,47 @@ where
         );
         out.clear();
         self.outbox = out;
-        r.map_err(|f| self.violation(f))
+        r.map_err(|f| self.violation(f))?;
+        if strike {
+            self.crash_node(i);
+        }
+        Ok(())
+    }
+
+    /// Node `i` dies half-way through carrying out `out`: a random prefix of its messages
+    /// leaves (at least one, not all), in `carry_out`'s order (the first
+    /// `multicasts_first` multicasts, the sends, the other multicasts); nothing after them
+    /// is carried out (deliveries, configuration changes, acknowledgements).
+    fn cut_outbox(&mut self, i: usize, out: &mut Outbox<P::Message>) {
+        let first = out.multicasts_first.min(out.multicasts.len());
+        let (sends, total) = (out.sends.len(), out.sends.len() + out.multicasts.len());
+        debug_assert!(total >= 2);
+        let k = self.rng.between(1, total as u64 - 1) as usize;
+        if k <= first {
+            out.multicasts.truncate(k);
+            out.sends.clear();
+            out.multicasts_first = k;
+        } else if k <= first + sends {
+            out.multicasts.truncate(first);
+            out.sends.truncate(k - first);
+        } else {
+            out.multicasts.truncate(k - sends);
+        }
+        let left = out.sends.len() + out.multicasts.len();
+        assert_eq!(left, k, "the cut keeps exactly the prefix drawn");
+        out.deliveries.clear();
+        out.config_changes.clear();
+        out.acks.clear();
+        out.events.clear();
+        out.reads.clear();
+        out.installs.clear();
+        out.skips.clear();
+        out.subscriptions.clear();
+        self.report.faults.add(FaultKind::PartialFanout, 1);
+        let id = self.nodes[i].id;
+        self.note(format!(
+            "{id} crashes half-way through an outbox: {k} of its {total} messages leave"
+        ));
     }
 
     fn start_node(&mut self, i: usize, start: StartInfo) -> Res<()> {
@@ -657,6 +714,7 @@ where
         // A new life knows no members: its clients join again.
         n.groups = layer;
         n.group_queue.clear();
+        n.armed = false;
         self.checker.start((id, start.incarnation));
         self.note(format!("{id}#{} starts", start.incarnation));
         let epoch = self.nodes[i].epoch;
@@ -1172,6 +1230,30 @@ where
         let Some(&i) = self.rng.pick(&up) else {
             return;
         };
+        if self.plan.partial_fanout_ppm > 0 && self.rng.chance_ppm(self.plan.partial_fanout_ppm) {
+            if !self.nodes[i].armed {
+                self.nodes[i].armed = true;
+                let id = self.nodes[i].id;
+                self.note(format!("{id} armed to crash half-way through an outbox"));
+            }
+            return;
+        }
+        self.crash_node(i);
+    }
+
+    /// Node `i` crashes now; its restart is scheduled while faults last. The last node up
+    /// stays up (an armed crash that would take it is dropped).
+    fn crash_node(&mut self, i: usize) {
+        self.nodes[i].armed = false;
+        if self.nodes[i].proto.is_none() {
+            return;
+        }
+        let up = (0..self.nodes.len())
+            .filter(|&j| self.nodes[j].proto.is_some())
+            .count();
+        if up <= 1 {
+            return;
+        }
         let life = self.life(i);
         self.checker.crash(life);
         let n = &mut self.nodes[i];
@@ -1286,6 +1368,7 @@ where
             parked: Vec::new(),
             groups: GroupLayer::new(NodeId(id)),
             group_queue: VecDeque::new(),
+            armed: false,
         })
         .collect();
     let fault_end = cfg.fault_phase_us;

@@ -650,7 +650,9 @@ fn summary(
         s,
         "- abcast: `protocol = \"token\"`, `process_groups = true`, `max_message_bytes = \
          {max_message_bytes}` (a client's messages packed into values of that size), data by \
-         IP multicast (`loop = false`: a member per host), `abcast multicast` / `abcast          listen --stats` over the client port (no body checksum between a client and its          node on one host)."
+         IP multicast (`loop = false`: a member per host), `abcast multicast` / `abcast \
+         listen --stats` over the client port (no body checksum between a client and its \
+         node on one host)."
     );
     match peer {
         Ok(()) => {

@@ -119,6 +119,27 @@ pub fn encode_header(
     group: u16,
     chunks: &[Bytes],
 ) -> Result<[u8; HEADER_BYTES], FrameError> {
+    header(kind, group, chunks, checksum(chunks))
+}
+
+/// The header of a client frame (`kind >= 128`) whose body is not checksummed
+/// ([`CLIENT_UNCHECKED`]). A peer kind gets the checked header of [`encode_header`].
+pub fn encode_client_header_unchecked(
+    kind: u8,
+    chunks: &[Bytes],
+) -> Result<[u8; HEADER_BYTES], FrameError> {
+    if kind < KIND_CLIENT_MIN {
+        return encode_header(kind, 0, chunks);
+    }
+    header(kind, CLIENT_UNCHECKED, chunks, 0)
+}
+
+fn header(
+    kind: u8,
+    group: u16,
+    chunks: &[Bytes],
+    crc: u32,
+) -> Result<[u8; HEADER_BYTES], FrameError> {
     let len: usize = chunks.iter().map(|c| c.len()).sum();
     if len > MAX_BODY_BYTES {
         return Err(FrameError::TooLong {
@@ -133,33 +154,7 @@ pub fn encode_header(
     h[6..8].copy_from_slice(&group.to_le_bytes());
     // `len <= MAX_BODY_BYTES < u32::MAX`, so the cast is exact.
     h[8..12].copy_from_slice(&(len as u32).to_le_bytes());
-    h[12..16].copy_from_slice(&checksum(chunks).to_le_bytes());
-    Ok(h)
-}
-
-/// The header of a client frame (`kind >= 128`) whose body is not checksummed
-/// ([`CLIENT_UNCHECKED`]). A peer kind gets the checked header of [`encode_header`].
-pub fn encode_client_header_unchecked(
-    kind: u8,
-    chunks: &[Bytes],
-) -> Result<[u8; HEADER_BYTES], FrameError> {
-    if kind < KIND_CLIENT_MIN {
-        return encode_header(kind, 0, chunks);
-    }
-    let len: usize = chunks.iter().map(|c| c.len()).sum();
-    if len > MAX_BODY_BYTES {
-        return Err(FrameError::TooLong {
-            len,
-            max: MAX_BODY_BYTES,
-        });
-    }
-    let mut h = [0u8; HEADER_BYTES];
-    h[0..4].copy_from_slice(&MAGIC.to_le_bytes());
-    h[4] = VERSION;
-    h[5] = kind;
-    h[6..8].copy_from_slice(&CLIENT_UNCHECKED.to_le_bytes());
-    // `len <= MAX_BODY_BYTES < u32::MAX`, so the cast is exact.
-    h[8..12].copy_from_slice(&(len as u32).to_le_bytes());
+    h[12..16].copy_from_slice(&crc.to_le_bytes());
     Ok(h)
 }
 

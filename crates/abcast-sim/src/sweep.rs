@@ -201,19 +201,9 @@ where
     P: Protocol,
     F: Fn(NodeId, StartInfo, MemDir) -> Result<P, StorageError> + Sync,
 {
-    let mut sweep = SweepReport::default();
-    for (_, r) in for_seeds(seeds, true, |seed| {
+    add_up(for_seeds(seeds, true, |seed| {
         run_with_disk(&base.with_run(seed, mix), factory)
-    }) {
-        match r {
-            Ok(r) => sweep.add(&r),
-            Err(v) => {
-                eprintln!("{v}");
-                return Err(v);
-            }
-        }
-    }
-    Ok(sweep)
+    }))
 }
 
 /// [`run_seeds`] with a factory built for each run from its configuration: for factories
@@ -230,11 +220,18 @@ where
     F: Fn(NodeId, StartInfo) -> P,
     S: Fn(&SimConfig) -> F + Sync,
 {
-    let mut sweep = SweepReport::default();
-    for (_, r) in for_seeds(seeds, true, |seed| {
+    add_up(for_seeds(seeds, true, |seed| {
         let cfg = base.with_run(seed, mix);
         crate::sim::run(&cfg, &setup(&cfg))
-    }) {
+    }))
+}
+
+/// The totals of a stop-at-first sweep's runs, in seed order; the first violation, printed.
+fn add_up(
+    results: Vec<(u64, Result<SimReport, Box<Violation>>)>,
+) -> Result<SweepReport, Box<Violation>> {
+    let mut sweep = SweepReport::default();
+    for (_, r) in results {
         match r {
             Ok(r) => sweep.add(&r),
             Err(v) => {

@@ -673,14 +673,14 @@ where
         }
         let left = out.sends.len() + out.multicasts.len();
         assert_eq!(left, k, "the cut keeps exactly the prefix drawn");
-        out.deliveries.clear();
-        out.config_changes.clear();
-        out.acks.clear();
-        out.events.clear();
-        out.reads.clear();
-        out.installs.clear();
-        out.skips.clear();
-        out.subscriptions.clear();
+        // Nothing after the prefix is carried out: the rest of the outbox goes.
+        let kept = (
+            std::mem::take(&mut out.sends),
+            std::mem::take(&mut out.multicasts),
+            out.multicasts_first,
+        );
+        out.clear();
+        (out.sends, out.multicasts, out.multicasts_first) = kept;
         self.report.faults.add(FaultKind::PartialFanout, 1);
         let id = self.nodes[i].id;
         self.note(format!(

@@ -22,6 +22,7 @@ use std::collections::{HashSet, VecDeque};
 use std::fmt;
 use std::io::{self, BufRead, BufWriter, IoSlice, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 /// Most values one client has proposed and not yet seen decided.
@@ -41,7 +42,7 @@ const LIST_NODES_MAX: usize = 1024;
 /// Arguments of `abcast propose`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ProposeArgs {
-    /// Client address of a node (its `client_addr`).
+    /// Client address of a node (its `client_addr`, or its `client_path` socket).
     #[arg(long)]
     pub node: String,
     /// Values to propose; without any, one value per line of standard input.
@@ -54,7 +55,7 @@ pub struct ProposeArgs {
 /// Arguments of `abcast learn`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct LearnArgs {
-    /// Client address of a node (its `client_addr`).
+    /// Client address of a node (its `client_addr`, or its `client_path` socket).
     #[arg(long)]
     pub node: String,
     /// Exit after this many values.
@@ -70,7 +71,7 @@ pub struct LearnArgs {
 /// Arguments of `abcast follow`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct FollowArgs {
-    /// Client address of a Multi-Ring node (its `client_addr`).
+    /// Client address of a Multi-Ring node (its `client_addr`, or its `client_path` socket).
     #[arg(long)]
     pub node: String,
     /// The ring (its `group` in `[[rings]]`).
@@ -84,7 +85,7 @@ pub struct FollowArgs {
 /// Arguments of `abcast status`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct StatusArgs {
-    /// Client address of a node (its `client_addr`).
+    /// Client address of a node (its `client_addr`, or its `client_path` socket).
     #[arg(long)]
     pub node: String,
     /// Print one JSON object instead of the text.
@@ -99,8 +100,8 @@ pub struct StatusArgs {
 /// Arguments of `abcast reconfigure`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ReconfigureArgs {
-    /// Client address of a node (its `client_addr`); a node that is not the leader names
-    /// the leader, which is asked instead.
+    /// Client address of a node (its `client_addr`, or its `client_path` socket); a node
+    /// that is not the leader names the leader, which is asked instead.
     #[arg(long)]
     pub node: String,
     /// The voting members of the new configuration, comma-separated node ids (e.g. 0,1,3).
@@ -122,8 +123,8 @@ pub struct ReconfigureArgs {
 /// Arguments of `abcast read`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ReadArgs {
-    /// Client address of a node (its `client_addr`): the leader, for a protocol with a
-    /// read index (Sequence Paxos, Raft).
+    /// Client address of a node (its `client_addr`, or its `client_path` socket): the
+    /// leader, for a protocol with a read index (Sequence Paxos, Raft).
     #[arg(long)]
     pub node: String,
     /// Give up when no read point comes within this many seconds.
@@ -303,10 +304,48 @@ impl From<io::Error> for ClientError {
     }
 }
 
-/// A blocking connection to a node's client port.
+/// A client's connection: TCP, or the node's Unix socket (`client_path`) on its host.
+#[derive(Debug)]
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    fn write_vectored(&mut self, iov: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write_vectored(iov),
+            Stream::Unix(s) => s.write_vectored(iov),
+        }
+    }
+
+    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_read_timeout(t),
+            Stream::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+/// The path in a node address that names a Unix socket: `unix:PATH`, or any address with
+/// a `/` in it (`host:port` never has one).
+pub fn unix_path(addr: &str) -> Option<&str> {
+    addr.strip_prefix("unix:")
+        .or_else(|| addr.contains('/').then_some(addr))
+}
+
+/// A blocking connection to a node's client port or client socket.
 #[derive(Debug)]
 pub struct Client {
-    stream: TcpStream,
+    stream: Stream,
     rbuf: BytesMut,
     /// The read timeout last set on the socket (`recv` sets it only when it must shrink).
     read_timeout: Option<Duration>,
@@ -316,11 +355,23 @@ pub struct Client {
 }
 
 impl Client {
+    /// Connects to `addr`: `host:port` (the node's `client_addr`), or the path of its
+    /// client socket (`client_path`, see [`unix_path`]) for a client on the node's host.
     pub fn connect(addr: &str) -> Result<Client, ClientError> {
         let err = |source| ClientError::Connect {
             addr: addr.to_string(),
             source,
         };
+        if let Some(path) = unix_path(addr) {
+            let stream = UnixStream::connect(path).map_err(err)?;
+            // One host, no wire: frames go without a body checksum, as the node's do.
+            return Ok(Client {
+                stream: Stream::Unix(stream),
+                rbuf: BytesMut::with_capacity(1 << 16),
+                read_timeout: None,
+                unchecked: true,
+            });
+        }
         let addrs: Vec<_> = addr.to_socket_addrs().map_err(err)?.collect();
         let mut last = io::Error::new(io::ErrorKind::NotFound, "address resolves to nothing");
         for a in addrs {
@@ -332,7 +383,7 @@ impl Client {
                         _ => false,
                     };
                     return Ok(Client {
-                        stream,
+                        stream: Stream::Tcp(stream),
                         rbuf: BytesMut::with_capacity(1 << 16),
                         read_timeout: None,
                         unchecked,
@@ -429,7 +480,6 @@ impl Client {
     /// Reads what the socket holds into the free room at the end of `rbuf`, without an
     /// intermediate buffer; the count read.
     fn read_more(&mut self) -> io::Result<usize> {
-        use std::os::fd::AsRawFd;
         const READ_BYTES: usize = 256 << 10;
         self.rbuf.reserve(READ_BYTES);
         let spare = self.rbuf.spare_capacity_mut();

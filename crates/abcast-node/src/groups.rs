@@ -48,7 +48,7 @@ fn member_name(s: &str) -> Result<String, String> {
 /// Arguments of `abcast join` and `abcast leave`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct MembershipArgs {
-    /// Client address of a node of the token ring (its `client_addr`).
+    /// Client address of a node of the token ring (its `client_addr`, or its `client_path` socket).
     #[arg(long)]
     pub node: String,
     /// The group (1 to 64 bytes, printable, no spaces).
@@ -66,7 +66,7 @@ pub struct MembershipArgs {
 /// Arguments of `abcast multicast`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct MulticastArgs {
-    /// Client address of a node of the token ring (its `client_addr`).
+    /// Client address of a node of the token ring (its `client_addr`, or its `client_path` socket).
     #[arg(long)]
     pub node: String,
     #[arg(long, value_parser = group_name)]
@@ -110,7 +110,7 @@ pub struct MulticastArgs {
 /// Arguments of `abcast listen`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ListenArgs {
-    /// Client address of a node of the token ring (its `client_addr`).
+    /// Client address of a node of the token ring (its `client_addr`, or its `client_path` socket).
     #[arg(long)]
     pub node: String,
     /// The group; without it, every group.
@@ -137,7 +137,7 @@ pub struct ListenArgs {
 /// Arguments of `abcast groups`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct GroupsArgs {
-    /// Client address of a node of the token ring (its `client_addr`).
+    /// Client address of a node of the token ring (its `client_addr`, or its `client_path` socket).
     #[arg(long)]
     pub node: String,
     /// Print one JSON object instead of the text.

@@ -117,6 +117,11 @@ pub enum NodeError {
         addr: SocketAddr,
         source: io::Error,
     },
+    /// The member's `client_path` could not be bound.
+    BindPath {
+        path: PathBuf,
+        reason: String,
+    },
     Signal(io::Error),
     Driver(DriverError),
     Output(io::Error),
@@ -132,6 +137,11 @@ impl fmt::Display for NodeError {
             NodeError::Bind { what, addr, source } => {
                 write!(f, "cannot listen for {what} on {addr}: {source}")
             }
+            NodeError::BindPath { path, reason } => write!(
+                f,
+                "cannot listen for clients on the Unix socket {}: {reason}",
+                path.display()
+            ),
             NodeError::Signal(e) => write!(f, "cannot install signal handlers: {e}"),
             NodeError::Driver(e) => write!(f, "event loop failed: {e}"),
             NodeError::Output(e) => write!(f, "cannot write stats: {e}"),
@@ -421,6 +431,15 @@ where
     let listeners = bind_listeners(cfg, &me)?;
     let dcfg = driver_config(cfg, args, start, snapshot_path);
     let mut driver = Driver::new(dcfg, protocol, listeners)?;
+    // Removed again when the node stops (the guard's drop).
+    let _client_socket = match &me.client_path {
+        Some(path) => {
+            let (socket, listener) = ClientSocket::bind(path)?;
+            driver.attach_client_socket(listener)?;
+            Some(socket)
+        }
+        None => None,
+    };
     log_start(cfg, &me, start, &driver);
     let mut app = node_stats(cfg, args, start, restored.as_ref(), out)?;
     start_load(cfg, args, &mut driver);
@@ -474,6 +493,48 @@ fn restore_snapshot<P: Protocol>(
             eprintln!("[{}] snapshot not restored: {e}", cfg.node_id);
             Ok(None)
         }
+    }
+}
+
+/// The member's Unix client socket (`client_path`): bound at start, its file removed when
+/// the node stops.
+struct ClientSocket {
+    path: PathBuf,
+}
+
+impl ClientSocket {
+    /// Binds `path`. A socket file left by a node that is gone (nobody answers on it) is
+    /// replaced; one a running process answers on, or a file of another kind, is an error.
+    fn bind(path: &Path) -> Result<(ClientSocket, std::os::unix::net::UnixListener), NodeError> {
+        use std::os::unix::fs::FileTypeExt;
+        use std::os::unix::net::{UnixListener, UnixStream};
+        let fail = |reason: String| NodeError::BindPath {
+            path: path.to_path_buf(),
+            reason,
+        };
+        if let Ok(meta) = std::fs::symlink_metadata(path) {
+            if !meta.file_type().is_socket() {
+                return Err(fail("the path exists and is not a socket".into()));
+            }
+            if UnixStream::connect(path).is_ok() {
+                return Err(fail("a running process listens on it".into()));
+            }
+            std::fs::remove_file(path)
+                .map_err(|e| fail(format!("cannot remove the stale socket: {e}")))?;
+        }
+        let listener = UnixListener::bind(path).map_err(|e| fail(e.to_string()))?;
+        let guard = ClientSocket {
+            path: path.to_path_buf(),
+        };
+        Ok((guard, listener))
+    }
+}
+
+impl Drop for ClientSocket {
+    fn drop(&mut self) {
+        // Best effort: a node that cannot remove it leaves a stale socket, which the next
+        // start replaces.
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -546,7 +607,7 @@ fn log_start<P: Protocol>(cfg: &NodeConfig, me: &MemberAddr, start: StartInfo, d
         );
     }
     eprintln!(
-        "[{}] node starting: incarnation {}{}, peers on {}, clients on {}",
+        "[{}] node starting: incarnation {}{}, peers on {}, clients on {}{}",
         cfg.node_id,
         start.incarnation,
         match (start.amnesic, cfg.storage.kind) {
@@ -557,6 +618,9 @@ fn log_start<P: Protocol>(cfg: &NodeConfig, me: &MemberAddr, start: StartInfo, d
         me.addr,
         me.client_addr
             .map_or_else(|| "-".to_string(), |a| a.to_string()),
+        me.client_path
+            .as_ref()
+            .map_or_else(String::new, |p| format!(" and {}", p.display())),
     );
 }
 

@@ -327,3 +327,74 @@ fn safe_delivery_waits_for_the_member_that_misses_the_message() {
     n1.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn clients_on_the_nodes_host_use_its_unix_socket_as_they_use_its_port() {
+    let dir = temp_dir("groups-unix");
+    let peers: Vec<u16> = (0..3).map(|_| free_peer_port()).collect();
+    let clients: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    // Each member's client socket, relative to the config's directory.
+    let mut config = String::new();
+    for line in token_config(&peers, &clients, "process_groups = true\n").lines() {
+        config += line;
+        config.push('\n');
+        if let Some(port) = line.strip_prefix("client_addr = \"127.0.0.1:") {
+            let i = clients
+                .iter()
+                .position(|c| port.starts_with(&c.to_string()));
+            config += &format!("client_path = \"member-{}.sock\"\n", i.unwrap());
+        }
+    }
+    let socket = |i: usize| dir.join(format!("member-{i}.sock"));
+    // A socket file left by a node that is gone is replaced.
+    drop(std::os::unix::net::UnixListener::bind(socket(1)).unwrap());
+    assert!(socket(1).exists());
+    let path = dir.join("cluster.toml");
+    std::fs::write(&path, config).unwrap();
+    let nodes = start(&path, &peers, &clients, 3);
+    wait_for_the_whole_ring(&nodes);
+    let by_path = |i: usize| {
+        let end = Instant::now() + PATIENCE;
+        loop {
+            match Client::connect(socket(i).to_str().unwrap()) {
+                Ok(c) => return c,
+                Err(e) if Instant::now() > end => panic!("member {i}'s socket: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    };
+    let t = PATIENCE;
+    // Listeners on both kinds of connection, a sender on the socket.
+    let mut on_socket = by_path(1);
+    on_socket.group_listen("orders", t).unwrap();
+    let mut on_port = connect(nodes[2].client);
+    on_port.group_listen("orders", t).unwrap();
+    let mut sender = by_path(0);
+    sender.group_join("orders", "carol", true, t).unwrap();
+    // The join is asked for, not yet delivered: carol sends once she is a member.
+    let mut a = listen_until(&mut on_socket, |l| l.ends_with("[carol@n0]"));
+    let msgs: Vec<String> = (0..200).map(|i| format!("u{i}")).collect();
+    let refs: Vec<&str> = msgs.iter().map(String::as_str).collect();
+    multicast(&mut sender, "orders", "carol", DeliveryLevel::Agreed, &refs);
+    a.extend(listen_until(&mut on_socket, |l| l.ends_with(" u199")));
+    let b = listen_until(&mut on_port, |l| l.ends_with(" u199"));
+    assert_eq!(a, b, "the socket's listener was told another story");
+    assert_eq!(a.iter().filter(|l| l.starts_with("msg")).count(), 200);
+    assert!(a.iter().any(|l| l.contains("Agreed carol@n0 u0")), "{a:#?}");
+    // `unix:PATH` names the socket too; a path nobody listens on is a connect error.
+    let mut prefixed = Client::connect(&format!("unix:{}", socket(2).display())).unwrap();
+    assert!(prefixed.groups(t).unwrap().iter().any(|g| g.0 == "orders"));
+    let missing = dir.join("nobody.sock");
+    assert!(matches!(
+        Client::connect(missing.to_str().unwrap()),
+        Err(ClientError::Connect { .. })
+    ));
+    drop((on_socket, sender, prefixed));
+    for n in nodes {
+        n.stop();
+    }
+    for i in 0..3 {
+        assert!(!socket(i).exists(), "member {i}'s socket outlived its node");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

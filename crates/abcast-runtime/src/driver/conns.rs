@@ -1,5 +1,11 @@
 //! Client connections on the client port: accept, read frames, close, flush. (Peers'
 //! connections belong to the TCP transport, `crate::transport::tcp`.)
+//!
+//! A client connects over TCP (`client_addr`) or, on the node's own host, over a Unix
+//! domain socket (`client_path`, [`Driver::attach_client_socket`]). Both carry the same
+//! frames; a Unix connection costs less than half of a loopback TCP one per byte (no
+//! segments, acknowledgements or softirq: docs/benchmarks/group-peer/README.md), which is
+//! the place of Corosync's shared-memory IPC for its local clients.
 
 use super::clients::ClientState;
 use super::{Driver, DriverError, MAX_CONNS, READS_PER_EVENT};
@@ -8,16 +14,94 @@ use crate::frame::{self, KIND_CLIENT_MIN};
 use crate::transport::{self, OutQueue, ReadOutcome};
 use abcast_core::{Micros, Protocol};
 use bytes::BytesMut;
-use mio::net::TcpStream;
-use mio::{Interest, Token};
+use mio::event::Source;
+use mio::net::{TcpStream, UnixStream};
+use mio::{Interest, Registry, Token};
 use std::fmt;
-use std::io;
+use std::io::{self, IoSlice, Write};
 use std::net::SocketAddr;
+use std::os::fd::{AsFd, BorrowedFd};
+
+/// A client's connection: TCP, or a Unix domain socket on this host.
+#[derive(Debug)]
+pub(super) enum ClientStream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+/// Who is at the other end, for the log.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum ClientPeer {
+    Tcp(SocketAddr),
+    /// A Unix socket's client has no name worth printing; the token tells them apart.
+    Unix(Token),
+}
+
+impl fmt::Display for ClientPeer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientPeer::Tcp(a) => write!(f, "{a}"),
+            ClientPeer::Unix(t) => write!(f, "the client socket (connection {})", t.0),
+        }
+    }
+}
+
+impl AsFd for ClientStream {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            ClientStream::Tcp(s) => s.as_fd(),
+            ClientStream::Unix(s) => s.as_fd(),
+        }
+    }
+}
+
+impl Write for ClientStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            ClientStream::Tcp(s) => s.write(buf),
+            ClientStream::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            ClientStream::Tcp(s) => s.write_vectored(bufs),
+            ClientStream::Unix(s) => s.write_vectored(bufs),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Source for ClientStream {
+    fn register(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            ClientStream::Tcp(s) => s.register(r, t, i),
+            ClientStream::Unix(s) => s.register(r, t, i),
+        }
+    }
+
+    fn reregister(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            ClientStream::Tcp(s) => s.reregister(r, t, i),
+            ClientStream::Unix(s) => s.reregister(r, t, i),
+        }
+    }
+
+    fn deregister(&mut self, r: &Registry) -> io::Result<()> {
+        match self {
+            ClientStream::Tcp(s) => s.deregister(r),
+            ClientStream::Unix(s) => s.deregister(r),
+        }
+    }
+}
 
 #[derive(Debug)]
 pub(super) struct Conn {
-    pub(super) stream: TcpStream,
-    pub(super) addr: SocketAddr,
+    pub(super) stream: ClientStream,
+    pub(super) peer: ClientPeer,
     pub(super) rbuf: BytesMut,
     pub(super) out: OutQueue,
     pub(super) client: ClientState,
@@ -25,12 +109,13 @@ pub(super) struct Conn {
 }
 
 impl<P: Protocol> Driver<P> {
+    /// Accepts what waits on the TCP client listener.
     pub(super) fn accept(&mut self, _now: Micros) {
         loop {
             let Some(listener) = self.client_listener.as_ref() else {
                 return;
             };
-            let (mut stream, addr) = match listener.accept() {
+            let (stream, addr) = match listener.accept() {
                 Ok(s) => s,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -40,48 +125,73 @@ impl<P: Protocol> Driver<P> {
                     return;
                 }
             };
-            if self.conns.len() >= MAX_CONNS {
-                if !self.conn_limit_logged {
-                    self.conn_limit_logged = true;
-                    self.log(format_args!(
-                        "refusing connection from {addr}: {MAX_CONNS} connections open"
-                    ));
-                }
-                continue;
-            }
             if let Err(e) = transport::configure_stream(&stream, &self.cfg.transport) {
                 self.log(format_args!("cannot set socket options for {addr}: {e}"));
             }
-            let token = self.new_token();
-            if let Err(e) = self.poll.registry().register(
-                &mut stream,
-                token,
-                Interest::READABLE | Interest::WRITABLE,
-            ) {
-                self.log(format_args!("cannot register connection from {addr}: {e}"));
-                continue;
-            }
-            let limit = self.cfg.transport.client_queue_bytes;
-            let mut out = OutQueue::new(limit);
             // A client on this host gets its frames without a body checksum
             // (`frame::CLIENT_UNCHECKED`); the client decides the same for what it sends.
-            out.set_client_unchecked(
-                stream
-                    .local_addr()
-                    .is_ok_and(|local| crate::frame::same_host(local, addr)),
-            );
-            self.conns.insert(
-                token,
-                Conn {
-                    stream,
-                    addr,
-                    rbuf: BytesMut::new(),
-                    out,
-                    client: ClientState::default(),
-                    dirty: false,
-                },
-            );
+            let same_host = stream
+                .local_addr()
+                .is_ok_and(|local| crate::frame::same_host(local, addr));
+            self.admit(ClientStream::Tcp(stream), Some(addr), same_host);
         }
+    }
+
+    /// Accepts what waits on the Unix client socket: clients on this host, whose frames
+    /// go without a body checksum both ways.
+    pub(super) fn accept_unix(&mut self, _now: Micros) {
+        loop {
+            let Some(listener) = self.client_socket.as_ref() else {
+                return;
+            };
+            let stream = match listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.log(format_args!("accept on the client socket failed: {e}"));
+                    return;
+                }
+            };
+            self.admit(ClientStream::Unix(stream), None, true);
+        }
+    }
+
+    /// Registers an accepted connection, within [`MAX_CONNS`].
+    fn admit(&mut self, mut stream: ClientStream, addr: Option<SocketAddr>, same_host: bool) {
+        if self.conns.len() >= MAX_CONNS {
+            if !self.conn_limit_logged {
+                self.conn_limit_logged = true;
+                let who = addr.map_or_else(|| "the client socket".to_string(), |a| a.to_string());
+                self.log(format_args!(
+                    "refusing connection from {who}: {MAX_CONNS} connections open"
+                ));
+            }
+            return;
+        }
+        let token = self.new_token();
+        let peer = addr.map_or(ClientPeer::Unix(token), ClientPeer::Tcp);
+        if let Err(e) = self.poll.registry().register(
+            &mut stream,
+            token,
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            self.log(format_args!("cannot register connection from {peer}: {e}"));
+            return;
+        }
+        let mut out = OutQueue::new(self.cfg.transport.client_queue_bytes);
+        out.set_client_unchecked(same_host);
+        self.conns.insert(
+            token,
+            Conn {
+                stream,
+                peer,
+                rbuf: BytesMut::new(),
+                out,
+                client: ClientState::default(),
+                dirty: false,
+            },
+        );
     }
 
     pub(super) fn read_conn<A: Hooks + ?Sized>(
@@ -158,9 +268,9 @@ impl<P: Protocol> Driver<P> {
 
     pub(super) fn close_conn(&mut self, token: Token, reason: fmt::Arguments<'_>) {
         if let Some(conn) = self.conns.get(&token) {
-            let addr = conn.addr;
+            let peer = conn.peer;
             self.log(format_args!(
-                "closing connection from client at {addr}: {reason}"
+                "closing connection from client at {peer}: {reason}"
             ));
         }
         self.drop_conn(token);

@@ -72,7 +72,9 @@ const COMMANDS: Token = Token(4);
 const UNICAST_SOCKET: Token = Token(5);
 /// The control lane's UDP socket (`TransportConfig::control_port_offset`).
 const CONTROL_SOCKET: Token = Token(6);
-const FIRST_CONN_TOKEN: usize = 7;
+/// The Unix domain client socket (`Driver::attach_client_socket`).
+const CLIENT_SOCKET: Token = Token(7);
+const FIRST_CONN_TOKEN: usize = 8;
 /// Datagrams read from the two lanes' sockets per loop iteration, before timers and the
 /// other sockets get their turn.
 const LANE_READS_PER_ITERATION: usize = 256;
@@ -228,6 +230,8 @@ pub struct Driver<P: Protocol> {
     poll: Poll,
     start: Instant,
     client_listener: Option<TcpListener>,
+    /// The Unix domain socket for clients on this host, if attached.
+    client_socket: Option<mio::net::UnixListener>,
     /// The peer set (`peers.rs`).
     book: PeerBook,
     /// The TCP links to the peers (`transport/tcp.rs`).
@@ -347,6 +351,7 @@ impl<P: Protocol> Driver<P> {
             poll,
             start,
             client_listener,
+            client_socket: None,
             book,
             tcp,
             inbox: Vec::new(),
@@ -466,6 +471,31 @@ impl<P: Protocol> Driver<P> {
         self.client_listener
             .as_ref()
             .and_then(|l| l.local_addr().ok())
+    }
+
+    /// Serves clients on this host through a Unix domain socket as well as the client
+    /// port (the node's `client_path`): the same frames without TCP's cost. Binding is the
+    /// caller's job, as for [`Listeners`].
+    pub fn attach_client_socket(
+        &mut self,
+        listener: std::os::unix::net::UnixListener,
+    ) -> Result<(), DriverError> {
+        if self.client_socket.is_some() {
+            return Err(DriverError::Config {
+                field: "client_path".into(),
+                reason: "a client socket is attached already".into(),
+            });
+        }
+        listener
+            .set_nonblocking(true)
+            .map_err(io_err("client socket"))?;
+        let mut l = mio::net::UnixListener::from_std(listener);
+        self.poll
+            .registry()
+            .register(&mut l, CLIENT_SOCKET, Interest::READABLE)
+            .map_err(io_err("registering the client socket"))?;
+        self.client_socket = Some(l);
+        Ok(())
     }
 
     fn log(&self, msg: fmt::Arguments<'_>) {
@@ -725,6 +755,7 @@ impl<P: Protocol> Driver<P> {
             SYNC_DONE => self.on_sync_done(now, app)?,
             COMMANDS => self.on_commands(now, app)?,
             CLIENT_LISTENER => self.accept(now),
+            CLIENT_SOCKET => self.accept_unix(now),
             t @ (CONTROL_SOCKET | UNICAST_SOCKET | MULTICAST_SOCKET) if self.control.is_some() => {
                 // Two lanes: reads wait for `serve_lanes`, which weighs them (§III-D).
                 if readable {

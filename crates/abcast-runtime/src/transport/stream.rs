@@ -16,6 +16,7 @@ use socket2::{Domain, Protocol as SockProtocol, SockRef, Socket, Type};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Write};
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::time::Duration;
 
 /// Slices per `writev`. Linux's IOV_MAX is 1024.
@@ -354,8 +355,8 @@ pub enum ReadOutcome {
 
 /// Reads once from `stream` into the free space of `buf`, growing it to at least
 /// `min_free_bytes` of free space first, without zero-filling the new space.
-pub fn read_into(
-    stream: &TcpStream,
+pub fn read_into<S: AsFd>(
+    stream: &S,
     buf: &mut BytesMut,
     min_free_bytes: usize,
 ) -> io::Result<ReadOutcome> {

@@ -44,6 +44,9 @@
 //!                                   # every member has a host of its own
 //! recv_buffer_bytes = 8388608       # default 8 MiB (SO_RCVBUFFORCE when permitted)
 //! send_buffer_bytes = 4194304       # default 4 MiB
+//! segment_bytes = 8972              # default 0 (off): datagrams larger than this leave as
+//!                                   # segments of this size in one UDP GSO send, not as IP
+//!                                   # fragments; the path MTU less 28 (runtime multicast.rs)
 //! [ringpaxos]                       # Ring Paxos only, every field optional
 //! buffer_instances = 1024           # the coordinator's circular buffer (seed 003 §6.1)
 //! buffer_bytes = 67108864
@@ -433,6 +436,7 @@ struct FileMulticast {
     multicast_loop: Option<bool>,
     recv_buffer_bytes: Option<usize>,
     send_buffer_bytes: Option<usize>,
+    segment_bytes: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -1367,6 +1371,9 @@ fn multicast_config(m: &FileMulticast) -> Result<MulticastConfig, NodeConfigErro
     if let Some(v) = m.send_buffer_bytes {
         c.send_buffer_bytes = v;
     }
+    if let Some(v) = m.segment_bytes {
+        c.segment_bytes = v;
+    }
     if let Err((field, reason)) = c.validate() {
         return invalid(format!("multicast.{field}"), reason);
     }
@@ -2239,6 +2246,15 @@ recv_buffer_bytes = 1048576
         }
         let twice = with("/run/a.sock", "client_path = \"/run/a.sock\"\n");
         assert_eq!(field_of(&twice, Some(0)), "members[1].client_path");
+    }
+
+    #[test]
+    fn segment_bytes_is_read_and_checked() {
+        let text = RINGPAXOS.replace("[multicast]\n", "[multicast]\nsegment_bytes = 8972\n");
+        let c = parse(&text, Some(0), Path::new("/")).unwrap();
+        assert_eq!(c.transport.multicast.unwrap().segment_bytes, 8972);
+        let text = RINGPAXOS.replace("[multicast]\n", "[multicast]\nsegment_bytes = 9000\n");
+        assert_eq!(field_of(&text, Some(0)), "multicast.segment_bytes");
     }
 
     #[test]

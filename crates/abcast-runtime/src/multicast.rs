@@ -48,6 +48,35 @@
 //! personal window of data messages per token visit to one group: one syscall for them
 //! instead of one each, on the sender and on every receiver.
 //!
+//! **Segments** (`[multicast] segment_bytes`). A datagram larger than an Ethernet frame is
+//! cut by IP into fragments, and every fragment costs a pass through the sender's and each
+//! receiver's IP stack, a software UDP checksum (fragments get no offload), and reassembly.
+//! With `segment_bytes` set (the path MTU less 28 bytes of IP and UDP header), a datagram
+//! larger than that leaves as consecutive segment datagrams of that size instead, sent as
+//! one GSO run: one skb through the stack, the checksum offloaded, and, on a virtual or
+//! offloading path, one read of the whole run at each receiver (GRO). The receiver joins
+//! the parts and checks the joined datagram as any other. A segment:
+//!
+//! | bytes | field |
+//! | --- | --- |
+//! | 0..4 | magic `u32` = 0x3153_4241 ("ABS1") |
+//! | 4 | version `u8` = 1 |
+//! | 5..8 | reserved, zero |
+//! | 8..16 | cluster id `u64` |
+//! | 16..20 | sender node id `u32` |
+//! | 20..28 | sender incarnation `u64` |
+//! | 28..36 | the whole datagram's number from this sender `u64` |
+//! | 36..38 | this segment's index `u16` |
+//! | 38..40 | segments of the whole `u16`, at least 2 |
+//! | 40..44 | bytes of the whole `u32` |
+//! | 44..48 | crc32c of bytes 0..44 |
+//! | 48.. | the next part of the whole datagram |
+//!
+//! A receiver joins one datagram per sender at a time, its parts in order (a GSO run
+//! arrives in order); a missing or foreign part drops what was joined, and the protocol
+//! recovers it as any lost datagram. Only a configured member's segments are joined, into
+//! at most one whole datagram's room each.
+//!
 //! **Unicast datagrams.** The same endpoint, opened with [`Multicast::open_unicast`] on the
 //! node's own peer address (UDP beside the TCP listener, same port), carries frames to one
 //! peer each ([`Multicast::push_to`]): `TransportConfig::unicast = Udp`, the transport the
@@ -78,6 +107,15 @@ pub const OVERHEAD_BYTES: usize = DATAGRAM_HEADER_BYTES + frame::HEADER_BYTES;
 /// Largest datagram sent or accepted. UDP over IPv4 carries at most 65 507 bytes; the
 /// margin keeps clear of the edge (IP options, tunnels).
 pub const MAX_DATAGRAM_BYTES: usize = 65_000;
+/// "ABS1" read as a little-endian `u32`: a segment of a larger datagram.
+pub const SEGMENT_MAGIC: u32 = u32::from_le_bytes(*b"ABS1");
+/// A segment's header, before its part of the whole datagram.
+pub const SEGMENT_HEADER_BYTES: usize = 48;
+/// Smallest `segment_bytes`: the IPv4 minimum datagram every host takes (576) less the
+/// IP and UDP headers.
+pub const SEGMENT_BYTES_MIN: usize = 548;
+/// Largest `segment_bytes`: a 9000-byte jumbo frame less the IP and UDP headers.
+pub const SEGMENT_BYTES_MAX: usize = 8972;
 /// Largest message body one datagram carries.
 pub const MAX_BODY_BYTES: usize = MAX_DATAGRAM_BYTES - OVERHEAD_BYTES;
 /// Datagrams read per readiness event before the loop serves other sockets.
@@ -127,6 +165,10 @@ pub struct MulticastConfig {
     /// the sender's own copy is then never made, reassembled and read only to be dropped
     /// (a member takes its own messages in-process; `MulticastStats::datagrams_own`).
     pub multicast_loop: bool,
+    /// Datagrams larger than this leave as segments of this many bytes, sent as one GSO
+    /// run (see the module's "Segments"); 0 sends them whole, for IP to fragment. The
+    /// path MTU less 28: 8972 on a LAN of 9000-byte jumbo frames, 1472 on 1500.
+    pub segment_bytes: usize,
 }
 
 impl MulticastConfig {
@@ -139,6 +181,7 @@ impl MulticastConfig {
             recv_buffer_bytes: RECV_BUFFER_BYTES_DEFAULT,
             send_buffer_bytes: SEND_BUFFER_BYTES_DEFAULT,
             multicast_loop: true,
+            segment_bytes: 0,
         }
     }
 
@@ -172,6 +215,16 @@ impl MulticastConfig {
             if v == 0 || v > (1 << 30) {
                 return Err((field, format!("{v}, must be 1 byte to 1 GiB")));
             }
+        }
+        let b = self.segment_bytes;
+        if b != 0 && !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&b) {
+            return Err((
+                "segment_bytes",
+                format!(
+                    "{b}, must be 0 (off) or {SEGMENT_BYTES_MIN} to {SEGMENT_BYTES_MAX} (the \
+                     path MTU less 28 bytes of IP and UDP header)"
+                ),
+            ));
         }
         Ok(())
     }
@@ -235,6 +288,10 @@ pub enum DatagramError {
     NotProtocolKind {
         kind: u8,
     },
+    /// A segment that cannot be joined (see the module's "Segments").
+    BadSegment {
+        reason: &'static str,
+    },
 }
 
 impl fmt::Display for DatagramError {
@@ -283,6 +340,7 @@ impl fmt::Display for DatagramError {
             DatagramError::NotProtocolKind { kind } => {
                 write!(f, "frame kind {kind} is not a protocol message")
             }
+            DatagramError::BadSegment { reason } => write!(f, "segment dropped: {reason}"),
         }
     }
 }
@@ -327,6 +385,121 @@ pub fn encode_headers(
     out[28..32].copy_from_slice(&header_crc(&head, &fh).to_le_bytes());
     out[32..].copy_from_slice(&fh);
     Some(out)
+}
+
+const _: () = assert!(SEGMENT_HEADER_BYTES == OVERHEAD_BYTES);
+
+/// The header of segment `index` of `count` of whole datagram `number` (`total` bytes)
+/// from `from`.
+pub fn encode_segment_header(
+    from: &Sender,
+    number: u64,
+    index: u16,
+    count: u16,
+    total: u32,
+) -> [u8; SEGMENT_HEADER_BYTES] {
+    let mut h = [0u8; SEGMENT_HEADER_BYTES];
+    h[0..4].copy_from_slice(&SEGMENT_MAGIC.to_le_bytes());
+    h[4] = VERSION;
+    h[8..16].copy_from_slice(&from.cluster_id.to_le_bytes());
+    h[16..20].copy_from_slice(&from.node.0.to_le_bytes());
+    h[20..28].copy_from_slice(&from.incarnation.to_le_bytes());
+    h[28..36].copy_from_slice(&number.to_le_bytes());
+    h[36..38].copy_from_slice(&index.to_le_bytes());
+    h[38..40].copy_from_slice(&count.to_le_bytes());
+    h[40..44].copy_from_slice(&total.to_le_bytes());
+    let crc = crc32c::crc32c(&h[..44]);
+    h[44..48].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// A segment's header, checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentHeader {
+    pub from: Sender,
+    pub number: u64,
+    pub index: u16,
+    pub count: u16,
+    /// Bytes of the whole datagram.
+    pub total: usize,
+}
+
+/// Whether `dgram` is a segment (by its magic); [`decode_segment_header`] checks the rest.
+pub fn is_segment(dgram: &[u8]) -> bool {
+    dgram.len() >= 4 && u32_at(dgram, 0) == SEGMENT_MAGIC
+}
+
+/// Checks a segment's header: size, magic, version, reserved bytes, checksum, cluster, and
+/// that index, count and total describe a whole datagram this build accepts.
+pub fn decode_segment_header(
+    dgram: &[u8],
+    cluster_id: u64,
+) -> Result<SegmentHeader, DatagramError> {
+    let len = dgram.len();
+    if len <= SEGMENT_HEADER_BYTES {
+        return Err(DatagramError::TooShort { len });
+    }
+    if len > MAX_DATAGRAM_BYTES {
+        return Err(DatagramError::TooLong { len });
+    }
+    let magic = u32_at(dgram, 0);
+    if magic != SEGMENT_MAGIC {
+        return Err(DatagramError::BadMagic { found: magic });
+    }
+    if dgram[4] != VERSION {
+        return Err(DatagramError::UnsupportedVersion { found: dgram[4] });
+    }
+    if dgram[5..8] != [0, 0, 0] {
+        return Err(DatagramError::Reserved);
+    }
+    if u32_at(dgram, 44) != crc32c::crc32c(&dgram[..44]) {
+        return Err(DatagramError::HeaderChecksum);
+    }
+    let from = Sender {
+        cluster_id: u64_at(dgram, 8),
+        node: NodeId(u32_at(dgram, 16)),
+        incarnation: u64_at(dgram, 20),
+    };
+    if from.cluster_id != cluster_id {
+        return Err(DatagramError::WrongCluster {
+            found: from.cluster_id,
+        });
+    }
+    let index = u16::from_le_bytes([dgram[36], dgram[37]]);
+    let count = u16::from_le_bytes([dgram[38], dgram[39]]);
+    let total = u32_at(dgram, 40) as usize;
+    let bad = |reason| Err(DatagramError::BadSegment { reason });
+    if count < 2 {
+        return bad("a whole of fewer than two segments");
+    }
+    if index >= count {
+        return bad("an index past the segment count");
+    }
+    if !(OVERHEAD_BYTES..=MAX_DATAGRAM_BYTES).contains(&total) {
+        return bad("a whole datagram size out of bounds");
+    }
+    if usize::from(count) > total {
+        return bad("more segments than bytes");
+    }
+    Ok(SegmentHeader {
+        from,
+        number: u64_at(dgram, 28),
+        index,
+        count,
+        total,
+    })
+}
+
+/// A whole datagram being joined from one sender's segments.
+#[derive(Debug)]
+struct Joining {
+    incarnation: u64,
+    number: u64,
+    count: u16,
+    total: usize,
+    /// The index of the part expected next.
+    next: u16,
+    buf: BytesMut,
 }
 
 /// A whole datagram in one buffer (copies; for tests and tools).
@@ -425,12 +598,16 @@ pub struct MulticastStats {
     /// several (UDP GRO).
     pub gso_sends: u64,
     pub gro_reads: u64,
+    /// Datagrams sent as segments, and joined from segments on receipt.
+    pub segmented_sent: u64,
+    pub segmented_joined: u64,
 }
 
 /// One datagram waiting for the socket.
 #[derive(Debug)]
 struct Queued {
     dest: SockAddr,
+    /// Both headers of a whole datagram, or a segment's header (the same size).
     headers: [u8; OVERHEAD_BYTES],
     chunks: Vec<Bytes>,
     bytes: usize,
@@ -627,6 +804,12 @@ pub struct Multicast {
     gso: bool,
     /// Why the kernel refused GSO, until the log has said it.
     gso_refused: Option<String>,
+    /// `MulticastConfig::segment_bytes`; 0: datagrams leave whole.
+    segment_bytes: usize,
+    /// The number of the last datagram sent as segments.
+    segment_number: u64,
+    /// One whole datagram being joined per sender.
+    joining: HashMap<NodeId, Joining>,
     rbuf: BytesMut,
     /// Datagrams of a coalesced read (UDP GRO) not yet handed out, with their source.
     backlog: VecDeque<(BytesMut, Option<SocketAddr>)>,
@@ -698,7 +881,9 @@ impl Multicast {
         sock.set_multicast_ttl_v4(cfg.ttl)?;
         let buffers = (cfg.recv_buffer_bytes, cfg.send_buffer_bytes);
         let group = Some(SockAddr::from(SocketAddr::V4(cfg.group)));
-        Multicast::with_socket(sock, group, buffers, me, peers, faults)
+        let mut m = Multicast::with_socket(sock, group, buffers, me, peers, faults)?;
+        m.segment_bytes = cfg.segment_bytes;
+        Ok(m)
     }
 
     /// Opens a unicast endpoint bound to `bind` (the node's own peer address: UDP and TCP
@@ -756,6 +941,9 @@ impl Multicast {
             blocked: false,
             gso: true,
             gso_refused: None,
+            segment_bytes: 0,
+            segment_number: 0,
+            joining: HashMap::new(),
             rbuf: BytesMut::new(),
             backlog: VecDeque::new(),
             loss,
@@ -794,6 +982,10 @@ impl Multicast {
             return false;
         };
         let bytes = OVERHEAD_BYTES + chunks.iter().map(Bytes::len).sum::<usize>();
+        if self.segment_bytes > 0 && bytes > self.segment_bytes {
+            self.push_segments(dest, headers, chunks, bytes);
+            return true;
+        }
         if self.queue.len() >= SEND_QUEUE_DATAGRAMS
             || (self.queued_bytes + bytes > SEND_QUEUE_BYTES && !self.queue.is_empty())
         {
@@ -809,6 +1001,132 @@ impl Multicast {
             bytes,
         });
         true
+    }
+
+    /// Queues a whole datagram of `total` bytes (`headers`, then `chunks`) as consecutive
+    /// segments of `segment_bytes` (the last shorter), which `flush` sends as one GSO run.
+    /// The parts are slices of the chunks, not copies. A queue without room for every
+    /// segment drops the datagram and counts it, as `push_dest` does.
+    fn push_segments(
+        &mut self,
+        dest: SockAddr,
+        headers: [u8; OVERHEAD_BYTES],
+        chunks: Vec<Bytes>,
+        total: usize,
+    ) {
+        let part = self.segment_bytes - SEGMENT_HEADER_BYTES;
+        let count = total.div_ceil(part);
+        let bytes = total + count * SEGMENT_HEADER_BYTES;
+        let (Ok(count16), Ok(total32)) = (u16::try_from(count), u32::try_from(total)) else {
+            // Unreachable: total <= MAX_DATAGRAM_BYTES and part >= 500.
+            self.note_drop("a datagram too large to segment");
+            self.stats.send_drops += 1;
+            return;
+        };
+        if self.queue.len() + count > SEND_QUEUE_DATAGRAMS
+            || (self.queued_bytes + bytes > SEND_QUEUE_BYTES && !self.queue.is_empty())
+        {
+            self.note_drop("send queue full");
+            self.stats.send_drops += 1;
+            return;
+        }
+        self.segment_number += 1;
+        let number = self.segment_number;
+        let mut pieces: VecDeque<Bytes> = std::iter::once(Bytes::copy_from_slice(&headers))
+            .chain(chunks)
+            .filter(|c| !c.is_empty())
+            .collect();
+        for index in 0..count16 {
+            let want = part.min(total - usize::from(index) * part);
+            let mut parts = Vec::with_capacity(2);
+            let mut got = 0;
+            while got < want {
+                let Some(front) = pieces.front_mut() else {
+                    break;
+                };
+                let take = (want - got).min(front.len());
+                parts.push(front.split_to(take));
+                got += take;
+                if front.is_empty() {
+                    pieces.pop_front();
+                }
+            }
+            // The pieces hold exactly `total` bytes, cut in parts of `want` in turn.
+            assert_eq!(
+                got, want,
+                "segment {index} of {count}: {got} of {want} bytes"
+            );
+            self.queue.push_back(Queued {
+                dest: dest.clone(),
+                headers: encode_segment_header(&self.me, number, index, count16, total32),
+                chunks: parts,
+                bytes: SEGMENT_HEADER_BYTES + want,
+            });
+        }
+        self.queued_bytes += bytes;
+        self.stats.segmented_sent += 1;
+    }
+
+    /// Takes one segment: the whole datagram and its sender when this was its last part,
+    /// `None` while parts are missing. See the module's "Segments".
+    fn join(&mut self, seg: BytesMut) -> Result<Option<(NodeId, BytesMut)>, DatagramError> {
+        let h = decode_segment_header(&seg, self.me.cluster_id)?;
+        let node = h.from.node;
+        if node == self.me.node {
+            self.stats.datagrams_own += 1;
+            return Ok(None);
+        }
+        if !self.peers.contains_key(&node) {
+            self.stats.datagrams_unknown_sender += 1;
+            return Err(DatagramError::UnknownSender { node: node.0 });
+        }
+        let part = &seg[SEGMENT_HEADER_BYTES..];
+        if h.index == 0 {
+            // A new whole datagram; one not finished from this sender is lost with it.
+            let mut buf = BytesMut::with_capacity(h.total);
+            buf.extend_from_slice(part);
+            let j = Joining {
+                incarnation: h.from.incarnation,
+                number: h.number,
+                count: h.count,
+                total: h.total,
+                next: 1,
+                buf,
+            };
+            if self.joining.insert(node, j).is_some() {
+                self.note_drop("a datagram's segments stopped short");
+            }
+        } else {
+            let fits = self.joining.get(&node).is_some_and(|j| {
+                (j.incarnation, j.number, j.count, j.total, j.next)
+                    == (h.from.incarnation, h.number, h.count, h.total, h.index)
+            });
+            if !fits {
+                self.joining.remove(&node);
+                return Err(DatagramError::BadSegment {
+                    reason: "a part out of order or of another datagram",
+                });
+            }
+            if let Some(j) = self.joining.get_mut(&node) {
+                j.buf.extend_from_slice(part);
+                j.next += 1;
+            }
+        }
+        let Some(j) = self.joining.get(&node) else {
+            return Ok(None);
+        };
+        if j.buf.len() > j.total || (j.next == j.count && j.buf.len() != j.total) {
+            self.joining.remove(&node);
+            return Err(DatagramError::BadSegment {
+                reason: "parts that do not add up to the whole",
+            });
+        }
+        if j.next < j.count {
+            return Ok(None);
+        }
+        let whole = self.joining.remove(&node).map(|j| j.buf);
+        self.stats.segmented_joined += 1;
+        Ok(whole.map(|w| (node, w)))
     }
 
     pub fn has_queued(&self) -> bool {
@@ -986,10 +1304,24 @@ impl Multicast {
         let Some((dgram, source)) = self.read()? else {
             return Ok(Received::Empty);
         };
+        let (dgram, segment_sender) = if is_segment(&dgram) {
+            match self.join(dgram) {
+                Ok(Some((node, whole))) => (whole, Some(node)),
+                Ok(None) => return Ok(Received::Dropped),
+                Err(e) => return Ok(self.reject(e)),
+            }
+        } else {
+            (dgram, None)
+        };
         let (from, f) = match decode(dgram, self.me.cluster_id) {
             Ok(x) => x,
             Err(e) => return Ok(self.reject(e)),
         };
+        if segment_sender.is_some_and(|n| n != from.node) {
+            return Ok(self.reject(DatagramError::BadSegment {
+                reason: "the joined datagram names another sender than its segments",
+            }));
+        }
         if from.node == self.me.node {
             self.stats.datagrams_own += 1;
             return Ok(Received::Dropped);
@@ -1202,6 +1534,19 @@ mod tests {
     }
 
     #[test]
+    fn segment_bytes_is_off_or_within_one_frame() {
+        let mut c = MulticastConfig::new(SocketAddrV4::new([239, 1, 1, 1].into(), 5000));
+        for ok in [0, SEGMENT_BYTES_MIN, 1472, SEGMENT_BYTES_MAX] {
+            c.segment_bytes = ok;
+            assert!(c.validate().is_ok(), "{ok}");
+        }
+        for bad in [1, SEGMENT_BYTES_MIN - 1, SEGMENT_BYTES_MAX + 1, 65_000] {
+            c.segment_bytes = bad;
+            assert_eq!(c.validate().unwrap_err().0, "segment_bytes", "{bad}");
+        }
+    }
+
+    #[test]
     fn config_errors_name_the_field() {
         let ok = MulticastConfig::new("239.255.77.1:30000".parse().unwrap());
         assert_eq!(ok.validate(), Ok(()));
@@ -1342,6 +1687,273 @@ mod tests {
         }
         assert_eq!(rx.stats.datagrams_received, 11);
         eprintln!("tx {:?}\nrx {:?}", tx.stats, rx.stats);
+    }
+
+    /// A unicast endpoint on the loopback for `me` accepting `peers`, to feed by hand.
+    fn endpoint(me: u32, peers: &[u32]) -> Multicast {
+        let who = Sender {
+            cluster_id: 7,
+            node: NodeId(me),
+            incarnation: 1,
+        };
+        let peers: Vec<NodeId> = peers.iter().map(|&p| NodeId(p)).collect();
+        let bind: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        Multicast::open_unicast(bind, (1 << 20, 1 << 20), who, &peers).unwrap()
+    }
+
+    /// What `tx` queued, as the datagrams' bytes, emptying its queue.
+    fn drain_queue(tx: &mut Multicast) -> Vec<BytesMut> {
+        let out = tx
+            .queue
+            .drain(..)
+            .map(|q| {
+                let mut b = BytesMut::from(&q.headers[..]);
+                q.chunks.iter().for_each(|c| b.extend_from_slice(c));
+                assert_eq!(b.len(), q.bytes);
+                b
+            })
+            .collect();
+        tx.queued_bytes = 0;
+        out
+    }
+
+    /// A body of `len` bytes that tells its bytes apart.
+    fn body_of(len: usize) -> Vec<Bytes> {
+        let b: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
+        // Two chunks, so that segment parts cut across a chunk boundary too.
+        let b = Bytes::from(b);
+        vec![b.slice(..len / 3), b.slice(len / 3..)]
+    }
+
+    #[test]
+    fn a_large_datagram_is_queued_as_equal_segments_and_joined_whole_in_order() {
+        let mut tx = endpoint(1, &[2]);
+        tx.segment_bytes = 1472;
+        let to: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        assert!(tx.push_to(to, 4, 3, body_of(20_000)));
+        assert!(
+            tx.push_to(to, 4, 3, body_of(1000)),
+            "a small one leaves whole"
+        );
+        let dgrams = drain_queue(&mut tx);
+        let part = 1472 - SEGMENT_HEADER_BYTES;
+        let count = (20_000 + OVERHEAD_BYTES).div_ceil(part);
+        assert_eq!(dgrams.len(), count + 1);
+        assert!(dgrams[..count - 1].iter().all(|d| d.len() == 1472));
+        assert!(dgrams[..count].iter().all(|d| is_segment(d)));
+        assert!(!is_segment(&dgrams[count]));
+        // One GSO run: one destination, equal sizes, the last shorter.
+        let dest = SockAddr::from(to);
+        let sizes: Vec<(&SockAddr, usize)> = dgrams.iter().map(|d| (&dest, d.len())).collect();
+        assert_eq!(gso_run(sizes.iter().copied()), count);
+        assert_eq!(tx.stats.segmented_sent, 1);
+
+        let mut rx = endpoint(2, &[1]);
+        let mut wholes = Vec::new();
+        for d in dgrams.iter().take(count) {
+            if let Some(w) = rx.join(d.clone()).unwrap() {
+                wholes.push(w);
+            }
+        }
+        assert_eq!(wholes.len(), 1, "joined once, at the last part");
+        let (node, whole) = wholes.pop().unwrap();
+        assert_eq!(node, NodeId(1));
+        let (from, f) = decode(whole, 7).unwrap();
+        assert_eq!((from.node, f.kind, f.group), (NodeId(1), 4, 3));
+        let want: Vec<u8> = body_of(20_000).iter().flat_map(|c| c.to_vec()).collect();
+        assert_eq!(&f.body[..], &want[..]);
+        assert_eq!(rx.stats.segmented_joined, 1);
+        assert!(rx.joining.is_empty());
+    }
+
+    #[test]
+    fn a_missing_repeated_or_foreign_part_joins_nothing() {
+        let mut tx = endpoint(1, &[2]);
+        tx.segment_bytes = 600;
+        let to: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        assert!(tx.push_to(to, 4, 0, body_of(3000)));
+        let first = drain_queue(&mut tx);
+        assert!(tx.push_to(to, 4, 0, body_of(3000)));
+        let second = drain_queue(&mut tx);
+        assert!(first.len() >= 4);
+        let n = first.len();
+        let feed = |rx: &mut Multicast, ds: &[&BytesMut]| -> (usize, usize) {
+            let (mut wholes, mut errors) = (0, 0);
+            for d in ds {
+                match rx.join((*d).clone()) {
+                    Ok(Some(_)) => wholes += 1,
+                    Ok(None) => {}
+                    Err(DatagramError::BadSegment { .. }) => errors += 1,
+                    Err(e) => panic!("unexpected {e}"),
+                }
+            }
+            (wholes, errors)
+        };
+        let mut rx = endpoint(2, &[1]);
+        // A part missing: the next one is refused, nothing is joined.
+        let skip: Vec<&BytesMut> = first
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 1)
+            .map(|(_, d)| d)
+            .collect();
+        assert_eq!(feed(&mut rx, &skip), (0, n - 2));
+        // A part repeated.
+        let mut rep: Vec<&BytesMut> = first.iter().collect();
+        rep.insert(2, &first[1]);
+        assert_eq!(feed(&mut rx, &rep).0, 0);
+        // A part of the next datagram in the middle: both are lost, the next one whole.
+        let mut mixed: Vec<&BytesMut> = first[..2].iter().collect();
+        mixed.push(&second[1]);
+        mixed.extend(first[2..].iter());
+        mixed.extend(second.iter());
+        assert_eq!(feed(&mut rx, &mixed), (1, n - 1));
+        // In order, after all that: joined.
+        let all: Vec<&BytesMut> = first.iter().collect();
+        assert_eq!(feed(&mut rx, &all), (1, 0));
+        // From a node that is no member: refused before any room is taken.
+        let mut stranger = endpoint(2, &[]);
+        assert!(matches!(
+            stranger.join(first[0].clone()),
+            Err(DatagramError::UnknownSender { node: 1 })
+        ));
+        assert!(stranger.joining.is_empty());
+        // Its own segments, heard back: ignored.
+        let mut own = endpoint(1, &[2]);
+        assert!(matches!(own.join(first[0].clone()), Ok(None)));
+        assert_eq!(own.stats.datagrams_own, 1);
+    }
+
+    #[test]
+    fn a_joined_datagram_must_name_the_sender_of_its_segments() {
+        // Node 1's segments carrying a datagram that names node 3.
+        let three = Sender {
+            cluster_id: 7,
+            node: NodeId(3),
+            incarnation: 1,
+        };
+        let whole = encode_to_bytes(&three, 4, 0, &body_of(2000)).unwrap();
+        let one = Sender {
+            node: NodeId(1),
+            ..three
+        };
+        let total = whole.len() as u32;
+        let half = whole.len() / 2;
+        let seg = |i: u16, part: &[u8]| {
+            let mut b = BytesMut::from(&encode_segment_header(&one, 1, i, 2, total)[..]);
+            b.extend_from_slice(part);
+            b
+        };
+        let mut rx = endpoint(2, &[1, 3]);
+        rx.backlog.push_back((seg(0, &whole[..half]), None));
+        rx.backlog.push_back((seg(1, &whole[half..]), None));
+        assert!(matches!(rx.recv().unwrap(), Received::Dropped));
+        assert!(matches!(rx.recv().unwrap(), Received::Dropped));
+        assert_eq!(rx.stats.datagrams_received, 0);
+        assert_eq!(rx.stats.datagrams_rejected, 1, "{:?}", rx.stats);
+    }
+
+    #[test]
+    fn every_segment_header_corruption_is_refused_and_random_segments_never_panic() {
+        let me = Sender {
+            cluster_id: 7,
+            node: NodeId(1),
+            incarnation: 1,
+        };
+        let mut seg = BytesMut::from(&encode_segment_header(&me, 9, 1, 3, 4000)[..]);
+        seg.extend_from_slice(&[0xAB; 100]);
+        assert!(decode_segment_header(&seg, 7).is_ok());
+        assert!(decode_segment_header(&seg, 8).is_err(), "other cluster");
+        for byte in 0..SEGMENT_HEADER_BYTES {
+            for bit in 0..8 {
+                let mut b = seg.clone();
+                b[byte] ^= 1 << bit;
+                assert!(
+                    decode_segment_header(&b, 7).is_err(),
+                    "flip of bit {bit} of byte {byte} accepted"
+                );
+            }
+        }
+        for (index, count, total) in [(3, 3, 4000), (0, 1, 4000), (0, 2, 10), (0, 2, 70_000)] {
+            let h = encode_segment_header(&me, 1, index, count, total);
+            let mut b = BytesMut::from(&h[..]);
+            b.extend_from_slice(&[1]);
+            assert!(
+                matches!(
+                    decode_segment_header(&b, 7),
+                    Err(DatagramError::BadSegment { .. })
+                ),
+                "index {index} count {count} total {total}"
+            );
+        }
+        // Random headers with a valid checksum, fed in any order: errors, never a panic,
+        // never more than one whole datagram's room per sender.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        };
+        let mut rx = endpoint(2, &[1]);
+        for _ in 0..20_000 {
+            let count = (next() % 5) as u16;
+            let index = (next() % 6) as u16;
+            let total = (next() % 70_000) as u32;
+            let mut b =
+                BytesMut::from(&encode_segment_header(&me, next() % 3, index, count, total)[..]);
+            b.extend_from_slice(&vec![next() as u8; (next() % 3000) as usize]);
+            let _ = rx.join(b);
+            assert!(rx.joining.len() <= 1);
+            assert!(
+                rx.joining
+                    .values()
+                    .all(|j| j.buf.len() <= MAX_DATAGRAM_BYTES)
+            );
+        }
+    }
+
+    #[test]
+    fn segments_cross_a_real_socket_in_one_gso_send() {
+        let port = 41_001 + (std::process::id() % 2000) as u16 * 3;
+        let mut cfg = MulticastConfig::new(SocketAddrV4::new([239, 255, 79, 9].into(), port));
+        cfg.segment_bytes = 1472;
+        let who = |n: u32| Sender {
+            cluster_id: 5,
+            node: NodeId(n),
+            incarnation: 1,
+        };
+        let mut tx = Multicast::open(&cfg, who(1), &[NodeId(2)], &[]).unwrap();
+        let mut rx = Multicast::open(&cfg, who(2), &[NodeId(1)], &[]).unwrap();
+        for len in [30_000, 500, 60_000] {
+            assert!(tx.push(4, 0, body_of(len)));
+        }
+        tx.flush();
+        assert!(!tx.has_queued());
+        assert_eq!(tx.stats.segmented_sent, 2);
+        let mut got = Vec::new();
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while got.len() < 3 && std::time::Instant::now() < end {
+            match rx.recv().unwrap() {
+                Received::Frame(from, f) => {
+                    assert_eq!(from, NodeId(1));
+                    got.push(f.body);
+                }
+                Received::Dropped => {}
+                Received::Empty => std::thread::sleep(std::time::Duration::from_millis(5)),
+            }
+        }
+        let lens: Vec<usize> = got.iter().map(Bytes::len).collect();
+        assert_eq!(lens, [30_000, 500, 60_000], "rx: {:?}", rx.stats);
+        for body in &got {
+            let want: Vec<u8> = body_of(body.len())
+                .iter()
+                .flat_map(|c| c.to_vec())
+                .collect();
+            assert_eq!(&body[..], &want[..]);
+        }
+        assert_eq!(rx.stats.segmented_joined, 2, "{:?}", rx.stats);
+        assert_eq!(rx.stats.datagrams_rejected, 0, "{:?}", rx.stats);
     }
 
     #[test]

@@ -10,10 +10,15 @@
 //!
 //! - one network namespace per node (`abcast-TAG-nI`), with `lo` and one interface `eth0`
 //!   holding `10.77.K.(I+1)/24`, and a route for 224.0.0.0/4 through it;
-//! - a bridge `abrTAG` in the caller's namespace as the switch (multicast snooping off, so
-//!   it floods group traffic to every port, as a switch without IGMP snooping does), with
-//!   `10.77.K.254/24` so the caller can reach the nodes;
+//! - a bridge `abrTAG` as the switch (multicast snooping off, so it floods group traffic to
+//!   every port, as a switch without IGMP snooping does), in a namespace of its own
+//!   (`abcast-TAG-sw`) where the host's netfilter is not called for bridged frames
+//!   (`net.bridge.bridge-nf-call-*tables = 0` there: a switch does not run its hosts'
+//!   firewall, and with `br_netfilter` loaded that pass cost about a tenth of both cores in
+//!   the group-peer workload, for abcast and Corosync alike);
 //! - a veth pair per node, `eth0` in the node's namespace and `abTAGhI` on the bridge;
+//! - a veth pair to the caller's namespace, `abTAGgw` holding `10.77.K.254/24`, so the
+//!   caller can reach the nodes;
 //! - a token-bucket shaper (`tc qdisc tbf`) on both ends of each pair: the node's NIC sends
 //!   at most `rate_mbit`, and the switch port towards the node delivers at most `rate_mbit`
 //!   (none with [`EmulatedLan::create_unshaped`], for comparisons where the link should
@@ -65,6 +70,10 @@ impl LanNode {
 #[derive(Debug)]
 pub struct EmulatedLan {
     bridge: String,
+    /// The switch's namespace, which holds the bridge and its ports.
+    switch: String,
+    /// The caller's end of the link to the switch.
+    uplink: String,
     pub nodes: Vec<LanNode>,
     /// Each link's rate each way; `None` when the links are not shaped.
     pub rate_mbit: Option<u32>,
@@ -93,8 +102,8 @@ fn tool(program: &str, args: &[&str]) -> Result<(), String> {
 }
 
 /// Shapes both ends of one node's veth pair, `eth0` in namespace `ns` and the bridge port
-/// `host`, to `mbit` each way.
-fn shape(ns: &str, host: &str, mbit: u32) -> Result<(), String> {
+/// `host` in the switch's namespace `sw`, to `mbit` each way.
+fn shape(ns: &str, sw: &str, host: &str, mbit: u32) -> Result<(), String> {
     let rate = format!("{mbit}mbit");
     let burst = burst_bytes(mbit).to_string();
     let limit = SHAPER_LIMIT_BYTES.to_string();
@@ -104,7 +113,7 @@ fn shape(ns: &str, host: &str, mbit: u32) -> Result<(), String> {
     let mut node_side = vec!["-n", ns, "qdisc", "add", "dev", "eth0"];
     node_side.extend_from_slice(&tbf);
     tool("tc", &node_side)?;
-    let mut port_side = vec!["qdisc", "add", "dev", host];
+    let mut port_side = vec!["-n", sw, "qdisc", "add", "dev", host];
     port_side.extend_from_slice(&tbf);
     tool("tc", &port_side)
 }
@@ -157,6 +166,8 @@ impl EmulatedLan {
         let subnet = |host: usize| Ipv4Addr::new(10, 77, k as u8, host as u8);
         let lan = EmulatedLan {
             bridge: format!("abr{tag}"),
+            switch: format!("abcast-{tag}-sw"),
+            uplink: format!("ab{tag}gw"),
             nodes: (0..nodes)
                 .map(|i| LanNode {
                     netns: format!("abcast-{tag}-n{i}"),
@@ -174,16 +185,59 @@ impl EmulatedLan {
     }
 
     fn build(&self, tag: &str) -> Result<(), String> {
-        let br = self.bridge.as_str();
+        let (br, sw) = (self.bridge.as_str(), self.switch.as_str());
         let mtu = LAN_MTU_BYTES.to_string();
         let gateway = format!("{}/24", self.gateway);
-        tool("ip", &["link", "add", br, "type", "bridge"])?;
+        tool("ip", &["netns", "add", sw])?;
+        // Bridged frames skip the host's netfilter in the switch's namespace (these keys
+        // are per namespace). A kernel without `br_netfilter` has no such keys and never
+        // calls it: nothing to turn off.
+        for table in ["iptables", "ip6tables", "arptables"] {
+            let key = format!("net.bridge.bridge-nf-call-{table}=0");
+            let _ = tool("ip", &["netns", "exec", sw, "sysctl", "-qw", &key]);
+        }
+        tool("ip", &["-n", sw, "link", "add", br, "type", "bridge"])?;
         tool(
             "ip",
-            &["link", "set", br, "type", "bridge", "mcast_snooping", "0"],
+            &[
+                "-n",
+                sw,
+                "link",
+                "set",
+                br,
+                "type",
+                "bridge",
+                "mcast_snooping",
+                "0",
+            ],
         )?;
-        tool("ip", &["addr", "add", &gateway, "dev", br])?;
-        tool("ip", &["link", "set", br, "up"])?;
+        tool("ip", &["-n", sw, "link", "set", br, "up"])?;
+        // The caller's link to the switch.
+        tool(
+            "ip",
+            &[
+                "link",
+                "add",
+                &self.uplink,
+                "mtu",
+                &mtu,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "uplink",
+                "netns",
+                sw,
+                "mtu",
+                &mtu,
+            ],
+        )?;
+        tool(
+            "ip",
+            &["-n", sw, "link", "set", "dev", "uplink", "master", br, "up"],
+        )?;
+        tool("ip", &["addr", "add", &gateway, "dev", &self.uplink])?;
+        tool("ip", &["link", "set", &self.uplink, "up"])?;
         for (i, n) in self.nodes.iter().enumerate() {
             let ns = n.netns.as_str();
             let host = format!("ab{tag}h{i}");
@@ -192,11 +246,11 @@ impl EmulatedLan {
             tool(
                 "ip",
                 &[
-                    "link", "add", &host, "mtu", &mtu, "type", "veth", "peer", "name", "eth0",
-                    "netns", ns, "mtu", &mtu,
+                    "-n", sw, "link", "add", &host, "mtu", &mtu, "type", "veth", "peer", "name",
+                    "eth0", "netns", ns, "mtu", &mtu,
                 ],
             )?;
-            tool("ip", &["link", "set", &host, "master", br, "up"])?;
+            tool("ip", &["-n", sw, "link", "set", &host, "master", br, "up"])?;
             tool("ip", &["-n", ns, "addr", "add", &addr, "dev", "eth0"])?;
             tool("ip", &["-n", ns, "link", "set", "eth0", "up"])?;
             tool("ip", &["-n", ns, "link", "set", "lo", "up"])?;
@@ -205,22 +259,28 @@ impl EmulatedLan {
                 &["-n", ns, "route", "add", "224.0.0.0/4", "dev", "eth0"],
             )?;
             if let Some(mbit) = self.rate_mbit {
-                shape(ns, &host, mbit)?;
+                shape(ns, sw, &host, mbit)?;
             }
         }
         Ok(())
     }
 
-    /// Removes the namespaces (which takes their veth pairs along) and the bridge;
-    /// whatever does not exist is skipped.
+    /// Removes the namespaces (which takes their veth pairs and the bridge along); whatever
+    /// does not exist is skipped. A bridge of the same name in the caller's namespace, as
+    /// builds before the switch had a namespace left it, goes too.
     fn remove(&self) {
-        for n in &self.nodes {
-            if n.netns_path().exists() {
-                let _ = tool("ip", &["netns", "del", &n.netns]);
+        let switch = PathBuf::from("/var/run/netns").join(&self.switch);
+        let namespaces = self.nodes.iter().map(LanNode::netns_path);
+        for ns in namespaces.chain(std::iter::once(switch)) {
+            if ns.exists() {
+                let name = ns.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+                let _ = tool("ip", &["netns", "del", name]);
             }
         }
-        if PathBuf::from("/sys/class/net").join(&self.bridge).exists() {
-            let _ = tool("ip", &["link", "del", &self.bridge]);
+        for link in [&self.bridge, &self.uplink] {
+            if PathBuf::from("/sys/class/net").join(link).exists() {
+                let _ = tool("ip", &["link", "del", link]);
+            }
         }
     }
 }

@@ -23,7 +23,7 @@
 
 use super::BenchArgs;
 use super::corosync::{self, CorosyncTuning, CpgFigures, CpgSpec, Proc, spawn_in_netns};
-use super::lan::EmulatedLan;
+use super::lan::{EmulatedLan, LAN_MTU_BYTES};
 use super::output::{command_line, create_out_dir, finish, write_file};
 use crate::error::HarnessError;
 use crate::format::{group, utc_now};
@@ -49,6 +49,12 @@ const CLIENT_PORT: u16 = 7500;
 const MULTICAST_GROUP: &str = "239.255.78.1:31800";
 /// The LAN tags, apart from Corosync's.
 const LAN_TAG: &str = "agp";
+/// The nodes' bound on what waits for one client (`[transport] client_queue_bytes`, 16 MiB
+/// by default): 64 MiB.
+const LISTENER_QUEUE_BYTES: usize = 64 << 20;
+/// `[multicast] segment_bytes`: a jumbo frame's UDP payload (the LAN's MTU less 28 bytes of
+/// IP and UDP header), so a 60,000-byte value leaves as 7 segments in one GSO send.
+const SEGMENT_BYTES: usize = LAN_MTU_BYTES as usize - 28;
 /// How long the ring may take to form before a run fails.
 const FORM_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -64,6 +70,19 @@ pub struct AbcastSpec {
     pub max_message_bytes: usize,
     /// Where the config, the logs and the clients' output go.
     pub out_dir: PathBuf,
+    /// The clients reach their member through its Unix client socket (`client_path`),
+    /// the counterpart of Corosync's shared-memory IPC; otherwise through TCP.
+    pub unix_clients: bool,
+    /// `[multicast] segment_bytes`: 0 sends each value whole, for IP to fragment.
+    pub segment_bytes: usize,
+}
+
+impl AbcastSpec {
+    /// Member `i`'s client socket: in the temporary directory, whose path is short (a
+    /// Unix socket path holds at most 107 bytes), named by this process.
+    pub fn client_path(&self, i: usize) -> PathBuf {
+        std::env::temp_dir().join(format!("abcast-gp-{}-{i}.sock", std::process::id()))
+    }
 }
 
 /// What one abcast run measured (the receivers' medians).
@@ -133,8 +152,11 @@ pub fn abcast_config(lan: &EmulatedLan, spec: &AbcastSpec) -> String {
     for (i, n) in lan.nodes.iter().enumerate() {
         let _ = write!(
             s,
-            "[[members]]\nid = {i}\naddr = \"{}:{PEER_PORT}\"\nclient_addr = \"{}:{CLIENT_PORT}\"\n",
-            n.addr, n.addr
+            "[[members]]\nid = {i}\naddr = \"{}:{PEER_PORT}\"\nclient_addr = \"{}:{CLIENT_PORT}\"\n\
+             client_path = \"{}\"\n",
+            n.addr,
+            n.addr,
+            spec.client_path(i).display()
         );
     }
     let _ = write!(
@@ -142,8 +164,13 @@ pub fn abcast_config(lan: &EmulatedLan, spec: &AbcastSpec) -> String {
         "[token]\nprocess_groups = true\nmax_message_bytes = {}\n\
          [multicast]\ngroup = \"{MULTICAST_GROUP}\"\ninterface = \"0.0.0.0\"\n\
          # Each member has a namespace (a host) of its own: no copy need loop back.\n\
-         loop = false\n",
-        spec.max_message_bytes
+         loop = false\n\
+         # Values of 60,000 bytes leave as jumbo-frame segments in one GSO send.\n\
+         segment_bytes = {}\n\
+         # A listener the scheduler leaves behind for a moment (nine busy processes on\n\
+         # two cores) has room to catch up before its node closes it as too slow.\n\
+         [transport]\nclient_queue_bytes = {}\n",
+        spec.max_message_bytes, spec.segment_bytes, LISTENER_QUEUE_BYTES
     );
     s
 }
@@ -181,8 +208,18 @@ pub fn run_abcast_workload(spec: &AbcastSpec) -> Result<AbcastFigures, String> {
             &log("node", i, "err"),
         )?);
     }
-    let client = |i: usize| format!("{}:{CLIENT_PORT}", lan.nodes[i].addr);
-    wait_for_ring(&(0..MEMBERS).map(client).collect::<Vec<_>>(), &mut nodes)?;
+    let tcp_client = |i: usize| format!("{}:{CLIENT_PORT}", lan.nodes[i].addr);
+    wait_for_ring(
+        &(0..MEMBERS).map(tcp_client).collect::<Vec<_>>(),
+        &mut nodes,
+    )?;
+    let client = |i: usize| {
+        if spec.unix_clients {
+            spec.client_path(i).display().to_string()
+        } else {
+            tcp_client(i)
+        }
+    };
     let listen_s = format!("{:.3}", spec.warmup_s + spec.duration_s + 3.0);
     let send_s = format!("{:.3}", spec.warmup_s + spec.duration_s);
     let warmup = format!("{:.3}", spec.warmup_s);
@@ -400,6 +437,8 @@ pub fn run(args: &BenchArgs) -> Result<u8, HarnessError> {
                 warmup_s,
                 max_message_bytes,
                 out_dir: out.join(format!("abcast-s{}-r{run}", p.senders)),
+                unix_clients: true,
+                segment_bytes: SEGMENT_BYTES,
             };
             let a = run_abcast_workload(&spec);
             match &a {
@@ -640,7 +679,8 @@ fn summary(
     let _ = writeln!(s, "- Machine: {}", super::machine());
     let _ = writeln!(
         s,
-        "- Each member in a network namespace of its own on one bridge (no shaping); a daemon \
+        "- Each member in a network namespace of its own on one bridge (no shaping, {LAN_MTU_BYTES}-byte \
+         MTU, the host's netfilter not called for bridged frames); a daemon \
          and a receiving client per member, sending clients at the first one or all three; \
          {} s measured after 1 s of warm-up, {} run(s) per point, abcast and Corosync \
          interleaved; medians below.",
@@ -650,9 +690,11 @@ fn summary(
         s,
         "- abcast: `protocol = \"token\"`, `process_groups = true`, `max_message_bytes = \
          {max_message_bytes}` (a client's messages packed into values of that size), data by \
-         IP multicast (`loop = false`: a member per host), `abcast multicast` / `abcast \
-         listen --stats` over the client port (no body checksum between a client and its \
-         node on one host)."
+         IP multicast (`loop = false`: a member per host; `segment_bytes = {SEGMENT_BYTES}`: a \
+         value leaves as jumbo-frame segments in one UDP GSO send), `abcast multicast` / \
+         `abcast listen --stats` through each member's Unix client socket (`client_path`, \
+         the counterpart of Corosync's shared-memory IPC; no body checksum on one host), \
+         `client_queue_bytes = {LISTENER_QUEUE_BYTES}`."
     );
     match peer {
         Ok(()) => {

@@ -115,6 +115,20 @@ fn the_original_totem_ring_orders_too() {
 }
 
 #[test]
+fn values_larger_than_a_frame_travel_as_segments_and_order_the_same() {
+    // Messages of up to 30,000 bytes by IP multicast on the loopback, each leaving as
+    // segments of 1472 bytes in one GSO send and joined at every member.
+    let port = 32_000 + (std::process::id() % 4000) as u16;
+    run_ring(
+        "token-segments",
+        &format!(
+            "max_message_bytes = 30000\n[multicast]\ngroup = \"239.255.80.7:{port}\"\n\
+             segment_bytes = 1472\n"
+        ),
+    );
+}
+
+#[test]
 fn token_config_errors_name_their_field() {
     let dir = temp_dir("token-cfg");
     let ok = token_config(&[7400, 7401, 7402], &[], "");

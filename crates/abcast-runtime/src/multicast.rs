@@ -1642,6 +1642,23 @@ mod tests {
             as usize);
     }
 
+    /// The bodies of up to `n` frames `rx` reads from `from` within 30 s, in order.
+    fn receive(rx: &mut Multicast, from: NodeId, n: usize) -> Vec<Bytes> {
+        let mut got = Vec::new();
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while got.len() < n && std::time::Instant::now() < end {
+            match rx.recv().unwrap() {
+                Received::Frame(node, f) => {
+                    assert_eq!(node, from);
+                    got.push(f.body);
+                }
+                Received::Dropped => {}
+                Received::Empty => std::thread::sleep(std::time::Duration::from_millis(5)),
+            }
+        }
+        got
+    }
+
     #[test]
     fn a_run_sent_with_gso_arrives_as_its_datagrams_in_order() {
         let port = 41_000 + (std::process::id() % 2000) as u16 * 3;
@@ -1664,18 +1681,7 @@ mod tests {
         if tx.gso {
             assert_eq!(tx.stats.gso_sends, 1, "{:?}", tx.stats);
         }
-        let mut got = Vec::new();
-        let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while got.len() < 11 && std::time::Instant::now() < end {
-            match rx.recv().unwrap() {
-                Received::Frame(from, f) => {
-                    assert_eq!(from, NodeId(1));
-                    got.push(f.body);
-                }
-                Received::Dropped => {}
-                Received::Empty => std::thread::sleep(std::time::Duration::from_millis(5)),
-            }
-        }
+        let got = receive(&mut rx, NodeId(1), 11);
         assert_eq!(got.len(), 11, "rx: {:?}", rx.stats);
         for (i, body) in got.iter().enumerate() {
             let len = if i == 10 { 300 } else { 1400 };
@@ -1931,18 +1937,7 @@ mod tests {
         tx.flush();
         assert!(!tx.has_queued());
         assert_eq!(tx.stats.segmented_sent, 2);
-        let mut got = Vec::new();
-        let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while got.len() < 3 && std::time::Instant::now() < end {
-            match rx.recv().unwrap() {
-                Received::Frame(from, f) => {
-                    assert_eq!(from, NodeId(1));
-                    got.push(f.body);
-                }
-                Received::Dropped => {}
-                Received::Empty => std::thread::sleep(std::time::Duration::from_millis(5)),
-            }
-        }
+        let got = receive(&mut rx, NodeId(1), 3);
         let lens: Vec<usize> = got.iter().map(Bytes::len).collect();
         assert_eq!(lens, [30_000, 500, 60_000], "rx: {:?}", rx.stats);
         for body in &got {

@@ -544,31 +544,24 @@ struct Row {
     total_order_agrees: bool,
 }
 
-impl From<&AbcastFigures> for Row {
-    fn from(f: &AbcastFigures) -> Row {
-        Row {
-            msgs_per_s: f.msgs_per_s,
-            mbit_per_s: f.mbit_per_s,
-            latency_us_p50: f.latency_us_p50,
-            latency_us_p99: f.latency_us_p99,
-            order_violations: f.order_violations,
-            total_order_agrees: f.total_order_agrees,
+/// A CSV row from either system's figures, which name these fields alike.
+macro_rules! row_from {
+    ($($figures:ty),*) => {$(
+        impl From<&$figures> for Row {
+            fn from(f: &$figures) -> Row {
+                Row {
+                    msgs_per_s: f.msgs_per_s,
+                    mbit_per_s: f.mbit_per_s,
+                    latency_us_p50: f.latency_us_p50,
+                    latency_us_p99: f.latency_us_p99,
+                    order_violations: f.order_violations,
+                    total_order_agrees: f.total_order_agrees,
+                }
+            }
         }
-    }
+    )*};
 }
-
-impl From<&CpgFigures> for Row {
-    fn from(f: &CpgFigures) -> Row {
-        Row {
-            msgs_per_s: f.msgs_per_s,
-            mbit_per_s: f.mbit_per_s,
-            latency_us_p50: f.latency_us_p50,
-            latency_us_p99: f.latency_us_p99,
-            order_violations: f.order_violations,
-            total_order_agrees: f.total_order_agrees,
-        }
-    }
-}
+row_from!(AbcastFigures, CpgFigures);
 
 fn csv_row(s: &mut String, system: &str, senders: usize, run: usize, r: Result<Row, &String>) {
     let _ = match r {

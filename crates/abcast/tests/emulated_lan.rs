@@ -127,7 +127,7 @@ fn multicast_crosses_the_bridge_to_every_other_node_and_the_lan_is_removed_on_dr
 }
 
 #[test]
-fn an_unshaped_lan_has_no_shaper_on_either_side_and_is_removed_on_drop() {
+fn an_unshaped_lan_has_no_shaper_or_firewall_and_is_removed_on_drop() {
     if let Some(why) = cannot_build() {
         eprintln!("skipping: {why}");
         return;
@@ -138,7 +138,14 @@ fn an_unshaped_lan_has_no_shaper_on_either_side_and_is_removed_on_drop() {
     for (i, n) in lan.nodes.iter().enumerate() {
         for args in [
             vec!["-n", n.netns.as_str(), "qdisc", "show", "dev", "eth0"],
-            vec!["qdisc", "show", "dev", &format!("ab{t}h{i}")],
+            vec![
+                "-n",
+                lan.switch_netns(),
+                "qdisc",
+                "show",
+                "dev",
+                &format!("ab{t}h{i}"),
+            ],
         ] {
             let out = std::process::Command::new("tc")
                 .args(&args)
@@ -149,7 +156,21 @@ fn an_unshaped_lan_has_no_shaper_on_either_side_and_is_removed_on_drop() {
             assert!(!text.contains("tbf"), "tc {args:?}: a shaper: {text}");
         }
     }
-    let paths: Vec<PathBuf> = lan.nodes.iter().map(|n| n.netns_path()).collect();
+    // The switch does not run the host's firewall on bridged frames (where the kernel has
+    // br_netfilter, whose keys these are; without it nothing calls netfilter anyway).
+    for table in ["iptables", "ip6tables", "arptables"] {
+        let key = format!("net.bridge.bridge-nf-call-{table}");
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", lan.switch_netns(), "sysctl", "-n", &key])
+            .output()
+            .expect("ip netns exec sysctl");
+        if out.status.success() {
+            assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0", "{key}");
+        }
+    }
+    let mut paths: Vec<PathBuf> = lan.nodes.iter().map(|n| n.netns_path()).collect();
+    paths.push(PathBuf::from("/var/run/netns").join(lan.switch_netns()));
+    assert!(paths.iter().all(|p| p.exists()));
     drop(lan);
     for p in paths {
         assert!(!p.exists(), "{} outlived the LAN", p.display());

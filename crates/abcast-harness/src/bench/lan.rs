@@ -265,6 +265,11 @@ impl EmulatedLan {
         Ok(())
     }
 
+    /// The switch's namespace (`abcast-TAG-sw`): the bridge and its ports `abTAGhI`.
+    pub fn switch_netns(&self) -> &str {
+        &self.switch
+    }
+
     /// Removes the namespaces (which takes their veth pairs and the bridge along); whatever
     /// does not exist is skipped. A bridge of the same name in the caller's namespace, as
     /// builds before the switch had a namespace left it, goes too.

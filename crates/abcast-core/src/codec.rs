@@ -42,7 +42,13 @@ impl Encoder {
     }
     /// Appends shared bytes: large ones become their own chunk (no copy), small ones are copied.
     pub fn put_bytes(&mut self, b: &Bytes) {
-        if b.len() >= ZERO_COPY_MIN_BYTES {
+        self.put_bytes_from(b, ZERO_COPY_MIN_BYTES);
+    }
+    /// [`Encoder::put_bytes`] with its own bound: bytes of at least `min_len` become their
+    /// own chunk. For bodies that go to one vectored write at once, where a chunk costs an
+    /// iovec and a copy costs a pass over the bytes.
+    pub fn put_bytes_from(&mut self, b: &Bytes, min_len: usize) {
+        if b.len() >= min_len {
             if !self.current.is_empty() {
                 let head = self.current.split().freeze();
                 self.chunks.push(head);

@@ -106,6 +106,11 @@ const MAX_GROUP_ITEMS: usize = 1 << 20;
 
 /// Most values in one `Propose` frame (and ids in one reply).
 pub const MAX_VALUES_PER_FRAME: usize = 1 << 16;
+/// A group multicast's messages of at least this many bytes leave as chunks of their own
+/// (an iovec each in the client's vectored write) instead of copies: one pass over a
+/// 1 KiB message fewer at the sender, which the group-peer profile showed as a quarter of
+/// all user-space copies.
+pub const CLIENT_ZERO_COPY_MIN_BYTES: usize = 256;
 /// Most values in one delivered batch accepted from a node.
 const MAX_BATCH_VALUES: usize = 1 << 24;
 /// Longest error text.
@@ -323,7 +328,8 @@ impl ClientFrame {
         }
     }
 
-    /// The body as chunks; payloads are shared, not copied, when large.
+    /// The body as chunks; payloads are shared, not copied, when large (a group
+    /// multicast's from [`CLIENT_ZERO_COPY_MIN_BYTES`]).
     pub fn encode(&self) -> Vec<Bytes> {
         let mut e = Encoder::new();
         match self {
@@ -414,7 +420,9 @@ impl ClientFrame {
                 e.put_u32(payloads.len() as u32);
                 for p in payloads {
                     e.put_u32(p.len() as u32);
-                    e.put_bytes(p);
+                    // A client writes the frame in vectored writes: its messages go to the
+                    // kernel from where they are, not copied into one buffer first.
+                    e.put_bytes_from(p, CLIENT_ZERO_COPY_MIN_BYTES);
                 }
             }
             ClientFrame::GroupListen { group } => put_name(&mut e, group),
@@ -945,6 +953,21 @@ mod tests {
             level: DeliveryLevel::Safe,
             payloads: vec![Bytes::from_static(b"x"), Bytes::new()],
         });
+        // Messages from CLIENT_ZERO_COPY_MIN_BYTES up leave as chunks of their own.
+        let big = ClientFrame::GroupMulticast {
+            group: "orders".into(),
+            sender: "alice".into(),
+            level: DeliveryLevel::Agreed,
+            payloads: vec![
+                Bytes::from(vec![1u8; CLIENT_ZERO_COPY_MIN_BYTES]),
+                Bytes::from_static(b"small"),
+                Bytes::from(vec![2u8; 1024]),
+            ],
+        };
+        let chunks = big.encode();
+        let shared = |len: usize| chunks.iter().filter(|c| c.len() == len).count();
+        assert_eq!((shared(CLIENT_ZERO_COPY_MIN_BYTES), shared(1024)), (1, 1));
+        roundtrip(big);
         roundtrip(ClientFrame::GroupListen {
             group: String::new(),
         });

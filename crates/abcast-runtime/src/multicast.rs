@@ -361,6 +361,29 @@ fn header_crc(head: &[u8; 28], frame_header: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(head), frame_header)
 }
 
+/// The checks a datagram and a segment share: at least `min_len` and at most
+/// [`MAX_DATAGRAM_BYTES`] bytes, `magic`, this build's version, reserved bytes zero.
+fn check_prefix(dgram: &[u8], min_len: usize, magic: u32) -> Result<(), DatagramError> {
+    let len = dgram.len();
+    if len < min_len {
+        return Err(DatagramError::TooShort { len });
+    }
+    if len > MAX_DATAGRAM_BYTES {
+        return Err(DatagramError::TooLong { len });
+    }
+    let found = u32_at(dgram, 0);
+    if found != magic {
+        return Err(DatagramError::BadMagic { found });
+    }
+    if dgram[4] != VERSION {
+        return Err(DatagramError::UnsupportedVersion { found: dgram[4] });
+    }
+    if dgram[5..8] != [0, 0, 0] {
+        return Err(DatagramError::Reserved);
+    }
+    Ok(())
+}
+
 /// Both headers of a datagram carrying a frame of `kind`, `group` and body `chunks`, or
 /// `None` when the datagram would exceed [`MAX_DATAGRAM_BYTES`].
 pub fn encode_headers(
@@ -435,23 +458,8 @@ pub fn decode_segment_header(
     dgram: &[u8],
     cluster_id: u64,
 ) -> Result<SegmentHeader, DatagramError> {
-    let len = dgram.len();
-    if len <= SEGMENT_HEADER_BYTES {
-        return Err(DatagramError::TooShort { len });
-    }
-    if len > MAX_DATAGRAM_BYTES {
-        return Err(DatagramError::TooLong { len });
-    }
-    let magic = u32_at(dgram, 0);
-    if magic != SEGMENT_MAGIC {
-        return Err(DatagramError::BadMagic { found: magic });
-    }
-    if dgram[4] != VERSION {
-        return Err(DatagramError::UnsupportedVersion { found: dgram[4] });
-    }
-    if dgram[5..8] != [0, 0, 0] {
-        return Err(DatagramError::Reserved);
-    }
+    // A segment carries at least one byte of its whole.
+    check_prefix(dgram, SEGMENT_HEADER_BYTES + 1, SEGMENT_MAGIC)?;
     if u32_at(dgram, 44) != crc32c::crc32c(&dgram[..44]) {
         return Err(DatagramError::HeaderChecksum);
     }
@@ -518,22 +526,7 @@ pub fn encode_to_bytes(from: &Sender, kind: u8, group: u16, chunks: &[Bytes]) ->
 /// `cluster_id` is this node's; the sender is checked by the caller.
 pub fn decode(mut dgram: BytesMut, cluster_id: u64) -> Result<(Sender, Frame), DatagramError> {
     let len = dgram.len();
-    if len < OVERHEAD_BYTES {
-        return Err(DatagramError::TooShort { len });
-    }
-    if len > MAX_DATAGRAM_BYTES {
-        return Err(DatagramError::TooLong { len });
-    }
-    let magic = u32_at(&dgram, 0);
-    if magic != MAGIC {
-        return Err(DatagramError::BadMagic { found: magic });
-    }
-    if dgram[4] != VERSION {
-        return Err(DatagramError::UnsupportedVersion { found: dgram[4] });
-    }
-    if dgram[5..8] != [0, 0, 0] {
-        return Err(DatagramError::Reserved);
-    }
+    check_prefix(&dgram, OVERHEAD_BYTES, MAGIC)?;
     let mut head = [0u8; 28];
     head.copy_from_slice(&dgram[..28]);
     if u32_at(&dgram, 28) != header_crc(&head, &dgram[32..OVERHEAD_BYTES]) {

@@ -16,12 +16,14 @@ use abcast_core::{Batch, DecodeError, Instance, NodeId, ValueId};
 use abcast_runtime::clientwire::{ClientFrame, MAX_VALUES_PER_FRAME, StatusReport};
 use abcast_runtime::frame::{self, FrameError};
 use abcast_runtime::history::Gap;
+use abcast_runtime::shm::{self, ShmLink};
 use bytes::{Bytes, BytesMut};
 use serde_json::{Value, json};
 use std::collections::{HashSet, VecDeque};
 use std::fmt;
 use std::io::{self, BufRead, BufWriter, IoSlice, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
@@ -304,11 +306,85 @@ impl From<io::Error> for ClientError {
     }
 }
 
-/// A client's connection: TCP, or the node's Unix socket (`client_path`) on its host.
+/// A client's connection: TCP, the node's Unix socket (`client_path`) on its host, or
+/// that socket with the shared-memory rings behind it (`runtime::shm`).
 #[derive(Debug)]
 enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    Shm(ShmStream),
+}
+
+/// The shared-memory channel's client end: frames go through the rings, the socket
+/// carries doorbells.
+#[derive(Debug)]
+struct ShmStream {
+    sock: UnixStream,
+    link: ShmLink,
+    /// What `set_read_timeout` asked for: the longest one wait for data may take.
+    read_timeout: Option<Duration>,
+}
+
+impl ShmStream {
+    fn write_vectored(&mut self, iov: &[IoSlice<'_>]) -> io::Result<usize> {
+        loop {
+            let n = self.link.write_vectored(iov)?;
+            if self.link.take_doorbell() {
+                shm::ring_doorbell(self.sock.as_fd())?;
+            }
+            if n > 0 || iov.iter().all(|b| b.is_empty()) {
+                return Ok(n);
+            }
+            if !self.link.wait_for_room()? {
+                // The node rings when it has read: no timeout, as a blocking write has none.
+                self.sleep(None)?;
+            }
+        }
+    }
+
+    /// Reads what the node's ring holds onto the end of `rbuf`, waiting up to the read
+    /// timeout for some; 0: the node closed the connection.
+    fn read_into(&mut self, rbuf: &mut BytesMut, max: usize) -> io::Result<usize> {
+        loop {
+            let n = self.link.read_into(rbuf, max)?;
+            if self.link.take_doorbell() {
+                shm::ring_doorbell(self.sock.as_fd())?;
+            }
+            if n > 0 {
+                return Ok(n);
+            }
+            if !self.link.wait_for_data()? && !self.sleep(self.read_timeout)? {
+                // Closed, and the ring is read to its end (a last look: the node writes
+                // before it closes).
+                return Ok(self.link.read_into(rbuf, max)?);
+            }
+        }
+    }
+
+    /// Sleeps until a doorbell (or `timeout`: `TimedOut`), then drains the doorbells.
+    /// False: the node closed the socket.
+    fn sleep(&mut self, timeout: Option<Duration>) -> io::Result<bool> {
+        let ms = timeout.map_or(-1, |t| t.as_millis().clamp(1, i32::MAX as u128) as i32);
+        let mut p = libc::pollfd {
+            fd: self.sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one pollfd that lives through the call.
+        let r = unsafe { libc::poll(&mut p, 1, ms) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(true)
+            } else {
+                Err(e)
+            };
+        }
+        if r == 0 {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        shm::drain_doorbells(self.sock.as_fd())
+    }
 }
 
 impl Stream {
@@ -316,30 +392,91 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.write_vectored(iov),
             Stream::Unix(s) => s.write_vectored(iov),
+            Stream::Shm(s) => s.write_vectored(iov),
         }
     }
 
-    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+    fn set_read_timeout(&mut self, t: Option<Duration>) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.set_read_timeout(t),
             Stream::Unix(s) => s.set_read_timeout(t),
-        }
-    }
-
-    fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        use std::os::fd::AsRawFd;
-        match self {
-            Stream::Tcp(s) => s.as_raw_fd(),
-            Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Shm(s) => {
+                s.read_timeout = t;
+                Ok(())
+            }
         }
     }
 }
 
-/// The path in a node address that names a Unix socket: `unix:PATH`, or any address with
-/// a `/` in it (`host:port` never has one).
+/// How a client on the node's host uses its Unix client socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalMode {
+    /// `unix:PATH`: frames on the socket.
+    Socket,
+    /// `shm:PATH`: frames through the shared-memory rings; fails if the node offers none.
+    Shm,
+    /// A bare path: the rings when the node offers them, else the socket.
+    Auto,
+}
+
+/// The path in a node address that names a Unix socket, and how to use it: `unix:PATH`,
+/// `shm:PATH`, or any address with a `/` in it (`host:port` never has one).
+pub fn local_path(addr: &str) -> Option<(&str, LocalMode)> {
+    if let Some(p) = addr.strip_prefix("unix:") {
+        return Some((p, LocalMode::Socket));
+    }
+    if let Some(p) = addr.strip_prefix("shm:") {
+        return Some((p, LocalMode::Shm));
+    }
+    addr.contains('/').then_some((addr, LocalMode::Auto))
+}
+
+/// The path in a node address that names a Unix socket (see [`local_path`]).
 pub fn unix_path(addr: &str) -> Option<&str> {
-    addr.strip_prefix("unix:")
-        .or_else(|| addr.contains('/').then_some(addr))
+    local_path(addr).map(|(p, _)| p)
+}
+
+/// Asks the node behind `sock` for the shared-memory rings (`ShmOpen`, the connection's
+/// first frame) and maps them. `Refused`: the node offers none; the socket goes on as it
+/// was.
+fn open_shm(sock: &UnixStream) -> Result<ShmLink, ClientError> {
+    let ask = ClientFrame::ShmOpen;
+    let header = frame::encode_client_header_unchecked(ask.kind(), &ask.encode())
+        .map_err(ClientError::Frame)?;
+    (&*sock).write_all(&header)?;
+    // The answer comes alone (nothing else is in flight), with the region's descriptor.
+    let mut buf = [0u8; 256];
+    let mut got = BytesMut::new();
+    let mut region = None;
+    let frame = loop {
+        let (n, fd) = shm::recv_with_fd(sock.as_fd(), &mut buf)?;
+        if n == 0 {
+            return Err(ClientError::Closed);
+        }
+        region = region.or(fd);
+        got.extend_from_slice(&buf[..n]);
+        if let Some(f) = frame::decode(&mut got).map_err(ClientError::Frame)? {
+            if !got.is_empty() {
+                return Err(ClientError::Unexpected(format!(
+                    "{} bytes after the answer to ShmOpen",
+                    got.len()
+                )));
+            }
+            break f;
+        }
+    };
+    match ClientFrame::decode(frame.kind, frame.body).map_err(ClientError::Decode)? {
+        ClientFrame::ShmReady { ring_bytes } => {
+            let fd = region.ok_or_else(|| {
+                ClientError::Unexpected("ShmReady came without the region".into())
+            })?;
+            let ring_bytes = usize::try_from(ring_bytes).unwrap_or(usize::MAX);
+            ShmLink::open_for_client(fd, ring_bytes)
+                .map_err(|e| ClientError::Unexpected(e.to_string()))
+        }
+        ClientFrame::Error { text } => Err(ClientError::Refused(text)),
+        other => Err(unexpected(&other)),
+    }
 }
 
 /// A blocking connection to a node's client port or client socket.
@@ -362,11 +499,23 @@ impl Client {
             addr: addr.to_string(),
             source,
         };
-        if let Some(path) = unix_path(addr) {
-            let stream = UnixStream::connect(path).map_err(err)?;
+        if let Some((path, mode)) = local_path(addr) {
+            let sock = UnixStream::connect(path).map_err(err)?;
+            let stream = match mode {
+                LocalMode::Socket => Stream::Unix(sock),
+                LocalMode::Shm | LocalMode::Auto => match open_shm(&sock) {
+                    Ok(link) => Stream::Shm(ShmStream {
+                        sock,
+                        link,
+                        read_timeout: None,
+                    }),
+                    Err(ClientError::Refused(_)) if mode == LocalMode::Auto => Stream::Unix(sock),
+                    Err(e) => return Err(e),
+                },
+            };
             // One host, no wire: frames go without a body checksum, as the node's do.
             return Ok(Client {
-                stream: Stream::Unix(stream),
+                stream,
                 rbuf: BytesMut::with_capacity(1 << 16),
                 read_timeout: None,
                 unchecked: true,
@@ -393,6 +542,15 @@ impl Client {
             }
         }
         Err(err(last))
+    }
+
+    /// How this client reaches its node: "TCP", "Unix socket" or "shared memory".
+    pub fn channel(&self) -> &'static str {
+        match self.stream {
+            Stream::Tcp(_) => "TCP",
+            Stream::Unix(_) => "Unix socket",
+            Stream::Shm(_) => "shared memory",
+        }
     }
 
     /// Writes one frame: its header and body chunks in vectored writes, without copying
@@ -481,17 +639,16 @@ impl Client {
     /// intermediate buffer; the count read.
     fn read_more(&mut self) -> io::Result<usize> {
         const READ_BYTES: usize = 256 << 10;
+        let fd = match &mut self.stream {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Shm(s) => return s.read_into(&mut self.rbuf, READ_BYTES),
+        };
         self.rbuf.reserve(READ_BYTES);
         let spare = self.rbuf.spare_capacity_mut();
         // SAFETY: read(2) writes at most `spare.len()` bytes into memory this BytesMut owns
         // and has reserved; `set_len` then covers only the bytes it wrote.
-        let n = unsafe {
-            libc::read(
-                self.stream.as_raw_fd(),
-                spare.as_mut_ptr().cast::<libc::c_void>(),
-                spare.len(),
-            )
-        };
+        let n = unsafe { libc::read(fd, spare.as_mut_ptr().cast::<libc::c_void>(), spare.len()) };
         if n < 0 {
             return Err(io::Error::last_os_error());
         }

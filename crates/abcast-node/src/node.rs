@@ -998,6 +998,8 @@ struct NodeStats<'w> {
     /// The datagram sockets' rejections, and of them the strangers' (`Hooks::transport`).
     datagrams_rejected: u64,
     datagrams_unknown_sender: u64,
+    client_shm_opened: u64,
+    bad_input_closes: u64,
 }
 
 impl<'w> NodeStats<'w> {
@@ -1038,6 +1040,8 @@ impl<'w> NodeStats<'w> {
             merged_position: 0,
             datagrams_rejected: 0,
             datagrams_unknown_sender: 0,
+            client_shm_opened: 0,
+            bad_input_closes: 0,
         })
     }
 
@@ -1102,6 +1106,8 @@ impl<'w> NodeStats<'w> {
                     .collect(),
                 datagrams_rejected: self.datagrams_rejected,
                 datagrams_unknown_sender: self.datagrams_unknown_sender,
+                client_shm_opened: self.client_shm_opened,
+                bad_input_closes: self.bad_input_closes,
             };
             match serde_json::to_string(&line) {
                 Ok(s) => s,
@@ -1143,6 +1149,8 @@ impl NodeStats<'_> {
         let sockets = [s.multicast, s.unicast, s.control];
         self.datagrams_rejected = sockets.iter().map(|m| m.datagrams_rejected).sum();
         self.datagrams_unknown_sender = sockets.iter().map(|m| m.datagrams_unknown_sender).sum();
+        self.client_shm_opened = s.client_shm_opened;
+        self.bad_input_closes = s.bad_input_closes;
     }
 
     /// The datagram sockets' rejections for the text stats line, when there were any.

@@ -16,7 +16,7 @@
 //! roles = ["proposer", "acceptor", "learner"]   # default: all three
 //! spare = false                     # seqpaxos and raft only: see below
 //! [ring]        # every field optional, defaults from RingConfig; times in ms except batch_linger_us
-//! [transport]   # buffer_size, tcp_nodelay, send_queue_bytes, client_queue_bytes, backoff_ms_min, backoff_ms_max,
+//! [transport]   # buffer_size, tcp_nodelay, send_queue_bytes, client_queue_bytes, client_shm_bytes, backoff_ms_min, backoff_ms_max,
 //!               # unicast = "tcp" | "udp" (how messages to one peer travel),
 //!               # busy_poll_us (spin this long after an event before sleeping; 0 = never)
 //! [storage]     # kind = "memory", dir = "abcast-data"
@@ -501,6 +501,7 @@ struct FileTransport {
     tcp_nodelay: Option<bool>,
     send_queue_bytes: Option<usize>,
     client_queue_bytes: Option<usize>,
+    client_shm_bytes: Option<usize>,
     backoff_ms_min: Option<u64>,
     backoff_ms_max: Option<u64>,
     unicast: Option<String>,
@@ -1033,6 +1034,19 @@ fn transport_config(t: &FileTransport) -> Result<TransportConfig, NodeConfigErro
     }
     if let Some(v) = t.client_queue_bytes {
         transport.client_queue_bytes = v;
+    }
+    if let Some(v) = t.client_shm_bytes {
+        if v != 0 && !abcast_runtime::shm::valid_ring_bytes(v) {
+            return invalid(
+                "transport.client_shm_bytes",
+                format!(
+                    "{v}: 0 (no shared memory) or a power of two from {} to {}",
+                    abcast_runtime::shm::RING_BYTES_MIN,
+                    abcast_runtime::shm::RING_BYTES_MAX
+                ),
+            );
+        }
+        transport.client_shm_bytes = v;
     }
     if let Some(v) = t.backoff_ms_min {
         transport.backoff_ms_min = v;
@@ -2255,6 +2269,27 @@ recv_buffer_bytes = 1048576
         assert_eq!(c.transport.multicast.unwrap().segment_bytes, 8972);
         let text = RINGPAXOS.replace("[multicast]\n", "[multicast]\nsegment_bytes = 9000\n");
         assert_eq!(field_of(&text, Some(0)), "multicast.segment_bytes");
+    }
+
+    #[test]
+    fn client_shm_bytes_is_off_or_a_power_of_two_in_range() {
+        let with = |v: &str| format!("{RINGPAXOS}[transport]\nclient_shm_bytes = {v}\n");
+        let c = parse(&with("1048576"), Some(0), Path::new("/")).unwrap();
+        assert_eq!(c.transport.client_shm_bytes, 1 << 20);
+        let c = parse(&with("0"), Some(0), Path::new("/")).unwrap();
+        assert_eq!(c.transport.client_shm_bytes, 0);
+        let c = parse(RINGPAXOS, Some(0), Path::new("/")).unwrap();
+        assert_eq!(
+            c.transport.client_shm_bytes,
+            abcast_runtime::transport::CLIENT_SHM_BYTES_DEFAULT
+        );
+        for bad in ["1000000", "32768", "2147483648"] {
+            assert_eq!(
+                field_of(&with(bad), Some(0)),
+                "transport.client_shm_bytes",
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -152,6 +152,12 @@ pub struct WireLine {
     /// Of `datagrams_rejected`: those from outside the configured members.
     #[serde(default)]
     pub datagrams_unknown_sender: u64,
+    /// Client connections that moved onto the shared-memory rings (`runtime::shm`).
+    #[serde(default)]
+    pub client_shm_opened: u64,
+    /// Client and peer connections closed for bad input (a malformed frame, a broken ring).
+    #[serde(default)]
+    pub bad_input_closes: u64,
 }
 
 fn is_zero(v: &u64) -> bool {

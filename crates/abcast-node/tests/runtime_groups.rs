@@ -398,3 +398,124 @@ fn clients_on_the_nodes_host_use_its_unix_socket_as_they_use_its_port() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn clients_on_the_nodes_host_trade_frames_through_shared_memory_and_one_that_breaks_its_ring_is_closed()
+ {
+    use abcast_runtime::frame;
+    use abcast_runtime::shm;
+    use std::io::{Read, Write};
+    use std::os::fd::{AsFd, AsRawFd};
+    use std::os::unix::net::UnixStream;
+
+    let dir = temp_dir("groups-shm");
+    let peers: Vec<u16> = (0..3).map(|_| free_peer_port()).collect();
+    let clients: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut config = String::new();
+    for line in token_config(&peers, &clients, "process_groups = true\n").lines() {
+        config += line;
+        config.push('\n');
+        if let Some(port) = line.strip_prefix("client_addr = \"127.0.0.1:") {
+            let i = clients
+                .iter()
+                .position(|c| port.starts_with(&c.to_string()));
+            config += &format!("client_path = \"member-{}.sock\"\n", i.unwrap());
+        }
+    }
+    // The smallest rings: 2 MB of messages wrap them and fill them many times.
+    let ring_bytes = shm::RING_BYTES_MIN;
+    config += &format!("[transport]\nclient_shm_bytes = {ring_bytes}\n");
+    let socket = |i: usize| dir.join(format!("member-{i}.sock"));
+    let path = dir.join("cluster.toml");
+    std::fs::write(&path, config).unwrap();
+    let nodes = start(&path, &peers, &clients, 3);
+    wait_for_the_whole_ring(&nodes);
+    let t = PATIENCE;
+    let by_shm = |i: usize| Client::connect(&format!("shm:{}", socket(i).display())).unwrap();
+    let mut on_rings = by_shm(1);
+    assert_eq!(on_rings.channel(), "shared memory");
+    on_rings.group_listen("bulk", t).unwrap();
+    let mut on_port = connect(nodes[2].client);
+    on_port.group_listen("bulk", t).unwrap();
+    let mut sender = by_shm(0);
+    sender.group_join("bulk", "dave", true, t).unwrap();
+    let mut a = listen_until(&mut on_rings, |l| l.ends_with("[dave@n0]"));
+    let msgs: Vec<String> = (0..2000)
+        .map(|i| format!("m{i:04}-{}", "x".repeat(994)))
+        .collect();
+    let refs: Vec<&str> = msgs.iter().map(String::as_str).collect();
+    multicast(&mut sender, "bulk", "dave", DeliveryLevel::Agreed, &refs);
+    a.extend(listen_until(&mut on_rings, |l| l.contains(" m1999-")));
+    let b = listen_until(&mut on_port, |l| l.contains(" m1999-"));
+    assert_eq!(a, b, "the rings' listener was told another story");
+    assert_eq!(a.iter().filter(|l| l.starts_with("msg")).count(), 2000);
+
+    // A client that opens the rings, then claims to have written more than its ring holds:
+    // its node closes it, and serves the others on.
+    let mut raw = UnixStream::connect(socket(1)).unwrap();
+    let ask = ClientFrame::ShmOpen;
+    raw.write_all(&frame::encode_client_header_unchecked(ask.kind(), &ask.encode()).unwrap())
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let (n, fd) = shm::recv_with_fd(raw.as_fd(), &mut buf).unwrap();
+    assert!(n > 0);
+    let fd = fd.expect("ShmReady carries the region");
+    // SAFETY: a shared mapping of the region's header page, unmapped below.
+    let header = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(header, libc::MAP_FAILED);
+    // Ring 0's head (offset 1024): far past its tail.
+    // SAFETY: inside the mapped page, 8-byte aligned.
+    unsafe {
+        header
+            .cast::<u8>()
+            .add(1024)
+            .cast::<u64>()
+            .write_volatile(1 << 40)
+    };
+    shm::ring_doorbell(raw.as_fd()).unwrap();
+    raw.set_read_timeout(Some(t)).unwrap();
+    let mut rest = Vec::new();
+    let end = raw.read_to_end(&mut rest);
+    // Closed: an end of file, or a reset when a doorbell was still unread at the node.
+    assert!(
+        end.is_ok()
+            || end
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "the node must close the connection: {end:?}"
+    );
+    // SAFETY: the mapping made above.
+    unsafe { libc::munmap(header, 4096) };
+
+    // The rings are offered on the Unix socket only.
+    let mut tcp = connect(nodes[1].client);
+    tcp.send(&ClientFrame::ShmOpen).unwrap();
+    match tcp.recv(Some(t)).unwrap() {
+        ClientFrame::Error { text } => assert!(text.contains("Unix"), "{text}"),
+        other => panic!("ShmOpen on TCP answered {other:?}"),
+    }
+    // The listener on the rings goes on.
+    multicast(
+        &mut sender,
+        "bulk",
+        "dave",
+        DeliveryLevel::Agreed,
+        &["after"],
+    );
+    let c = listen_until(&mut on_rings, |l| l.ends_with(" after"));
+    assert_eq!(c.len(), 1, "{c:?}");
+    drop((on_rings, sender));
+    for n in nodes {
+        n.stop();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -45,6 +45,16 @@
 //!
 //! A group request to a node that runs no process groups is answered `Error`.
 //!
+//! The shared-memory channel (`crate::shm`), on the Unix client socket only:
+//!
+//! | kind | frame | direction | body |
+//! | --- | --- | --- | --- |
+//! | 155 | `ShmOpen` | client -> node | empty: the connection's first frame; asks to trade frames through shared memory |
+//! | 156 | `ShmReady` | node -> client | ring_bytes u64; the region's descriptor comes with it (`SCM_RIGHTS`); from now on every frame goes through the rings and the socket carries doorbells only |
+//!
+//! A node that offers no shared memory (`[transport] client_shm_bytes = 0`), or a request
+//! on TCP or after other frames, is answered `Error`, and the connection goes on as it was.
+//!
 //! On a connection whose two ends are on one host, both ends write their frames without a
 //! body checksum (`frame::CLIENT_UNCHECKED`: a flag in the header's group field, the crc
 //! field 0); every other client frame, and every peer frame, is checked.
@@ -100,6 +110,8 @@ pub const KIND_GROUP_MESSAGES: u8 = 151;
 pub const KIND_GET_GROUPS: u8 = 152;
 pub const KIND_GROUPS: u8 = 153;
 pub const KIND_GROUP_SENT: u8 = 154;
+pub const KIND_SHM_OPEN: u8 = 155;
+pub const KIND_SHM_READY: u8 = 156;
 
 /// Most members one view or one group lists in a frame, and most groups in `Groups`.
 const MAX_GROUP_ITEMS: usize = 1 << 20;
@@ -293,6 +305,13 @@ pub enum ClientFrame {
     GroupSent {
         values: Vec<(ValueId, u32)>,
     },
+    /// Asks for the shared-memory channel (`crate::shm`): the first frame on a Unix socket.
+    ShmOpen,
+    /// The channel is open: each ring holds `ring_bytes` (the region's descriptor came
+    /// with this frame).
+    ShmReady {
+        ring_bytes: u64,
+    },
 }
 
 impl ClientFrame {
@@ -325,6 +344,8 @@ impl ClientFrame {
             ClientFrame::GetGroups => KIND_GET_GROUPS,
             ClientFrame::Groups { .. } => KIND_GROUPS,
             ClientFrame::GroupSent { .. } => KIND_GROUP_SENT,
+            ClientFrame::ShmOpen => KIND_SHM_OPEN,
+            ClientFrame::ShmReady { .. } => KIND_SHM_READY,
         }
     }
 
@@ -426,7 +447,8 @@ impl ClientFrame {
                 }
             }
             ClientFrame::GroupListen { group } => put_name(&mut e, group),
-            ClientFrame::GroupAsked | ClientFrame::GetGroups => {}
+            ClientFrame::GroupAsked | ClientFrame::GetGroups | ClientFrame::ShmOpen => {}
+            ClientFrame::ShmReady { ring_bytes } => e.put_u64(*ring_bytes),
             ClientFrame::GroupView { view } => {
                 put_name(&mut e, &view.group);
                 e.put_u64(view.id.config);
@@ -575,6 +597,10 @@ impl ClientFrame {
                 upto: d.u64("read_point.upto")?,
             },
             KIND_GROUP_JOIN..=KIND_GROUP_SENT => decode_group(kind, &mut d)?,
+            KIND_SHM_OPEN => ClientFrame::ShmOpen,
+            KIND_SHM_READY => ClientFrame::ShmReady {
+                ring_bytes: d.u64("ring_bytes")?,
+            },
             other => return Err(DecodeError::UnknownKind(other)),
         };
         d.finish()?;
@@ -1033,6 +1059,10 @@ mod tests {
         let body: Vec<u8> = f.encode().iter().flat_map(|c| c.iter().copied()).collect();
         assert!(ClientFrame::decode(f.kind(), Bytes::from(body)).is_err());
         roundtrip(ClientFrame::GetGroups);
+        roundtrip(ClientFrame::ShmOpen);
+        roundtrip(ClientFrame::ShmReady {
+            ring_bytes: 1 << 22,
+        });
         roundtrip(ClientFrame::GroupSent {
             values: vec![
                 (

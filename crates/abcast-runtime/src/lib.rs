@@ -11,6 +11,7 @@
 //! - `multicast`: UDP IP-multicast datagrams for `Outbox::multicasts` (seed 003), checked
 //!   like frames, with a bounded send queue.
 //! - `netns`: entering a network namespace (emulated LAN, multicast tests).
+//! - `shm`: the shared-memory rings a client on the node's host may trade frames through.
 //! - `disk`: the durable log's files (`OsDir`: positioned vectored writes, `O_DIRECT`).
 //! - `history`: what the node delivered, in memory or in a journal on disk, so a
 //!   subscription resumes from a position and never passes an instance silently.
@@ -29,6 +30,7 @@ pub mod linkfault;
 pub mod loadgen;
 pub mod multicast;
 pub mod netns;
+pub mod shm;
 pub mod syncer;
 pub mod transport;
 

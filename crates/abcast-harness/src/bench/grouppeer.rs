@@ -70,11 +70,22 @@ pub struct AbcastSpec {
     pub max_message_bytes: usize,
     /// Where the config, the logs and the clients' output go.
     pub out_dir: PathBuf,
-    /// The clients reach their member through its Unix client socket (`client_path`),
-    /// the counterpart of Corosync's shared-memory IPC; otherwise through TCP.
-    pub unix_clients: bool,
+    /// How the clients reach their member.
+    pub channel: ClientChannel,
     /// `[multicast] segment_bytes`: 0 sends each value whole, for IP to fragment.
     pub segment_bytes: usize,
+}
+
+/// How a bench client reaches its member's daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientChannel {
+    /// The member's client port.
+    Tcp,
+    /// Its Unix client socket (`client_path`, `unix:PATH`).
+    Unix,
+    /// The shared-memory rings behind that socket (`shm:PATH`; `runtime::shm`), the
+    /// counterpart of Corosync's IPC through libqb's shared memory.
+    Shm,
 }
 
 impl AbcastSpec {
@@ -213,12 +224,10 @@ pub fn run_abcast_workload(spec: &AbcastSpec) -> Result<AbcastFigures, String> {
         &(0..MEMBERS).map(tcp_client).collect::<Vec<_>>(),
         &mut nodes,
     )?;
-    let client = |i: usize| {
-        if spec.unix_clients {
-            spec.client_path(i).display().to_string()
-        } else {
-            tcp_client(i)
-        }
+    let client = |i: usize| match spec.channel {
+        ClientChannel::Tcp => tcp_client(i),
+        ClientChannel::Unix => format!("unix:{}", spec.client_path(i).display()),
+        ClientChannel::Shm => format!("shm:{}", spec.client_path(i).display()),
     };
     let listen_s = format!("{:.3}", spec.warmup_s + spec.duration_s + 3.0);
     let send_s = format!("{:.3}", spec.warmup_s + spec.duration_s);
@@ -437,7 +446,7 @@ pub fn run(args: &BenchArgs) -> Result<u8, HarnessError> {
                 warmup_s,
                 max_message_bytes,
                 out_dir: out.join(format!("abcast-s{}-r{run}", p.senders)),
-                unix_clients: true,
+                channel: ClientChannel::Shm,
                 segment_bytes: SEGMENT_BYTES,
             };
             let a = run_abcast_workload(&spec);
@@ -685,8 +694,9 @@ fn summary(
          {max_message_bytes}` (a client's messages packed into values of that size), data by \
          IP multicast (`loop = false`: a member per host; `segment_bytes = {SEGMENT_BYTES}`: a \
          value leaves as jumbo-frame segments in one UDP GSO send), `abcast multicast` / \
-         `abcast listen --stats` through each member's Unix client socket (`client_path`, \
-         the counterpart of Corosync's shared-memory IPC; no body checksum on one host), \
+         `abcast listen --stats` through shared-memory rings behind each member's Unix \
+         client socket (`shm:` + `client_path`, rings of `client_shm_bytes` = 4 MiB: the \
+         counterpart of Corosync's shared-memory IPC; no body checksum on one host), \
          `client_queue_bytes = {LISTENER_QUEUE_BYTES}`."
     );
     match peer {

@@ -746,6 +746,11 @@ impl<P: Protocol> Driver<P> {
             | ClientFrame::GroupMulticast { .. }
             | ClientFrame::GroupListen { .. }
             | ClientFrame::GetGroups) => self.on_group_frame(now, app, token, f)?,
+            ClientFrame::ShmOpen => {
+                if let Err(reason) = self.open_shm(token) {
+                    return Ok(Err(reason));
+                }
+            }
             other => {
                 return Ok(Err(format!(
                     "unexpected client frame kind {}",

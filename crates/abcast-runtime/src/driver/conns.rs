@@ -6,11 +6,19 @@
 //! frames; a Unix connection costs less than half of a loopback TCP one per byte (no
 //! segments, acknowledgements or softirq: docs/benchmarks/group-peer/README.md), which is
 //! the place of Corosync's shared-memory IPC for its local clients.
+//!
+//! A Unix connection may go one step further: its client asks with `ShmOpen`, and from
+//! then on the frames travel through two shared-memory rings (`crate::shm`) and the
+//! socket only carries doorbells: a readable socket means "look at the rings", so reading
+//! the connection drains the doorbells, then reads the client's ring, and flushing it
+//! writes the queue into the node's ring.
 
 use super::clients::ClientState;
 use super::{Driver, DriverError, MAX_CONNS, READS_PER_EVENT};
 use crate::Hooks;
+use crate::clientwire::ClientFrame;
 use crate::frame::{self, KIND_CLIENT_MIN};
+use crate::shm::{self, ShmLink};
 use crate::transport::{self, OutQueue, ReadOutcome};
 use abcast_core::{Micros, Protocol};
 use bytes::BytesMut;
@@ -106,6 +114,69 @@ pub(super) struct Conn {
     pub(super) out: OutQueue,
     pub(super) client: ClientState,
     pub(super) dirty: bool,
+    /// The shared-memory rings, once the client asked for them (`ShmOpen`).
+    pub(super) shm: Option<ShmLink>,
+}
+
+/// Writes into the node's ring of a shared-memory connection, for `OutQueue::flush`: a
+/// full ring is `WouldBlock`, as a full socket buffer is.
+struct RingWriter<'a>(&'a mut ShmLink);
+
+impl Write for RingWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_vectored(&[IoSlice::new(buf)])
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        let n = self.0.write_vectored(bufs)?;
+        if n == 0 && bufs.iter().any(|b| !b.is_empty()) {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Writes the queue into the node's ring of a shared-memory connection, rings the client's
+/// doorbell if it sleeps, and, when the ring fills first, asks the client for a doorbell
+/// once it has read (or goes on, if it made room meanwhile). Any write that stops short
+/// must leave that request behind, or the client drains the ring and both sleep.
+fn flush_ring(out: &mut OutQueue, link: &mut ShmLink, stream: &ClientStream) -> io::Result<()> {
+    loop {
+        let done = out.flush(&mut RingWriter(link))?;
+        if link.take_doorbell() {
+            shm::ring_doorbell(stream.as_fd())?;
+        }
+        if done || out.is_empty() || !link.wait_for_room()? {
+            return Ok(());
+        }
+    }
+}
+
+/// Reads what the client's ring holds into `rbuf`, as `transport::read_into` reads a
+/// socket; an empty ring is `WouldBlock` once the client is asked for a doorbell.
+fn read_ring(
+    link: &mut ShmLink,
+    stream: &ClientStream,
+    rbuf: &mut BytesMut,
+    max: usize,
+) -> io::Result<ReadOutcome> {
+    loop {
+        let n = link.read_into(rbuf, max)?;
+        if link.take_doorbell() {
+            // The client waits for room in its ring: this read made some.
+            shm::ring_doorbell(stream.as_fd())?;
+        }
+        if n > 0 {
+            return Ok(ReadOutcome::Data(n));
+        }
+        if !link.wait_for_data()? {
+            return Ok(ReadOutcome::WouldBlock);
+        }
+    }
 }
 
 impl<P: Protocol> Driver<P> {
@@ -190,6 +261,7 @@ impl<P: Protocol> Driver<P> {
                 out,
                 client: ClientState::default(),
                 dirty: false,
+                shm: None,
             },
         );
     }
@@ -201,11 +273,17 @@ impl<P: Protocol> Driver<P> {
         token: Token,
     ) -> Result<(), DriverError> {
         let min_free = self.cfg.transport.read_buffer_bytes;
+        if !self.take_doorbells(token) {
+            return Ok(());
+        }
         for _ in 0..READS_PER_EVENT {
             let Some(conn) = self.conns.get_mut(&token) else {
                 return Ok(());
             };
-            let outcome = transport::read_into(&conn.stream, &mut conn.rbuf, min_free);
+            let outcome = match conn.shm.as_mut() {
+                Some(link) => read_ring(link, &conn.stream, &mut conn.rbuf, min_free),
+                None => transport::read_into(&conn.stream, &mut conn.rbuf, min_free),
+            };
             let mut frames = std::mem::take(&mut self.frames);
             let mut bad: Option<String> = None;
             match outcome {
@@ -289,8 +367,99 @@ impl<P: Protocol> Driver<P> {
             return;
         };
         conn.dirty = false;
-        if let Err(e) = conn.out.flush(&mut conn.stream) {
+        let flushed = match conn.shm.as_mut() {
+            Some(link) => flush_ring(&mut conn.out, link, &conn.stream),
+            None => conn.out.flush(&mut conn.stream).map(|_| ()),
+        };
+        if let Err(e) = flushed {
             self.close_conn(token, format_args!("write failed: {e}"));
         }
+    }
+
+    /// A shared-memory connection's socket carries doorbells: reads them all (the socket
+    /// is edge-triggered) and retries the flush a full ring stopped. False: the connection
+    /// is gone (the client hung up, or the socket failed).
+    fn take_doorbells(&mut self, token: Token) -> bool {
+        let Some(conn) = self.conns.get_mut(&token) else {
+            return false;
+        };
+        if conn.shm.is_none() {
+            return true;
+        }
+        match shm::drain_doorbells(conn.stream.as_fd()) {
+            Ok(true) => {}
+            Ok(false) => {
+                self.drop_conn(token);
+                return false;
+            }
+            Err(e) => {
+                self.close_conn(token, format_args!("read failed: {e}"));
+                return false;
+            }
+        }
+        if !conn.out.is_empty() && !conn.dirty {
+            conn.dirty = true;
+            self.dirty_conns.push(token);
+        }
+        true
+    }
+
+    /// `ShmOpen` (`clientwire`): opens the shared-memory rings for a client on the Unix
+    /// socket and hands it the region with `ShmReady`. Refused with `Error`, the connection
+    /// going on as it was, when the node offers none, on TCP, or with bytes still in flight
+    /// on the socket either way (the switch must fall between two frames). Err: the
+    /// connection cannot go on (it is closed).
+    pub(super) fn open_shm(&mut self, token: Token) -> Result<(), String> {
+        let ring_bytes = self.cfg.transport.client_shm_bytes;
+        let Some(conn) = self.conns.get_mut(&token) else {
+            return Ok(());
+        };
+        let refusal = if ring_bytes == 0 {
+            Some("this node offers no shared memory ([transport] client_shm_bytes = 0)".to_string())
+        } else if !matches!(conn.stream, ClientStream::Unix(_)) {
+            Some("shared memory is for a client on the node's Unix client socket".to_string())
+        } else if conn.shm.is_some() || !conn.out.is_empty() || !conn.rbuf.is_empty() {
+            Some("ShmOpen must come between frames, with nothing in flight".to_string())
+        } else {
+            None
+        };
+        let link = match refusal {
+            Some(text) => Err(text),
+            None => ShmLink::create_for_node(ring_bytes).map_err(|e| e.to_string()),
+        };
+        let link = match link {
+            Ok(l) => l,
+            Err(text) => {
+                self.reply(token, &ClientFrame::Error { text });
+                return Ok(());
+            }
+        };
+        let ready = ClientFrame::ShmReady {
+            ring_bytes: link.ring_bytes() as u64,
+        };
+        let chunks = ready.encode();
+        let header = frame::encode_client_header_unchecked(ready.kind(), &chunks)
+            .map_err(|e| e.to_string())?;
+        let mut bytes = header.to_vec();
+        for c in &chunks {
+            bytes.extend_from_slice(c);
+        }
+        match shm::send_with_fd(conn.stream.as_fd(), &bytes, link.fd()) {
+            Ok(n) if n == bytes.len() => {}
+            Ok(n) => {
+                return Err(format!(
+                    "the shared memory answer went out short ({n} bytes)"
+                ));
+            }
+            Err(e) => return Err(format!("cannot hand over the shared memory: {e}")),
+        }
+        // The loop reads the client's ring when a doorbell says so: ask for the first.
+        let mut link = link;
+        if link.wait_for_data().map_err(|e| e.to_string())? {
+            self.ready_again.push(token);
+        }
+        conn.shm = Some(link);
+        self.stats.client_shm_opened += 1;
+        Ok(())
     }
 }

@@ -200,6 +200,8 @@ pub struct TransportStats {
     /// Connections closed because of a bad frame, a message that failed to decode, or a
     /// refused `Hello`.
     pub bad_input_closes: u64,
+    /// Client connections that opened the shared-memory rings (`crate::shm`).
+    pub client_shm_opened: u64,
     /// Outbound connections established.
     pub connects: u64,
     /// Outbound connections lost after being established.
@@ -292,6 +294,11 @@ pub struct TransportConfig {
     /// Bound of one client connection's outbound queue; a learn client that falls this far
     /// behind is disconnected.
     pub client_queue_bytes: usize,
+    /// Each of the two rings a client on the Unix client socket may trade frames through
+    /// (`crate::shm`; the client asks with `ShmOpen`): a power of two from 64 KiB to 1 GiB,
+    /// or 0 to offer no shared memory. The ring is in front of the connection's queue
+    /// (`client_queue_bytes`), which bounds what waits behind a full ring.
+    pub client_shm_bytes: usize,
     /// First reconnect delay after a peer connection fails; doubles up to `backoff_ms_max`.
     pub backoff_ms_min: u64,
     pub backoff_ms_max: u64,
@@ -353,6 +360,10 @@ impl Unicast {
 /// without spinning, 35 µs with 30 to 100 µs of it).
 pub const BUSY_POLL_US_DEFAULT: u64 = 50;
 
+/// [`TransportConfig::client_shm_bytes`] by default: 4 MiB per ring, a sender's window of
+/// 1 KiB messages (`abcast multicast --window 4096`) in one ring.
+pub const CLIENT_SHM_BYTES_DEFAULT: usize = 4 << 20;
+
 impl Default for TransportConfig {
     fn default() -> Self {
         TransportConfig {
@@ -360,6 +371,7 @@ impl Default for TransportConfig {
             tcp_nodelay: true,
             send_queue_bytes: 256 << 20,
             client_queue_bytes: 16 << 20,
+            client_shm_bytes: CLIENT_SHM_BYTES_DEFAULT,
             backoff_ms_min: 10,
             backoff_ms_max: 1000,
             read_buffer_bytes: 1 << 20,

@@ -328,23 +328,27 @@ fn safe_delivery_waits_for_the_member_that_misses_the_message() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A token ring's config with process groups and each member's client socket
+/// (`member-I.sock`, relative to the config's directory) beside its client port.
+fn config_with_client_paths(peers: &[u16], clients: &[u16]) -> String {
+    let mut config = String::new();
+    for line in token_config(peers, clients, "process_groups = true\n").lines() {
+        config += line;
+        config.push('\n');
+        if let Some(port) = line.strip_prefix("client_addr = \"127.0.0.1:") {
+            let i = clients.iter().position(|c| port == format!("{c}\""));
+            config += &format!("client_path = \"member-{}.sock\"\n", i.unwrap());
+        }
+    }
+    config
+}
+
 #[test]
 fn clients_on_the_nodes_host_use_its_unix_socket_as_they_use_its_port() {
     let dir = temp_dir("groups-unix");
     let peers: Vec<u16> = (0..3).map(|_| free_peer_port()).collect();
     let clients: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    // Each member's client socket, relative to the config's directory.
-    let mut config = String::new();
-    for line in token_config(&peers, &clients, "process_groups = true\n").lines() {
-        config += line;
-        config.push('\n');
-        if let Some(port) = line.strip_prefix("client_addr = \"127.0.0.1:") {
-            let i = clients
-                .iter()
-                .position(|c| port.starts_with(&c.to_string()));
-            config += &format!("client_path = \"member-{}.sock\"\n", i.unwrap());
-        }
-    }
+    let config = config_with_client_paths(&peers, &clients);
     let socket = |i: usize| dir.join(format!("member-{i}.sock"));
     // A socket file left by a node that is gone is replaced.
     drop(std::os::unix::net::UnixListener::bind(socket(1)).unwrap());
@@ -411,17 +415,7 @@ fn clients_on_the_nodes_host_trade_frames_through_shared_memory_and_one_that_bre
     let dir = temp_dir("groups-shm");
     let peers: Vec<u16> = (0..3).map(|_| free_peer_port()).collect();
     let clients: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let mut config = String::new();
-    for line in token_config(&peers, &clients, "process_groups = true\n").lines() {
-        config += line;
-        config.push('\n');
-        if let Some(port) = line.strip_prefix("client_addr = \"127.0.0.1:") {
-            let i = clients
-                .iter()
-                .position(|c| port.starts_with(&c.to_string()));
-            config += &format!("client_path = \"member-{}.sock\"\n", i.unwrap());
-        }
-    }
+    let mut config = config_with_client_paths(&peers, &clients);
     // The smallest rings: 2 MB of messages wrap them and fill them many times.
     let ring_bytes = shm::RING_BYTES_MIN;
     config += &format!("[transport]\nclient_shm_bytes = {ring_bytes}\n");

@@ -309,6 +309,10 @@ impl<P: Protocol> Driver<P> {
                 }
                 Err(e) => {
                     self.frames = frames;
+                    if e.kind() == io::ErrorKind::InvalidData {
+                        // A shared-memory ring the client broke (`shm::ShmError::Corrupt`).
+                        self.stats.bad_input_closes += 1;
+                    }
                     self.close_conn(token, format_args!("read failed: {e}"));
                     return Ok(());
                 }

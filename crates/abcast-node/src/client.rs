@@ -335,9 +335,12 @@ impl ShmStream {
             if n > 0 || iov.iter().all(|b| b.is_empty()) {
                 return Ok(n);
             }
-            if !self.link.wait_for_room()? {
-                // The node rings when it has read: no timeout, as a blocking write has none.
-                self.sleep(None)?;
+            // The node rings when it has read: no timeout, as a blocking write has none.
+            if !self.link.wait_for_room()? && !self.sleep(None)? {
+                return Err(io::Error::new(
+                    io::ErrorKind::BrokenPipe,
+                    "the node closed the connection",
+                ));
             }
         }
     }
@@ -510,6 +513,11 @@ impl Client {
                         read_timeout: None,
                     }),
                     Err(ClientError::Refused(_)) if mode == LocalMode::Auto => Stream::Unix(sock),
+                    // A node older than the rings closes on the unknown frame: start over
+                    // on the plain socket.
+                    Err(ClientError::Closed | ClientError::Io(_)) if mode == LocalMode::Auto => {
+                        Stream::Unix(UnixStream::connect(path).map_err(err)?)
+                    }
                     Err(e) => return Err(e),
                 },
             };

@@ -72,12 +72,9 @@ pub(crate) trait RingHost {
         };
         let from = learn.next;
         let to = (from + max).min(learn.decided_max.max(from) + 1);
-        let entries: Vec<_> = acc
+        let entries = acc
             .store
-            .range(from, to)
-            .into_iter()
-            .filter(|(i, a)| a.decided && !learn.knows(*i))
-            .collect();
+            .range_where(from, to, &mut |i, a| a.decided && !learn.knows(i));
         if entries.is_empty() {
             return;
         }

@@ -493,6 +493,23 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
         out.extend(self.cache.range(i.max(cache_start), to));
         out
     }
+    fn range_where(
+        &self,
+        from: Instance,
+        to: Instance,
+        keep: &mut dyn FnMut(Instance, &Accepted) -> bool,
+    ) -> Vec<(Instance, Accepted)> {
+        let from = from.max(self.log_start_());
+        let cache_start = self.cache.log_start();
+        if from < to.min(cache_start) {
+            // Some of it from disk: `range`'s reads (and its early ends) as they are.
+            let mut v = self.range(from, to);
+            v.retain(|(i, a)| keep(*i, a));
+            return v;
+        }
+        // All of it in the cache: what `range` returns, without cloning what `keep` drops.
+        self.cache.range_where(from.max(cache_start), to, keep)
+    }
     fn sync(&mut self) -> Result<(), StorageError> {
         self.log.sync()
     }

@@ -220,6 +220,27 @@ impl AcceptorStore for MemoryStore {
         }
         out
     }
+    fn range_where(
+        &self,
+        from: Instance,
+        to: Instance,
+        keep: &mut dyn FnMut(Instance, &Accepted) -> bool,
+    ) -> Vec<(Instance, Accepted)> {
+        // `range`'s walk, with `keep` asked before the clone.
+        let from = from.max(self.log_start);
+        let mut out = Vec::new();
+        let mut i = from;
+        while i < to {
+            let idx = (i - self.log_start) as usize;
+            match self.entries.get(idx) {
+                None => break,
+                Some(Some(a)) if keep(i, a) => out.push((i, a.clone())),
+                Some(_) => {}
+            }
+            i += 1;
+        }
+        out
+    }
     fn sync(&mut self) -> Result<(), StorageError> {
         Ok(())
     }

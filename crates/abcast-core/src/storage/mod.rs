@@ -148,6 +148,20 @@ pub trait AcceptorStore {
     fn log_start(&self) -> Instance;
     /// Instances in `[from, to)` that hold an accepted value, in order.
     fn range(&self, from: Instance, to: Instance) -> Vec<(Instance, Accepted)>;
+    /// What [`AcceptorStore::range`] returns, less the entries `keep` refuses. A store
+    /// that holds its votes in memory asks `keep` before it clones a vote: a learner that
+    /// looks at its own store for decisions it lacks (`RingHost::learn_from_own_store`,
+    /// up to `retrieve_max_instances` per look) keeps few of them.
+    fn range_where(
+        &self,
+        from: Instance,
+        to: Instance,
+        keep: &mut dyn FnMut(Instance, &Accepted) -> bool,
+    ) -> Vec<(Instance, Accepted)> {
+        let mut v = self.range(from, to);
+        v.retain(|(i, a)| keep(*i, a));
+        v
+    }
     /// Makes every write so far durable (group commit). No-op for in-memory stores.
     fn sync(&mut self) -> Result<(), StorageError>;
     /// The first half of `sync`, for a driver that overlaps the fdatasync with other work:

@@ -121,6 +121,9 @@ pub struct CoordinatorState {
     p1_hi: Instance,
     next_instance: Instance,
     open: BTreeMap<Instance, Open>,
+    /// At most the earliest `due_us` of `open` (0 when unknown): the tick looks for open
+    /// instances due again only from then on, instead of scanning them all every tick.
+    open_due_min_us: Micros,
     /// Decrees phase 1 found for instances not yet reached by `next_instance`.
     preset: BTreeMap<Instance, Decree>,
     pub(crate) queue: VecDeque<(Batch, NodeSet)>,
@@ -158,6 +161,7 @@ impl CoordinatorState {
             p1_hi: 1,
             next_instance: 1,
             open: BTreeMap::new(),
+            open_due_min_us: 0,
             preset: BTreeMap::new(),
             queue: VecDeque::new(),
             queue_bytes: 0,
@@ -603,6 +607,7 @@ impl URing {
             Open {
                 decree,
                 path,
+                // Set (and `open_due_min_us` lowered to it) by `send_phase2` below.
                 due_us: 0,
                 retries: 0,
             },
@@ -615,6 +620,7 @@ impl URing {
             return;
         };
         o.due_us = self.node.now.saturating_add(self.cfg.p2_resend_us);
+        self.coord.open_due_min_us = self.coord.open_due_min_us.min(o.due_us);
         let decree = o.decree.clone();
         // A first circulation trusts the path the batch took; a resend sends the payload
         // to whoever lacks it for sure.
@@ -752,6 +758,7 @@ impl URing {
             m.to.min(m.from.saturating_add(self.cfg.retrieve_max_instances));
         for (_, o) in self.coord.open.range_mut(m.from..to) {
             o.due_us = 0;
+            self.coord.open_due_min_us = 0;
         }
     }
 
@@ -771,6 +778,7 @@ impl URing {
             .min(p2_resend_us);
         o.retries = o.retries.saturating_add(1);
         o.due_us = o.due_us.min(now.saturating_add(delay_us));
+        self.coord.open_due_min_us = self.coord.open_due_min_us.min(o.due_us);
     }
 
     pub(crate) fn coordinator_tick(&mut self, out: &mut Out) {
@@ -800,6 +808,7 @@ impl URing {
             for o in self.coord.open.values_mut() {
                 o.due_us = 0;
             }
+            self.coord.open_due_min_us = 0;
         }
         // Phase 1 not answered in time: send it again (same ballot; a refusal raises it).
         if let Some(p) = self.coord.prepare.as_mut()
@@ -827,14 +836,22 @@ impl URing {
             let from = self.node.learn.next;
             self.start_backfill(from, out);
         }
-        let due: Vec<Instance> = self
-            .coord
-            .open
-            .iter()
-            .filter(|(_, o)| self.node.now >= o.due_us)
-            .map(|(i, _)| *i)
-            .take(RESEND_PER_TICK)
-            .collect();
+        // The first `RESEND_PER_TICK` open instances due, in instance order; the earliest
+        // `due_us` of the others bounds when the next look is needed (those re-sent now get
+        // theirs in `send_phase2`).
+        let now = self.node.now;
+        let mut due: Vec<Instance> = Vec::new();
+        if now >= self.coord.open_due_min_us {
+            let mut rest_min_us = Micros::MAX;
+            for (&i, o) in &self.coord.open {
+                if now >= o.due_us && due.len() < RESEND_PER_TICK {
+                    due.push(i);
+                } else {
+                    rest_min_us = rest_min_us.min(o.due_us);
+                }
+            }
+            self.coord.open_due_min_us = rest_min_us;
+        }
         for i in due {
             self.send_phase2(i, true, out);
         }

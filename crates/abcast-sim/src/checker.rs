@@ -396,6 +396,11 @@ pub struct Checker {
     /// Every acknowledged value, in the order the acknowledgements were observed: a read
     /// remembers how many there were when it was issued.
     acked_log: Vec<ValueId>,
+    /// For the prefix of `acked_log` that `check_read` has found decided, entry `k` is the
+    /// highest instance of `acked_log[..=k]`: a value's instance, once set, never changes,
+    /// so each read looks only at the values acknowledged since (instead of every one since
+    /// the run began).
+    acked_prefix_max: Vec<Instance>,
     /// Every configuration some learner reported, by id.
     configs: BTreeMap<u64, SeenConfig>,
     /// Per learner incarnation, the last configuration id it reported.
@@ -427,6 +432,7 @@ impl Checker {
             acked_values: 0,
             delivered_values: BTreeMap::new(),
             acked_log: Vec::new(),
+            acked_prefix_max: Vec::new(),
             configs: BTreeMap::new(),
             last_config: BTreeMap::new(),
         }
@@ -442,13 +448,33 @@ impl Checker {
     /// `upto`: each of those values must be in the common sequence at or below `upto` (so in
     /// that learner's delivered prefix, which agreement keeps gap-free).
     pub fn check_read(
-        &self,
+        &mut self,
         node: NodeId,
         incarnation: u64,
         read_id: u64,
         acked_len: usize,
         upto: Instance,
     ) -> Result<(), Failure> {
+        // The decided prefix of `acked_log`, extended as far as the values are decided.
+        let len = acked_len.min(self.acked_log.len());
+        while self.acked_prefix_max.len() < len {
+            let v = self.acked_log[self.acked_prefix_max.len()];
+            let Some(i) = self.proposals.get(&v).and_then(|p| p.instance) else {
+                break;
+            };
+            let max = self.acked_prefix_max.last().map_or(i, |&m| m.max(i));
+            self.acked_prefix_max.push(max);
+        }
+        if self.acked_prefix_max.len() >= len
+            && len
+                .checked_sub(1)
+                .is_none_or(|k| self.acked_prefix_max[k] <= upto)
+        {
+            // Every value of the read's prefix is decided at or below `upto`: the scan below
+            // would find nothing.
+            return Ok(());
+        }
+        // Something is missing or above `upto`: the scan names the first such value.
         for &v in self.acked_log.iter().take(acked_len) {
             let at = self.proposals.get(&v).and_then(|p| p.instance);
             if at.is_none_or(|i| i > upto) {

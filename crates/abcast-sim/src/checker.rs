@@ -401,10 +401,23 @@ pub struct Checker {
     /// so each read looks only at the values acknowledged since (instead of every one since
     /// the run began).
     acked_prefix_max: Vec<Instance>,
+    /// [`Checker::canonical_digest`]'s answers, kept as group 0's instances are decided;
+    /// `None` once one was decided below another decided before (then it walks `decided`).
+    g0_digests: Option<G0Digests>,
     /// Every configuration some learner reported, by id.
     configs: BTreeMap<u64, SeenConfig>,
     /// Per learner incarnation, the last configuration id it reported.
     last_config: BTreeMap<LearnerId, u64>,
+}
+
+/// Group 0's decided instances, in increasing order, each with the digest of the common
+/// sequence up to it; and the batch keys decided so far (a batch decided again later counts
+/// at its first instance only). Snapshots are checked every 100 ms at every node: without
+/// these, each check walked the whole sequence from the run's start.
+#[derive(Debug, Default)]
+struct G0Digests {
+    upto: Vec<(Instance, SeqDigest)>,
+    keys: FastMap<BatchKey, ()>,
 }
 
 /// A configuration as the first learner that reported it saw it.
@@ -433,6 +446,7 @@ impl Checker {
             delivered_values: BTreeMap::new(),
             acked_log: Vec::new(),
             acked_prefix_max: Vec::new(),
+            g0_digests: Some(G0Digests::default()),
             configs: BTreeMap::new(),
             last_config: BTreeMap::new(),
         }
@@ -896,6 +910,9 @@ impl Checker {
                 by: me,
                 at_us: now_us,
             });
+            if group == GroupId(0) {
+                self.note_g0_decided(instance, key, batch.len());
+            }
             for v in batch.ids() {
                 if let Some(p) = self.proposals.get_mut(&v) {
                     p.instance = Some(instance);
@@ -994,6 +1011,13 @@ impl Checker {
     /// The digest of the common sequence of group 0 up to `upto`: every batch delivered
     /// there, each at its first instance (a batch decided twice is delivered once).
     pub fn canonical_digest(&self, upto: Instance) -> SeqDigest {
+        if let Some(d) = &self.g0_digests {
+            let n = d.upto.partition_point(|&(i, _)| i <= upto);
+            return n
+                .checked_sub(1)
+                .and_then(|k| d.upto.get(k))
+                .map_or_else(SeqDigest::default, |&(_, digest)| digest);
+        }
         let g = GroupId(0);
         let mut seen = std::collections::HashSet::new();
         let mut d = SeqDigest::default();
@@ -1003,6 +1027,27 @@ impl Checker {
             }
         }
         d
+    }
+
+    /// Group 0's `instance` was decided (first delivered) with the batch `key` of `count`
+    /// values: the digest up to it extends the one before, if it is above every instance
+    /// decided before; otherwise the kept digests no longer hold, and are dropped.
+    fn note_g0_decided(&mut self, instance: Instance, key: BatchKey, count: usize) {
+        let Some(d) = self.g0_digests.as_mut() else {
+            return;
+        };
+        let mut digest = match d.upto.last() {
+            Some(&(last, _)) if last >= instance => {
+                self.g0_digests = None;
+                return;
+            }
+            Some(&(_, digest)) => digest,
+            None => SeqDigest::default(),
+        };
+        if d.keys.insert(key, ()).is_none() {
+            digest.add(key, count);
+        }
+        d.upto.push((instance, digest));
     }
 
     /// A learner's snapshot of group 0 up to `upto`, whose application state is `state`:

@@ -206,19 +206,7 @@ impl AcceptorStore for MemoryStore {
         self.log_start
     }
     fn range(&self, from: Instance, to: Instance) -> Vec<(Instance, Accepted)> {
-        let from = from.max(self.log_start);
-        let mut out = Vec::new();
-        let mut i = from;
-        while i < to {
-            let idx = (i - self.log_start) as usize;
-            match self.entries.get(idx) {
-                None => break,
-                Some(Some(a)) => out.push((i, a.clone())),
-                Some(None) => {}
-            }
-            i += 1;
-        }
-        out
+        self.range_where(from, to, &mut |_, _| true)
     }
     fn range_where(
         &self,
@@ -226,7 +214,8 @@ impl AcceptorStore for MemoryStore {
         to: Instance,
         keep: &mut dyn FnMut(Instance, &Accepted) -> bool,
     ) -> Vec<(Instance, Accepted)> {
-        // `range`'s walk, with `keep` asked before the clone.
+        // The one walk of the entries (`range` keeps them all); `keep` is asked before
+        // the clone.
         let from = from.max(self.log_start);
         let mut out = Vec::new();
         let mut i = from;

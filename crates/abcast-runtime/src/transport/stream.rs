@@ -354,8 +354,9 @@ pub enum ReadOutcome {
 }
 
 /// Reads once from `stream` into the free space of `buf`, at most `max_bytes`, growing the
-/// buffer to that much free space first if it has less, without zero-filling the new
-/// space. The caller sizes `max_bytes` to what the connection may hold
+/// buffer to that much free space first if it has less than half of it (so a buffer whose
+/// frames still share its memory is not replaced at every read), without zero-filling the
+/// new space. The caller sizes `max_bytes` to what the connection may hold
 /// (`transport::intake`): the buffer grows as bytes arrive, never ahead of them.
 pub fn read_into<S: AsFd>(
     stream: &S,
@@ -363,7 +364,7 @@ pub fn read_into<S: AsFd>(
     max_bytes: usize,
 ) -> io::Result<ReadOutcome> {
     let max_bytes = max_bytes.max(1);
-    if buf.capacity() - buf.len() < max_bytes {
+    if buf.capacity() - buf.len() < max_bytes.div_ceil(2) {
         buf.reserve(max_bytes);
     }
     let sock = SockRef::from(stream);

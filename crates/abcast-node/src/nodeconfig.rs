@@ -276,8 +276,11 @@ pub struct StorageConfig {
     /// A learner writes a snapshot (`<dir>/node-<id>/snapshot`) this often, reports it, and
     /// acceptors trim below what every learner's snapshot covers; 0 = never. Default
     /// 1000 with durable storage, 0 otherwise. Raft and Sequence Paxos nodes snapshot and
-    /// compact their own log; the peer cores (`omnipaxos`, `raftrs`) take no snapshots: a
-    /// value > 0 is refused for them, and the default is 0.
+    /// compact their own log, default 1000 on memory storage too: an uncompacted memory
+    /// log grows with the run (1 GB in a 10 s demo) and a restarted node, which lost it,
+    /// would need all of it again before it is repaired; with snapshots it installs a
+    /// peer's and takes only what followed. The peer cores (`omnipaxos`, `raftrs`) take no
+    /// snapshots: a value > 0 is refused for them, and the default is 0.
     pub snapshot_interval_ms: u64,
     /// Durable storage with `sync = true`: fdatasync on a thread of its own while the event
     /// loop goes on (pipelined group commit; default), or in the loop (`false`, for
@@ -631,6 +634,9 @@ pub fn parse(
                 );
             }
             storage.snapshot_interval_ms = 0;
+        } else if file.storage.snapshot_interval_ms.is_none() {
+            // On memory storage too (see `StorageConfig::snapshot_interval_ms`).
+            storage.snapshot_interval_ms = LEADER_SNAPSHOT_INTERVAL_MS_DEFAULT;
         }
     }
 
@@ -1165,6 +1171,10 @@ fn storage_config(file: &FileStorage, base_dir: &Path) -> Result<StorageConfig, 
         direct_io: file.direct_io.unwrap_or(true),
     })
 }
+
+/// How often a Raft or Sequence Paxos node snapshots and compacts its log when the file
+/// does not say, whatever the storage (`StorageConfig::snapshot_interval_ms`).
+const LEADER_SNAPSHOT_INTERVAL_MS_DEFAULT: u64 = 1000;
 
 /// Ring Paxos keeps this much of a datagram for the fields of a phase 2A besides its batch
 /// (ballot, epoch fingerprint, ring, a few piggy-backed decisions); a 2A with more

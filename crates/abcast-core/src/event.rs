@@ -106,6 +106,11 @@ pub enum Event {
     /// A decided log entry at `index` does not decode (`detail`): every learner passes over
     /// it alike.
     BadEntry { index: Instance, detail: String },
+    /// A message `from` sent was refused as one no correct peer sends (`why`: a leader
+    /// message whose leader is not its sender, a second leader claimed for one term). It
+    /// is dropped, never asserted on: a corrupted-but-valid or forged frame must not stop
+    /// the node. The simulator, which forges nothing, counts it as a violation.
+    MessageRefused { from: NodeId, why: String },
 }
 
 impl fmt::Display for Event {
@@ -193,6 +198,9 @@ impl fmt::Display for Event {
                 write!(f, "snapshot transfer given up: {why}")
             }
             Event::SteppedDown { node } => write!(f, "{node} steps down as coordinator"),
+            Event::MessageRefused { from, why } => {
+                write!(f, "message from {from} refused: {why}")
+            }
             Event::SnapshotInstalled { upto, app_bytes } => write!(
                 f,
                 "learner installed a peer's snapshot up to {upto} ({app_bytes} bytes of application state)"

@@ -265,6 +265,8 @@ pub struct Status {
     /// At a leader: every other node it replicates to, with its progress as the leader
     /// sees it; empty at any other node and for protocols without a leader's view.
     pub followers: Vec<FollowerProgress>,
+    /// Messages refused as ones no correct peer sends (`Event::MessageRefused`), this life.
+    pub refused_messages: u64,
 }
 
 /// One follower's replication, as its leader sees it ([`Status::followers`]).

@@ -837,6 +837,7 @@ impl Protocol for TokenRing {
             configuration: None,
             configuration_pending: None,
             followers: Vec::new(),
+            refused_messages: 0,
         }
     }
 }

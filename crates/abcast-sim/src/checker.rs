@@ -98,6 +98,10 @@ pub enum ViolationKind {
     StorageFailed,
     /// A protocol or factory call panicked (an assertion of its own caught something).
     Panicked,
+    /// A protocol refused a message as one no correct peer sends (`Event::MessageRefused`:
+    /// a second leader for one term, a leader message whose leader is not its sender).
+    /// Nothing here forges messages, so one that comes means a protocol broke its rules.
+    RefusedMessage,
     /// A snapshot (taken, restored at a restart, or installed from a peer) holds another
     /// state than the sequence up to its instance, or moved a learner backwards.
     SnapshotMismatch,
@@ -176,6 +180,7 @@ impl ViolationKind {
             BadConfig => "config",
             StorageFailed => "storage",
             Panicked => "panic",
+            RefusedMessage => "refused message",
         }
     }
 }

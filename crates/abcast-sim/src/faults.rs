@@ -44,10 +44,23 @@ pub enum FaultKind {
     /// constrained election, chained, the openraft 2080 bridge, random one-way links) held
     /// still under load. Counted per episode.
     PartialConnectivity,
+    /// A node restarted without its state while more than f amnesic restarts had happened
+    /// in the run before (each earlier one repaired, or the f rule would have held this
+    /// crash back): nodes lose their state one after another, beyond f over time, as a
+    /// cluster on memory storage restarted one node at a time does (issue 33). Counted per
+    /// such restart.
+    AmnesicBeyondF,
+    /// A Raft run with `read_lease = true` whose reads were checked (thesis §6.4.1: a
+    /// leader answers at once within its lease). Counted per run.
+    LeaseReads,
+    /// A Raft run with `pre_vote = false` (thesis §9.6 off). Counted per run.
+    NoPreVote,
+    /// A Raft run with `check_quorum = false` (thesis §6.2 off). Counted per run.
+    NoCheckQuorum,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 13] = [
         FaultKind::CrossIncarnation,
         FaultKind::OutlivesTakeover,
         FaultKind::FaultsRemain,
@@ -57,6 +70,10 @@ impl FaultKind {
         FaultKind::LearnerSkip,
         FaultKind::Ghost,
         FaultKind::PartialConnectivity,
+        FaultKind::AmnesicBeyondF,
+        FaultKind::LeaseReads,
+        FaultKind::NoPreVote,
+        FaultKind::NoCheckQuorum,
     ];
 
     pub fn name(self) -> &'static str {
@@ -70,6 +87,10 @@ impl FaultKind {
             FaultKind::LearnerSkip => "learner_skip",
             FaultKind::Ghost => "ghost",
             FaultKind::PartialConnectivity => "partial_connectivity",
+            FaultKind::AmnesicBeyondF => "amnesic_beyond_f",
+            FaultKind::LeaseReads => "lease_reads",
+            FaultKind::NoPreVote => "no_pre_vote",
+            FaultKind::NoCheckQuorum => "no_check_quorum",
         }
     }
 

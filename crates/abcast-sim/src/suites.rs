@@ -179,6 +179,45 @@ impl Proto {
             // past a learner: nothing is ever skipped (the mix still runs its crashes).
             return &[];
         }
+        match (self, mix) {
+            // Amnesic restarts one after another, each repaired before the next (issue 33),
+            // and Raft's optional rules switched per seed (`RaftSwitches`).
+            (Proto::Raft, FaultMix::Crash) => {
+                return &[
+                    CrossIncarnation,
+                    OutlivesTakeover,
+                    FaultsRemain,
+                    PartialFanout,
+                    AmnesicBeyondF,
+                    LeaseReads,
+                    NoPreVote,
+                    NoCheckQuorum,
+                ];
+            }
+            (Proto::Raft, FaultMix::Mixed) => {
+                return &[
+                    CrossIncarnation,
+                    OutlivesTakeover,
+                    FaultsRemain,
+                    PartialFanout,
+                    Pause,
+                    Ghost,
+                    LeaseReads,
+                    NoPreVote,
+                    NoCheckQuorum,
+                ];
+            }
+            (Proto::SeqPaxos, FaultMix::Crash) => {
+                return &[
+                    CrossIncarnation,
+                    OutlivesTakeover,
+                    FaultsRemain,
+                    PartialFanout,
+                    AmnesicBeyondF,
+                ];
+            }
+            _ => {}
+        }
         match mix {
             FaultMix::None | FaultMix::Loss => &[],
             FaultMix::Partition => &[FaultsRemain],
@@ -798,12 +837,65 @@ pub fn raft_factory(cfg: &SimConfig, variant: Variant) -> Factory<Raft> {
     // Paxos' suite gives it the higher priority, so that the late joiner of `late_join`
     // leads once it has the log, and the partial fan-out crash can strike its takeover.
     rc.preferred_leader = cfg.nodes.iter().min().copied();
+    let switches = RaftSwitches::of(cfg);
+    rc.read_lease = switches.read_lease;
+    rc.pre_vote = switches.pre_vote;
+    rc.check_quorum = switches.check_quorum;
     rc.set_mutation(variant.mutation)
         .unwrap_or_else(|e| panic!("{e}"));
     Box::new(move |id, start, disk| {
         let store = log_store(mix, disk)?;
         Ok(Raft::new(rc.clone(), id, start, store).expect("valid raft config"))
     })
+}
+
+/// Raft's optional rules, drawn per seed so that every sweep runs each off (or, for lease
+/// reads, on) in some of its runs (issue 33: no sweep ever turned `read_lease` on):
+/// lease reads in about a third of the runs, pre-vote and check-quorum each off in about a
+/// quarter. The partial-connectivity mix keeps the defaults, whose shapes and bound are
+/// written for them (`Proto::claims_partial_connectivity`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RaftSwitches {
+    pub read_lease: bool,
+    pub pre_vote: bool,
+    pub check_quorum: bool,
+}
+
+impl RaftSwitches {
+    pub fn of(cfg: &SimConfig) -> RaftSwitches {
+        let defaults = RaftConfig::default();
+        if cfg.mix == FaultMix::PartialConnectivity {
+            return RaftSwitches {
+                read_lease: defaults.read_lease,
+                pre_vote: defaults.pre_vote,
+                check_quorum: defaults.check_quorum,
+            };
+        }
+        // splitmix64's output function over the seed: the draws are not the seed's low bits,
+        // which the fault plan uses too.
+        let mut z = cfg.seed.wrapping_add(0x7261_6674_7377_6974); // "raftswit"
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        RaftSwitches {
+            read_lease: z.is_multiple_of(3),
+            pre_vote: !(z >> 8).is_multiple_of(4),
+            check_quorum: !(z >> 16).is_multiple_of(4),
+        }
+    }
+
+    /// The fault kinds this run's switches count for (once per run).
+    fn count(self, report: &mut SimReport) {
+        if self.read_lease && report.reads_checked > 0 {
+            report.faults.add(FaultKind::LeaseReads, 1);
+        }
+        if !self.pre_vote {
+            report.faults.add(FaultKind::NoPreVote, 1);
+        }
+        if !self.check_quorum {
+            report.faults.add(FaultKind::NoCheckQuorum, 1);
+        }
+    }
 }
 
 /// One run of `cfg` (its mix, seed and node count decide the setup) with `variant`.
@@ -818,7 +910,10 @@ pub fn run_one(
         Proto::MultiRing => run_with_disk(cfg, &multiring_factory(cfg, variant)),
         Proto::MultiRingPaxos => run_with_disk(cfg, &multiring_ringpaxos_factory(cfg, variant)),
         Proto::SeqPaxos => run_with_disk(cfg, &seqpaxos_factory(cfg, variant)),
-        Proto::Raft => run_with_disk(cfg, &raft_factory(cfg, variant)),
+        Proto::Raft => run_with_disk(cfg, &raft_factory(cfg, variant)).map(|mut r| {
+            RaftSwitches::of(cfg).count(&mut r);
+            r
+        }),
     }
 }
 

@@ -706,6 +706,8 @@ struct World<'a, P: Protocol, F> {
     /// The ghost's successor, scheduled to crash: it counts as faulty from the moment the
     /// crash is planned, so no other crash takes a second acceptor in the meantime.
     ghost_crash: Option<usize>,
+    /// Acceptors that restarted amnesic so far ([`FaultKind::AmnesicBeyondF`]).
+    amnesic_restarts: u64,
     loss_ppm: u32,
     dup_ppm: u32,
     link_clock_us: BTreeMap<(NodeId, usize), Micros>,
@@ -814,6 +816,7 @@ where
             blocked: BTreeSet::new(),
             ghost: None,
             ghost_crash: None,
+            amnesic_restarts: 0,
             loss_ppm: plan.loss_ppm,
             dup_ppm: plan.dup_ppm,
             link_clock_us: BTreeMap::new(),
@@ -1369,6 +1372,12 @@ where
         // What the protocol made of `start.amnesic` (a durable store that recovered is not
         // amnesic).
         let amnesic = proto.status().amnesic;
+        if amnesic && self.nodes[i].acceptor {
+            self.amnesic_restarts += 1;
+            if self.amnesic_restarts > self.max_faulty() as u64 {
+                self.report.faults.add(FaultKind::AmnesicBeyondF, 1);
+            }
+        }
         let s = &mut self.nodes[i];
         s.proto = Some(proto);
         s.incarnation = start.incarnation;
@@ -1583,6 +1592,13 @@ where
             return Ok(());
         }
         out.needs_sync = false;
+        if let Some(why) = out.events.iter().find_map(|e| match e {
+            abcast_core::Event::MessageRefused { from, why } => Some(format!("from {from}: {why}")),
+            _ => None,
+        }) {
+            let f = Failure::new(ViolationKind::RefusedMessage, why).at(id, incarnation);
+            return Err(self.violation(f));
+        }
         let now = self.now_us;
         abcast_core::carry_out(
             now,

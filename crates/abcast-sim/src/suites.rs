@@ -221,11 +221,13 @@ impl Proto {
         match mix {
             FaultMix::None | FaultMix::Loss => &[],
             FaultMix::Partition => &[FaultsRemain],
+            // Ring acceptors on memory storage restart amnesic too, one after another.
             FaultMix::Crash => &[
                 CrossIncarnation,
                 OutlivesTakeover,
                 FaultsRemain,
                 PartialFanout,
+                AmnesicBeyondF,
             ],
             FaultMix::LateJoin => &[PartialFanout],
             FaultMix::Mixed => &[
@@ -1013,6 +1015,14 @@ mod tests {
             for k in FaultKind::ALL {
                 if p.is_leader_based() && k == FaultKind::LearnerSkip {
                     // A leader-based log has no window a learner could fall behind.
+                    continue;
+                }
+                let raft_switch = matches!(
+                    k,
+                    FaultKind::LeaseReads | FaultKind::NoPreVote | FaultKind::NoCheckQuorum
+                );
+                if raft_switch && p != Proto::Raft {
+                    // Switches of Raft's optional rules; no other protocol has them.
                     continue;
                 }
                 assert!(

@@ -348,6 +348,11 @@ struct Cursor {
     /// is not required to reach the group's last instance. Its first delivery sets `floor`,
     /// and from then on the gap check holds it to every later instance.
     idle_since_subscribe: bool,
+    /// Placed by a restored or installed snapshot of several groups
+    /// ([`Checker::group_snapshot`]): the subscription the learner then reports for the
+    /// group, at the same place, keeps the snapshot's `floor` (the learner must deliver
+    /// every instance after it). Cleared by the next delivery or subscription.
+    pinned: bool,
 }
 
 #[derive(Debug)]
@@ -611,6 +616,7 @@ impl Checker {
             last: 0,
             subscribed: true,
             idle_since_subscribe: false,
+            pinned: false,
         }
     }
 
@@ -626,6 +632,10 @@ impl Checker {
             return;
         };
         let c = l.groups.entry(sub.group).or_insert(fresh_cursor);
+        if std::mem::take(&mut c.pinned) && sub.subscribed && c.subscribed {
+            // The subscription a snapshot install reports: the snapshot placed the cursor.
+            return;
+        }
         if sub.subscribed {
             if !c.subscribed || !sub.from_start {
                 // Back after a pause: the stretch may start anywhere above what it had.
@@ -925,6 +935,7 @@ impl Checker {
             last: 0,
             subscribed: true,
             idle_since_subscribe: false,
+            pinned: false,
         };
         if let Some(l) = self.learners.get_mut(&me) {
             let c = l.groups.entry(group).or_insert(fresh_cursor);
@@ -932,6 +943,7 @@ impl Checker {
                 c.floor = Some(instance);
             }
             c.idle_since_subscribe = false;
+            c.pinned = false;
             c.last = instance;
             for v in batch.ids() {
                 l.delivered.insert(v, instance);
@@ -1116,6 +1128,66 @@ impl Checker {
         c.last = c.last.max(last_value);
         if c.floor.is_none() {
             c.floor = Some(upto);
+        }
+        Ok(())
+    }
+
+    /// A learner's snapshot of a protocol of several groups (Multi-Ring Paxos), where it
+    /// stands in each group (`Protocol::snapshot_groups`): the state holds every value of
+    /// group `g` the learner delivered up to `covered` and none after. Taken: it must cover
+    /// what the learner delivered (a restart from it would deliver again otherwise).
+    /// Restored or installed: the learner's cursors move there, never back, and it must
+    /// deliver every instance of a group it follows after `covered`, the same as everyone
+    /// (the gap checks of `deliver`), and nothing at or below it (the order check).
+    pub fn group_snapshot(
+        &mut self,
+        node: NodeId,
+        incarnation: u64,
+        upto: Instance,
+        groups: &[abcast_core::GroupPosition],
+        event: SnapshotEvent,
+    ) -> Result<(), Failure> {
+        let me = (node, incarnation);
+        if !self.learners.contains_key(&me) {
+            self.start(node, incarnation, false);
+        }
+        let Some(l) = self.learners.get_mut(&me) else {
+            return Ok(());
+        };
+        for g in groups {
+            let fail = |detail: String| {
+                Failure::new(ViolationKind::SnapshotMismatch, detail)
+                    .at(node, incarnation)
+                    .instance(g.covered)
+            };
+            let c = l.groups.entry(g.group).or_insert(Cursor {
+                floor: None,
+                last: 0,
+                subscribed: false,
+                idle_since_subscribe: false,
+                pinned: false,
+            });
+            if c.subscribed && c.last > g.covered {
+                return Err(fail(format!(
+                    "snapshot {event:?} at merge position {upto} covers group {} up to instance {}; \
+                     the learner delivered up to {}",
+                    g.group.0, g.covered, c.last
+                )));
+            }
+            if event == SnapshotEvent::Taken {
+                continue;
+            }
+            if g.following {
+                c.subscribed = true;
+                c.floor = Some(g.covered);
+                c.last = c.last.max(g.covered);
+                c.idle_since_subscribe = false;
+                c.pinned = true;
+            } else {
+                c.subscribed = false;
+                c.floor = None;
+                c.pinned = false;
+            }
         }
         Ok(())
     }

@@ -115,7 +115,9 @@ impl Proto {
     /// snapshot where the entries it needs were compacted, `seqpaxos/snapshot.rs`).
     pub fn snapshots_in(self, mix: FaultMix) -> bool {
         match self {
-            Proto::MultiRing | Proto::MultiRingPaxos => false,
+            // The merge snapshots every ring at once, and each ring trims below a quorum of
+            // its learners' (`multiring/snapshot.rs`).
+            Proto::MultiRing | Proto::MultiRingPaxos => mix == FaultMix::PowerLoss,
             Proto::URing | Proto::RingPaxos => mix == FaultMix::PowerLoss,
             Proto::Raft => matches!(
                 mix,
@@ -656,6 +658,18 @@ impl<R: ComposableRing> Protocol for Churn<R> {
     }
     fn end_sync_storage(&mut self, result: Result<(), StorageError>) -> Result<(), StorageError> {
         self.inner.end_sync_storage(result)
+    }
+    fn snapshots_supported(&self) -> bool {
+        self.inner.snapshots_supported()
+    }
+    fn take_snapshot(&mut self, app: Bytes) -> Result<abcast_core::Snapshot, String> {
+        self.inner.take_snapshot(app)
+    }
+    fn restore_snapshot(&mut self, snapshot: &abcast_core::Snapshot) -> Result<(), String> {
+        self.inner.restore_snapshot(snapshot)
+    }
+    fn snapshot_groups(&self, snapshot: &abcast_core::Snapshot) -> Vec<abcast_core::GroupPosition> {
+        self.inner.snapshot_groups(snapshot)
     }
 }
 

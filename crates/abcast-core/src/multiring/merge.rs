@@ -43,6 +43,50 @@ pub(crate) enum Follow {
     },
 }
 
+impl Follow {
+    /// Whether the ring is delivered in `turn`.
+    pub fn active_at(self, turn: u64) -> bool {
+        match self {
+            Follow::Off => false,
+            Follow::On { from, until } => from <= turn && until.is_none_or(|u| turn < u),
+        }
+    }
+
+    /// The turns from `turn` on in which the ring is delivered: `(first, end)` (`end`
+    /// exclusive, `None` for no end), or `None` for none. Two follow states with the same
+    /// span from a turn deliver the same values from there.
+    pub fn span_from(self, turn: u64) -> Option<(u64, Option<u64>)> {
+        match self {
+            Follow::Off => None,
+            Follow::On { from, until } => {
+                let first = from.max(turn);
+                match until {
+                    Some(u) if u <= first => None,
+                    u => Some((first, u)),
+                }
+            }
+        }
+    }
+
+    /// Whether the ring is delivered in any turn from `turn` on.
+    pub fn followed_from(self, turn: u64) -> bool {
+        self.span_from(turn).is_some()
+    }
+
+    /// Whether the learner has said it follows the ring (`Outbox::subscriptions`) once
+    /// every turn below `turn` is delivered and `turn` is not started: a subscription from
+    /// turn 0 is announced at start, a later one when its turn starts; an unsubscribe takes
+    /// effect when its turn starts (`Merger::run`).
+    pub fn seen_at(self, turn: u64) -> bool {
+        match self {
+            Follow::Off => false,
+            Follow::On { from, until } => {
+                (from == 0 || from < turn) && until.is_none_or(|u| u >= turn)
+            }
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct RingQueue {
     pub group: GroupId,
@@ -59,10 +103,7 @@ pub(crate) struct RingQueue {
 
 impl RingQueue {
     fn active_in(&self, turn: u64) -> bool {
-        match self.follow {
-            Follow::Off => false,
-            Follow::On { from, until } => from <= turn && until.is_none_or(|u| turn < u),
-        }
+        self.follow.active_at(turn)
     }
 }
 

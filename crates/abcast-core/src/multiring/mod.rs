@@ -25,6 +25,12 @@
 //! decided). Both numbers are in the decided control, so anyone who reads the ring's log
 //! knows exactly which of its values the learner delivered.
 //!
+//! **Snapshots and trimming** (`snapshot.rs`, issue 33): with the rings' `learner_snapshots`
+//! on, a learner's snapshot is the merge's (position, turn, and per ring the learner's
+//! position, slot frontier, follow points and waiting instances); each ring trims below
+//! its learners' snapshots at its own point, and a learner behind a ring's trim point
+//! installs a peer's snapshot instead of skipping the ring.
+//!
 //! The ring decides the merge's decrees as opaque meta decrees (`Decree::Meta`) and reports
 //! every instance that delivers nothing as a pass (`ring::Pass`); this module gives them
 //! their meaning: a meta decree without data is a skip of `weight` slots, one with data a
@@ -70,7 +76,8 @@ pub enum SubscribeError {
     /// One change at a time: an earlier request is not decided yet.
     Pending(GroupId),
     /// This learner skipped instances of the ring that every acceptor had trimmed, so it no
-    /// longer knows the ring's slot count and cannot merge it (snapshots carry it, issue 4).
+    /// longer knows the ring's slot count and cannot merge it (the rings take no snapshots:
+    /// with them, a snapshot carries the slot count, `snapshot.rs`).
     Misaligned(GroupId),
 }
 

@@ -21,10 +21,14 @@
 //!   goes on retrieving from the log after it.
 //! * In a ring whose learners take no snapshots (`RingConfig::learner_snapshots` off: the
 //!   log start moved because an in-memory store's bounded window slid past a restarted
-//!   learner), and for a node that only relays or counts merge slots (not a learner, or a
-//!   Multi-Ring ring), there is nothing to install: the node skips to the log start,
-//!   reported through `Outbox::skips`. With snapshots on, a learner never skips: it waits
-//!   until a live peer reports a snapshot that covers what it needs.
+//!   learner), and for a node that only relays or counts merge slots (not a learner), there
+//!   is nothing to install: the node skips to the log start, reported through
+//!   `Outbox::skips`. With snapshots on, a learner never skips: it waits until a live peer
+//!   reports a snapshot that covers what it needs. A Multi-Ring ring's learner leaves that
+//!   to the merge above it (`LearnerState::composed_snapshots`): its snapshot is of the
+//!   merge, standing in every ring at once (`multiring/snapshot.rs`), and heartbeats carry
+//!   its class, so that the trim point leaves a peer for each group of learners that
+//!   follow the same rings (`quorum_trim_point_by_class`).
 
 use super::learner::LearnerState;
 use crate::codec::{Decoder, Encoder};

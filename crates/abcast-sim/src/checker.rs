@@ -1513,6 +1513,62 @@ mod tests {
         );
     }
 
+    /// A Multi-Ring learner's snapshot stands in each group at an instance of its own
+    /// (`Checker::group_snapshot`): installed, it holds the learner to every later instance
+    /// of a group it follows and to none at or below; one that moves it back, or a taken
+    /// one that does not cover what the learner delivered, fails.
+    #[test]
+    fn a_group_snapshot_holds_the_learner_to_every_later_instance_of_each_group() {
+        let g1 = GroupId(1);
+        let mut c = world(6);
+        let sub = |group| Subscription {
+            group,
+            subscribed: true,
+            from_start: true,
+            position: 0,
+        };
+        for x in [A, B] {
+            c.subscription(x, 0, &sub(g1));
+        }
+        let d = |s: u64| {
+            let mut d = one(vid(A, s), s);
+            d.group = g1;
+            d
+        };
+        for s in 1..=6 {
+            c.deliver(10 + s, A, 0, &d(s)).expect("deliver");
+        }
+        c.deliver(20, B, 0, &d(1)).expect("deliver");
+        let at = |covered| {
+            [abcast_core::GroupPosition {
+                group: g1,
+                covered,
+                following: true,
+            }]
+        };
+        // A's snapshot covers what it delivered; one that stops short of it does not.
+        c.group_snapshot(A, 0, 6, &at(6), SnapshotEvent::Taken)
+            .expect("covers");
+        let f = c
+            .group_snapshot(A, 0, 5, &at(5), SnapshotEvent::Taken)
+            .expect_err("a taken snapshot short of the deliveries");
+        assert_eq!(f.kind, ViolationKind::SnapshotMismatch);
+        // B installs up to 3: instance 4 must come next, and 3 may not come again.
+        c.group_snapshot(B, 0, 3, &at(3), SnapshotEvent::Installed)
+            .expect("installed");
+        let f = c
+            .deliver(30, B, 0, &d(5))
+            .expect_err("instance 4 jumped over");
+        assert_eq!(f.kind, ViolationKind::SkippedInstance);
+        let f = c.deliver(31, B, 0, &d(3)).expect_err("delivered again");
+        assert_eq!(f.kind, ViolationKind::OutOfOrder);
+        c.deliver(32, B, 0, &d(4)).expect("instance 4");
+        let f = c
+            .group_snapshot(B, 0, 2, &at(2), SnapshotEvent::Installed)
+            .expect_err("a snapshot that moves the learner back");
+        assert_eq!(f.kind, ViolationKind::SnapshotMismatch);
+    }
+
     #[test]
     fn identical_sequences_pass_and_converge() {
         let mut c = world(3);

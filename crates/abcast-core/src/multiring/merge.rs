@@ -431,6 +431,26 @@ mod tests {
     }
 
     #[test]
+    fn follow_points_read_alike_from_a_turn_on() {
+        let on = |from, until| Follow::On { from, until };
+        // Subscribed from the start and from turn 5 deliver the same from turn 8 on.
+        assert_eq!(on(0, None).span_from(8), on(5, None).span_from(8));
+        assert_eq!(on(0, None).span_from(8), Some((8, None)));
+        // Not from turn 3: ring 1 starts at 5 for one of them.
+        assert_ne!(on(0, None).span_from(3), on(5, None).span_from(3));
+        // An unsubscribe at turn 6 ends it; from turn 6 on it is not followed at all.
+        assert_eq!(on(0, Some(6)).span_from(2), Some((2, Some(6))));
+        assert_eq!(on(0, Some(6)).span_from(6), None);
+        assert!(!Follow::Off.followed_from(0));
+        // Announced: a subscription from 0 at once, a later one once its turn started; an
+        // unsubscribe stops at its turn.
+        assert!(on(0, None).seen_at(0));
+        assert!(!on(4, None).seen_at(4) && on(4, None).seen_at(5));
+        assert!(on(0, Some(4)).seen_at(4) && !on(0, Some(4)).seen_at(5));
+        assert!(on(4, None).active_at(4) && !on(4, None).active_at(3));
+    }
+
+    #[test]
     fn the_barrier_holds_the_merge_until_the_control_is_decided() {
         let mut m = Merger::new(1, vec![ring(1, ON)]);
         m.barrier = Some(1);

@@ -398,3 +398,26 @@ pub(crate) fn trim_acceptor<M>(
         out.needs_sync = true;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_trim_point_is_covered_by_a_quorum_of_every_class_of_learners() {
+        // One class (a single ring's learners, class 0): the quorum rule.
+        assert_eq!(quorum_trim_point_by_class(&[(10, 0), (20, 0), (30, 0)]), 21);
+        assert_eq!(quorum_trim_point(vec![10, 20, 30]), 21);
+        // Five learners: a quorum of all covers 30, but the two that follow one set of rings
+        // (class 7) are at 10 and 40: both must cover, so the point stays at 11.
+        let ups = [(40, 7), (10, 7), (30, 1), (35, 1), (50, 0)];
+        assert_eq!(quorum_trim_point_by_class(&ups), 11);
+        // A class of one: its own snapshot covers it.
+        assert_eq!(
+            quorum_trim_point_by_class(&[(5, 3), (50, 1), (60, 1), (70, 1)]),
+            6
+        );
+        // A class whose learners took no snapshot yet: nothing is trimmed.
+        assert_eq!(quorum_trim_point_by_class(&[(0, 9), (50, 1), (60, 1)]), 0);
+    }
+}

@@ -964,6 +964,8 @@ impl<R: ComposableRing> MultiRingOf<R> {
                 .and_then(|w| w.behind.first())
                 .map_or(0, |&(r, _, _)| ms.rings[r].upto);
             if let Some(w) = self.snap.wait.as_mut() {
+                // One entry per peer (its latest refusal): bounded by the alike peers.
+                w.refused.retain(|&(n, _)| n != from);
                 w.refused.push((from, upto));
             }
             out.events.push(Event::SnapshotRefused {

@@ -77,6 +77,8 @@ const ENTRIES_MAX: usize = 1 << 24;
 /// without end, every ring it learns: the usual deployment, and the peer a learner with
 /// no peer of its own class installs from.
 pub(super) const CLASS_ALL: u64 = 1;
+/// The largest slot (or turn times M) a snapshot may carry.
+const SLOT_MAX: u64 = 1 << 62;
 /// A chunk of a transfer not answered within this is asked for again.
 const FETCH_TIMEOUT_US: Micros = 300_000;
 /// Fetches of one chunk repeated without an answer before the transfer is given up (the
@@ -275,6 +277,28 @@ impl MergeSnapshot {
     fn check(&self) -> Result<(), String> {
         if self.m == 0 {
             return Err("M is 0".into());
+        }
+        // Slots, and turns times M, far below where the merge's arithmetic could overflow
+        // (a skip adds at most 2^30 slots: 2^62 is centuries of them).
+        let slot_ok = |turn: u64| {
+            turn.checked_add(1)
+                .and_then(|t| t.checked_mul(self.m))
+                .is_some_and(|s| s <= SLOT_MAX)
+        };
+        if !slot_ok(self.turn) {
+            return Err(format!(
+                "turn {} of M {} is out of range",
+                self.turn, self.m
+            ));
+        }
+        for r in &self.rings {
+            let follow_ok = match r.follow {
+                Follow::Off => true,
+                Follow::On { from, until } => slot_ok(from) && until.is_none_or(slot_ok),
+            };
+            if r.frontier > SLOT_MAX || !follow_ok {
+                return Err(format!("ring {}: a slot or turn out of range", r.group.0));
+            }
         }
         let first_slot = self.turn.saturating_mul(self.m);
         for (k, r) in self.rings.iter().enumerate() {
@@ -1185,6 +1209,19 @@ mod tests {
         assert!(MergeSnapshot::decode(s.encode()).is_err());
         let mut s = sample();
         s.m = 0;
+        assert!(MergeSnapshot::decode(s.encode()).is_err());
+        // Turns and slots where the merge's arithmetic would overflow.
+        let mut s = sample();
+        s.turn = u64::MAX;
+        assert!(MergeSnapshot::decode(s.encode()).is_err());
+        let mut s = sample();
+        s.rings[0].frontier = u64::MAX;
+        assert!(MergeSnapshot::decode(s.encode()).is_err());
+        let mut s = sample();
+        s.rings[0].follow = Follow::On {
+            from: u64::MAX - 1,
+            until: None,
+        };
         assert!(MergeSnapshot::decode(s.encode()).is_err());
         let mut s = sample();
         s.rings[0].dedup = Bytes::from_static(b"\xff\xff");

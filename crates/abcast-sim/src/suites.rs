@@ -9,7 +9,7 @@
 //! | --- | --- | --- |
 //! | none, loss, partition, crash, late_join, pause | in memory (a restart is amnesic); in crash (and reconfig) Sequence Paxos and Raft nodes snapshot and compact every 100 ms ([`Proto::snapshots_in`]) | U-Ring 3 nodes; Ring Paxos 3 acceptors + 3 learners; Multi-Ring 2 rings over 3 acceptors + 2 learners |
 //! | mixed | in memory | U-Ring 5 nodes (so a crash can strike while another acceptor is amnesic); the others as above |
-//! | power_loss | durable log with fdatasync on the simulator's disks, machine crashes, the pipelined group commit; U-Ring and Ring Paxos learners snapshot every 100 ms (so acceptors trim), Sequence Paxos and Raft nodes too (each compacts its own log) | as above |
+//! | power_loss | durable log with fdatasync on the simulator's disks, machine crashes, the pipelined group commit; U-Ring and Ring Paxos learners snapshot every 100 ms (so acceptors trim), Multi-Ring learners too (one snapshot of the merge; each ring trims at its own point, and a learner behind one installs a peer's), Sequence Paxos and Raft nodes too (each compacts its own log) | as above |
 //! | learner_skip | in memory, windows of 128 instances, no snapshots | as above |
 //! | partial | in memory | Sequence Paxos and Raft 5 nodes (the partial-connectivity shapes need five); the others as above; a 2.5 s fault phase |
 //!
@@ -115,7 +115,9 @@ impl Proto {
     /// snapshot where the entries it needs were compacted, `seqpaxos/snapshot.rs`).
     pub fn snapshots_in(self, mix: FaultMix) -> bool {
         match self {
-            Proto::MultiRing | Proto::MultiRingPaxos => false,
+            // The merge snapshots every ring at once, and each ring trims below a quorum of
+            // its learners' (`multiring/snapshot.rs`).
+            Proto::MultiRing | Proto::MultiRingPaxos => mix == FaultMix::PowerLoss,
             Proto::URing | Proto::RingPaxos => mix == FaultMix::PowerLoss,
             Proto::Raft => matches!(
                 mix,
@@ -697,6 +699,18 @@ impl<R: ComposableRing> Protocol for Churn<R> {
     }
     fn end_sync_storage(&mut self, result: Result<(), StorageError>) -> Result<(), StorageError> {
         self.inner.end_sync_storage(result)
+    }
+    fn snapshots_supported(&self) -> bool {
+        self.inner.snapshots_supported()
+    }
+    fn take_snapshot(&mut self, app: Bytes) -> Result<abcast_core::Snapshot, String> {
+        self.inner.take_snapshot(app)
+    }
+    fn restore_snapshot(&mut self, snapshot: &abcast_core::Snapshot) -> Result<(), String> {
+        self.inner.restore_snapshot(snapshot)
+    }
+    fn snapshot_groups(&self, snapshot: &abcast_core::Snapshot) -> Vec<abcast_core::GroupPosition> {
+        self.inner.snapshot_groups(snapshot)
     }
 }
 

@@ -53,8 +53,8 @@ use abcast_core::config::StartInfo;
 use abcast_core::protocol::{Ack, Install};
 use abcast_core::storage::{MemDir, StorageError};
 use abcast_core::{
-    Application, Ballot, Carrier, ConfigChange, Delivery, Instance, Micros, NodeId, Outbox,
-    ProposeError, Protocol, ReadState, Skip, Snapshot, Subscription,
+    Application, Ballot, Carrier, ConfigChange, Delivery, GroupId, Instance, Micros, NodeId,
+    Outbox, ProposeError, Protocol, ReadState, Skip, Snapshot, Subscription,
 };
 use bytes::{Bytes, BytesMut};
 use std::cmp::{Ordering, Reverse};
@@ -456,22 +456,23 @@ struct SimApp {
     digest: SeqDigest,
     complete: bool,
     delivered: bool,
-    /// The first delivery of this life, until the carrier checked what came before it.
-    first: Option<Instance>,
+    /// The first delivery of this life (its group and instance), until the carrier checked
+    /// what came before it.
+    first: Option<(GroupId, Instance)>,
 }
 
 impl Application for SimApp {
     fn deliver(&mut self, _now: Micros, d: &Delivery, _results: &mut Vec<Bytes>) {
-        // Group 0 only: snapshots are single-ring.
-        if d.group.0 != 0 {
-            self.complete = false;
-            return;
-        }
         if !self.delivered {
             self.delivered = true;
-            self.first = Some(d.instance);
+            self.first = Some((d.group, d.instance));
         }
-        self.digest.add(d.batch.key(), d.batch.len());
+        // The digest is group 0's (a single-group protocol), checked against the common
+        // sequence; a Multi-Ring learner's snapshots are checked by their positions in
+        // each group (`Checker::group_snapshot`).
+        if d.group.0 == 0 {
+            self.digest.add(d.batch.key(), d.batch.len());
+        }
     }
     fn snapshot(&mut self) -> Option<Bytes> {
         Some(self.encode())
@@ -1285,8 +1286,47 @@ where
             ) {
                 return Err(self.violation(f));
             }
+            self.check_group_snapshot(i, &snap, SnapshotEvent::Taken)?;
         }
         Ok(())
+    }
+
+    /// A snapshot of a protocol of several groups: where it stands in each, checked and
+    /// (restored or installed) the learner's cursors moved there.
+    fn check_group_snapshot(
+        &mut self,
+        i: usize,
+        snap: &Snapshot,
+        event: SnapshotEvent,
+    ) -> SimResult<()> {
+        let (id, incarnation) = (self.nodes[i].id, self.nodes[i].incarnation);
+        let groups = match self.nodes[i].proto.as_ref() {
+            Some(p) => p.snapshot_groups(snap),
+            None => return Ok(()),
+        };
+        if groups.is_empty() {
+            return Ok(());
+        }
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Note(format!(
+                "{id}: {event:?} snapshot at merge position {} covers {}",
+                snap.upto,
+                groups
+                    .iter()
+                    .map(|g| format!(
+                        "r{}:{}{}",
+                        g.group.0,
+                        g.covered,
+                        if g.following { "" } else { "(not following)" }
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )),
+        );
+        self.checker
+            .group_snapshot(id, incarnation, snap.upto, &groups, event)
+            .map_err(|f| self.violation(f))
     }
 
     /// A restarted learner starts from its saved snapshot, if it has one.
@@ -1346,7 +1386,7 @@ where
         {
             return Err(self.violation(f));
         }
-        Ok(())
+        self.check_group_snapshot(i, snap, event)
     }
 
     // ---- nodes -------------------------------------------------------------------------
@@ -1637,9 +1677,11 @@ where
     /// The application's first delivery in this life: its state covers the sequence from
     /// the start if nothing of the common sequence comes before it.
     fn first_delivery(&mut self, i: usize) {
-        if let Some(first) = self.nodes[i].app.state.first.take() {
-            self.nodes[i].app.state.complete =
-                self.checker.canonical_digest(first.saturating_sub(1)) == SeqDigest::default();
+        if let Some((group, first)) = self.nodes[i].app.state.first.take() {
+            // A Multi-Ring learner's merge starts at its first turn or at a snapshot, never
+            // in between (a learner that skips says so: `skipped`).
+            self.nodes[i].app.state.complete = group.0 != 0
+                || self.checker.canonical_digest(first.saturating_sub(1)) == SeqDigest::default();
         }
     }
 

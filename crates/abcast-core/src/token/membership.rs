@@ -30,10 +30,15 @@
 //!   ring's representative multicasts `MergeDetect` every `merge_timeout_us`; a message of
 //!   a foreign ring makes the member gather with its sender (`foreign`).
 //!
+//! - **Failed to receive** (`fail_to_receive`, Corosync's `failed_to_recv`): a member that
+//!   has held the token's aru down for `fail_to_recv_rotations` rotations (`handle_token`)
+//!   gathers with itself failed; the others, hearing its join or finding the token lost,
+//!   fail it too and form a ring without it; once they agreed (their joins fail it), it
+//!   forms a ring of its own (`memb_join_process`: "we will create single ring anyway").
+//!
 //! Departures: the new ring's sequence number is the highest seen plus 4, as Corosync; ring
 //! ids are not persisted (in-memory members: a restarted member learns the highest from
-//! the joins it hears). Corosync's "FAILED TO RECEIVE" (a member that keeps holding the
-//! aru down fails itself) is not here yet.
+//! the joins it hears).
 
 use super::messages::{
     CommitToken, Data, Inner, Join, MembEntry, MergeDetect, Message, RingId, Service, Token,
@@ -198,7 +203,9 @@ impl TokenRing {
     pub(crate) fn gather_enter(&mut self, out: &mut Out) {
         self.state = State::Gather;
         self.proc_set.insert(self.me);
-        self.fail_set.remove(&self.me);
+        if !self.failed_to_recv {
+            self.fail_set.remove(&self.me);
+        }
         self.consensus.clear();
         self.consensus.insert(self.me);
         self.consensus_due_us = self.now + self.cfg.consensus_timeout_us;
@@ -208,14 +215,46 @@ impl TokenRing {
         self.send_join(out);
     }
 
+    /// `memb_consensus_agreed`: every processor this member wants in agreed. A member that
+    /// failed itself wants none but the others' agreement that it failed, and an empty
+    /// set is agreed ("we will create single ring anyway").
     fn consensus_agreed(&self) -> bool {
         let want = self.want();
-        !want.is_empty() && want.iter().all(|p| self.consensus.contains(p))
+        (self.failed_to_recv || !want.is_empty()) && want.iter().all(|p| self.consensus.contains(p))
+    }
+
+    /// Corosync's "FAILED TO RECEIVE" (`message_handler_orf_token`): this member held the
+    /// token's aru down too long (`handle_token`). It fails itself and gathers; its joins
+    /// name it failed, so the members of its ring that hear them fail it too
+    /// (`join_process`: failed sets are taken from members of the same ring); the others
+    /// find the token lost (this member keeps it) and learn it from the joins.
+    pub(crate) fn fail_to_receive(&mut self, out: &mut Out) {
+        self.stats.failed_to_receive += 1;
+        self.failed_to_recv = true;
+        if self.state == State::Operational {
+            self.proc_set = self.memb.iter().copied().collect();
+            self.fail_set.clear();
+        }
+        self.fail_set.insert(self.me);
+        self.gather_enter(out);
+    }
+
+    /// `memb_join_process` with `failed_to_recv`: the others agreed that this member
+    /// failed (or failed to answer and were failed in turn): it forms a ring of its own.
+    fn form_alone(&mut self, out: &mut Out) {
+        self.failed_to_recv = false;
+        self.proc_set = std::iter::once(self.me).collect();
+        self.fail_set.clear();
+        self.create_commit(out);
     }
 
     /// `memb_state_consensus_timeout_expired`.
     fn consensus_expired(&mut self, out: &mut Out) {
         if self.consensus_agreed() {
+            if self.failed_to_recv {
+                self.form_alone(out);
+                return;
+            }
             if self.want().first() == Some(&self.me) {
                 self.create_commit(out);
                 return;
@@ -289,6 +328,10 @@ impl TokenRing {
         let mut gathered = false;
         if jp == self.proc_set && jf == self.fail_set {
             self.consensus.insert(j.sender);
+            if self.state == State::Gather && self.consensus_agreed() && self.failed_to_recv {
+                self.form_alone(out);
+                return;
+            }
             if self.state == State::Gather
                 && self.consensus_agreed()
                 && self.want().first() == Some(&self.me)
@@ -308,7 +351,9 @@ impl TokenRing {
             } else if self.installed_memb().contains(&j.sender) {
                 self.fail_set.extend(jf);
             }
-            self.fail_set.remove(&self.me);
+            if !self.failed_to_recv {
+                self.fail_set.remove(&self.me);
+            }
             // Departure from Corosync, which gathers again here whatever the merge
             // changed: a join that taught nothing (its failed set comes from another ring,
             // so it is not taken) would make this member multicast its unchanged join, and
@@ -589,6 +634,7 @@ impl TokenRing {
             position: out.deliveries.len(),
         });
         self.state = State::Operational;
+        self.failed_to_recv = false;
         self.damp_failed();
         self.proc_set = self.memb.iter().copied().collect();
         self.fail_set.clear();
@@ -671,6 +717,8 @@ impl TokenRing {
     /// for recovery.
     pub(crate) fn store_old(&mut self, m: Data) -> bool {
         let gathering = self.state == State::Gather;
+        // The ring's window (`TokenRing::on_data`).
+        let window = self.cfg.buffer_messages_max.saturating_mul(2);
         match self.old.as_mut() {
             // Taken only while gathering. From the commit step on, this member's old ring
             // is what its commit token entry reported: the recovery carries to every
@@ -681,6 +729,10 @@ impl TokenRing {
             Some(old) if m.ring == old.ring => {
                 if gathering {
                     let floor = old.delivered;
+                    if m.seq > floor.saturating_add(window) {
+                        self.stats.data_beyond_window += 1;
+                        return true;
+                    }
                     buffer_message(&mut old.buffer, floor, &mut old.high_seq, &mut old.aru, m);
                 } else {
                     self.stats.foreign_dropped += 1;
@@ -689,6 +741,10 @@ impl TokenRing {
             }
             None if m.ring == self.ring && self.state == State::Gather => {
                 let floor = self.delivered;
+                if m.seq > floor.saturating_add(window) {
+                    self.stats.data_beyond_window += 1;
+                    return true;
+                }
                 buffer_message(
                     &mut self.buffer,
                     floor,

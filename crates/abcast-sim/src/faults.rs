@@ -44,10 +44,18 @@ pub enum FaultKind {
     /// constrained election, chained, the openraft 2080 bridge, random one-way links) held
     /// still under load. Counted per episode.
     PartialConnectivity,
+    /// The token ring (the EVS world): the data lane into one member cut while its token
+    /// lane works (seed 002 §III-E: data and token on sockets of their own): the other
+    /// members' data messages, joins and merge announcements are lost on the way to it;
+    /// tokens and commit tokens arrive. Counted per cut.
+    DataLaneCut,
+    /// The token ring (the EVS world): a token or commit token lost by the network (loss,
+    /// a partition, a cut link). Counted per message.
+    TokenLoss,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::CrossIncarnation,
         FaultKind::OutlivesTakeover,
         FaultKind::FaultsRemain,
@@ -57,7 +65,13 @@ impl FaultKind {
         FaultKind::LearnerSkip,
         FaultKind::Ghost,
         FaultKind::PartialConnectivity,
+        FaultKind::DataLaneCut,
+        FaultKind::TokenLoss,
     ];
+
+    /// The kinds only the token ring's EVS world makes (`evs::token::expected_faults`),
+    /// never the single-sequence suites.
+    pub const EVS_ONLY: [FaultKind; 2] = [FaultKind::DataLaneCut, FaultKind::TokenLoss];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -70,6 +84,8 @@ impl FaultKind {
             FaultKind::LearnerSkip => "learner_skip",
             FaultKind::Ghost => "ghost",
             FaultKind::PartialConnectivity => "partial_connectivity",
+            FaultKind::DataLaneCut => "data_lane_cut",
+            FaultKind::TokenLoss => "token_loss",
         }
     }
 

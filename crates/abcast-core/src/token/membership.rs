@@ -279,6 +279,9 @@ impl TokenRing {
         if j.sender == self.me && self.state != State::Gather {
             return;
         }
+        if j.sender != self.me {
+            self.join_heard_us = Some(self.now);
+        }
         self.ring_seq_max = self.ring_seq_max.max(j.ring_seq);
         match self.state {
             State::Operational => {
@@ -391,7 +394,22 @@ impl TokenRing {
             State::Gather => {
                 let mine_next = ct.addr.get(ct.entries.len()) == Some(&self.me);
                 if ct.addr == self.want() && ct.ring.seq > self.ring.seq && mine_next {
-                    self.commit_enter(ct, out);
+                    // Departure from Totem: a member that heard no join of another processor
+                    // for a consensus timeout hears none of them (its data lane is cut: the
+                    // commit token comes on the token's). It could not take part in the ring
+                    // it is asked into (the simulator found one whose successor could not
+                    // hear it dragged into one failing commit attempt after another, never
+                    // reaching its consensus timeout). It stays in the gather step, where
+                    // its consensus timeout fails the processors it cannot hear.
+                    let alone = ct.addr.iter().all(|p| *p == self.me);
+                    let hears = self.join_heard_us.is_some_and(|t| {
+                        self.now.saturating_sub(t) <= self.cfg.consensus_timeout_us
+                    });
+                    if alone || hears {
+                        self.commit_enter(ct, out);
+                    } else {
+                        self.stats.commit_refused_deaf += 1;
+                    }
                 }
             }
             State::Commit => {

@@ -92,6 +92,9 @@ pub struct TokenStats {
     /// Data messages dropped because they lay beyond twice `buffer_messages_max` above
     /// this member's discard point.
     pub data_beyond_window: u64,
+    /// Commit tokens refused in the gather step because no join of another processor
+    /// came for a consensus timeout (`on_commit`).
+    pub commit_refused_deaf: u64,
 }
 
 /// One member of a token ring.
@@ -167,6 +170,8 @@ pub struct TokenRing {
     /// In the commit step: a join came from the successor after the commit token was
     /// passed to it (it did not take it).
     pub(crate) successor_missed_commit: bool,
+    /// When a join of another processor last came (`on_commit`).
+    pub(crate) join_heard_us: Option<Micros>,
     /// The old ring, saved when a new one is committed, until it is installed.
     pub(crate) old: Option<OldRing>,
     /// The new ring's members that came from this member's old ring (the transitional
@@ -232,6 +237,7 @@ impl TokenRing {
             merge_due_us: 0,
             holddown: BTreeMap::new(),
             successor_missed_commit: false,
+            join_heard_us: None,
             old: None,
             trans_memb: Vec::new(),
             retrans_queue: VecDeque::new(),

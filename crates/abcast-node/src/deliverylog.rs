@@ -56,7 +56,7 @@ pub fn read_node(node: u32, dir: &Path) -> Result<Vec<LearnerLog>, String> {
             .map_err(|_| format!("bad delivery log name {name}"))?;
         let text =
             std::fs::read_to_string(item.path()).map_err(|e| format!("cannot read {name}: {e}"))?;
-        let p = parse_log(&text).map_err(|e| format!("{name}: {e}"))?;
+        let p = parse_log(complete_lines(&text)).map_err(|e| format!("{name}: {e}"))?;
         logs.push(LearnerLog {
             node,
             incarnation,
@@ -67,6 +67,16 @@ pub fn read_node(node: u32, dir: &Path) -> Result<Vec<LearnerLog>, String> {
     }
     logs.sort_by_key(|l| l.incarnation);
     Ok(logs)
+}
+
+/// `text` up to its last newline: a learner killed with SIGKILL leaves the last line its
+/// buffered writer had flushed cut anywhere (even between two digits of its count, where
+/// it would still parse, wrongly). Every line the learner finished ends with a newline.
+pub fn complete_lines(text: &str) -> &str {
+    match text.rfind('\n') {
+        Some(i) => &text[..=i],
+        None => "",
+    }
 }
 
 pub fn parse(text: &str) -> Result<Vec<Entry>, String> {
@@ -305,6 +315,18 @@ mod tests {
             skipped: p.skipped,
             installed: p.installed,
         }
+    }
+
+    #[test]
+    fn a_torn_last_line_is_left_out_even_where_it_would_parse() {
+        assert_eq!(
+            complete_lines("1 0 1 10\n2 1 1 5\n3 0 11 1"),
+            "1 0 1 10\n2 1 1 5\n"
+        );
+        assert_eq!(complete_lines("1 0 1 10\n"), "1 0 1 10\n");
+        assert_eq!(complete_lines("52569 2 1099512537856 "), "");
+        let p = parse_log(complete_lines("1 0 1 10\n52569 2 10995")).expect("parses");
+        assert_eq!(p.entries.len(), 1);
     }
 
     #[test]

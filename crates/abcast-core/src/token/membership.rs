@@ -283,6 +283,20 @@ impl TokenRing {
             self.join_heard_us = Some(self.now);
         }
         self.ring_seq_max = self.ring_seq_max.max(j.ring_seq);
+        // A processor that failed itself (its join names it failed: it could not receive,
+        // `fail_to_receive`) asks for no ring with anyone; it forms one of its own. Only the
+        // members of its ring take its join (and fail it); to a member of another ring it is
+        // no reason to gather (the simulator found a ring of four re-formed three times in a
+        // second by the joins of a member whose data lane stayed cut, each time failing it
+        // again after a consensus timeout). It merges later, by its merge announcements.
+        if j.fail_set.contains(&j.sender)
+            && j.sender != self.me
+            && matches!(self.state, State::Operational | State::Gather)
+            && !self.installed_memb().contains(&j.sender)
+        {
+            self.stats.failed_self_ignored += 1;
+            return;
+        }
         match self.state {
             State::Operational => {
                 // `ignore_join_under_operational`: a join that fails this member, or a

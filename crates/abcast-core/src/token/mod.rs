@@ -95,6 +95,8 @@ pub struct TokenStats {
     /// Commit tokens refused in the gather step because no join of another processor
     /// came for a consensus timeout (`on_commit`).
     pub commit_refused_deaf: u64,
+    /// Joins of a processor of another ring that failed itself, ignored (`on_join`).
+    pub failed_self_ignored: u64,
 }
 
 /// One member of a token ring.

@@ -1008,8 +1008,9 @@ where
                             let mut f = Failure::new(
                                 ViolationKind::MembershipUnsettled,
                                 format!(
-                                    "with one link cut one way, node {} delivered nothing in the \
-                                     last {} ms of the remain phase ({before} delivered before)",
+                                    "with {}, node {} delivered nothing in the last {} ms of the \
+                                     remain phase ({before} delivered before)",
+                                    self.remain_faults(),
                                     n.id,
                                     self.cfg.remain_window_us / 1000
                                 ),
@@ -1036,9 +1037,10 @@ where
                         let f = Failure::new(
                             ViolationKind::MembershipUnsettled,
                             format!(
-                                "with one link cut one way for {} ms, a node installed {last} \
-                                 configurations in the last {} ms ({worst} in all; at most {max} \
-                                 allowed at the end): the membership flaps",
+                                "with {} for {} ms, a node installed {last} configurations in \
+                                 the last {} ms ({worst} in all; at most {max} allowed at the \
+                                 end): the membership flaps",
+                                self.remain_faults(),
                                 self.cfg.remain_us / 1000,
                                 self.cfg.remain_window_us / 1000,
                             ),

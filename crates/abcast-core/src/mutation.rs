@@ -108,6 +108,10 @@ pub enum Mutation {
     /// No flap damping (`holddown_us` treated as 0): a link cut one way makes the ring
     /// merge and split every merge period.
     TokenNoFlapDamping,
+    /// No "failed to receive" rule (Corosync's `fail_to_recv_const`): a member that gets the
+    /// token but none of the data holds the aru down for good, and no member of its ring
+    /// discards or acknowledges anything again.
+    TokenNoFailToRecv,
     // Process groups (issue 18, `groups/`)
     /// The state exchange after a configuration change keeps each node's own table
     /// instead of the union of the states: after a partition heals, the members of the
@@ -120,7 +124,7 @@ pub enum Mutation {
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 30] = [
+    pub const ALL: [Mutation; 31] = [
         Mutation::VoteIgnoresEpoch,
         Mutation::AmnesicPromisesCount,
         Mutation::RepairIgnored,
@@ -152,6 +156,7 @@ impl Mutation {
         Mutation::TokenSkipRecovery,
         Mutation::TokenTakesDuplicateTokens,
         Mutation::TokenNoFlapDamping,
+        Mutation::TokenNoFailToRecv,
         // Process groups
         Mutation::GroupsNoStateExchange,
         Mutation::GroupsDeliverDuringExchange,
@@ -189,6 +194,7 @@ impl Mutation {
             Mutation::TokenSkipRecovery => "token_skip_recovery",
             Mutation::TokenTakesDuplicateTokens => "token_takes_duplicate_tokens",
             Mutation::TokenNoFlapDamping => "token_no_flap_damping",
+            Mutation::TokenNoFailToRecv => "token_no_fail_to_recv",
             Mutation::GroupsNoStateExchange => "groups_no_state_exchange",
             Mutation::GroupsDeliverDuringExchange => "groups_deliver_during_exchange",
         }

@@ -150,6 +150,11 @@ pub enum ViolationKind {
     /// Process groups: after the heal, some live node had not ended its state exchange,
     /// or its groups were not the members the live nodes hold, within the bound.
     GroupsUnsettled,
+    /// EVS (a token ring): in the last window of a remain phase whose fault stays (a data
+    /// lane cut, a link cut one way), a live node acknowledged none of the values proposed
+    /// at it: a member that cannot receive holds every member's discard point down and
+    /// was never removed (Totem's "failed to receive" rule, Corosync's `fail_to_recv_const`).
+    AcksStalled,
 }
 
 impl ViolationKind {
@@ -175,7 +180,8 @@ impl ViolationKind {
             | TooBusy
             | PartialConnectivityStall
             | MembershipUnsettled
-            | GroupsUnsettled => "liveness",
+            | GroupsUnsettled
+            | AcksStalled => "liveness",
             Decode | CodecMismatch => "codec",
             BadConfig => "config",
             StorageFailed => "storage",

@@ -57,10 +57,18 @@ pub enum FaultKind {
     NoPreVote,
     /// A Raft run with `check_quorum = false` (thesis §6.2 off). Counted per run.
     NoCheckQuorum,
+    /// The token ring (the EVS world): the data lane into one member cut while its token
+    /// lane works (seed 002 §III-E: data and token on sockets of their own): the other
+    /// members' data messages, joins and merge announcements are lost on the way to it;
+    /// tokens and commit tokens arrive. Counted per cut.
+    DataLaneCut,
+    /// The token ring (the EVS world): a token or commit token lost by the network (loss,
+    /// a partition, a cut link). Counted per message.
+    TokenLoss,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 13] = [
+    pub const ALL: [FaultKind; 15] = [
         FaultKind::CrossIncarnation,
         FaultKind::OutlivesTakeover,
         FaultKind::FaultsRemain,
@@ -74,7 +82,13 @@ impl FaultKind {
         FaultKind::LeaseReads,
         FaultKind::NoPreVote,
         FaultKind::NoCheckQuorum,
+        FaultKind::DataLaneCut,
+        FaultKind::TokenLoss,
     ];
+
+    /// The kinds only the token ring's EVS world makes (`evs::token::expected_faults`),
+    /// never the single-sequence suites.
+    pub const EVS_ONLY: [FaultKind; 2] = [FaultKind::DataLaneCut, FaultKind::TokenLoss];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -91,6 +105,8 @@ impl FaultKind {
             FaultKind::LeaseReads => "lease_reads",
             FaultKind::NoPreVote => "no_pre_vote",
             FaultKind::NoCheckQuorum => "no_check_quorum",
+            FaultKind::DataLaneCut => "data_lane_cut",
+            FaultKind::TokenLoss => "token_loss",
         }
     }
 

@@ -541,3 +541,52 @@ fn groups_without_the_state_exchange_are_caught() {
 fn groups_delivering_during_the_state_exchange_are_caught() {
     token_caught(Mutation::GroupsDeliverDuringExchange, FaultMix::Crash, 10);
 }
+
+/// Runs the token ring with `m` under `mix` for up to `budget` seeds, asserts that the
+/// first violation is of `kind` (the one the removed rule causes), and that the correct
+/// ring passes that same seed.
+fn token_caught_as(m: Mutation, mix: FaultMix, budget: u64, kind: abcast_sim::ViolationKind) {
+    const { assert!(abcast_core::mutation::AVAILABLE, "built without mutations") };
+    let run = |seed: u64, m: Option<Mutation>| {
+        let mut cfg = abcast_sim::evs::EvsConfig::new(mix);
+        cfg.seed = seed;
+        abcast_sim::evs::token::run_token(&cfg, m)
+    };
+    let Some(v) = (0..budget).find_map(|seed| run(seed, Some(m)).err()) else {
+        panic!("token with the mutation {m}: {budget} seeds of the {mix} mix found nothing")
+    };
+    eprintln!(
+        "token with {m}: caught by the {mix} mix at seed {}: {:?} ({})\n  replay: {}",
+        v.seed,
+        v.kind,
+        v.kind.property(),
+        v.replay
+    );
+    assert_eq!(
+        v.kind,
+        kind,
+        "token with {m}: caught, but as {}",
+        v.headline()
+    );
+    if let Err(c) = run(v.seed, None) {
+        panic!(
+            "the correct token ring fails seed {} of the {mix} mix too: {}",
+            v.seed,
+            c.headline()
+        );
+    }
+}
+
+/// Without Totem's "failed to receive" rule, a member whose data lane stays cut (it gets
+/// the token, none of the data) holds the aru, and every member's discard point, down for
+/// the whole remain phase: nothing is acknowledged in its last window. (First caught at
+/// seed 6.)
+#[test]
+fn token_without_the_failed_to_receive_rule_is_caught() {
+    token_caught_as(
+        Mutation::TokenNoFailToRecv,
+        FaultMix::PartialConnectivity,
+        20,
+        abcast_sim::ViolationKind::AcksStalled,
+    );
+}

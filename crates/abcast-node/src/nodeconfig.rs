@@ -543,9 +543,22 @@ fn ms_to_us(field: &str, ms: u64) -> Result<u64, NodeConfigError> {
     }
 }
 
-fn parse_addr(field: String, text: &str) -> Result<SocketAddr, NodeConfigError> {
+/// How a member's address that is not numeric is turned into one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resolve {
+    /// Through the system's resolver (`ToSocketAddrs`): what a node does.
+    System,
+    /// Not at all: a host name is refused. For the fuzz target (`abcast-fuzz`,
+    /// `node_config`), which must not send a DNS query for every name it makes up.
+    NumericOnly,
+}
+
+fn parse_addr(field: String, text: &str, resolve: Resolve) -> Result<SocketAddr, NodeConfigError> {
     if let Ok(a) = text.parse::<SocketAddr>() {
         return Ok(a);
+    }
+    if resolve == Resolve::NumericOnly {
+        return invalid(field, format!("{text:?} is not a numeric ip:port address"));
     }
     match text.to_socket_addrs() {
         Ok(mut it) => match it.next() {
@@ -562,12 +575,22 @@ pub fn parse(
     node_id: Option<u32>,
     base_dir: &Path,
 ) -> Result<NodeConfig, NodeConfigError> {
+    parse_with(text, node_id, base_dir, Resolve::System)
+}
+
+/// [`parse`], resolving member addresses as `resolve` says.
+pub fn parse_with(
+    text: &str,
+    node_id: Option<u32>,
+    base_dir: &Path,
+    resolve: Resolve,
+) -> Result<NodeConfig, NodeConfigError> {
     let file: FileConfig =
         toml::from_str(text).map_err(|e| NodeConfigError::Syntax(e.to_string()))?;
     let Some(me) = node_id.or(file.node_id) else {
         return invalid("node_id", "no node id: give --id or a top-level node_id");
     };
-    let (ring_members, members) = members(&file.members, base_dir)?;
+    let (ring_members, members) = members(&file.members, base_dir, resolve)?;
     if !members.iter().any(|m| m.id == NodeId(me)) {
         return invalid("node_id", format!("node {me} is not among the members"));
     }
@@ -867,6 +890,7 @@ fn spares(file: &FileConfig) -> Result<Vec<NodeId>, NodeConfigError> {
 fn members(
     file: &[FileMember],
     base_dir: &Path,
+    resolve: Resolve,
 ) -> Result<(Vec<Member>, Vec<MemberAddr>), NodeConfigError> {
     if file.is_empty() {
         return invalid("members", "the ring has no members");
@@ -879,9 +903,9 @@ fn members(
         if file[..i].iter().any(|o| o.id == m.id) {
             return invalid(field("id"), format!("node id {} appears twice", m.id));
         }
-        let addr = parse_addr(field("addr"), &m.addr)?;
+        let addr = parse_addr(field("addr"), &m.addr, resolve)?;
         let client_addr = match &m.client_addr {
-            Some(a) => Some(parse_addr(field("client_addr"), a)?),
+            Some(a) => Some(parse_addr(field("client_addr"), a, resolve)?),
             None => None,
         };
         for (a, name) in [(Some(addr), "addr"), (client_addr, "client_addr")] {

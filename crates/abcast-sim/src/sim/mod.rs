@@ -1937,7 +1937,33 @@ pub fn encode<M: WireMessage>(msg: &M) -> (u8, Bytes) {
     for c in &chunks {
         body.extend_from_slice(c);
     }
-    (msg.kind(), body.freeze())
+    let (kind, body) = (msg.kind(), body.freeze());
+    CAPTURED.with(|c| {
+        if let Some(v) = c.borrow_mut().as_mut()
+            && v.len() < CAPTURE_MAX
+        {
+            v.push((kind, body.clone()));
+        }
+    });
+    (kind, body)
+}
+
+/// Most messages one [`capture_messages`] keeps.
+const CAPTURE_MAX: usize = 1 << 20;
+
+std::thread_local! {
+    static CAPTURED: std::cell::RefCell<Option<Vec<(u8, Bytes)>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` and returns, beside its result, every message the simulator encoded on this
+/// thread meanwhile, as [`encode`] made them (kind; group then body): real protocol
+/// traffic, for the fuzz targets' seed corpus (`abcast-fuzz`, `tests/corpus.rs`).
+pub fn capture_messages<T>(f: impl FnOnce() -> T) -> (T, Vec<(u8, Bytes)>) {
+    CAPTURED.with(|c| *c.borrow_mut() = Some(Vec::new()));
+    let out = f();
+    let msgs = CAPTURED.with(|c| c.borrow_mut().take()).unwrap_or_default();
+    (out, msgs)
 }
 
 /// Decodes what [`encode`] made: the group, then the body.

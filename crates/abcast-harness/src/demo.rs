@@ -54,7 +54,8 @@ pub struct DemoArgs {
     /// each after about a second, then check that nothing acknowledged was lost. With
     /// `--protocol token` the coordinator is the ring's representative (its lowest id, which
     /// forms each new ring), and a restarted member joins a new configuration: the check is
-    /// what Extended Virtual Synchrony promises.
+    /// what Extended Virtual Synchrony promises. Refused for omnipaxos and raftrs, whose
+    /// crates assume storage that outlives a restart.
     #[arg(long)]
     pub kill: bool,
     /// Print one JSON object as the last stdout line instead of the human summary.
@@ -528,7 +529,33 @@ pub fn write_plot(dir: &Path, r: &Report) -> Result<PathBuf, String> {
 }
 
 /// `abcast demo`: returns the process exit status (0 only if the run checked out).
+/// What the comparison cores cannot be asked: they run on their crates' in-memory storage
+/// only, and those crates assume storage that outlives a restart (crates/abcast-peers).
+fn check_peer_flags(args: &DemoArgs) -> Result<(), HarnessError> {
+    let p = args.protocol.as_str();
+    if !matches!(p, "omnipaxos" | "raftrs") {
+        return Ok(());
+    }
+    if args.storage != "memory" {
+        return Err(HarnessError::Usage(format!(
+            "--storage {}: --protocol {p} runs on its crate's in-memory storage only \
+             (crates/abcast-peers/README.md); use --storage memory",
+            args.storage
+        )));
+    }
+    if args.kill {
+        return Err(HarnessError::Usage(format!(
+            "--kill with --protocol {p}: its crate assumes storage that outlives a restart, \
+             and runs here on its in-memory storage, so a node killed with -9 would come \
+             back empty, outside the crate's model (it can lose acknowledged values). \
+             abcast's own seqpaxos and raft repair such a node: try --protocol seqpaxos --kill"
+        )));
+    }
+    Ok(())
+}
+
 pub fn run_demo(args: &DemoArgs) -> Result<u8, HarnessError> {
+    check_peer_flags(args)?;
     let spec = cluster_spec(args);
     spec.validate()?;
     if !args.json {
@@ -624,14 +651,28 @@ mod tests {
             protocol_title("token"),
             "the Accelerated Ring, seed 002: the token holder stamps and multicasts"
         );
-        // A restarted member is a new configuration's: --kill is refused, by flag.
-        let kill = DemoArgs {
-            kill: true,
-            ..demo_args("token")
-        };
-        match run_demo(&kill) {
-            Err(HarnessError::Usage(m)) => assert!(m.contains("--kill"), "{m}"),
-            other => panic!("expected a usage error, got {other:?}"),
+    }
+
+    #[test]
+    fn the_comparison_cores_are_refused_what_their_crates_do_not_promise() {
+        for p in ["omnipaxos", "raftrs"] {
+            let kill = DemoArgs {
+                kill: true,
+                duration_s: 10.0,
+                ..demo_args(p)
+            };
+            match run_demo(&kill) {
+                Err(HarnessError::Usage(m)) => assert!(m.contains("--kill"), "{m}"),
+                other => panic!("expected a usage error, got {other:?}"),
+            }
+            let durable = DemoArgs {
+                storage: "durable".to_string(),
+                ..demo_args(p)
+            };
+            match run_demo(&durable) {
+                Err(HarnessError::Usage(m)) => assert!(m.contains("--storage"), "{m}"),
+                other => panic!("expected a usage error, got {other:?}"),
+            }
         }
     }
 

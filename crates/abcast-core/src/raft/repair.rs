@@ -28,12 +28,19 @@
 //!   votes it needs (5 nodes: `C` and one voter that `C`'s request reached late). An
 //!   answer from a node that is amnesic itself is as good: what it campaigned for in an
 //!   earlier life died with that life.
-//! - **The log is repaired.** An `AppendEntries` of a leader `L` of term `T` left its log
-//!   matching `L`'s up to `L`'s commit index `c`, and the entry at `c` is of term `T`: `L`
-//!   has committed in its own term, so `c` is past the first entry `L` appended, and
-//!   below that `L`'s log holds every entry committed before `T` (Leader Completeness;
-//!   `L` was elected without this node's new life, which never voted). Anything
-//!   committed in `T` with the forgotten acknowledgements is at or below `c` too.
+//! - **The log is repaired.** An `AppendEntries` of a leader `L` of term `T` that this life
+//!   received named `L`'s commit index `c` (the *target*), and this log now matches `L`'s
+//!   up to `c`, where the entry is of term `T`: `L` has committed in its own term, so `c`
+//!   is past the first entry `L` appended, and below that `L`'s log holds every entry
+//!   committed before `T` (Leader Completeness; `L` was elected without this node's new
+//!   life, which never voted). Anything committed in `T` with the forgotten
+//!   acknowledgements is at or below `c` too: `L` sent `c` to this life, after the old one
+//!   was gone. The target is the first such `c`, not the commit index of the latest
+//!   message: a node catching up under load stays behind the leader's moving commit
+//!   index for as long as the load lasts (`demo --protocol raft --kill`, 1 run in 10 on
+//!   the 2-core machine, the restarted node never repaired and the next kill stalled the
+//!   cluster). A target whose entry turns out to be of an earlier term, or that a
+//!   snapshot covered (its term unknown here), is replaced by the latest message's.
 //!
 //! Once repaired, a vote in a term above the fence is its first in that term: any earlier
 //! candidacy in that term would have been seen in the answers. The cost is liveness, not
@@ -57,6 +64,9 @@ pub(crate) struct Repair {
     pub asked_us: Option<Micros>,
     /// The log holds every committed entry (see the module comment).
     pub log_repaired: bool,
+    /// The leader's term and the commit index it named, which this log must match up to
+    /// (see the module comment).
+    pub target: Option<(u32, u64)>,
 }
 
 impl Raft {
@@ -116,13 +126,37 @@ impl Raft {
     }
 
     /// After an `AppendEntries` of `leader_term` that left this log matching the leader's
-    /// up to `self.leader_match`: whether that covers the leader's commit index `commit`,
-    /// at an entry of the leader's own term.
+    /// up to `self.leader_match`, naming the leader's commit index `commit`: whether this
+    /// life's target is covered, at an entry of the leader's own term.
     pub(crate) fn check_log_repaired(&mut self, leader_term: u32, commit: u64, out: &mut Out) {
-        if self.repair.is_none() || commit == 0 || self.leader_match < commit {
+        let leader_match = self.leader_match;
+        let Some(r) = self.repair.as_mut() else {
+            return;
+        };
+        if r.log_repaired || commit == 0 {
             return;
         }
-        if self.term_at(commit) != Some(leader_term) {
+        let target = match r.target {
+            Some((t, c)) if t == leader_term => c,
+            _ => {
+                r.target = Some((leader_term, commit));
+                commit
+            }
+        };
+        if leader_match < target {
+            return;
+        }
+        let covered = |raft: &Raft, c: u64| raft.term_at(c) == Some(leader_term);
+        let repaired = if covered(self, target) {
+            true
+        } else {
+            // Of an earlier term, or behind a snapshot: the latest message's instead.
+            if let Some(r) = self.repair.as_mut() {
+                r.target = Some((leader_term, commit));
+            }
+            leader_match >= commit && covered(self, commit)
+        };
+        if !repaired {
             return;
         }
         if let Some(r) = self.repair.as_mut() {

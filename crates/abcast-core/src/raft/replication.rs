@@ -698,6 +698,7 @@ impl Raft {
             if skip == entries.len() {
                 self.leader_match = self.leader_match.max(self.commit);
                 out.send(from, self.append_reply(true, self.commit.max(end), (0, 0)));
+                self.check_log_repaired(m.term, m.leader_commit, out);
                 return;
             }
             prev_index += skip as u64;

@@ -1953,3 +1953,68 @@ fn install_below_commit(mutation: Option<crate::mutation::Mutation>) -> Option<u
 fn an_install_at_or_below_the_commit_index_keeps_the_log_and_moves_nothing_back() {
     assert_eq!(install_below_commit(None), None);
 }
+
+/// A node restarted on memory storage that catches up under load never holds the leader's
+/// *current* commit index: every message names a commit index past the entries it
+/// carries. Its repair targets the commit index of the first message of the leader's term
+/// it received (`repair.rs`). Before, it had to match the latest message's, and stayed
+/// amnesic for as long as the load lasted: `abcast demo --protocol raft --kill`, 1 run in
+/// 10 on the 2-core machine, then the leader's kill left no majority that counts.
+#[test]
+fn an_amnesic_follower_behind_a_moving_commit_index_is_repaired_once_past_its_target() {
+    let start = StartInfo::restart(1, true).expect("start");
+    let cfg = RaftConfig::new(&[0, 1, 2], &[]);
+    let mut r = Raft::new(cfg, NodeId(0), start, Box::new(MemoryLogStore::new())).expect("valid");
+    assert!(r.status().amnesic);
+    let incarnation = r.incarnation;
+    for peer in [1, 2] {
+        let mut out = Out::new();
+        let reply = Message::TermReply(messages::TermReply {
+            term: 2,
+            incarnation,
+        });
+        r.receive(0, NodeId(peer), reply, &mut out);
+    }
+    assert!(
+        r.status().amnesic,
+        "every voter answered, the log is not repaired yet"
+    );
+    // The leader (node 1, term 2) sends 4 entries a message and has committed 10 entries
+    // past the last it sends: the follower never holds the commit index of the message.
+    let lead = 10;
+    let mut repaired_at = None;
+    for k in 0..10u64 {
+        let prev = k * 4;
+        let entries = (prev + 1..=prev + 4)
+            .map(|i| EntryBody::Noop.entry(i, Ballot::new(2, NodeId(1), 0)))
+            .collect();
+        let append = Message::AppendEntries(messages::AppendEntries {
+            term: 2,
+            leader: NodeId(1),
+            prev_index: prev,
+            prev_term: if prev == 0 { 0 } else { 2 },
+            entries,
+            leader_commit: prev + 4 + lead,
+            seq: k + 1,
+        });
+        let mut out = Out::new();
+        r.receive(0, NodeId(1), append, &mut out);
+        assert!(
+            out.sends
+                .iter()
+                .any(|(_, m)| matches!(m, Message::AppendEntriesReply(a) if a.success)),
+            "message {k} is taken"
+        );
+        if !r.status().amnesic {
+            repaired_at = Some(r.leader_match);
+            break;
+        }
+    }
+    // The first message named commit 14: repaired at the first message ending at or past it.
+    assert_eq!(
+        repaired_at,
+        Some(16),
+        "repaired once its log passed the first target"
+    );
+    assert_eq!(r.vote_floor, 2, "its votes are fenced at the voters' term");
+}

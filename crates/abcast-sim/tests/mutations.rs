@@ -413,14 +413,13 @@ fn multiring_ringpaxos_voting_before_the_vote_is_durable_is_caught() {
 
 // Sequence Paxos (seed 001 appendix B): each broken variant removes one rule.
 
-/// Caught at crash seed 23 (the sweep starts at 20) as a stall, not a disagreement: a
-/// late Prepare of a lower ballot (the crash mix delivers messages late, across takeovers)
-/// is promised (Acceptor line 2 removed), and a leader that gets it steps down, while
-/// Ballot Leader Election still names it, its ballot unchanged: at the end both live nodes
-/// take node 2 for the leader and node 2 does not lead, and with the third node down the
-/// faults-remain bound ends the run with required values delivered nowhere
-/// (`NotDelivered`). The same seed passes with the rule, and no crash seed before it
-/// decided apart.
+/// Caught at crash seed 23 (the sweep starts at 20) as a stall, not a disagreement (the
+/// replay's trace): nodes 1 and 2 both prepare in round 768; node 2's ballot is the higher
+/// and Ballot Leader Election names it, but node 1's lower `Prepare` reaches node 2 after
+/// its own, and node 2 promises it (Acceptor line 2 removed) and steps down. Election still
+/// names node 2, its ballot unchanged, so node 1 does not lead either, and with node 0 down
+/// nothing is decided until the faults-remain bound ends the run (`NotDelivered`). The
+/// same seed passes with the rule, and no crash seed before it decided apart.
 #[test]
 fn seqpaxos_promising_below_the_promise_is_caught() {
     caught_as(

@@ -454,11 +454,12 @@ fn seqpaxos_counting_amnesic_promises_is_caught() {
     );
 }
 
-/// Caught at power_loss seed 1 as a stale read: the power loss forgets an accepted entry
-/// whose `Accepted` counted, so an acknowledged value is missing from the new leader's log;
-/// its proposer, alive, sends it again and it is decided later (no value is lost for the
-/// durability checker), but a read answered in between misses a write acknowledged before
-/// it (`StaleRead`, linearizability).
+/// Caught at power_loss seed 1 as a stale read (the replay's trace): value n1:161 is
+/// decided and acknowledged in instance 379; the power loss takes down two machines whose
+/// `Accepted` left before the entry was durable, so the next leader's log ends at 378, and
+/// the first wrong thing a checker sees is its read answered up to 378, which misses a
+/// write acknowledged before the read was issued (`StaleRead`, linearizability), before
+/// another decree in 379 or a lost acknowledgement could be seen.
 #[test]
 fn seqpaxos_replying_before_the_write_is_durable_is_caught() {
     caught_as(

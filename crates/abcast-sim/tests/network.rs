@@ -159,8 +159,23 @@ fn run_pingers(mix: FaultMix, seed: u64, adjust: impl FnOnce(&mut SimConfig)) ->
     (report, seen)
 }
 
+/// With `ABCAST_SIM_SEED` set, replays that run; otherwise one fixed seed past the other
+/// tests' seeds of each mix with faults, which must pass (no network bug was found by a
+/// seed of its own yet).
 #[test]
 fn replay() {
+    if std::env::var_os("ABCAST_SIM_SEED").is_none() {
+        for mix in [
+            FaultMix::Loss,
+            FaultMix::Partition,
+            FaultMix::Crash,
+            FaultMix::Mixed,
+        ] {
+            let (r, _) = run_pingers(mix, 200, |_| {});
+            assert!(r.messages_delivered > 0, "{mix}: {r:?}");
+        }
+        return;
+    }
     let log = Arc::new(Mutex::new(Seen::default()));
     if let Some(Err(v)) = replay_from_env(&base(), |cfg| pingers(cfg, &log)) {
         panic!("replayed violation {:?} (report above)", v.kind);

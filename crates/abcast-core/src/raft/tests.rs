@@ -1608,6 +1608,38 @@ fn leader_messages_a_correct_peer_never_sends_are_refused_and_counted_not_assert
     assert_eq!(r.status().refused_messages, 4);
 }
 
+/// What a follower of term 1 does with an AppendEntries of term 2 that node 2 sends and
+/// that names node 1 as its leader (a forged or corrupted-but-valid frame; suspect 9 of
+/// issue 33): returns the messages it refused (`Event::MessageRefused`, which the
+/// simulator reports as `ViolationKind::RefusedMessage`), the leader it follows, its term,
+/// and the term of its entry 3 (the one the message carries).
+fn follows_a_leader_named_by_another(
+    m: Option<crate::mutation::Mutation>,
+) -> (usize, Option<NodeId>, u32, Option<u32>) {
+    let mut r = node_with_log(&[1, 1], 1, 2, m);
+    let mut out = Out::new();
+    r.receive(0, NodeId(2), append_from(2, 1, (2, 1), 2, 2), &mut out);
+    (refused(&out), r.leader, r.term(), r.term_at(3))
+}
+
+#[test]
+fn a_follower_follows_only_the_sender_of_a_leader_message() {
+    assert_eq!(follows_a_leader_named_by_another(None), (1, None, 1, None));
+}
+
+/// `RaftFollowNamedLeader`: the same message is followed, not refused: the follower takes
+/// term 2, node 1 for its leader, and the entry that node 2 sent in node 1's name. No
+/// simulator run forges frames, so the refusal the correct build counts
+/// (`RefusedMessage`) never comes there; this unit test is the mutation's catch.
+#[cfg(feature = "mutations")]
+#[test]
+fn following_a_leader_named_by_another_node_is_caught() {
+    assert_eq!(
+        follows_a_leader_named_by_another(Some(crate::mutation::Mutation::RaftFollowNamedLeader)),
+        (0, Some(NodeId(1)), 2, Some(2))
+    );
+}
+
 #[test]
 fn a_vote_and_an_append_success_leave_only_with_a_sync() {
     assert_eq!(reply_syncs(None), (true, true));

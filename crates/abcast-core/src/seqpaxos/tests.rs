@@ -1200,6 +1200,64 @@ fn an_amnesic_old_member_rejoins_the_next_configuration() {
     net.same_log(&to);
 }
 
+/// Node `victim` of `c_0` restarts amnesic as the leader appends `SS_0`, and is repaired
+/// in `c_0` by that leader with a log that ends in `SS_0`. Returns whether it was
+/// so repaired (the premise), and whether it then entered `c_1` amnesic: it must, since
+/// `SS_0` may have been decided before this life began and its earlier life may have
+/// entered `c_1` and promised there (issue 33, suspect 6; `follower.rs`, repair).
+fn repaired_on_the_stop_sign_enters_the_next_configuration_amnesic(
+    m: Option<crate::mutation::Mutation>,
+) -> (bool, bool) {
+    let mut cfg = base_config(&[0, 1, 2]);
+    cfg.set_mutation(m).expect("mutations available");
+    let mut net = Net::new(4, cfg, false);
+    let leader = net.stable_leader();
+    let _ = propose_while(&mut net, &[0, 1, 2], 50, |_| false);
+    let (victim, other) = ((leader + 1) % 3, (leader + 2) % 3);
+    // The leader's messages to the third member are lost: `SS_0` is decided only once the
+    // victim, repaired, accepts it (the third member still answers the victim's promise
+    // query, which asks every member).
+    net.restart(victim);
+    assert!(net.sp(victim).amnesic);
+    net.cut.insert((leader, other));
+    net.reconfigure(leader, &[0, 1, 2, 3]).expect("starts");
+    let mut repaired_on_ss = false;
+    for _ in 0..50_000 {
+        net.step();
+        let sp = net.sp(victim);
+        if sp.config_id() == 0 && !sp.amnesic && sp.stopped() {
+            repaired_on_ss = true;
+        }
+        if sp.config_id() == 1 {
+            return (repaired_on_ss, sp.amnesic);
+        }
+    }
+    panic!("n{victim} never entered c_1\n{}", net.dump());
+}
+
+#[test]
+fn a_node_repaired_on_its_configurations_stop_sign_enters_the_next_one_amnesic() {
+    assert_eq!(
+        repaired_on_the_stop_sign_enters_the_next_configuration_amnesic(None),
+        (true, true)
+    );
+}
+
+/// `SeqPaxosRepairIgnoresStopSign`: the same node enters `c_1` as if it had never promised
+/// there. No sweep met it (200 seeds of the crash, reconfig and mixed mixes: the sweeps'
+/// amnesic restarts and reconfigurations do not line up so), so this unit test is its
+/// catch: it pins the rule, not a disagreement.
+#[cfg(feature = "mutations")]
+#[test]
+fn a_repair_that_ignores_the_stop_sign_is_caught() {
+    assert_eq!(
+        repaired_on_the_stop_sign_enters_the_next_configuration_amnesic(Some(
+            crate::mutation::Mutation::SeqPaxosRepairIgnoresStopSign
+        )),
+        (true, false)
+    );
+}
+
 // ---- bounded catch-up (beyond the thesis: messages have a size limit here) -------------
 
 /// A configuration whose messages stay small: 1 KiB per `Accept` / catch-up message and

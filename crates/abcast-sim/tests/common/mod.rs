@@ -24,3 +24,32 @@ pub fn sweep_mix(proto: Proto, mix: FaultMix, seeds: Range<u64>) -> SuiteReport 
     );
     r
 }
+
+/// The body of a test named `replay`. With `ABCAST_SIM_SEED` set, replays the run a
+/// violation's line names (`suites::replay_from_env`: mix, nodes and scenario from the
+/// environment). Otherwise runs `regressions`, fixed `(mix, seed)` runs of `proto` (the
+/// seeds that once caught its bugs, most of them beyond the sweeps' 200 seeds), and
+/// asserts that each passes: a test that passes doing nothing proves nothing.
+#[allow(dead_code)]
+pub fn replay_or_regressions(proto: Proto, regressions: &[(FaultMix, u64)]) {
+    if std::env::var_os("ABCAST_SIM_SEED").is_some() {
+        if let Some(Err(v)) = suites::replay_from_env(proto) {
+            panic!("replayed violation {:?} (report above)", v.kind);
+        }
+        return;
+    }
+    assert!(!regressions.is_empty(), "{proto}: no regression seeds");
+    for &(mix, seed) in regressions {
+        let cfg = suites::config(proto, mix, Variant::CORRECT).with_run(seed, mix);
+        match suites::run_one(proto, &cfg, Variant::CORRECT) {
+            Ok(r) => eprintln!(
+                "{proto} {mix} seed {seed}: passed ({} values acked)",
+                r.acked_values
+            ),
+            Err(v) => panic!(
+                "{proto}: regression seed {seed} of the {mix} mix fails again: {}",
+                v.headline()
+            ),
+        }
+    }
+}

@@ -125,6 +125,45 @@ impl Raft {
         self.maybe_repaired(out);
     }
 
+    /// A message of the leader of `leader_term` named its commit index `commit`: the first
+    /// such of this leader's term in this life is the target the log must reach (see the
+    /// module comment), whether or not the message's entries could be taken.
+    pub(crate) fn note_repair_target(&mut self, leader_term: u32, commit: u64) {
+        if let Some(r) = self.repair.as_mut() {
+            let known = matches!(r.target, Some((t, _)) if t == leader_term);
+            if commit > 0 && !known {
+                r.target = Some((leader_term, commit));
+            }
+        }
+    }
+
+    /// After a snapshot of the leader of `leader_term` up to `upto`, whose last entry is of
+    /// `last_term`, was installed: a leader snapshots committed entries only, so one of its
+    /// own term shows that it committed in its term (everything committed before the term
+    /// lies below), and one at or past the target holds whatever the forgotten
+    /// acknowledgements helped commit. A node that catches up under load falls behind the
+    /// leader's compaction again and again, and may never match its log entry by entry
+    /// before the next snapshot comes (`demo --protocol raft --kill` on 2 busy cores).
+    pub(crate) fn check_snapshot_repaired(
+        &mut self,
+        leader_term: u32,
+        upto: u64,
+        last_term: u32,
+        out: &mut Out,
+    ) {
+        let Some(r) = self.repair.as_mut() else {
+            return;
+        };
+        let Some((t, target)) = r.target else {
+            return; // No commit index of this leader's heard yet.
+        };
+        if r.log_repaired || t != leader_term || last_term != leader_term || upto < target {
+            return;
+        }
+        r.log_repaired = true;
+        self.maybe_repaired(out);
+    }
+
     /// After an `AppendEntries` of `leader_term` that left this log matching the leader's
     /// up to `self.leader_match`, naming the leader's commit index `commit`: whether this
     /// life's target is covered, at an entry of the leader's own term.

@@ -688,6 +688,7 @@ impl Raft {
         if !self.follow(from, m.term, m.leader, m.seq, sync, out) || self.failed.is_some() {
             return;
         }
+        self.note_repair_target(m.term, m.leader_commit);
         let mut prev_index = m.prev_index;
         let mut prev_term = m.prev_term;
         let mut entries = m.entries;

@@ -446,6 +446,8 @@ impl Raft {
                 let data = Bytes::from(b.buf);
                 if self.install(snap, st, data, out) {
                     out.send(from, self.install_reply(m.last_index, m.total_bytes, true));
+                    let last_term = m.last_ballot.round;
+                    self.check_snapshot_repaired(m.term, m.last_index, last_term, out);
                 }
             }
             Err(why) => {

@@ -2050,3 +2050,67 @@ fn an_amnesic_follower_behind_a_moving_commit_index_is_repaired_once_past_its_ta
     );
     assert_eq!(r.vote_floor, 2, "its votes are fenced at the voters' term");
 }
+
+/// The same node when the leader has compacted past it: the message that names the
+/// commit index is refused (its log is too short) and a snapshot follows. A snapshot of
+/// the leader's term at or past that commit index repairs the log; one of an earlier term
+/// does not. `demo --protocol raft --kill` on 2 busy cores: the restarted node installed
+/// snapshot after snapshot, never matched the leader entry by entry, and stayed amnesic.
+#[test]
+fn an_amnesic_follower_is_repaired_by_a_snapshot_of_the_leaders_term_past_its_target() {
+    let install = |last_term: u32| {
+        let start = StartInfo::restart(1, true).expect("start");
+        let cfg = RaftConfig::new(&[0, 1, 2], &[]);
+        let store = Box::new(MemoryLogStore::new());
+        let mut r = Raft::new(cfg, NodeId(0), start, store).expect("valid");
+        let incarnation = r.incarnation;
+        for peer in [1, 2] {
+            let reply = Message::TermReply(messages::TermReply {
+                term: 2,
+                incarnation,
+            });
+            r.receive(0, NodeId(peer), reply, &mut Out::new());
+        }
+        let mut out = Out::new();
+        r.receive(0, NodeId(1), append_from(2, 1, (40, 2), 2, 45), &mut out);
+        assert!(
+            out.sends
+                .iter()
+                .any(|(_, m)| matches!(m, Message::AppendEntriesReply(a) if !a.success)),
+            "the log is too short for the append"
+        );
+        let state = snapshot::SnapState {
+            last_ballot: Ballot::new(last_term, NodeId(1), 0),
+            config: r.applied_config.clone(),
+            dedup: Dedup::default(),
+        };
+        let snap = Snapshot {
+            upto: 50,
+            protocol: state.encode(),
+            app: Bytes::from("50"),
+        };
+        let data = Bytes::from(snap.encode());
+        let m = Message::InstallSnapshot(messages::InstallSnapshot {
+            term: 2,
+            leader: NodeId(1),
+            last_index: 50,
+            last_ballot: state.last_ballot,
+            offset: 0,
+            total_bytes: data.len() as u64,
+            data,
+            seq: 2,
+        });
+        let mut out = Out::new();
+        r.receive(0, NodeId(1), m, &mut out);
+        assert_eq!(r.commit, 50, "installed");
+        !r.status().amnesic
+    };
+    assert!(
+        install(2),
+        "a snapshot of the leader's term past 45 repairs it"
+    );
+    assert!(
+        !install(1),
+        "one of an earlier term does not show the leader committed"
+    );
+}

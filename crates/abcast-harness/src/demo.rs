@@ -342,6 +342,15 @@ fn render_crash_test(r: &Report, protocol: &str) -> String {
             "  {:>5.1} s  node {} ({}) killed, {back}\n",
             k.at_s, k.node, k.role
         );
+        if k.amnesic {
+            s += &match (k.repaired_at_s, k.restarted_at_s) {
+                (Some(at), Some(back)) => format!(
+                    "         back amnesic (memory storage), repaired by its peers {:.1} s later\n",
+                    (at - back).max(0.0)
+                ),
+                _ => "         back amnesic (memory storage), never repaired\n".to_string(),
+            };
+        }
         if !k.note.is_empty() {
             s += &format!("         {}\n", k.note);
         }
@@ -388,6 +397,7 @@ pub fn report_json(r: &Report) -> serde_json::Value {
             "events": r.kills.iter().map(|k| json!({
                 "at_s": k.at_s, "node": k.node, "role": k.role,
                 "restarted_at_s": k.restarted_at_s, "note": k.note,
+                "amnesic": k.amnesic, "repaired_at_s": k.repaired_at_s,
             })).collect::<Vec<_>>(),
             "longest_stall_s": r.longest_stall.map(|s| s.to_s - s.from_s),
             "nothing_lost": r.lost.is_empty(),

@@ -1078,6 +1078,7 @@ impl<'w> NodeStats<'w> {
                 acked_values: self.acked_values,
                 busy_rejections: self.busy_rejections,
                 coordinator: status.coordinator.map(|c| c.0),
+                amnesic: status.amnesic,
                 cpu_user_ms,
                 cpu_sys_ms,
                 rss_kib: rss_kib(),

@@ -64,6 +64,9 @@ pub struct StatsLine {
     pub busy_rejections: u64,
     /// The coordinator this node believes in, if any.
     pub coordinator: Option<u32>,
+    /// The node restarted without its acceptor state (memory storage) and its peers have
+    /// not repaired it yet: it neither votes nor counts.
+    pub amnesic: bool,
     pub cpu_user_ms: u64,
     pub cpu_sys_ms: u64,
     pub rss_kib: u64,
@@ -120,6 +123,8 @@ pub struct WireLine {
     pub acked_values: u64,
     pub busy_rejections: u64,
     pub coordinator: Option<u32>,
+    #[serde(default)]
+    pub amnesic: bool,
     pub cpu_user_ms: u64,
     pub cpu_sys_ms: u64,
     pub rss_kib: u64,
@@ -227,6 +232,7 @@ pub fn parse_line(line: &str) -> Result<StatsLine, StatsError> {
         acked_values: raw.acked_values,
         busy_rejections: raw.busy_rejections,
         coordinator: raw.coordinator,
+        amnesic: raw.amnesic,
         cpu_user_ms: raw.cpu_user_ms,
         cpu_sys_ms: raw.cpu_sys_ms,
         rss_kib: raw.rss_kib,

@@ -203,6 +203,47 @@ pub struct KillEvent {
     pub role: String,
     pub restarted_at_s: Option<f64>,
     pub note: String,
+    /// The restarted life said it was amnesic (memory storage), and when its stats first
+    /// said it was repaired, seconds since the start ([`repairs`]).
+    pub amnesic: bool,
+    pub repaired_at_s: Option<f64>,
+}
+
+/// How long `--kill` waits for a restarted node's repair before its next kill: a
+/// majority must count again before another node goes down (issue 33: a 3-node cluster on
+/// memory storage survives one kill after another as long as no two nodes are down or
+/// unrepaired at once, as a careful operator's rolling restart would).
+pub const REPAIR_WAIT_MAX: Duration = Duration::from_secs(15);
+
+/// Fills in each kill's `amnesic` and `repaired_at_s` from the restarted life's stats.
+fn repairs(kills: &mut [KillEvent], slots: &[process::Slot]) {
+    for k in kills.iter_mut() {
+        let Some(back) = k.restarted_at_s else {
+            continue;
+        };
+        let Some(slot) = slots.iter().find(|s| s.id == k.node) else {
+            continue;
+        };
+        // The life spawned at the restart (at or just before `back`, which is taken after
+        // the spawn).
+        let life = slot
+            .record
+            .incarnations
+            .iter()
+            .find(|i| i.spawned_at_s + 0.5 >= back);
+        let Some(life) = life else {
+            continue;
+        };
+        k.amnesic = life.samples.iter().any(|s| s.line.amnesic);
+        if k.amnesic {
+            k.repaired_at_s = life
+                .samples
+                .iter()
+                .skip_while(|s| !s.line.amnesic)
+                .find(|s| !s.line.amnesic)
+                .map(|s| s.at_s);
+        }
+    }
 }
 
 /// The raw outcome of one run: what each node printed, and when.
@@ -264,7 +305,7 @@ pub fn run_cluster(spec: &ClusterSpec) -> Result<ClusterRun, HarnessError> {
     let (mut dir, data_dir, mut cluster, rx) = start(spec)?;
     let bar = progress_bar(spec);
     let interrupted = interrupt_flag();
-    let kills = match load_phase(&mut cluster, &rx, &bar, interrupted) {
+    let mut kills = match load_phase(&mut cluster, &rx, &bar, interrupted) {
         Ok(kills) => kills,
         Err(e) => {
             bar.finish_and_clear();
@@ -294,6 +335,7 @@ pub fn run_cluster(spec: &ClusterSpec) -> Result<ClusterRun, HarnessError> {
     if failed {
         dir.keep = true;
     }
+    repairs(&mut kills, &cluster.slots);
     let (delivery_logs, delivery_log_error) = read_delivery_logs(&cluster.slots, &data_dir);
     let kept_dir = dir.keep.then(|| dir.path.clone());
     let nodes = cluster.slots.iter().map(|s| s.record.clone()).collect();
@@ -376,7 +418,10 @@ fn load_phase(
     interrupted: &std::sync::atomic::AtomicBool,
 ) -> Result<Vec<KillEvent>, HarnessError> {
     let spec = cluster.spec.clone();
-    let duration = Duration::from_secs_f64(spec.duration_s);
+    let planned = Duration::from_secs_f64(spec.duration_s);
+    // The load runs longer by the time a kill waited for a repair.
+    let mut duration = planned;
+    let mut waiting: Option<Instant> = None;
     let mut kills: Vec<KillEvent> = Vec::new();
     // (when, what): 0 = kill a follower, 1 = kill the coordinator; each restarts DOWN_TIME later.
     let mut plan: Vec<(Duration, u8)> = if spec.kill {
@@ -398,9 +443,40 @@ fn load_phase(
                 return Err(HarnessError::Runtime(cluster.startup_failure()));
             }
         }
-        if plan.first().is_some_and(|&(at, _)| elapsed >= at) {
+        // A kill waits until the nodes killed before are back and repaired (at most
+        // REPAIR_WAIT_MAX), and the load runs that much longer.
+        let due = plan
+            .first()
+            .is_some_and(|&(at, _)| elapsed + planned >= at + duration);
+        let unrepaired = if due {
+            cluster.unrepaired(restarts.iter().map(|r| r.1))
+        } else {
+            None
+        };
+        let mut note = String::new();
+        if let Some(node) = unrepaired {
+            let since = *waiting.get_or_insert(now);
+            let waited = now.duration_since(since);
+            duration = planned + waited;
+            if waited >= REPAIR_WAIT_MAX {
+                note = format!(
+                    "node {node} was still unrepaired after {} s; this kill went ahead",
+                    REPAIR_WAIT_MAX.as_secs()
+                );
+            }
+        } else if let Some(since) = waiting.filter(|_| due) {
+            note = format!(
+                "waited {:.1} s for the node killed before to be back and repaired",
+                now.duration_since(since).as_secs_f64()
+            );
+        }
+        if due && (unrepaired.is_none() || !note.is_empty()) {
             let what = plan.remove(0).1;
-            if let Some((slot, event)) = cluster.kill_planned(what) {
+            waiting = None;
+            if let Some((slot, mut event)) = cluster.kill_planned(what) {
+                if !note.is_empty() {
+                    event.note = note;
+                }
                 bar.println(format!(
                     "killed node {} ({}) with SIGKILL",
                     event.node, event.role

@@ -372,6 +372,22 @@ impl Cluster {
             .map(|(id, _)| id)
     }
 
+    /// A node this run killed that is down (`pending`: slots whose restart is due) or back
+    /// and not repaired: its new life printed no line yet, or its latest line says amnesic.
+    pub(super) fn unrepaired(&self, mut pending: impl Iterator<Item = usize>) -> Option<u32> {
+        if let Some(slot) = pending.next() {
+            return self.slots.get(slot).map(|s| s.id);
+        }
+        self.slots
+            .iter()
+            .filter(|s| s.record.incarnations.len() > 1)
+            .find(|s| {
+                let latest = s.record.incarnations.last().and_then(|i| i.last());
+                latest.is_none_or(|l| l.amnesic)
+            })
+            .map(|s| s.id)
+    }
+
     pub(super) fn slot_of(&self, id: u32) -> Option<usize> {
         self.slots.iter().position(|s| s.id == id)
     }
@@ -411,6 +427,8 @@ impl Cluster {
             role: role.to_string(),
             restarted_at_s: None,
             note,
+            amnesic: false,
+            repaired_at_s: None,
         };
         Some((slot, event))
     }

@@ -879,6 +879,86 @@ mod tests {
         }
     }
 
+    fn chaos_of(logs: &[(u32, u64, &str)], line: &str) -> ChaosRun {
+        use crate::cluster::test_support::{record, run_of, sample};
+        // Three nodes, each with one life that proposed what `line` says; node 0's
+        // acknowledged count is `line`'s (the others acknowledged nothing).
+        let mut run = run_of(
+            (0..3)
+                .map(|id| {
+                    let l = line.replace("\"node\":0", &format!("\"node\":{id}"));
+                    record(id, vec![sample(3.5, 6, &l)])
+                })
+                .collect(),
+        );
+        run.delivery_logs = logs
+            .iter()
+            .map(|&(node, incarnation, text)| {
+                let p = abcast_node::deliverylog::parse_log(text).expect("parses");
+                LearnerLog {
+                    node,
+                    incarnation,
+                    entries: p.entries,
+                    skipped: p.skipped,
+                    installed: p.installed,
+                }
+            })
+            .collect();
+        ChaosRun {
+            run,
+            faults: Vec::new(),
+            wipes: Vec::new(),
+            last_heal_s: 0.0,
+            not_started: 0,
+        }
+    }
+
+    #[test]
+    fn a_value_never_proposed_and_an_acknowledged_value_never_delivered_are_counted() {
+        use crate::cluster::test_support::LINE;
+        // Node 0's one life proposed 10 values (seqs 1 to 10), 7 acknowledged; the logs
+        // hold seqs 1 to 5 and 100: one phantom, one acknowledged value lost.
+        let line = LINE.replace("\"proposed_values\":0", "\"proposed_values\":10");
+        let v = verdict(&chaos_of(&[(0, 0, "1 0 1 5\n2 0 100 1\n")], &line), "uring");
+        assert_eq!(v.acked, 7);
+        assert_eq!(v.phantom, 1, "{v:?}");
+        assert_eq!(v.lost_acked, 1, "{v:?}");
+        assert!(!v.ok());
+        let v = verdict(&chaos_of(&[(0, 0, "1 0 1 7\n")], &line), "uring");
+        assert!(v.ok(), "{v:?}");
+        // Multi-Ring: the ring's group above bit 56; two rings' values of one life.
+        let mr = format!("1 0 {} 4\n2 0 {} 3\n", (1u64 << 56) | 1, (2u64 << 56) | 1);
+        let v = verdict(&chaos_of(&[(0, 0, &mr)], &line), "multiring");
+        assert!(v.ok(), "{v:?}");
+    }
+
+    #[test]
+    fn token_lives_that_order_two_values_apart_or_end_apart_are_caught() {
+        use crate::cluster::test_support::LINE;
+        let line = LINE
+            .replace("\"acked_by_origin\":{\"0\":7}", "\"acked_by_origin\":{}")
+            .replace("\"proposed_values\":0", "\"proposed_values\":10");
+        let same = "1 0 1 1\n2 1 1 1\n3 0 2 1\n";
+        // A partition: node 2 delivered in a configuration of its own, then merged.
+        let v = verdict(
+            &chaos_of(
+                &[(0, 0, same), (1, 0, same), (2, 0, "1 2 1 1\n2 0 2 1\n")],
+                &line,
+            ),
+            "token",
+        );
+        assert!(v.agreement && v.notes.is_empty(), "{v:?}");
+        let swapped = "1 1 1 1\n2 0 1 1\n3 0 2 1\n";
+        let v = verdict(&chaos_of(&[(0, 0, same), (1, 0, swapped)], &line), "token");
+        assert!(!v.agreement, "{v:?}");
+        let twice = "1 0 1 1\n2 1 1 1\n3 0 1 1\n";
+        let v = verdict(&chaos_of(&[(0, 0, twice)], &line), "token");
+        assert_eq!(v.duplicates, 1, "{v:?}");
+        let behind = "1 0 1 1\n2 1 1 1\n";
+        let v = verdict(&chaos_of(&[(0, 0, same), (1, 0, behind)], &line), "token");
+        assert!(v.agreement && !v.live_after_heal, "{v:?}");
+    }
+
     #[test]
     fn kill_all_is_refused_on_memory_storage_and_names_are_checked() {
         let args = |storage: &str, faults: Option<&str>| ChaosArgs {

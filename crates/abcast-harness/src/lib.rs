@@ -5,6 +5,7 @@
 
 pub mod analysis;
 pub mod bench;
+pub mod chaos;
 pub mod cluster;
 pub mod demo;
 pub mod error;

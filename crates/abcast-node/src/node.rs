@@ -170,7 +170,19 @@ pub fn run_node(args: NodeArgs) -> Result<(), NodeError> {
     let stdout = io::stdout();
     let mut out = stdout.lock();
     // Read once: it picks the protocol, and every protocol shares one start-up path.
-    let cfg = nodeconfig::load(&args.config, args.id).map_err(NodeError::Config)?;
+    let mut cfg = nodeconfig::load(&args.config, args.id).map_err(NodeError::Config)?;
+    // A broken variant for the chaos suite's "a broken build is caught" (issue 33): only a
+    // build with the `mutations` feature accepts one.
+    if let Some(name) = std::env::var_os(nodeconfig::MUTATION_ENV) {
+        nodeconfig::select_mutation(&mut cfg, &name.to_string_lossy())
+            .map_err(NodeError::Config)?;
+        eprintln!(
+            "[{}] running the BROKEN variant {} ({})",
+            cfg.node_id,
+            name.to_string_lossy(),
+            nodeconfig::MUTATION_ENV
+        );
+    }
     if let Some(mr) = cfg.ringpaxos_rings() {
         eprintln!(
             "[{}] Multi-Ring Paxos over {} Ring Paxos rings; multicasts go as TCP copies",

@@ -1742,6 +1742,47 @@ impl fmt::Display for MarkerError {
 
 impl std::error::Error for MarkerError {}
 
+/// The environment variable that selects a deliberately broken variant of the protocol
+/// (`abcast_core::mutation`) in a node built with the `mutations` feature: the chaos suite
+/// (`abcast chaos`) runs such a build to show it reports the violation. A build without the
+/// feature refuses any name here, so a node built for use never runs a broken variant.
+pub const MUTATION_ENV: &str = "ABCAST_MUTATION";
+
+/// Selects the broken variant `name` (a `Mutation` name, e.g. `no_sync_before_vote`) in
+/// every protocol configuration `cfg` holds. Refused without the `mutations` feature, and
+/// for the peer crates' cores (omnipaxos, raftrs), which have no broken variants.
+pub fn select_mutation(cfg: &mut NodeConfig, name: &str) -> Result<(), NodeConfigError> {
+    let m: abcast_core::mutation::Mutation =
+        name.parse().or_else(|e: String| invalid(MUTATION_ENV, e))?;
+    let set = |slot: &mut abcast_core::mutation::Slot| {
+        slot.set(Some(m)).or_else(|e| invalid(MUTATION_ENV, e))
+    };
+    set(&mut cfg.ring.mutation)?;
+    if let Some(rp) = cfg.ringpaxos.as_mut() {
+        set(&mut rp.mutation)?;
+    }
+    if let Some(mr) = cfg.multiring.as_mut() {
+        for r in &mut mr.rings {
+            set(&mut r.ring.mutation)?;
+        }
+    }
+    if let Some(t) = cfg.token.as_mut() {
+        set(&mut t.mutation)?;
+    }
+    match cfg.leader.as_mut() {
+        Some(LeaderProtocol::SeqPaxos(c)) => set(&mut c.mutation)?,
+        Some(LeaderProtocol::Raft(c)) => set(&mut c.mutation)?,
+        Some(_) => {
+            return invalid(
+                MUTATION_ENV,
+                "the omnipaxos and raftrs cores have no broken variants",
+            );
+        }
+        None => {}
+    }
+    Ok(())
+}
+
 /// Reads, bumps and rewrites this node's incarnation marker, and returns what the node
 /// knows about itself. No marker: first start (incarnation 0, not amnesic). A marker: a
 /// restart, and since the store is in memory the acceptor forgot its votes (amnesic). The

@@ -13,6 +13,7 @@
 //! the delivery logs. [`crate::analysis`] turns the records into figures and verdicts.
 
 mod config;
+pub mod nemesis;
 mod process;
 
 pub use config::{set_toml_key, storage_edits};
@@ -641,6 +642,52 @@ fn read_delivery_logs(
         ) {
             Ok((l, _torn)) => logs.extend(l),
             Err(e) => error = Some(e),
+        }
+    }
+    if error.is_some() {
+        logs.clear();
+    }
+    (logs, error)
+}
+
+/// [`read_delivery_logs`] for a run whose nodes may have restarted on a wiped directory
+/// (`nemesis`): each node's lives before a wipe are read from the archive their logs were
+/// moved to, and their incarnation numbers are raised by a million per wipe, so that a life
+/// after a wipe (which counts from 0 again) comes after those of before.
+fn read_delivery_logs_from(
+    slots: &[Slot],
+    data_dir: &Path,
+    wipes: &[nemesis::Wipe],
+) -> (Vec<abcast_node::deliverylog::LearnerLog>, Option<String>) {
+    const EPOCH: u64 = 1_000_000;
+    let mut logs = Vec::new();
+    let mut error = None;
+    for slot in slots {
+        let mine: Vec<&nemesis::Wipe> = wipes.iter().filter(|w| w.node == slot.id).collect();
+        // (directory, first life of the record in it, one past its last)
+        let mut epochs: Vec<(PathBuf, usize, usize)> = Vec::new();
+        let mut base = 0;
+        for w in &mine {
+            epochs.push((w.archive.clone(), base, w.lives_before));
+            base = w.lives_before;
+        }
+        epochs.push((
+            data_dir.join(format!("node-{}", slot.id)),
+            base,
+            slot.record.incarnations.len(),
+        ));
+        for (e, (dir, from, to)) in epochs.into_iter().enumerate() {
+            let part = NodeRecord {
+                id: slot.record.id,
+                incarnations: slot.record.incarnations[from.min(to)..to].to_vec(),
+            };
+            match abcast_node::deliverylog::read_node_lives(slot.id, &dir, killed_life(&part)) {
+                Ok((l, _torn)) => logs.extend(l.into_iter().map(|mut log| {
+                    log.incarnation += e as u64 * EPOCH;
+                    log
+                })),
+                Err(e) => error = Some(e),
+            }
         }
     }
     if error.is_some() {

@@ -263,7 +263,10 @@ impl FaultPlan {
     /// `reconfigure`s that returned `Ok`, splits an old majority from a new one 0-20 ms
     /// after 40 % of the replacements taken (`joint_partition_ppm`), reports links that go down and up to both ends
     /// (`session_notices`), holds 0.1-0.5 % of messages 0.5-5 s, delivers 20-80 % of
-    /// messages for a down node to its next life, and has no faults-remain phase.
+    /// messages for a down node to its next life, and has no faults-remain phase. Where
+    /// `SimConfig::power_loss_ppm` is set (the suites' power-loss seeds of the mix,
+    /// `suites::ReconfigSwitches`), every voter's machine loses power 0-30 ms after the
+    /// first change taken (`reconfig_power_loss`).
     ///
     /// And the faults of issue 15 ([`crate::FaultKind`]):
     ///

@@ -12,6 +12,7 @@
 //! | power_loss | durable log with fdatasync on the simulator's disks, machine crashes, the pipelined group commit; U-Ring and Ring Paxos learners snapshot every 100 ms (so acceptors trim), Multi-Ring learners too (one snapshot of the merge; each ring trims at its own point, and a learner behind one installs a peer's), Sequence Paxos and Raft nodes too (each compacts its own log) | as above |
 //! | learner_skip | in memory, windows of 128 instances, no snapshots | as above |
 //! | partial | in memory | Sequence Paxos and Raft 5 nodes (the partial-connectivity shapes need five); the others as above; a 2.5 s fault phase |
+//! | reconfig (Sequence Paxos, Raft) | per seed ([`ReconfigSwitches`]): in memory (a restart is amnesic), durable with process crashes, or durable with machine crashes and a power loss after a change; eager transfer in half the Sequence Paxos runs; nodes snapshot and compact | 3 voters and 2 spares |
 //!
 //! The bounds every run is held to (a run that breaks one fails): a value acknowledged
 //! (`require_acks`); the connected learners converged within `FAULTS_REMAIN_BOUND_US` (five

@@ -65,10 +65,25 @@ pub enum FaultKind {
     /// The token ring (the EVS world): a token or commit token lost by the network (loss,
     /// a partition, a cut link). Counted per message.
     TokenLoss,
+    /// The `reconfig` mix with eager transfer (seed 001 §4.4): the leader that decides a
+    /// stop-sign pushes the final sequence to each new member instead of waiting for its
+    /// pull (Sequence Paxos, `Transfer::Eager`, drawn per seed). Counted per member added
+    /// in such a run.
+    EagerTransfer,
+    /// The `reconfig` mix on memory stores (drawn per seed): configurations change while
+    /// nodes restart without their state, old and new members alike, and must be repaired
+    /// across stop-signs and joint phases (issue 33, suspect 6). Counted per restart in a
+    /// run whose configuration changed.
+    ReconfigAmnesic,
+    /// The `reconfig` mix on durable stores with machine crashes (drawn per seed): every
+    /// voter's machine loses power at once 0-30 ms after a `reconfigure` was taken, one of
+    /// them in the middle of a group commit. Counted per power loss in a run whose
+    /// configuration changed.
+    ReconfigPowerLoss,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 15] = [
+    pub const ALL: [FaultKind; 18] = [
         FaultKind::CrossIncarnation,
         FaultKind::OutlivesTakeover,
         FaultKind::FaultsRemain,
@@ -84,6 +99,17 @@ impl FaultKind {
         FaultKind::NoCheckQuorum,
         FaultKind::DataLaneCut,
         FaultKind::TokenLoss,
+        FaultKind::EagerTransfer,
+        FaultKind::ReconfigAmnesic,
+        FaultKind::ReconfigPowerLoss,
+    ];
+
+    /// The kinds only the `reconfig` mix makes (`Proto::supports_reconfig`), and of them
+    /// eager transfer for Sequence Paxos only (Raft has no final sequence to push).
+    pub const RECONFIG_ONLY: [FaultKind; 3] = [
+        FaultKind::EagerTransfer,
+        FaultKind::ReconfigAmnesic,
+        FaultKind::ReconfigPowerLoss,
     ];
 
     /// The kinds only the token ring's EVS world makes (`evs::token::expected_faults`),
@@ -107,6 +133,9 @@ impl FaultKind {
             FaultKind::NoCheckQuorum => "no_check_quorum",
             FaultKind::DataLaneCut => "data_lane_cut",
             FaultKind::TokenLoss => "token_loss",
+            FaultKind::EagerTransfer => "eager_transfer",
+            FaultKind::ReconfigAmnesic => "reconfig_amnesic",
+            FaultKind::ReconfigPowerLoss => "reconfig_power_loss",
         }
     }
 

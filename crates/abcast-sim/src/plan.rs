@@ -79,6 +79,12 @@ pub struct FaultPlan {
     /// the joint phase each side holds a majority of one configuration only, which is
     /// what joint consensus exists for. It lasts 100-600 ms.
     pub joint_partition_ppm: u32,
+    /// The `reconfig` mix under power loss ([`crate::FaultKind::ReconfigPowerLoss`]):
+    /// 0-30 ms after the first `reconfigure` answered `Ok`, every voter's machine loses
+    /// power at its next group commit (as in the `power_loss` mix). Drawn only when
+    /// `SimConfig::power_loss_ppm` is set (the suites set it per seed, with durable stores
+    /// and machine crashes), so the other runs draw as before.
+    pub reconfig_power_loss: bool,
     /// Links that go down (a partition, a crash) and come back (a heal, a restart) are
     /// reported to both ends, as the runtime reports its connections: `peer_unreachable`
     /// and `peer_reconnected`.
@@ -137,6 +143,9 @@ impl std::fmt::Debug for FaultPlan {
             d.field("reconfig_every_us", &self.reconfig_every_us)
                 .field("crash_after_reconfig_ppm", &self.crash_after_reconfig_ppm)
                 .field("joint_partition_ppm", &self.joint_partition_ppm);
+            if self.reconfig_power_loss {
+                d.field("reconfig_power_loss", &self.reconfig_power_loss);
+            }
         }
         if self.session_notices {
             d.field("session_notices", &self.session_notices);
@@ -218,6 +227,7 @@ impl FaultPlan {
             reconfig_every_us: None,
             crash_after_reconfig_ppm: 0,
             joint_partition_ppm: 0,
+            reconfig_power_loss: false,
             session_notices: false,
             partial: None,
         }
@@ -253,7 +263,10 @@ impl FaultPlan {
     /// `reconfigure`s that returned `Ok`, splits an old majority from a new one 0-20 ms
     /// after 40 % of the replacements taken (`joint_partition_ppm`), reports links that go down and up to both ends
     /// (`session_notices`), holds 0.1-0.5 % of messages 0.5-5 s, delivers 20-80 % of
-    /// messages for a down node to its next life, and has no faults-remain phase.
+    /// messages for a down node to its next life, and has no faults-remain phase. Where
+    /// `SimConfig::power_loss_ppm` is set (the suites' power-loss seeds of the mix,
+    /// `suites::ReconfigSwitches`), every voter's machine loses power 0-30 ms after the
+    /// first change taken (`reconfig_power_loss`).
     ///
     /// And the faults of issue 15 ([`crate::FaultKind`]):
     ///
@@ -417,6 +430,10 @@ impl FaultPlan {
         if power_loss {
             plan.power_loss_at_us =
                 Some(rng.between(cfg.fault_phase_us / 5, cfg.fault_phase_us * 4 / 5));
+        }
+        // Last, and only when asked for: the other runs of the mix draw as before.
+        if mix == FaultMix::Reconfig && cfg.power_loss_ppm > 0 {
+            plan.reconfig_power_loss = rng.chance_ppm(cfg.power_loss_ppm);
         }
         plan
     }

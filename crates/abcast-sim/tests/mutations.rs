@@ -772,3 +772,39 @@ fn token_without_the_failed_to_receive_rule_is_caught() {
         Expect::Kind(AcksStalled),
     );
 }
+
+/// Sequence Paxos whose followers accept entries past their configuration's stop-sign
+/// (`STOPPED()` of seed 001 appendix B removed): a stale leader's entries after `SS_i`
+/// are accepted in `c_i`, and a log that carries them into `c_{i+1}` decides, at the same
+/// index, another entry than the one `c_{i+1}` decided: caught as a conflicting decision
+/// (agreement). Pinned at the seed of the `reconfig` mix that catches it first (seed 1,
+/// measured with `sweep --mutation seqpaxos_extend_after_stopsign --stop`; its switches:
+/// durable stores with machine crashes and a power loss), and the correct protocol passes
+/// that seed.
+#[test]
+fn seqpaxos_extending_past_the_stop_sign_is_caught_as_a_conflicting_decision() {
+    const { assert!(abcast_core::mutation::AVAILABLE, "built without mutations") };
+    let (proto, mix, seed) = (Proto::SeqPaxos, FaultMix::Reconfig, 1);
+    let run = |variant: Variant| {
+        let cfg = suites::config(proto, mix, variant).with_run(seed, mix);
+        suites::run_one(proto, &cfg, variant)
+    };
+    let broken = Variant::broken(Mutation::SeqPaxosExtendAfterStopSign);
+    let v = match run(broken) {
+        Err(v) => v,
+        Ok(r) => panic!("seed {seed} of the {mix} mix stayed quiet: {:?}", r.faults),
+    };
+    eprintln!("caught: {}\n  replay: {}", v.headline(), v.replay);
+    assert_eq!(
+        v.kind,
+        abcast_sim::ViolationKind::ConflictingDecision,
+        "caught, but as {}",
+        v.headline()
+    );
+    if let Err(c) = run(Variant::CORRECT) {
+        panic!(
+            "the correct protocol fails seed {seed} of the {mix} mix too: {}",
+            c.headline()
+        );
+    }
+}

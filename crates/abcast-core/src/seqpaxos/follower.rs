@@ -142,6 +142,18 @@ impl SeqPaxos {
             self.store_failed("synchronising the log", e);
         }
         self.wrote(out);
+        if self.amnesic_life
+            && !self.amnesic
+            && !self.stopped()
+            && !self.mutation(Mutation::SeqPaxosRepairIgnoresStopSign)
+        {
+            // Repaired earlier in this configuration with a log that ended in its
+            // stop-sign, and now synchronised by a leader whose log does not: that
+            // stop-sign was not chosen before this life began (a chosen entry is in every
+            // later leader's log, and nothing follows a stop-sign there), so no earlier
+            // life entered the next configuration (issue 33, suspect 6; see below).
+            self.amnesic_life = false;
+        }
         if self.amnesic {
             // Repaired: its log is now the whole sequence of a leader whose prepare did not
             // count it, and it promised at least what every other member had.

@@ -33,6 +33,8 @@ pub struct PendingRead {
     pub upto: u64,
     /// The confirmation round that must complete; 0 until one is started for it.
     pub round: u64,
+    /// Taken in the prepare phase, before this leader adopted a log.
+    pub in_prepare: bool,
 }
 
 /// One follower's replication state at the leader.
@@ -1019,8 +1021,22 @@ impl SeqPaxos {
                 hint: self.leader().filter(|&l| l != self.me),
             });
         }
+        if self.stopped() {
+            // This configuration's stop-sign is in the log: it may be chosen already and
+            // the next configuration deciding (and acknowledging) values this leader
+            // never sees, while a majority of this configuration that did not learn the
+            // decision still confirms its round (the simulator's reconfig seed 118: a read
+            // answered at the stop-sign missed a value acknowledged in the next
+            // configuration). Reads wait for the next configuration's leader.
+            return Err(ProposeError::Busy);
+        }
         let upto = self.ld.l_c.max(self.ld.sync_len);
-        self.ld.reads.push(PendingRead { id, upto, round: 0 });
+        self.ld.reads.push(PendingRead {
+            id,
+            upto,
+            round: 0,
+            in_prepare: self.phase != Phase::Accept,
+        });
         if self.cfg.majority() == 1 && self.phase == Phase::Accept {
             self.ld.read_round += 1;
             self.ld.read_round_done = self.ld.read_round;
@@ -1035,6 +1051,12 @@ impl SeqPaxos {
     fn start_read_round(&mut self, out: &mut Out) {
         if self.phase != Phase::Accept || !self.ld.reads.iter().any(|r| r.round == 0) {
             return;
+        }
+        if self.stopped() && self.ld.reads.iter().any(|r| r.round == 0 && r.in_prepare) {
+            // Reads taken while preparing, and the log adopted ends in the stop-sign: it
+            // may have been chosen before they were issued (see `leader_read_index`).
+            // They are dropped; the reader asks again and meets `Busy`.
+            self.ld.reads.retain(|r| !(r.round == 0 && r.in_prepare));
         }
         if self.ld.read_round > self.ld.read_round_done {
             return; // one round at a time; the waiting reads take the next

@@ -791,7 +791,14 @@ impl Protocol for SeqPaxos {
             delivered_upto: self.delivered,
             decided_max: self.store.decided_idx().max(self.ld.l_c),
             values_in_flight: self.batcher.values_in_flight(),
-            amnesic: self.amnesic,
+            // Not repaired for every configuration it may take part in: amnesic here, or
+            // repaired here with a log that ends in this configuration's stop-sign (it is
+            // amnesic again in the next one), or a spare or removed node that restarted
+            // without its state (amnesic in the configuration that names it). An operator
+            // (and the simulator's f rule) waits for this to clear before restarting
+            // another member: two members unrepaired at once can leave a configuration
+            // without a majority that may prepare (issue 33, suspect 6).
+            amnesic: self.amnesic || self.amnesic_life,
             view: self.cfg.members.iter().map(|m| m.id).collect(),
             log_bytes: self.store.log_bytes(),
             configuration: Some(self.cfg.configuration()),

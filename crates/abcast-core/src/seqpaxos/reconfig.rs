@@ -55,8 +55,14 @@
 //!   previous life may have entered `c_{i+1}` and promised there, so it is amnesic in
 //!   `c_{i+1}` too. (Before issue 33 this case was left open: a previous life in `c_{i+1}`,
 //!   a restart, and a repair in `c_i` by a majority of `c_i` that never learned `SS_i` was
-//!   decided.) Liveness: a majority of `c_{i+1}` restarted between the append of `SS_i`
-//!   and its entry into `c_{i+1}` stays amnesic there, and `c_{i+1}` waits.
+//!   decided.) A later `AcceptSync` in `c_i` whose log does not end in `SS_i` clears it
+//!   (that `SS_i` was not chosen). Until then the node's `Status::amnesic` stays true: it
+//!   is not repaired for every configuration it may enter, and another member must not
+//!   lose its state meanwhile. Liveness: a majority of `c_{i+1}` restarted between the
+//!   append of `SS_i` and its entry into `c_{i+1}` stays amnesic there, and `c_{i+1}`
+//!   waits; one restart at a time, each waiting for `Status::amnesic` to clear, with f
+//!   counted per configuration (the old one until a majority of the new one holds it),
+//!   never gets there (docs/design/seqpaxos-reconfig-amnesia.md).
 
 use super::messages::{FetchReq, FetchResp, Message, StopSigned};
 use super::{Out, Phase, Role, SeqPaxos};

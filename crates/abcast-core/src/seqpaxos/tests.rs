@@ -1258,6 +1258,108 @@ fn a_repair_that_ignores_the_stop_sign_is_caught() {
     );
 }
 
+/// A member that restarts without its state while its leader holds `SS_0` undecided is
+/// repaired in `c_0` with a log that ends in `SS_0`: `SS_0` may have been decided before
+/// the restart and the earlier life may have promised in `c_1`, so it is amnesic again in
+/// `c_1` (`follower.rs`, `on_accept_sync`). Its status says it is not repaired the whole
+/// way, from the restart until its repair in `c_1`: an operator (and the simulator's f
+/// rule) that restarted another member once the first said "repaired" in `c_0` left `c_1`
+/// with two members that cannot count, and a majority of 3 of 4 that could never prepare
+/// (issue 33, suspect 6: the reconfig mix on memory stores, NotDelivered).
+#[test]
+fn a_member_repaired_with_the_stop_sign_in_its_log_says_amnesic_until_repaired_in_the_next() {
+    let mut net = Net::new(4, base_config(&[0, 1, 2]), false);
+    let leader = net.stable_leader();
+    let victim = (leader + 1) % 3;
+    let third = (leader + 2) % 3;
+    let mut values = load(&mut net, leader, 20);
+    assert!(net.run_until(1_000_000, |n| (0..3).all(|i| n.has_all(i, &values))));
+    // The third member is cut off from the leader (not from the victim, whose promise
+    // recovery needs every other member's answer): nothing is decided without the victim.
+    net.cut.insert((leader, third));
+    net.cut.insert((third, leader));
+    net.restart(victim);
+    net.reconfigure(leader, &[0, 1, 2, 3])
+        .expect("the stop-sign is appended");
+    let entered = net.run_until(3_000_000, |n| n.sp(victim).config_id() == 1);
+    assert!(entered, "the victim enters c_1\n{}", net.dump());
+    assert!(
+        net.sp(victim).amnesic_life,
+        "not repaired for c_1 by a repair in c_0"
+    );
+    assert!(net.sp(victim).amnesic, "amnesic again in c_1");
+    assert!(net.sp(victim).status().amnesic);
+    net.cut.clear();
+    assert!(
+        net.run_until(3_000_000, |n| !n.sp(victim).status().amnesic),
+        "repaired in c_1\n{}",
+        net.dump()
+    );
+    assert!(!net.sp(victim).amnesic_life);
+    values.extend(load(&mut net, leader, 20));
+    assert!(net.run_until(3_000_000, |n| {
+        [0, 1, 2, 3].iter().all(|&i| n.has_all(i, &values))
+    }));
+    net.assert_no_violation();
+}
+
+/// The same story step by step: between its repair in `c_0` (the log ends in `SS_0`) and
+/// its repair in `c_1`, the victim's status never says repaired.
+#[test]
+fn a_member_repaired_in_c0_with_the_stop_sign_last_is_not_reported_repaired() {
+    let mut net = Net::new(4, base_config(&[0, 1, 2]), false);
+    let leader = net.stable_leader();
+    let victim = (leader + 1) % 3;
+    let third = (leader + 2) % 3;
+    net.cut.insert((leader, third));
+    net.cut.insert((third, leader));
+    net.restart(victim);
+    net.reconfigure(leader, &[0, 1, 2, 3])
+        .expect("the stop-sign is appended");
+    let mut repaired_in_c0 = false;
+    for _ in 0..3_000 {
+        let sp = net.sp(victim);
+        if sp.config_id() == 0 && !sp.amnesic && sp.stopped() {
+            repaired_in_c0 = true;
+            assert!(
+                sp.status().amnesic,
+                "repaired in c_0 with SS_0 last, and reported repaired"
+            );
+        }
+        if sp.config_id() == 1 {
+            break;
+        }
+        net.step();
+    }
+    assert!(repaired_in_c0, "the story did not happen\n{}", net.dump());
+    net.assert_no_violation();
+}
+
+/// A leader whose log holds its configuration's stop-sign answers no read: `SS_i` may be
+/// chosen and `c_{i+1}` deciding and acknowledging values it never sees, while a majority
+/// of `c_i` that did not learn of the decision still confirms its round (the simulator's
+/// reconfig seed 118: a read answered at the stop-sign missed a value acknowledged in
+/// `c_{i+1}`, StaleRead). A read taken before the stop-sign was appended is answered.
+#[test]
+fn a_leader_with_its_stop_sign_in_the_log_answers_no_read() {
+    let mut net = Net::new(4, base_config(&[0, 1, 2]), false);
+    let leader = net.stable_leader();
+    let read = |net: &mut Net, id: u64| {
+        let now = net.now;
+        let mut out = Out::new();
+        let r = net.sp_mut(leader).read_index(now, id, &mut out);
+        net.carry(leader, out);
+        r
+    };
+    assert_eq!(read(&mut net, 1), Ok(()));
+    net.reconfigure(leader, &[0, 1, 2, 3])
+        .expect("the stop-sign is appended");
+    assert!(net.sp(leader).stopped());
+    assert_eq!(read(&mut net, 2), Err(crate::ProposeError::Busy));
+    net.run(200_000);
+    net.assert_no_violation();
+}
+
 // ---- bounded catch-up (beyond the thesis: messages have a size limit here) -------------
 
 /// A configuration whose messages stay small: 1 KiB per `Accept` / catch-up message and

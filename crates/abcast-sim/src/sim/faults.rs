@@ -121,6 +121,9 @@ where
         let (id, incarnation) = (s.id, s.incarnation);
         self.checker.crash(id, incarnation);
         self.report.crashes += 1;
+        // A node that held the configuration in effect may have held the previous one's
+        // end for good (`reconfig.rs`, `previous_needed`).
+        self.refresh_roles();
         self.node_session(i, false);
         self.hold_last_words(id);
         self.trace.record(

@@ -206,6 +206,8 @@ pub struct SimReport {
     pub reconfigs_done: u64,
     pub leader_replacements: u64,
     pub configs_applied: u64,
+    /// The `reconfig` mix: steps done that added a node (an add or a replacement).
+    pub members_added: u64,
     /// Links that went down and told both ends (`Protocol::peer_unreachable`).
     pub session_drops: u64,
     /// The partial-connectivity mix: episodes per shape ([`PartialShape::ALL`] order),
@@ -619,7 +621,7 @@ where
             .checker
             .config_change(now, self.id, self.incarnation, &c.config)
             .map_err(|f| self.w.violation(f))?;
-        self.w.config_applied(&c.config);
+        self.w.config_applied(self.id, self.incarnation, &c.config);
         Ok(())
     }
 
@@ -885,6 +887,7 @@ where
                 reconfigs_accepted: 0,
                 reconfigs_done: 0,
                 leader_replacements: 0,
+                members_added: 0,
                 configs_applied: 0,
                 session_drops: 0,
                 partial_shapes: [0; 5],
@@ -1424,6 +1427,7 @@ where
         s.started = true;
         s.epoch += 1;
         s.app.state = SimApp::default();
+        self.refresh_roles();
         self.checker.start(
             id,
             start.incarnation,

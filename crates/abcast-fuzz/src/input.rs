@@ -69,10 +69,17 @@ mod tests {
         let mut i = Input::new(&[1, 2, 0, 3, 4, 5]);
         assert_eq!(i.u8(), Some(1));
         assert_eq!(i.u16(), Some(2));
-        assert_eq!(i.string16(), None, "two bytes of length are not there");
-        assert_eq!(i.rest(), &[3, 4, 5]);
+        assert_eq!(
+            i.string16(),
+            Some(&[5u8][..]),
+            "a length of 1027 is cut at the end of the input"
+        );
         assert!(i.is_empty());
+        assert_eq!(i.string16(), None, "two bytes of length are not there");
         assert_eq!(i.u8(), None);
+        let mut j = Input::new(&[3, 4, 5]);
+        assert_eq!(j.u8(), Some(3));
+        assert_eq!(j.rest(), &[4, 5]);
         let mut out = Vec::new();
         put_string16(&mut out, b"abc");
         assert_eq!(Input::new(&out).string16(), Some(&b"abc"[..]));

@@ -97,6 +97,13 @@ pub enum Mutation {
     /// No flap damping (`holddown_us` treated as 0): a link cut one way makes the ring
     /// merge and split every merge period.
     TokenNoFlapDamping,
+    // Storage
+    /// The segmented log's recovery cuts zeros at the end of any segment, not only the
+    /// last, and goes on with the next (issue 33, suspect 7): a group whose records in an
+    /// earlier segment were lost is applied in part under its commit marker in the next,
+    /// which counts only that segment's records. No sweep meets it (the simulator's disks
+    /// never lose synced bytes); `storage::seglog::check` builds the damaged logs.
+    SegLogZeroTailInEarlierSegment,
     // Process groups (issue 18, `groups/`)
     /// The state exchange after a configuration change keeps each node's own table
     /// instead of the union of the states: after a partition heals, the members of the
@@ -109,7 +116,7 @@ pub enum Mutation {
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 27] = [
+    pub const ALL: [Mutation; 28] = [
         Mutation::VoteIgnoresEpoch,
         Mutation::AmnesicPromisesCount,
         Mutation::RepairIgnored,
@@ -138,6 +145,8 @@ impl Mutation {
         Mutation::TokenSkipRecovery,
         Mutation::TokenTakesDuplicateTokens,
         Mutation::TokenNoFlapDamping,
+        // Storage
+        Mutation::SegLogZeroTailInEarlierSegment,
         // Process groups
         Mutation::GroupsNoStateExchange,
         Mutation::GroupsDeliverDuringExchange,
@@ -172,6 +181,7 @@ impl Mutation {
             Mutation::TokenSkipRecovery => "token_skip_recovery",
             Mutation::TokenTakesDuplicateTokens => "token_takes_duplicate_tokens",
             Mutation::TokenNoFlapDamping => "token_no_flap_damping",
+            Mutation::SegLogZeroTailInEarlierSegment => "seglog_zero_tail_in_earlier_segment",
             Mutation::GroupsNoStateExchange => "groups_no_state_exchange",
             Mutation::GroupsDeliverDuringExchange => "groups_deliver_during_exchange",
         }

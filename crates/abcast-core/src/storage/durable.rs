@@ -147,6 +147,7 @@ impl<D: LogDir> DurableStore<D> {
         let seg_opts = SegOptions {
             sync: opts.sync,
             segment_bytes: opts.segment_bytes,
+            mutation: crate::mutation::Slot::default(),
         };
         let (log, seg_rec) = SegLog::open(
             dir,

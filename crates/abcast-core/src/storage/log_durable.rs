@@ -64,6 +64,7 @@ impl<D: LogDir> DurableLogStore<D> {
         let seg_opts = SegOptions {
             sync: opts.sync,
             segment_bytes: opts.segment_bytes,
+            mutation: crate::mutation::Slot::default(),
         };
         let (log, rec) = SegLog::open(
             dir,

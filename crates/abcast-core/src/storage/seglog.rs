@@ -32,7 +32,13 @@
 //!   only what was written after the last durable point.
 //! * **Recovery** ([`SegLog::open`]): replays every segment in order and hands each whole
 //!   record to the record part, a group at a time, at its commit marker. Zeros to the end
-//!   of a segment are preallocated space (cut off). A bad record in the last segment above
+//!   of the last segment are preallocated space (cut off, durably). A closed segment ends
+//!   exactly at its records (`roll` rolls only past the preallocated size, cuts a recycled
+//!   file's older contents and, with `sync = true`, syncs it before the next segment
+//!   exists), so zeros at the end of a segment that a later one follows are lost bytes:
+//!   `open` refuses, since applying the rest would apply part of a group (its marker, in
+//!   the next segment, counts only that segment's records) and dropping it would forget
+//!   synced records while claiming to remember them. A bad record in the last segment above
 //!   every durable point is a torn tail (cut, reported in [`TornTail`]); below a durable
 //!   point, or in an earlier segment, it is corruption: `open` refuses, naming the file and
 //!   the offset. Records after the last commit marker are a torn group (a crash kept only
@@ -42,6 +48,7 @@
 
 use super::{LogDir, StorageError, SyncJob};
 use crate::error::DecodeError;
+use crate::mutation::{self, Mutation, Slot};
 use bytes::Bytes;
 use std::collections::{BTreeMap, VecDeque};
 use std::marker::PhantomData;
@@ -269,6 +276,9 @@ pub struct SegOptions {
     pub sync: bool,
     /// A segment is closed and a new one begun past this size.
     pub segment_bytes: u64,
+    /// A deliberately broken variant (the `mutations` feature only;
+    /// `Mutation::SegLogZeroTailInEarlierSegment`).
+    pub mutation: Slot,
 }
 
 /// Slots keyed by a dense `u64` (instance, log index) from a movable start: the stores'
@@ -377,6 +387,9 @@ pub struct SegLog<D: LogDir, R: LogRecord> {
     syncs: u64,
     /// The current segment's file size by preallocation (0: not preallocated).
     allocated: u64,
+    /// The current segment is a recycled spare: its file may hold older contents after
+    /// the records, which `roll` cuts off.
+    recycled: bool,
     /// Sync jobs in flight (`begin_sync` returned them), oldest first: the segment and
     /// length each makes durable, and the segments to delete once it did (their trim
     /// record is in it). The driver may run a few at once; they end in order.
@@ -501,14 +514,57 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
                         }
                         off = next;
                     }
+                    Framed::Bad(_)
+                        if Some(num) != last
+                            && buf[off..].iter().all(|&b| b == 0)
+                            && !mutation::on(
+                                opts.mutation.get(),
+                                Mutation::SegLogZeroTailInEarlierSegment,
+                            ) =>
+                    {
+                        // Only the last segment may end in zeros. A segment is closed
+                        // (`roll`) once its records reached its preallocated size, its file
+                        // is cut to its records and, with `sync = true`, made durable before
+                        // the next one is created; a zero tail cut at start-up is made
+                        // durable before anything new is written. So zeros at the end of a
+                        // segment that a later one follows are bytes the disk lost: the
+                        // rest of a group whose records (and commit marker) may be in the
+                        // next segment, or a whole group whose marker states only the next
+                        // segment's records. Applying what is left would apply part of a
+                        // group; dropping it and going on would apply later groups over a
+                        // hole; dropping everything after it would forget records that were
+                        // synced and acknowledged, and the store would still claim to
+                        // remember (the node would vote as if it had kept its state). The
+                        // log is damaged: refuse, as for any other damage before the tail
+                        // (the operator restarts the node on an empty directory, amnesic).
+                        let open = if in_segment > 0 {
+                            format!(
+                                "the last {in_segment} records before them belong to a group \
+                                 that no commit marker ends here"
+                            )
+                        } else {
+                            "they follow a whole group".to_string()
+                        };
+                        return Err(StorageError(format!(
+                            "{where_}/{name}: zeros from offset {off} to the end ({} bytes) of a \
+                             segment that a later segment follows ({open}): records of a closed \
+                             segment were lost; refusing to start, the log before its tail is \
+                             damaged",
+                            buf.len() - off
+                        )));
+                    }
                     Framed::Bad(_) if buf[off..].iter().all(|&b| b == 0) => {
-                        // Preallocated space the records never reached, or that unsynced
-                        // writes did not reach before a crash. (A disk that lost synced
-                        // bytes to the end of a file cannot be told from this, as with a
-                        // torn tail: the markers that would say so were in those bytes.)
-                        // Appends go to a new segment: give the reserved space back.
+                        // The last segment: preallocated space the records never reached, or
+                        // that unsynced writes did not reach before a crash. (A disk that
+                        // lost synced bytes to the end of a file cannot be told from this,
+                        // as with a torn tail: the markers that would say so were in those
+                        // bytes.) Appends go to a new segment: give the reserved space back,
+                        // durably, so that this segment, no longer the last, never shows
+                        // zeros again (see the arm above).
                         dir.truncate(&name, off as u64)
                             .map_err(|e| io("cutting the preallocated tail of", &name, e))?;
+                        dir.sync(&name)
+                            .map_err(|e| io("syncing after cutting", &name, e))?;
                         break;
                     }
                     Framed::Bad(_)
@@ -522,6 +578,8 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
                         // refused by the arm after this one.)
                         dir.truncate(&name, off as u64)
                             .map_err(|e| io("cutting the old contents of recycled", &name, e))?;
+                        dir.sync(&name)
+                            .map_err(|e| io("syncing after cutting", &name, e))?;
                         rec.recycled_tails += 1;
                         break;
                     }
@@ -655,6 +713,7 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
             appended_bytes: 0,
             syncs: 0,
             allocated: 0,
+            recycled: false,
             in_flight: VecDeque::new(),
             spares: Vec::new(),
             spares_pending,
@@ -738,6 +797,7 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
             }
         };
         self.segments.insert(n, 0);
+        self.recycled = recycled;
         self.dir_dirty = true;
         self.durable = 0;
         self.marked = 0;
@@ -771,6 +831,17 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
     pub fn roll(&mut self) -> Option<bool> {
         self.write_pending();
         let cur = self.current();
+        if self.recycled {
+            // A closed segment's file ends at its records: a recycled file's older contents
+            // go, so that recovery can hold every segment but the last to that (zeros or
+            // anything else after the records of a closed segment are damage, `open`).
+            let name = seg_name(cur);
+            let written = self.segments.get(&cur).copied().unwrap_or(0);
+            match self.dir.truncate(&name, written) {
+                Ok(()) => self.unsynced = true,
+                Err(e) => self.fail("cutting the older contents of recycled", &name, e),
+            }
+        }
         if self.sync_writes && self.unsynced {
             let name = seg_name(cur);
             if let Err(e) = self.dir.sync(&name) {
@@ -1105,15 +1176,18 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
     }
 }
 
-#[cfg(test)]
-mod tests {
+/// Logs damaged before their tail, built on the simulator's disk, and what recovery must
+/// make of them: for the unit tests here and for the mutation test that shows they catch
+/// `Mutation::SegLogZeroTailInEarlierSegment` (`abcast-sim/tests/storage_mutations.rs`).
+#[doc(hidden)]
+pub mod check {
     use super::*;
     use crate::codec::{Decoder, Encoder};
     use crate::storage::MemDir;
 
     /// A record format of the smallest kind, to test the log under any record part.
     #[derive(Clone, Debug, PartialEq, Eq)]
-    enum T {
+    pub enum T {
         Opener(bool),
         Data(u64),
         /// `n` bytes of filler: a group large enough to be written out before its sync.
@@ -1198,6 +1272,169 @@ mod tests {
         }
     }
 
+    /// Opens `dir` with `opts` and returns the data values recovered, in order.
+    pub fn recover(dir: &MemDir, opts: SegOptions) -> Result<Vec<u64>, StorageError> {
+        let mut data = Vec::new();
+        SegLog::<MemDir, T>::open(dir.clone(), opts, 1 << 30, |_, r| {
+            if let T::Data(v) = r {
+                data.push(v);
+            }
+            Ok(())
+        })?;
+        Ok(data)
+    }
+
+    /// A new log in `dir`, its first segment begun and synced.
+    fn create(dir: &MemDir, opts: SegOptions) -> Result<SegLog<MemDir, T>, StorageError> {
+        let (mut log, _) = SegLog::<MemDir, T>::open(dir.clone(), opts, 1 << 30, |_, _| Ok(()))?;
+        if let Some(recycled) = log.begin_segment() {
+            log.append(&T::Opener(recycled));
+        }
+        log.sync()?;
+        Ok(log)
+    }
+
+    /// Appends as a store does: a new segment (with its opener) when this one is full.
+    pub fn append(log: &mut SegLog<MemDir, T>, r: &T) -> Pos {
+        if log.roll_due()
+            && let Some(recycled) = log.roll()
+        {
+            log.append(&T::Opener(recycled));
+        }
+        log.append(r)
+    }
+
+    /// A copy of `dir` (every file synced and named durably) whose file `name` reads as
+    /// zeros from `from` on: the disk lost those bytes.
+    pub fn zeroed_copy(dir: &MemDir, name: &str, from: usize) -> Result<MemDir, String> {
+        let out = MemDir::new("damaged");
+        let mut o = out.clone();
+        for n in dir.list().map_err(|e| e.to_string())? {
+            let mut data = dir.read(&n).map_err(|e| e.to_string())?;
+            if n == name {
+                if from > data.len() {
+                    return Err(format!("{name}: offset {from} past its end"));
+                }
+                data[from..].fill(0);
+            }
+            o.create(&n).map_err(|e| e.to_string())?;
+            o.write_at(&n, 0, &[&data]).map_err(|e| e.to_string())?;
+            o.sync(&n).map_err(|e| e.to_string())?;
+        }
+        o.sync_dir().map_err(|e| e.to_string())?;
+        Ok(out)
+    }
+
+    /// Recovery of a log whose earlier segment lost the bytes from `from` to its end must
+    /// refuse to start; `Err` says what it did instead.
+    fn must_refuse(case: &str, dir: &MemDir, opts: SegOptions) -> Result<(), String> {
+        match recover(dir, opts) {
+            Err(_) => Ok(()),
+            Ok(data) => Err(format!(
+                "{case}: recovery accepted a log whose earlier segment lost its last bytes \
+                 and applied {data:?}"
+            )),
+        }
+    }
+
+    /// The two ways an earlier segment's zero tail hides a group's loss (issue 33, suspect
+    /// 7), with the log written under `mutation`:
+    ///
+    /// * a group that spans a roll (`[4 ..= 9]`, from segment 1 into 2) loses its last
+    ///   record in segment 1: its commit marker, in segment 2, counts only segment 2's
+    ///   records, so the rest of the group would be applied without record 7;
+    /// * a group (`[1, 2, 3]`) ends segment 1, and its last record and commit marker are
+    ///   lost: the next group's marker, in segment 2, would apply `[1, 2]` with it.
+    ///
+    /// `Ok` when recovery refuses both (the log is damaged before its tail); `Err` names
+    /// what it applied instead.
+    pub fn earlier_segment_zero_tails(mutation: Slot) -> Result<(), String> {
+        let e = |e: StorageError| e.0;
+        // A group that spans a roll.
+        let opts = SegOptions {
+            sync: true,
+            segment_bytes: 200,
+            mutation,
+        };
+        let dir = MemDir::new("span");
+        let mut log = create(&dir, opts).map_err(e)?;
+        for v in 1..=3 {
+            append(&mut log, &T::Data(v));
+        }
+        log.sync().map_err(e)?;
+        let mut at = Vec::new();
+        for v in 4..=9 {
+            at.push((v, append(&mut log, &T::Data(v))));
+        }
+        log.sync().map_err(e)?;
+        drop(log);
+        assert_eq!(recover(&dir, opts).map_err(e)?, (1..=9).collect::<Vec<_>>());
+        let first = at[0].1.seg;
+        let Some(&(v, lost)) = at.iter().rev().find(|(_, p)| p.seg == first) else {
+            return Err("setup: no record of the group in its first segment".into());
+        };
+        if at.last().is_none_or(|(_, p)| p.seg == first) || v < 5 {
+            return Err(format!(
+                "setup: the group [4 ..= 9] does not span a roll: {at:?}"
+            ));
+        }
+        let damaged = zeroed_copy(&dir, &seg_name(first), lost.off as usize)?;
+        must_refuse(
+            &format!("a group spanning a roll lost record {v} in its first segment"),
+            &damaged,
+            opts,
+        )?;
+
+        // A group that ends its segment loses its last record and its commit marker.
+        let opts = SegOptions {
+            sync: true,
+            segment_bytes: 512,
+            mutation,
+        };
+        let dir = MemDir::new("marker");
+        let mut log = create(&dir, opts).map_err(e)?;
+        append(&mut log, &T::Data(1));
+        // A pad that leaves the segment just short of full until the group's last record
+        // and commit marker fill it: the next group rolls, this one does not.
+        let len = |r: &T| r.encode(0).1 as u64;
+        let (data, marker) = (len(&T::Data(2)), len(&T::Commit(0)));
+        let room = opts.segment_bytes.saturating_sub(log.write_at());
+        let Some(pad) = (0..512u32).find(|&n| {
+            let p = len(&T::Pad(n));
+            p + data < room && p + data + marker >= room
+        }) else {
+            return Err("setup: no pad fits".into());
+        };
+        append(&mut log, &T::Pad(pad));
+        let last = append(&mut log, &T::Data(2));
+        log.sync().map_err(e)?;
+        if !log.roll_due() {
+            return Err("setup: the first group does not fill its segment".into());
+        }
+        for v in 3..=4 {
+            append(&mut log, &T::Data(v));
+        }
+        log.sync().map_err(e)?;
+        if log.current() == last.seg {
+            return Err("setup: the second group did not roll".into());
+        }
+        drop(log);
+        assert_eq!(recover(&dir, opts).map_err(e)?, vec![1, 2, 3, 4]);
+        let damaged = zeroed_copy(&dir, &seg_name(last.seg), last.off as usize)?;
+        must_refuse(
+            "a group ending its segment lost its last record and commit marker",
+            &damaged,
+            opts,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check::T;
+    use super::*;
+    use crate::storage::MemDir;
+
     /// Opens the log as a store would: replays it (the data values, in order), then
     /// begins a segment with its opener, synced.
     fn open(
@@ -1209,6 +1446,7 @@ mod tests {
         let opts = SegOptions {
             sync,
             segment_bytes,
+            mutation: Slot::default(),
         };
         let (mut log, rec) = SegLog::open(dir.clone(), opts, 1 << 30, |_, r| {
             if let T::Data(v) = r {
@@ -1408,6 +1646,78 @@ mod tests {
             let (_, data, rec) = open(&dir, sync, seg);
             assert_eq!(data, vec![1, 2, 3], "sync {sync}: the whole group");
             assert_eq!(rec.torn_tail, None);
+        }
+    }
+
+    /// Issue 33, suspect 7: zeros at the end of a segment that a later one follows were
+    /// cut like the last segment's preallocated space, and the next segment's commit marker
+    /// then applied part of a group. Recovery refuses such a log (`check`).
+    #[test]
+    fn zeros_at_the_end_of_an_earlier_segment_are_refused_never_applied_in_part() {
+        if let Err(e) = check::earlier_segment_zero_tails(Slot::default()) {
+            panic!("{e}");
+        }
+    }
+
+    /// A closed segment's file ends at its records, recycled ones too (their older
+    /// contents are cut at the roll), so only the last segment can show anything after
+    /// its records; a reopened log reads every segment whole.
+    #[test]
+    fn a_closed_recycled_segment_ends_at_its_records() {
+        for sync in [true, false] {
+            let dir = MemDir::new("r");
+            let seg = 4096;
+            let (mut log, _, _) = open(&dir, sync, seg);
+            let mut v = 0;
+            let mut fill = |log: &mut SegLog<MemDir, T>, segments: usize| {
+                let start = log.current();
+                while log.current() < start + segments as u64 {
+                    v += 1;
+                    append(log, &T::Data(v));
+                    append(log, &T::Pad(300));
+                    log.sync().expect("sync");
+                }
+            };
+            fill(&mut log, 4);
+            for s in log.old_segments() {
+                log.delete_after_sync(s);
+            }
+            log.sync().expect("sync");
+            // The spares' renames become durable with the next directory sync.
+            fill(&mut log, 1);
+            fill(&mut log, 6);
+            let sizes = dir.sizes();
+            let cur = log.current();
+            let mut recycled = 0;
+            for (name, size) in &sizes {
+                let Some(n) = parse_numbered(name, "seg-") else {
+                    continue;
+                };
+                let buf = dir.read(name).expect("read");
+                let mut off = 0;
+                let mut first = None;
+                while let Framed::Whole { body, next } = frame_at::<T>(&buf, off, n) {
+                    first.get_or_insert_with(|| T::decode(Bytes::copy_from_slice(&buf[body])));
+                    off = next;
+                }
+                if n != cur {
+                    assert_eq!(off, *size, "sync {sync}: {name} ends at its records");
+                    if matches!(first, Some(Ok(T::Opener(true)))) {
+                        recycled += 1;
+                    }
+                }
+            }
+            assert!(
+                recycled > 0,
+                "sync {sync}: no closed segment was recycled: {sizes:?}"
+            );
+            drop(log);
+            let (_, data, rec) = open(&dir, sync, seg);
+            // The deleted segments' values are gone; the rest is whole, in order.
+            let from = data.first().copied().unwrap_or(0);
+            assert!(from > 1, "sync {sync}: nothing was deleted");
+            assert_eq!(data, (from..=v).collect::<Vec<_>>(), "sync {sync}");
+            assert_eq!(rec.recycled_tails, 0, "sync {sync}: {rec:?}");
         }
     }
 }

@@ -591,6 +591,8 @@ fn driver_config(
     if matches!(cfg.storage.kind, StorageKind::Durable { .. }) && cfg.multiring.is_none() {
         dcfg.history_dir = Some(cfg.storage.node_dir(cfg.node_id).join("history"));
     }
+    // A Multi-Ring node's subscriptions count positions in its merged delivery order.
+    dcfg.history_merged = cfg.multiring.is_some();
     if cfg.my_roles().learner {
         dcfg.snapshot_interval_us = cfg.storage.snapshot_interval_ms.saturating_mul(1000);
         dcfg.snapshot_path = Some(snapshot_path);

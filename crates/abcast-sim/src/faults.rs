@@ -44,10 +44,22 @@ pub enum FaultKind {
     /// constrained election, chained, the openraft 2080 bridge, random one-way links) held
     /// still under load. Counted per episode.
     PartialConnectivity,
+    /// The simulated disk failed a write (EIO, ENOSPC) or an fdatasync (EIO, its unsynced
+    /// writes lost) under a running node, which had to stop without acting on a store it
+    /// could not make durable, and restarted later as after a crash. Counted per failure
+    /// that stopped a node (issue 33).
+    DiskError,
+    /// A machine crash kept a file whose name was never made durable, with a prefix of its
+    /// never-synced bytes (as ext4 and xfs do when their journal committed the name but not
+    /// the data): a store must not take it for durable. Counted per file so kept.
+    TornUnsynced,
+    /// A node restarted on an empty directory (its disk wiped or replaced): it must start
+    /// amnesic, never as the member it was with its votes forgotten. Counted per restart.
+    WipedDir,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 12] = [
         FaultKind::CrossIncarnation,
         FaultKind::OutlivesTakeover,
         FaultKind::FaultsRemain,
@@ -57,6 +69,9 @@ impl FaultKind {
         FaultKind::LearnerSkip,
         FaultKind::Ghost,
         FaultKind::PartialConnectivity,
+        FaultKind::DiskError,
+        FaultKind::TornUnsynced,
+        FaultKind::WipedDir,
     ];
 
     pub fn name(self) -> &'static str {
@@ -70,6 +85,9 @@ impl FaultKind {
             FaultKind::LearnerSkip => "learner_skip",
             FaultKind::Ghost => "ghost",
             FaultKind::PartialConnectivity => "partial_connectivity",
+            FaultKind::DiskError => "disk_error",
+            FaultKind::TornUnsynced => "torn_unsynced",
+            FaultKind::WipedDir => "wiped_dir",
         }
     }
 

@@ -72,6 +72,9 @@ pub struct Recovery {
     pub recycled_tails: u64,
     /// Spare segment files found, kept for reuse.
     pub spares: usize,
+    /// The log was written without fdatasync by an earlier boot and discarded, and why
+    /// ([`super::SegRecovery::unsynced_lost`]): the store opens empty, the acceptor amnesic.
+    pub unsynced_lost: Option<String>,
 }
 
 impl std::fmt::Display for Recovery {
@@ -88,6 +91,9 @@ impl std::fmt::Display for Recovery {
         )?;
         if self.spares > 0 {
             write!(f, "; {} spare segment files", self.spares)?;
+        }
+        if let Some(why) = &self.unsynced_lost {
+            write!(f, "; the log was discarded ({why}): starting amnesic")?;
         }
         if let Some(t) = &self.torn_tail {
             write!(
@@ -193,6 +199,7 @@ impl<D: LogDir> DurableStore<D> {
             torn_tail: seg_rec.torn_tail,
             recycled_tails: seg_rec.recycled_tails,
             spares: seg_rec.spares,
+            unsynced_lost: seg_rec.unsynced_lost,
         };
 
         // The cache holds every undecided vote (an acceptor must answer phase 1 with them)
@@ -812,12 +819,67 @@ mod tests {
             flip: None,
         });
         assert!(
-            dir.sizes().is_empty(),
-            "no directory sync: the files are gone"
+            dir.sizes().keys().all(|n| !n.starts_with("seg-")),
+            "no directory sync: the segments are gone"
         );
         let (s, rec) = open(&dir, opts(false));
         assert_eq!(rec.records, 0);
         assert!(!s.is_durable());
+    }
+
+    /// Issue 33, suspect 2: a real machine crash keeps the directory entries and a prefix
+    /// (or all) of what was written without fdatasync (ext4, xfs), so a `sync = false`
+    /// store found its log, recovered what was left of it and said it had kept its state:
+    /// the acceptor restarted not amnesic after losing promises or votes. The log of an
+    /// earlier boot is discarded and the store opens not durable, whatever the crash kept.
+    #[test]
+    fn an_unsynced_log_of_an_earlier_boot_opens_not_durable_whatever_the_crash_kept() {
+        for keep_all in [true, false] {
+            let dir = MemDir::new("boot");
+            let (mut s, _) = open(&dir, opts(false));
+            for i in 1..=20 {
+                assert!(s.put(i, vote(i, i % 2 == 0)));
+                s.sync().unwrap();
+            }
+            drop(s);
+            // The crash keeps every name, and every byte or a prefix of each file's.
+            dir.crash_machine_fate(|_, n, _| {
+                Some(Tear {
+                    keep: if keep_all { n } else { n / 2 },
+                    flip: None,
+                })
+            });
+            assert!(
+                dir.sizes().keys().any(|n| n.starts_with("seg-")),
+                "the segments survived"
+            );
+            let (s, rec) = open(&dir, opts(false));
+            assert!(!s.is_durable(), "keep all {keep_all}: {rec}");
+            assert!(rec.unsynced_lost.is_some(), "{rec}");
+            assert_eq!(s.max_instance(), 0, "nothing of it is used");
+            drop(s);
+            // What this boot writes is trusted again after a process crash.
+            let (mut s, _) = open(&dir, opts(false));
+            assert!(s.put(1, vote(1, false)));
+            s.sync().unwrap();
+            drop(s);
+            dir.crash_process();
+            let (s, rec) = open(&dir, opts(false));
+            assert!(s.is_durable(), "{rec}");
+            assert_eq!(rec.unsynced_lost, None);
+        }
+        // A log with `sync = true` is trusted across boots: everything in it was synced.
+        let dir = MemDir::new("synced");
+        let (mut s, _) = open(&dir, opts(true));
+        assert!(s.put(1, vote(1, false)));
+        s.sync().unwrap();
+        drop(s);
+        dir.crash_machine(|_, _| Tear {
+            keep: 0,
+            flip: None,
+        });
+        let (s, rec) = open(&dir, opts(true));
+        assert!(s.is_durable(), "{rec}");
     }
 
     #[test]
@@ -858,11 +920,13 @@ mod tests {
     fn without_sync_a_process_crash_keeps_everything_written() {
         let dir = MemDir::new("b");
         let (mut s, _) = open(&dir, opts(false));
+        // One fdatasync at open, of the file naming the boot the log is written on.
+        let at_open = dir.syncs();
         for i in 1..=5 {
             assert!(s.put(i, vote(i, false)));
         }
         s.sync().unwrap();
-        assert_eq!(dir.syncs(), 0, "sync = false never calls fdatasync");
+        assert_eq!(dir.syncs(), at_open, "sync = false never calls fdatasync");
         drop(s);
         dir.crash_process();
         let (s, _) = open(&dir, opts(false));

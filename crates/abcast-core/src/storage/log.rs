@@ -30,7 +30,11 @@
 //!
 //! Misuse is refused with a [`StorageError`] and changes nothing: appending with a gap or an
 //! overlap, truncating a decided entry, trimming an undecided one, a decided index past the
-//! log. The store does not order ballots: the protocol decides what to promise.
+//! log. The store does not order ballots: the protocol decides what to promise. A disk that
+//! fails a write (EIO, ENOSPC) is reported by the next sync, as for the acceptor store,
+//! not by the write: the store writes nothing more, every later sync fails, and the driver
+//! stops the node before anything that depended on the failed write leaves (issue 33,
+//! `disk_error`: a Sequence Paxos node panicked on the write's error instead).
 
 use super::{StorageError, SyncJob};
 use crate::types::Ballot;

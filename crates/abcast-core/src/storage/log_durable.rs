@@ -203,12 +203,6 @@ impl<D: LogDir> DurableLogStore<D> {
         self.log.write_pending();
     }
 
-    fn usable(&self) -> Result<(), StorageError> {
-        match self.log.failed() {
-            Some(e) => Err(e.clone()),
-            None => Ok(()),
-        }
-    }
 
     fn append_checkpoint(&mut self, recycled: bool) {
         let cp = LogRec::Checkpoint {
@@ -309,7 +303,6 @@ impl<D: LogDir> LogStore for DurableLogStore<D> {
         self.meta.promised
     }
     fn set_promised(&mut self, ballot: Ballot) -> Result<(), StorageError> {
-        self.usable()?;
         if ballot != self.meta.promised {
             self.append_rec(&LogRec::Promise(ballot));
             self.meta.promised = ballot;
@@ -320,7 +313,6 @@ impl<D: LogDir> LogStore for DurableLogStore<D> {
         self.meta.accepted_round
     }
     fn set_accepted_round(&mut self, ballot: Ballot) -> Result<(), StorageError> {
-        self.usable()?;
         if ballot != self.meta.accepted_round {
             self.append_rec(&LogRec::AcceptedRound(ballot));
             self.meta.accepted_round = ballot;
@@ -331,7 +323,6 @@ impl<D: LogDir> LogStore for DurableLogStore<D> {
         self.meta.decided_idx
     }
     fn set_decided_idx(&mut self, idx: u64) -> Result<(), StorageError> {
-        self.usable()?;
         if self.meta.check_decided(idx)? {
             self.append_rec(&LogRec::Decided(idx));
             self.meta.decided_idx = idx;
@@ -375,7 +366,6 @@ impl<D: LogDir> LogStore for DurableLogStore<D> {
         Ok(out)
     }
     fn append(&mut self, entries: &[Entry]) -> Result<(), StorageError> {
-        self.usable()?;
         check_append(self.meta.last_index, entries)?;
         for e in entries {
             let pos = self.append_rec(&LogRec::Entry(e.clone()));
@@ -394,7 +384,6 @@ impl<D: LogDir> LogStore for DurableLogStore<D> {
         Ok(())
     }
     fn truncate(&mut self, from: u64) -> Result<(), StorageError> {
-        self.usable()?;
         if self.meta.check_truncate(from)? {
             self.append_rec(&LogRec::Truncate { from });
             self.meta.truncate(from);
@@ -407,7 +396,6 @@ impl<D: LogDir> LogStore for DurableLogStore<D> {
         self.meta.stop_sign.as_ref()
     }
     fn set_stop_sign(&mut self, stop_sign: Option<Bytes>) -> Result<(), StorageError> {
-        self.usable()?;
         if stop_sign != self.meta.stop_sign {
             self.append_rec(&LogRec::StopSign(stop_sign.clone()));
             self.meta.stop_sign = stop_sign;
@@ -418,7 +406,6 @@ impl<D: LogDir> LogStore for DurableLogStore<D> {
         self.meta.snapshot.as_ref()
     }
     fn set_snapshot(&mut self, snapshot: LogSnapshot) -> Result<(), StorageError> {
-        self.usable()?;
         let cut = self
             .meta
             .check_snapshot(&snapshot, self.ballot_at(snapshot.index))?;
@@ -444,7 +431,6 @@ impl<D: LogDir> LogStore for DurableLogStore<D> {
         Ok(())
     }
     fn trim(&mut self, below: u64) -> Result<(), StorageError> {
-        self.usable()?;
         if self.meta.check_trim(below)? {
             let prev_ballot = self.ballot_at(below - 1).unwrap_or(Ballot::ZERO);
             self.append_rec(&LogRec::Trim { below, prev_ballot });
@@ -885,5 +871,42 @@ mod tests {
             .err()
             .expect("must refuse");
         assert!(err.0.contains("acceptor log"), "{err}");
+    }
+
+    /// Issue 33, `disk_error`: a write the disk failed made every later mutation of the log
+    /// store return the error, and Sequence Paxos, which takes a mutation's error for misuse,
+    /// panicked (seed 103 of its power_loss mix). The failure is reported by the next sync,
+    /// the one place a driver stops the node before anything that depends on it leaves;
+    /// nothing is written after it, and what was synced before it survives.
+    #[test]
+    fn a_failed_write_is_reported_by_the_next_sync_and_nothing_is_written_after_it() {
+        use crate::storage::DiskFault;
+        for fault in DiskFault::ALL {
+            let dir = MemDir::new("fail");
+            // Small segments: appends roll, and a roll writes (and syncs) at once.
+            let o = DurableOptions {
+                segment_bytes: 8 << 10,
+                ..opts(true)
+            };
+            let (mut s, _) = open(&dir, o.clone());
+            s.append(&[big(1, 1), big(2, 1)]).unwrap();
+            s.set_decided_idx(1).unwrap();
+            s.sync().unwrap();
+            dir.inject(0, fault);
+            for i in 3..=8 {
+                s.append(&[big(i, 1)])
+                    .unwrap_or_else(|e| panic!("{fault:?}: a write does not fail the caller: {e}"));
+            }
+            s.set_decided_idx(2)
+                .unwrap_or_else(|e| panic!("{fault:?}: nor a later mutation: {e}"));
+            let e = s.sync().expect_err("the sync reports it");
+            assert!(e.0.contains("injected"), "{fault:?}: {e}");
+            assert!(s.sync().is_err(), "{fault:?}: and every sync after it");
+            drop(s);
+            dir.clear_injection();
+            dir.crash_process();
+            let (s, _) = open(&dir, o);
+            assert!(s.last_index() >= 2 && s.decided_idx() >= 1, "{fault:?}: the synced part");
+        }
     }
 }

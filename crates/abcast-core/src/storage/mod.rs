@@ -44,7 +44,7 @@ pub use fs::{LogDir, SyncStep};
 pub use log::{Entry, LogSnapshot, LogStore};
 pub use log_durable::DurableLogStore;
 pub use log_memory::MemoryLogStore;
-pub use memdir::{MemDir, Tear};
+pub use memdir::{DiskFault, MemDir, Tear};
 pub use memory::MemoryStore;
 pub use none::NoneStore;
 pub use seglog::{SegRecovery, TornTail};

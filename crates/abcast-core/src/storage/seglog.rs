@@ -223,6 +223,102 @@ fn records_after<R: LogRecord>(
     (first, durable)
 }
 
+/// Whether a log found in `dir` (`found`) must be discarded as written without fdatasync
+/// by an earlier boot, and why (see [`SegRecovery::unsynced_lost`]): its
+/// [`UNSYNCED_BOOT_FILE`] names another boot than this one; or it has none, yet is opened
+/// with `sync = false` on a machine that tells its boots (a log written by a version without
+/// the file, or one whose file a crash took: it cannot be told from one that lost data).
+/// Where the machine does not tell its boots, nothing can be told: the log is trusted, as
+/// `sync = false` always was (docs/design/amnesia-detection.md).
+fn check_boot<D: LogDir>(
+    dir: &mut D,
+    sync: bool,
+    found: bool,
+) -> Result<Option<String>, StorageError> {
+    let where_ = dir.describe();
+    let now = dir
+        .boot_id()
+        .map_err(|e| StorageError(format!("{where_}: reading the machine's boot id: {e}")))?;
+    let mark = match dir.read(UNSYNCED_BOOT_FILE) {
+        Ok(b) => Some(String::from_utf8_lossy(&b).trim().to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            return Err(StorageError(format!(
+                "{where_}/{UNSYNCED_BOOT_FILE}: reading: {e}"
+            )));
+        }
+    };
+    if !found {
+        return Ok(None);
+    }
+    Ok(match (mark, now) {
+        (Some(m), Some(n)) if m == n => None,
+        (Some(m), Some(n)) => Some(format!(
+            "written without fdatasync on boot {m}, opened on boot {n}: the machine crashed or \
+             rebooted since, and may have kept any part of it"
+        )),
+        (Some(m), None) => Some(format!(
+            "written without fdatasync on boot {m}, and this machine does not tell its boot"
+        )),
+        (None, Some(_)) if !sync => Some(format!(
+            "opened with sync = false and no {UNSYNCED_BOOT_FILE} file: it cannot be told \
+             from a log a machine crash took part of"
+        )),
+        (None, _) => None,
+    })
+}
+
+/// Writes (with `sync = false`, durably) or removes (with `sync = true`, once the log is
+/// synced: `open` syncs the last segment, and the earlier ones were synced at their roll
+/// with `sync = true` or are synced here) the [`UNSYNCED_BOOT_FILE`].
+fn mark_boot<D: LogDir>(dir: &mut D, sync: bool) -> Result<(), StorageError> {
+    let where_ = dir.describe();
+    let io = |what: &str, e: std::io::Error| {
+        StorageError(format!("{where_}/{UNSYNCED_BOOT_FILE}: {what}: {e}"))
+    };
+    let now = dir.boot_id().map_err(|e| io("reading the machine's boot id", e))?;
+    let mark = match dir.read(UNSYNCED_BOOT_FILE) {
+        Ok(b) => Some(String::from_utf8_lossy(&b).trim().to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io("reading", e)),
+    };
+    if sync {
+        if mark.is_some() {
+            // Written without fdatasync earlier in this boot: make every segment durable
+            // before the file that says it is not goes.
+            let names = dir.list().map_err(|e| io("listing", e))?;
+            for n in names.iter().filter(|n| parse_numbered(n, "seg-").is_some()) {
+                dir.sync(n).map_err(|e| io(&format!("syncing {n}"), e))?;
+            }
+            dir.remove(UNSYNCED_BOOT_FILE).map_err(|e| io("removing", e))?;
+            dir.sync_dir().map_err(|e| io("syncing the directory", e))?;
+        }
+        return Ok(());
+    }
+    let Some(now) = now else {
+        return Ok(());
+    };
+    if mark.as_deref() == Some(now.as_str()) {
+        return Ok(());
+    }
+    let tmp = format!("{UNSYNCED_BOOT_FILE}.tmp");
+    match dir.remove(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io("removing the temporary file", e)),
+    }
+    dir.create(&tmp).map_err(|e| io("creating", e))?;
+    dir.write_at(&tmp, 0, &[now.as_bytes()])
+        .map_err(|e| io("writing", e))?;
+    dir.sync(&tmp).map_err(|e| io("syncing", e))?;
+    if mark.is_some() {
+        dir.remove(UNSYNCED_BOOT_FILE).map_err(|e| io("replacing", e))?;
+    }
+    dir.rename(&tmp, UNSYNCED_BOOT_FILE)
+        .map_err(|e| io("renaming", e))?;
+    dir.sync_dir().map_err(|e| io("syncing the directory", e))
+}
+
 pub(crate) fn seg_name(n: u64) -> String {
     format!("seg-{n:020}.log")
 }
@@ -267,7 +363,17 @@ pub struct SegRecovery {
     pub recycled_tails: u64,
     /// Spare segment files found, kept for reuse.
     pub spares: usize,
+    /// The log was written without fdatasync by an earlier boot of the machine (or cannot
+    /// tell it was not) and was discarded, and why: a machine crash may have kept any part
+    /// of it (directory entries and a prefix of the data, on ext4 and xfs), so nothing in
+    /// it can be taken as remembered. The store opens empty, and so not durable: the
+    /// acceptor restarts amnesic. Issue 33, suspect 2.
+    pub unsynced_lost: Option<String>,
 }
+
+/// The file that says a log holds bytes written without fdatasync, and on which boot of
+/// the machine ([`LogDir::boot_id`]): written, synced, when a log with `sync = false` opens.
+pub const UNSYNCED_BOOT_FILE: &str = "unsynced-boot";
 
 /// The options of the segmented log.
 #[derive(Clone, Copy, Debug)]
@@ -441,8 +547,22 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
             }
         }
         seg_nums.sort_unstable();
+        let unsynced_lost = check_boot(&mut dir, opts.sync, !seg_nums.is_empty() || !spares.is_empty())?;
+        if unsynced_lost.is_some() {
+            for n in &names {
+                if parse_numbered(n, "seg-").is_some() || parse_numbered(n, "spare-").is_some() {
+                    dir.remove(n).map_err(|e| io("discarding", n, e))?;
+                }
+            }
+            dir.sync_dir()
+                .map_err(|e| io("syncing the directory after discarding the log", "", e))?;
+            seg_nums.clear();
+            spares.clear();
+        }
+        mark_boot(&mut dir, opts.sync)?;
         let mut rec = SegRecovery {
             segments: seg_nums.len(),
+            unsynced_lost,
             ..SegRecovery::default()
         };
         let mut segments = BTreeMap::new();
@@ -778,6 +898,12 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
     /// Creates the next segment (the first: 1); `Some(recycled)` when it is there, and
     /// the caller appends its opener at once. `None`: the log failed.
     pub fn begin_segment(&mut self) -> Option<bool> {
+        if self.failed.is_some() {
+            // A failed log begins nothing: after a failed fdatasync the closed segment may
+            // have lost its tail, and a later segment would make that damage before the
+            // tail, refused at the next start.
+            return None;
+        }
         let n = self.segments.keys().next_back().map_or(1, |n| n + 1);
         let name = seg_name(n);
         let recycled = match self.spares.pop() {
@@ -842,7 +968,14 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
                 Err(e) => self.fail("cutting the older contents of recycled", &name, e),
             }
         }
-        if self.sync_writes && self.unsynced {
+        // Durable before the next segment exists, in place: also what a sync job still in
+        // flight (`begin_sync`) was to make durable. The next segment's name may reach the
+        // disk before any directory sync (ext4 and xfs commit names in their journal on
+        // their own schedule), and a crash that kept it while this segment lost its tail
+        // would leave the log damaged before its tail, refused at start (found by the
+        // simulator's `torn_unsynced` fault: seed 56 of U-Ring's power_loss mix).
+        let in_flight = self.in_flight.iter().any(|f| f.seg == cur);
+        if self.sync_writes && (self.unsynced || in_flight) {
             let name = seg_name(cur);
             if let Err(e) = self.dir.sync(&name) {
                 self.fail("syncing", &name, e);
@@ -888,6 +1021,14 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
     /// Hands every queued record to the directory (one vectored write), without a sync.
     pub fn write_pending(&mut self) {
         if self.pending.is_empty() {
+            return;
+        }
+        if self.failed.is_some() {
+            // Never write after a failure: a later write that succeeded would land where
+            // the failed one should have been, and what is on disk would no longer be the
+            // log this process believes (every sync reports the failure).
+            self.pending.clear();
+            self.pending_bytes = 0;
             return;
         }
         let cur = self.current();
@@ -1433,7 +1574,7 @@ pub mod check {
 mod tests {
     use super::check::T;
     use super::*;
-    use crate::storage::MemDir;
+    use crate::storage::{MemDir, Tear};
 
     /// Opens the log as a store would: replays it (the data values, in order), then
     /// begins a segment with its opener, synced.
@@ -1719,5 +1860,45 @@ mod tests {
             assert_eq!(data, (from..=v).collect::<Vec<_>>(), "sync {sync}");
             assert_eq!(rec.recycled_tails, 0, "sync {sync}: {rec:?}");
         }
+    }
+
+    /// A roll while the segment's group commit is still in flight (the pipelined commit:
+    /// `begin_sync` returned its job, not yet run) made the next segment without waiting
+    /// for it. A machine crash that kept the new segment (its name in the file system's
+    /// journal, `torn_unsynced`) and tore the old one's unsynced tail left a log damaged
+    /// before its tail: the node could not start. The roll syncs the segment in place.
+    #[test]
+    fn a_roll_makes_the_segment_durable_also_behind_a_sync_in_flight() {
+        let dir = MemDir::new("inflight");
+        let (mut log, _, _) = open(&dir, true, 200);
+        for v in 1..=3 {
+            append(&mut log, &T::Data(v));
+        }
+        // The group fills the segment: the next append rolls before writing anything
+        // more to it.
+        append(&mut log, &T::Pad(200));
+        let job = log.begin_sync().expect("begin").expect("a job in flight");
+        assert!(log.roll_due());
+        let first = log.current();
+        for v in 4..=9 {
+            append(&mut log, &T::Data(v));
+        }
+        assert_ne!(log.current(), first, "the second group rolled");
+        drop(job);
+        drop(log);
+        // Power lost: every name survives, the old segment keeps half its unsynced bytes.
+        dir.crash_machine_fate(|_, n, named| {
+            Some(Tear {
+                keep: if named { n / 2 } else { n },
+                flip: None,
+            })
+        });
+        let opts = SegOptions {
+            sync: true,
+            segment_bytes: 200,
+            mutation: Slot::default(),
+        };
+        let data = check::recover(&dir, opts).unwrap_or_else(|e| panic!("refused: {e}"));
+        assert_eq!(data, vec![1, 2, 3], "the first group, synced by the roll");
     }
 }

@@ -128,6 +128,10 @@ pub struct DriverConfig {
     /// protocol's instances (a Multi-Ring node, whose instances are per ring: `history.rs`,
     /// `merged`). Also turned on by the first delivery of a group other than 0.
     pub history_merged: bool,
+    /// The book of the peers' lives this node took frames from (`crate::lives`), kept at
+    /// this path; a node whose directory lost its incarnation marker asks for it. `None`:
+    /// no book (a question is answered "no book").
+    pub lives_path: Option<PathBuf>,
     /// Gather the outboxes of one iteration under one storage sync (durable storage).
     pub group_commit: bool,
     /// With `group_commit`: run the fdatasync on a thread of its own while the loop goes
@@ -167,6 +171,7 @@ impl DriverConfig {
             history_dir: None,
             history_file_bytes: 256 << 20,
             history_merged: false,
+            lives_path: None,
             group_commit: false,
             sync_thread: true,
             snapshot_interval_us: 0,

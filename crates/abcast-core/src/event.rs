@@ -93,6 +93,17 @@ pub enum Event {
         from: Instance,
         to: Instance,
     },
+    /// A learner that does not follow a ring took the ring's position (`upto`) and slot
+    /// count (`slot`, the next instance's) from `node`'s snapshot: it was behind the ring's
+    /// trim point, and delivers none of the ring's values there.
+    GroupRealigned {
+        upto: Instance,
+        slot: u64,
+        node: NodeId,
+    },
+    /// A subscription change this learner asked for in `group` is dropped undecided: the
+    /// learner installed a peer's snapshot, whose subscriptions it takes (ask again).
+    GroupChangeDropped { group: GroupId },
     /// A decided control value that does not decode (`detail`).
     BadControl { group: GroupId, detail: String },
     /// An event of one group's protocol instance inside a composition (Multi-Ring).
@@ -106,6 +117,11 @@ pub enum Event {
     /// A decided log entry at `index` does not decode (`detail`): every learner passes over
     /// it alike.
     BadEntry { index: Instance, detail: String },
+    /// A message `from` sent was refused as one no correct peer sends (`why`: a leader
+    /// message whose leader is not its sender, a second leader claimed for one term). It
+    /// is dropped, never asserted on: a corrupted-but-valid or forged frame must not stop
+    /// the node. The simulator, which forges nothing, counts it as a violation.
+    MessageRefused { from: NodeId, why: String },
 }
 
 impl fmt::Display for Event {
@@ -193,6 +209,9 @@ impl fmt::Display for Event {
                 write!(f, "snapshot transfer given up: {why}")
             }
             Event::SteppedDown { node } => write!(f, "{node} steps down as coordinator"),
+            Event::MessageRefused { from, why } => {
+                write!(f, "message from {from} refused: {why}")
+            }
             Event::SnapshotInstalled { upto, app_bytes } => write!(
                 f,
                 "learner installed a peer's snapshot up to {upto} ({app_bytes} bytes of application state)"
@@ -228,6 +247,17 @@ impl fmt::Display for Event {
                 f,
                 "ring {}: instances {from}..{to} were trimmed everywhere; this learner stops \
                  merging the ring (a snapshot would carry its slot count)",
+                group.0
+            ),
+            Event::GroupRealigned { upto, slot, node } => write!(
+                f,
+                "learner not following the ring: position {upto} and slot {slot} taken from \
+                 the snapshot of {node}"
+            ),
+            Event::GroupChangeDropped { group } => write!(
+                f,
+                "ring {}: the subscription change asked for is dropped: a peer's snapshot was \
+                 installed, with its subscriptions",
                 group.0
             ),
             Event::BadControl { group, detail } => {

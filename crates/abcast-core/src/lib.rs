@@ -52,8 +52,9 @@ pub type RingPaxosSpec = multiring::RingSpecOf<ringpaxos::RingPaxosConfig>;
 pub type MultiRingPaxosMessage = multiring::MessageOf<ringpaxos::Message>;
 pub use nodeset::NodeSet;
 pub use protocol::{
-    ConfigChange, ConfigKind, Delivery, DeliveryLevel, FollowerProgress, GroupStatus, Install,
-    Outbox, Protocol, ReadState, ReconfigureError, Skip, Snapshot, Status, Subscription,
+    ConfigChange, ConfigKind, Delivery, DeliveryLevel, FollowerProgress, GroupPosition,
+    GroupStatus, Install, Outbox, Protocol, ReadState, ReconfigureError, Skip, Snapshot, Status,
+    Subscription,
 };
 pub use types::{
     Ballot, Batch, BatchKey, Decree, GroupId, Instance, META_MAX_BYTES, Micros, NodeId, UniformRun,

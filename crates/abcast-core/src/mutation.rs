@@ -55,6 +55,10 @@ pub enum Mutation {
     /// A Sequence Paxos node's snapshot compacts its whole log, undecided entries too, and
     /// takes them as decided (OmniPaxos compacts only up to the decided index).
     SeqPaxosTrimUndecided,
+    /// An amnesic Sequence Paxos node repaired in `c_i` with a log ending in `SS_i` enters
+    /// `c_{i+1}` as not amnesic, although its previous life may have promised there
+    /// (issue 33, suspect 6).
+    SeqPaxosRepairIgnoresStopSign,
     // Raft
     /// Raft voters grant votes without the up-to-date check (seed 001 §2.5): a candidate
     /// missing committed entries can win and overwrite them.
@@ -72,6 +76,13 @@ pub enum Mutation {
     /// the snapshot (a duplicated or late InstallSnapshot), forgetting the committed
     /// entries after it: Raft §7 keeps them ("retain log entries following it").
     RaftInstallBelowCommit,
+    /// A Raft leader serves lease reads again once a leadership transfer's deadline passed,
+    /// although its `TimeoutNow` left (issue 33, suspect 1): the target's late campaign
+    /// skips the voters' stickiness, so another leader may commit writes its reads miss.
+    RaftLeaseAfterTimeoutNow,
+    /// A Raft follower follows the leader an AppendEntries, heartbeat or snapshot chunk
+    /// names even when it is not the message's sender (issue 33, suspect 9).
+    RaftFollowNamedLeader,
     // Shared by the families
     /// The learners' de-duplication remembers only the latest few batch keys per origin
     /// (the memory before the delivered ranges, its window scaled down from 2^16 to 4): a
@@ -104,6 +115,10 @@ pub enum Mutation {
     /// which counts only that segment's records. No sweep meets it (the simulator's disks
     /// never lose synced bytes); `storage::seglog::check` builds the damaged logs.
     SegLogZeroTailInEarlierSegment,
+    /// No "failed to receive" rule (Corosync's `fail_to_recv_const`): a member that gets the
+    /// token but none of the data holds the aru down for good, and no member of its ring
+    /// discards or acknowledges anything again.
+    TokenNoFailToRecv,
     // Process groups (issue 18, `groups/`)
     /// The state exchange after a configuration change keeps each node's own table
     /// instead of the union of the states: after a partition heals, the members of the
@@ -116,7 +131,7 @@ pub enum Mutation {
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 28] = [
+    pub const ALL: [Mutation; 32] = [
         Mutation::VoteIgnoresEpoch,
         Mutation::AmnesicPromisesCount,
         Mutation::RepairIgnored,
@@ -131,12 +146,15 @@ impl Mutation {
         Mutation::SeqPaxosExtendAfterStopSign,
         Mutation::SeqPaxosBleIgnoresQuorumConnectivity,
         Mutation::SeqPaxosTrimUndecided,
+        Mutation::SeqPaxosRepairIgnoresStopSign,
         // Raft
         Mutation::RaftVoteWithoutLogCheck,
         Mutation::RaftCommitOldTermByCount,
         Mutation::RaftNoSyncBeforeReply,
         Mutation::RaftJointSingleMajority,
         Mutation::RaftInstallBelowCommit,
+        Mutation::RaftLeaseAfterTimeoutNow,
+        Mutation::RaftFollowNamedLeader,
         // Shared
         Mutation::DedupForgetsOldBatches,
         // Token ring
@@ -147,6 +165,7 @@ impl Mutation {
         Mutation::TokenNoFlapDamping,
         // Storage
         Mutation::SegLogZeroTailInEarlierSegment,
+        Mutation::TokenNoFailToRecv,
         // Process groups
         Mutation::GroupsNoStateExchange,
         Mutation::GroupsDeliverDuringExchange,
@@ -170,11 +189,14 @@ impl Mutation {
                 "seqpaxos_ble_ignores_quorum_connectivity"
             }
             Mutation::SeqPaxosTrimUndecided => "seqpaxos_trim_undecided",
+            Mutation::SeqPaxosRepairIgnoresStopSign => "seqpaxos_repair_ignores_stop_sign",
             Mutation::RaftVoteWithoutLogCheck => "raft_vote_without_log_check",
             Mutation::RaftCommitOldTermByCount => "raft_commit_old_term_by_count",
             Mutation::RaftNoSyncBeforeReply => "raft_no_sync_before_reply",
             Mutation::RaftJointSingleMajority => "raft_joint_single_majority",
             Mutation::RaftInstallBelowCommit => "raft_install_below_commit",
+            Mutation::RaftLeaseAfterTimeoutNow => "raft_lease_after_timeout_now",
+            Mutation::RaftFollowNamedLeader => "raft_follow_named_leader",
             Mutation::DedupForgetsOldBatches => "dedup_forgets_old_batches",
             Mutation::TokenSafeAtOnce => "token_safe_at_once",
             Mutation::TokenAruRaisedByAnyone => "token_aru_raised_by_anyone",
@@ -182,6 +204,7 @@ impl Mutation {
             Mutation::TokenTakesDuplicateTokens => "token_takes_duplicate_tokens",
             Mutation::TokenNoFlapDamping => "token_no_flap_damping",
             Mutation::SegLogZeroTailInEarlierSegment => "seglog_zero_tail_in_earlier_segment",
+            Mutation::TokenNoFailToRecv => "token_no_fail_to_recv",
             Mutation::GroupsNoStateExchange => "groups_no_state_exchange",
             Mutation::GroupsDeliverDuringExchange => "groups_deliver_during_exchange",
         }

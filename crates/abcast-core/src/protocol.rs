@@ -104,6 +104,17 @@ pub struct Subscription {
     pub position: usize,
 }
 
+/// Where a snapshot of a protocol of several groups (Multi-Ring Paxos) stands in one of
+/// them (see [`Protocol::snapshot_groups`]): its application state holds every value of
+/// the group the learner delivered up to instance `covered` and none after; `following`:
+/// the learner that starts from it delivers the group from `covered + 1` on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupPosition {
+    pub group: GroupId,
+    pub covered: Instance,
+    pub following: bool,
+}
+
 /// The proposer learns that the values `key.first_seq .. key.first_seq + count` of its own
 /// batch are decided: a quorum of acceptors accepted them, so they can no longer be lost
 /// while at most f acceptors fail.
@@ -265,6 +276,8 @@ pub struct Status {
     /// At a leader: every other node it replicates to, with its progress as the leader
     /// sees it; empty at any other node and for protocols without a leader's view.
     pub followers: Vec<FollowerProgress>,
+    /// Messages refused as ones no correct peer sends (`Event::MessageRefused`), this life.
+    pub refused_messages: u64,
 }
 
 /// One follower's replication, as its leader sees it ([`Status::followers`]).
@@ -527,6 +540,15 @@ pub trait Protocol {
     fn restore_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), String> {
         let _ = snapshot;
         Err("this protocol does not restore snapshots yet".into())
+    }
+
+    /// For a protocol of several groups, where `snapshot` (one of its own) stands in each
+    /// group this learner may deliver: what a checker or a subscriber needs to hold the
+    /// learner to every later instance. Empty for a single-group protocol, whose
+    /// `snapshot.upto` says it all.
+    fn snapshot_groups(&self, snapshot: &Snapshot) -> Vec<GroupPosition> {
+        let _ = snapshot;
+        Vec::new()
     }
 
     /// This learner joins (`join`) or leaves `group`: it starts or stops delivering the

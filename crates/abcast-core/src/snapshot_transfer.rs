@@ -140,6 +140,19 @@ impl SnapshotServer {
         self.latest = Some(snap.clone());
     }
 
+    /// As [`SnapshotServer::set_latest`], for a protocol whose snapshots may differ at one
+    /// `upto` (Multi-Ring Paxos: its `upto` is the merge position, which stays while the
+    /// rings move on with skips): a pin of an earlier snapshot with the same `upto` is
+    /// dropped, so a new transfer gets the newer one (a transfer in progress of the old one
+    /// then fails its checks and starts over).
+    pub fn replace_latest(&mut self, snap: &Snapshot) {
+        let same = self.latest.as_ref().is_some_and(|l| l == snap);
+        if !same {
+            self.pins.retain(|p| p.upto != snap.upto);
+        }
+        self.set_latest(snap);
+    }
+
     /// The latest snapshot's `upto` (0: none).
     pub fn latest_upto(&self) -> Instance {
         self.latest.as_ref().map_or(0, |s| s.upto)

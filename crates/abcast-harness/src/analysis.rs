@@ -82,6 +82,9 @@ pub struct Report {
     pub kept_dir: Option<PathBuf>,
     /// Ctrl-C ended the load at this many seconds.
     pub interrupted_at_s: Option<f64>,
+    /// The token ring: its learners held to Extended Virtual Synchrony ([`evs_verdict`])
+    /// instead of instance by instance.
+    pub evs: Option<EvsVerdict>,
 }
 
 impl Report {
@@ -259,7 +262,15 @@ pub fn analyse_from(run: &ClusterRun, warmup_s: f64) -> Report {
     // and hashes cannot match, but every instance it delivered must.
     let mut instances_compared = 0;
     let mut trimmed_skipped = 0;
-    if !run.delivery_logs.is_empty() {
+    let evs = (runs_token_ring(spec) && !run.delivery_logs.is_empty()).then(|| evs_verdict(run));
+    if let Some(e) = &evs {
+        agreement.retain(|a| a.contains("printed no final stats line"));
+        learners_agree = agreement.is_empty() && e.disagreements.is_empty();
+        agreement.extend(e.disagreements.iter().cloned());
+        duplicates.extend(e.duplicates.iter().cloned());
+        duplicates_total += e.duplicates.len() as u64;
+        lost = e.lost.clone();
+    } else if !run.delivery_logs.is_empty() {
         let verdict = abcast_node::deliverylog::compare(&run.delivery_logs, &acked_by_origin);
         instances_compared = verdict.instances_compared;
         trimmed_skipped = verdict.trimmed_skipped;
@@ -300,6 +311,7 @@ pub fn analyse_from(run: &ClusterRun, warmup_s: f64) -> Report {
         longest_stall: longest_stall(run, warmup_s),
         kept_dir: run.kept_dir.clone(),
         interrupted_at_s: run.interrupted.then_some(run.stop_at_s),
+        evs,
     }
 }
 
@@ -497,6 +509,288 @@ fn lost_by_counts(run: &ClusterRun, acked_by_origin: &BTreeMap<u32, u64>) -> Vec
     lost
 }
 
+// ---- Extended Virtual Synchrony (the token ring with kills) ----------------------------
+
+/// What Extended Virtual Synchrony promises a token ring whose members are killed and
+/// restarted (`abcast demo --protocol token --kill`), checked from the delivery logs.
+/// A restarted member starts a new life in a new regular configuration (Totem's
+/// membership): it delivers what the ring orders from its join on, not what the others
+/// delivered while it was down, so learners are not compared instance by instance but
+/// against one total order:
+///
+/// * the members that stayed up deliver one order (the reference);
+/// * a restarted member's new life delivers a contiguous run of that order, from its join
+///   to the end;
+/// * a killed life delivered a prefix of it (less values nobody else delivered, which EVS
+///   allows a member that crashed: Agreed delivery does not wait for the others, and
+///   none of them may be acknowledged);
+/// * nothing acknowledged is lost at the members that stayed up;
+/// * no life delivers a value twice.
+#[derive(Debug, Clone, Default)]
+pub struct EvsVerdict {
+    /// Nodes whose one life lasted the whole run.
+    pub stayed_up: Vec<u32>,
+    /// Values in the reference order (the longest of theirs).
+    pub order_values: u64,
+    /// One line per node life: what it delivered of the order.
+    pub lives: Vec<String>,
+    /// Values acknowledged to their proposers (every life), all checked at the members that
+    /// stayed up.
+    pub acked_checked: u64,
+    pub disagreements: Vec<String>,
+    pub duplicates: Vec<String>,
+    pub lost: Vec<String>,
+}
+
+impl EvsVerdict {
+    pub fn ok(&self) -> bool {
+        self.disagreements.is_empty() && self.duplicates.is_empty() && self.lost.is_empty()
+    }
+}
+
+/// Whether the run's nodes ran the token ring (`protocol = "token"`).
+pub fn runs_token_ring(spec: &crate::cluster::ClusterSpec) -> bool {
+    spec.config_edits
+        .iter()
+        .any(|(k, v)| k == "protocol" && v.as_str() == Some("token"))
+}
+
+/// One delivered batch of a life's log: (origin, first value seq, values).
+type Batch = (u32, u64, u64);
+
+/// The EVS checks of [`EvsVerdict`] over `run`'s delivery logs and stats lines.
+pub fn evs_verdict(run: &ClusterRun) -> EvsVerdict {
+    use abcast_node::deliverylog::LearnerLog;
+    let mut v = EvsVerdict::default();
+    let values = |b: &[Batch]| b.iter().map(|e| e.2).sum::<u64>();
+    // Each life: its batches, whether it was killed, whether it is its node's last.
+    struct Life<'a> {
+        log: &'a LearnerLog,
+        batches: Vec<Batch>,
+        killed: bool,
+        last: bool,
+        restarted_at_s: Option<f64>,
+    }
+    let mut lives: Vec<Life> = Vec::new();
+    for log in &run.delivery_logs {
+        let record = run.nodes.iter().find(|r| r.id == log.node);
+        let incs = record.map_or(&[][..], |r| &r.incarnations[..]);
+        // The record's lives in start order; the log's incarnation number is its index
+        // there (the node's marker counts its starts), else matched by its stats lines.
+        let inc = incs
+            .iter()
+            .position(|i| {
+                i.samples
+                    .iter()
+                    .any(|s| s.line.incarnation == log.incarnation)
+            })
+            .or_else(|| {
+                usize::try_from(log.incarnation)
+                    .ok()
+                    .filter(|&k| k < incs.len())
+            });
+        let killed = inc.is_some_and(|k| incs[k].ended == Ended::KilledByDemo);
+        let last = inc.is_some_and(|k| k + 1 == incs.len());
+        let restarted_at_s = inc.filter(|&k| k > 0).map(|k| incs[k].spawned_at_s);
+        lives.push(Life {
+            log,
+            batches: log
+                .entries
+                .iter()
+                .map(|e| (e.origin, e.first_seq, e.count))
+                .collect(),
+            killed,
+            last,
+            restarted_at_s,
+        });
+    }
+    // No value twice within one life.
+    for l in &lives {
+        let mut spans: Vec<(u32, u64, u64)> = l
+            .batches
+            .iter()
+            .map(|&(o, f, c)| (o, f, f.saturating_add(c)))
+            .collect();
+        spans.sort_unstable();
+        if let Some(w) = spans
+            .windows(2)
+            .find(|w| w[0].0 == w[1].0 && w[1].1 < w[0].2)
+        {
+            v.duplicates.push(format!(
+                "node {} (life {}) delivered values of origin {} from seq {} twice",
+                l.log.node, l.log.incarnation, w[1].0, w[1].1
+            ));
+        }
+    }
+    // The members that stayed up: one life, never killed, there to the end.
+    let up: Vec<&Life> = lives
+        .iter()
+        .filter(|l| {
+            l.last
+                && !l.killed
+                && run
+                    .nodes
+                    .iter()
+                    .find(|r| r.id == l.log.node)
+                    .is_some_and(|r| r.incarnations.len() == 1)
+        })
+        .collect();
+    v.stayed_up = up.iter().map(|l| l.log.node).collect();
+    let Some(reference) = up.iter().max_by_key(|l| values(&l.batches)) else {
+        v.disagreements
+            .push("no member stayed up the whole run: nothing to compare the lives with".into());
+        return v;
+    };
+    let order = &reference.batches;
+    v.order_values = values(order);
+    let position: std::collections::HashMap<(u32, u64), usize> = order
+        .iter()
+        .enumerate()
+        .map(|(i, &(o, f, _))| ((o, f), i))
+        .collect();
+    if position.len() != order.len() {
+        // A batch twice in the reference: reported as a duplicate above.
+        return v;
+    }
+    let range_values = |from: usize, to: usize| values(&order[from..to]);
+    for l in &lives {
+        let who = format!("node {} (life {})", l.log.node, l.log.incarnation);
+        // Where each batch of this life is in the order; batches the order lacks.
+        let mut at: Vec<usize> = Vec::with_capacity(l.batches.len());
+        let mut foreign = 0u64;
+        let mut first_foreign: Option<Batch> = None;
+        for b in &l.batches {
+            match position.get(&(b.0, b.1)) {
+                Some(&i) if order[i].2 == b.2 => at.push(i),
+                Some(&i) => v.disagreements.push(format!(
+                    "{who} delivered {}:{}+{}, the order has {}:{}+{}",
+                    b.0, b.1, b.2, order[i].0, order[i].1, order[i].2
+                )),
+                None => {
+                    foreign += b.2;
+                    first_foreign.get_or_insert(*b);
+                }
+            }
+        }
+        if let Some(w) = at.windows(2).find(|w| w[1] != w[0] + 1) {
+            let (a, b) = (&order[w[0]], &order[w[1]]);
+            v.disagreements.push(format!(
+                "ORDER DIFFERS: {who} delivered {}:{}+{} right after {}:{}+{}, which are {} \
+                 apart in the order of the members that stayed up",
+                b.0,
+                b.1,
+                b.2,
+                a.0,
+                a.1,
+                a.2,
+                w[1] as i64 - w[0] as i64
+            ));
+            continue;
+        }
+        let (from, to) = match (at.first(), at.last()) {
+            (Some(&f), Some(&t)) => (f, t + 1),
+            _ => (0, 0),
+        };
+        if foreign > 0 && !l.killed {
+            let b = first_foreign.unwrap_or_default();
+            v.disagreements.push(format!(
+                "{who} delivered {foreign} values the members that stayed up never delivered \
+                 (first {}:{}+{}), and it was not killed",
+                b.0, b.1, b.2
+            ));
+        }
+        let extra = if foreign > 0 {
+            format!(
+                ", and {} values of its own last moments nobody else delivered",
+                group(foreign)
+            )
+        } else {
+            String::new()
+        };
+        if l.restarted_at_s.is_none() && from != 0 {
+            v.disagreements.push(format!(
+                "{who} started at value {} of the order, not at its start",
+                range_values(0, from) + 1
+            ));
+        }
+        let reaches_end = to == order.len();
+        if l.last && !l.killed && !reaches_end {
+            v.disagreements.push(format!(
+                "{who} is behind: it delivered up to value {} of the order's {}",
+                group(range_values(0, to)),
+                group(v.order_values)
+            ));
+        }
+        let what = match (l.restarted_at_s, l.killed) {
+            (Some(t), _) => format!(
+                "restarted at {t:.1} s: values {} to {} of the order, from its join{}",
+                group(range_values(0, from) + 1),
+                group(range_values(0, to)),
+                if reaches_end { " to the end" } else { "" }
+            ),
+            (None, true) => format!(
+                "killed: values 1 to {} of the order (its log up to the kill){extra}",
+                group(range_values(0, to))
+            ),
+            (None, false) => format!(
+                "stayed up: all {} values of the order",
+                group(range_values(0, to))
+            ),
+        };
+        let what = if l.restarted_at_s.is_some() {
+            what + &extra
+        } else {
+            what
+        };
+        v.lives.push(format!("{who}: {what}"));
+    }
+    // Nothing acknowledged lost at the members that stayed up: a life's acknowledged
+    // values are its first ones (the ring acknowledges a member's messages in the order it
+    // stamped them: when every member has them).
+    let mut acked: Vec<(u32, u64, u64, u64)> = Vec::new(); // node, life, first seq, values
+    for record in &run.nodes {
+        for last in record.incarnations.iter().filter_map(|i| i.last()) {
+            let n = last.acked_by_origin.get(&record.id).copied().unwrap_or(0);
+            if let Some(start) = abcast_core::config::StartInfo::start_seq_for(last.incarnation)
+                && n > 0
+            {
+                acked.push((record.id, last.incarnation, start, n));
+            }
+        }
+    }
+    v.acked_checked = acked.iter().map(|a| a.3).sum();
+    for u in &up {
+        let mut have: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
+        for &(o, f, c) in &u.batches {
+            have.entry(o).or_default().push((f, f.saturating_add(c)));
+        }
+        for spans in have.values_mut() {
+            spans.sort_unstable();
+        }
+        let covered = |o: u32, from: u64, to: u64| -> u64 {
+            let mut n = 0;
+            for &(f, t) in have.get(&o).map_or(&[][..], |s| &s[..]) {
+                let (a, b) = (f.max(from), t.min(to));
+                if a < b {
+                    n += b - a;
+                }
+            }
+            n
+        };
+        for &(node, life, start, n) in &acked {
+            let got = covered(node, start, start.saturating_add(n));
+            if got < n {
+                v.lost.push(format!(
+                    "node {} (stayed up) delivered {got} of the {n} values acknowledged to \
+                     node {node} (life {life})",
+                    u.log.node
+                ));
+            }
+        }
+    }
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -534,6 +828,147 @@ mod tests {
         let report = analyse(&run_of(vec![a, b]));
         assert!(!report.learners_agree);
         assert!(report.agreement.iter().any(|m| m.contains("ORDER DIFFERS")));
+    }
+
+    /// A token ring run with kills: node 1 stayed up; node 2 and then node 0 were killed and
+    /// restarted (lives 0 and 1). `logs` per (node, life); `acked` per (node, life).
+    fn token_run(logs: &[(u32, u64, &str)], acked: &[(u32, u64, u64)]) -> ClusterRun {
+        use crate::cluster::Incarnation;
+        let line = |node: u32, inc: u64| {
+            let a = acked
+                .iter()
+                .find(|x| x.0 == node && x.1 == inc)
+                .map_or(0, |x| x.2);
+            LINE.replace("\"node\":0", &format!("\"node\":{node}"))
+                .replace("\"incarnation\":0", &format!("\"incarnation\":{inc}"))
+                .replace(
+                    "\"acked_by_origin\":{\"0\":7}",
+                    &format!("\"acked_by_origin\":{{\"{node}\":{a}}}"),
+                )
+        };
+        let life = |node: u32, inc: u64, ended: Ended, at: f64| Incarnation {
+            spawned_at_s: at,
+            ended_at_s: Some(at + 1.0),
+            ended,
+            samples: vec![sample(at + 0.5, 1, &line(node, inc))],
+            bad_lines: 0,
+            first_bad_line: None,
+        };
+        let nodes = vec![
+            NodeRecord {
+                id: 0,
+                incarnations: vec![
+                    life(0, 0, Ended::KilledByDemo, 0.0),
+                    life(0, 1, Ended::Clean, 7.0),
+                ],
+            },
+            NodeRecord {
+                id: 1,
+                incarnations: vec![life(1, 0, Ended::Clean, 0.0)],
+            },
+            NodeRecord {
+                id: 2,
+                incarnations: vec![
+                    life(2, 0, Ended::KilledByDemo, 0.0),
+                    life(2, 1, Ended::Clean, 4.0),
+                ],
+            },
+        ];
+        let mut run = run_of(nodes);
+        run.spec.kill = true;
+        run.spec
+            .config_edits
+            .push(("protocol".into(), toml::Value::String("token".into())));
+        run.delivery_logs = logs
+            .iter()
+            .map(|&(node, incarnation, text)| {
+                let p = abcast_node::deliverylog::parse_log(text).expect("parses");
+                abcast_node::deliverylog::LearnerLog {
+                    node,
+                    incarnation,
+                    entries: p.entries,
+                    skipped: Vec::new(),
+                    installed: Vec::new(),
+                }
+            })
+            .collect();
+        run
+    }
+
+    /// The order node 1 (up all the time) delivered: batches of 5 from nodes 0, 1, 2 and
+    /// their second lives (seqs from 2^40).
+    const ORDER: &str = "1 0 1 5\n2 1 1 5\n3 2 1 5\n4 0 6 5\n5 1 6 5\n\
+                         6 2 1099511627776 5\n7 1 11 5\n8 0 1099511627776 5\n9 1 16 5\n";
+
+    #[test]
+    fn token_lives_that_restarted_deliver_a_run_of_the_order_and_evs_holds() {
+        let logs = [
+            (1, 0, ORDER),
+            // Killed after the third batch, with one of its own nobody else got.
+            (2, 0, "1 0 1 5\n2 1 1 5\n3 2 1 5\n4 2 6 3\n"),
+            (
+                2,
+                1,
+                "1 0 6 5\n2 1 6 5\n3 2 1099511627776 5\n4 1 11 5\n5 0 1099511627776 5\n6 1 16 5\n",
+            ),
+            (
+                0,
+                0,
+                "1 0 1 5\n2 1 1 5\n3 2 1 5\n4 0 6 5\n5 1 6 5\n6 2 1099511627776 5\n",
+            ),
+            (0, 1, "1 0 1099511627776 5\n2 1 16 5\n"),
+        ];
+        let acked = [(0, 0, 10), (1, 0, 20), (2, 0, 5), (2, 1, 5), (0, 1, 5)];
+        let report = analyse(&token_run(&logs, &acked));
+        let e = report.evs.as_ref().expect("a token run is held to EVS");
+        assert!(e.ok() && report.ok(), "{e:?} {:?}", report.agreement);
+        assert_eq!(e.stayed_up, vec![1]);
+        assert_eq!(e.order_values, 45);
+        assert_eq!(e.acked_checked, 45);
+        assert!(
+            e.lives
+                .iter()
+                .any(|l| l.starts_with("node 2 (life 1): restarted")
+                    && l.contains("values 16 to 45")),
+            "{:?}",
+            e.lives
+        );
+    }
+
+    #[test]
+    fn token_lives_out_of_order_behind_or_missing_acknowledged_values_fail_evs() {
+        // The restarted node 2 skips a batch of the order.
+        let gap = [
+            (1, 0, ORDER),
+            (
+                2,
+                1,
+                "1 0 6 5\n2 2 1099511627776 5\n3 1 11 5\n4 0 1099511627776 5\n5 1 16 5\n",
+            ),
+        ];
+        let e = evs_verdict(&token_run(&gap, &[]));
+        assert!(
+            e.disagreements.iter().any(|d| d.contains("ORDER DIFFERS")),
+            "{e:?}"
+        );
+        // Node 0's last life never caught up; its first had a batch the order lacks and
+        // was not killed... (life 1 of node 0 is its last, not killed).
+        let behind = [(1, 0, ORDER), (0, 1, "1 0 1099511627776 5\n2 9 1 1\n")];
+        let e = evs_verdict(&token_run(&behind, &[]));
+        assert!(
+            e.disagreements
+                .iter()
+                .any(|d| d.contains("never delivered")),
+            "{e:?}"
+        );
+        // Node 1 (up all the time) misses values acknowledged to node 0.
+        let lost = [(1, 0, ORDER)];
+        let e = evs_verdict(&token_run(&lost, &[(0, 0, 11)]));
+        assert_eq!(e.lost.len(), 1, "{e:?}");
+        // A value twice in one life.
+        let dup = [(1, 0, "1 0 1 5\n2 0 3 5\n")];
+        let e = evs_verdict(&token_run(&dup, &[]));
+        assert_eq!(e.duplicates.len(), 1, "{e:?}");
     }
 
     #[test]

@@ -36,13 +36,39 @@ pub struct LearnerLog {
     pub installed: Vec<(u64, u64)>,
 }
 
-/// Reads every `deliveries-<incarnation>.log` of a node's directory.
+/// Reads every `deliveries-<incarnation>.log` of a node's directory. Every line must be
+/// whole: for the logs of lives that were killed, see [`read_node_lives`].
 pub fn read_node(node: u32, dir: &Path) -> Result<Vec<LearnerLog>, String> {
-    let mut logs = Vec::new();
+    read_node_lives(node, dir, |_, _| false).map(|(logs, _)| logs)
+}
+
+/// The unfinished last line of a killed life's log, dropped by [`read_node_lives`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornTail {
+    pub node: u32,
+    pub incarnation: u64,
+    /// The bytes after the last newline, as found.
+    pub text: String,
+}
+
+/// Reads every `deliveries-<incarnation>.log` of a node's directory, in incarnation order.
+/// `killed(incarnation, ordinal)` says whether the life that wrote a log was killed
+/// (SIGKILL), `ordinal` being the log's place among the node's logs (0: the oldest), for a
+/// caller that knows its lives only in the order it started them. A killed life's log may
+/// end in a torn line: the node writes through a buffer that reaches the file in pieces
+/// cut anywhere, even inside a number (`parse_killed_log`); that line alone is dropped and
+/// returned. Any other malformed line, or a torn line in the log of a life that was not
+/// killed, is an error naming the file and the line.
+pub fn read_node_lives(
+    node: u32,
+    dir: &Path,
+    killed: impl Fn(u64, usize) -> bool,
+) -> Result<(Vec<LearnerLog>, Vec<TornTail>), String> {
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) => return Err(format!("cannot read {}: {e}", dir.display())),
     };
+    let mut files = Vec::new();
     for item in rd.flatten() {
         let name = item.file_name().to_string_lossy().to_string();
         let Some(inc) = name
@@ -54,9 +80,25 @@ pub fn read_node(node: u32, dir: &Path) -> Result<Vec<LearnerLog>, String> {
         let incarnation: u64 = inc
             .parse()
             .map_err(|_| format!("bad delivery log name {name}"))?;
+        files.push((incarnation, name, item.path()));
+    }
+    files.sort_by_key(|f| f.0);
+    let mut logs = Vec::new();
+    let mut torn = Vec::new();
+    for (ordinal, (incarnation, name, path)) in files.into_iter().enumerate() {
         let text =
-            std::fs::read_to_string(item.path()).map_err(|e| format!("cannot read {name}: {e}"))?;
-        let p = parse_log(&text).map_err(|e| format!("{name}: {e}"))?;
+            std::fs::read_to_string(&path).map_err(|e| format!("cannot read {name}: {e}"))?;
+        let p = if killed(incarnation, ordinal) {
+            let (p, tail) = parse_killed_log(&text).map_err(|e| format!("{name}: {e}"))?;
+            torn.extend(tail.map(|text| TornTail {
+                node,
+                incarnation,
+                text: text.to_string(),
+            }));
+            p
+        } else {
+            parse_log(&text).map_err(|e| format!("{name}: {e}"))?
+        };
         logs.push(LearnerLog {
             node,
             incarnation,
@@ -65,8 +107,23 @@ pub fn read_node(node: u32, dir: &Path) -> Result<Vec<LearnerLog>, String> {
             installed: p.installed,
         });
     }
-    logs.sort_by_key(|l| l.incarnation);
-    Ok(logs)
+    Ok((logs, torn))
+}
+
+/// Parses the log of a life killed with SIGKILL. The node writes its log through a
+/// buffer, and `writeln!` hands the buffer a line in pieces (each number, each space), so
+/// the buffer reaches the file whenever it fills, cut anywhere in a line, and a kill
+/// leaves the file ending in an unfinished line: `52569 2 1099512537856 ` (issue 33). The
+/// text after the last newline is that line: it is dropped whole and returned, even when
+/// it reads as a valid line, since `5 2 100 1` may be the start of `5 2 100 12`. Every
+/// line before it must be whole and valid, as in [`parse_log`].
+pub fn parse_killed_log(text: &str) -> Result<(ParsedLog, Option<&str>), String> {
+    if text.is_empty() || text.ends_with('\n') {
+        return parse_log(text).map(|p| (p, None));
+    }
+    let cut = text.rfind('\n').map_or(0, |i| i + 1);
+    let (whole, tail) = text.split_at(cut);
+    parse_log(whole).map(|p| (p, Some(tail)))
 }
 
 pub fn parse(text: &str) -> Result<Vec<Entry>, String> {
@@ -430,5 +487,81 @@ mod tests {
         assert!(parse("1 2 3\n").is_err());
         assert!(parse("a b c d\n").is_err());
         assert!(parse("1 99999999999 1 1\n").is_err());
+    }
+
+    #[test]
+    fn a_killed_lifes_torn_last_line_is_dropped_and_returned() {
+        // The line of issue 33, cut after a space by the kill.
+        let text = "52567 0 1099512537800 3\n52568 1 1099512537850 6\n52569 2 1099512537856 ";
+        assert!(
+            parse_log(text).is_err(),
+            "read as a whole log, the torn line is an error"
+        );
+        let (p, tail) = parse_killed_log(text).expect("a killed life's log");
+        assert_eq!(tail, Some("52569 2 1099512537856 "));
+        assert_eq!(p.entries.len(), 2);
+        assert_eq!(p.entries[1].instance, 52568);
+        // A torn line that happens to read as a line is dropped too: `2 1 1 5` may be
+        // the start of `2 1 1 57`.
+        let (p, tail) = parse_killed_log("1 0 1 10\n2 1 1 5").expect("parses");
+        assert_eq!((p.entries.len(), tail), (1, Some("2 1 1 5")));
+        // Cut inside the first line; cut at a line's end; empty.
+        let (p, tail) = parse_killed_log("1 0").expect("parses");
+        assert_eq!((p.entries.len(), tail), (0, Some("1 0")));
+        let (p, tail) = parse_killed_log("1 0 1 10\n").expect("parses");
+        assert_eq!((p.entries.len(), tail), (1, None));
+        let (p, tail) = parse_killed_log("").expect("parses");
+        assert_eq!((p.entries.len(), tail), (0, None));
+    }
+
+    #[test]
+    fn a_malformed_line_before_the_last_is_an_error_even_in_a_killed_lifes_log() {
+        let e = parse_killed_log("1 0 1 10\n2 x 1\n3 0 11 1\n4 0").unwrap_err();
+        assert!(e.starts_with("line 2:"), "{e}");
+        // Malformed and whole (ends with a newline): the last line too.
+        let e = parse_killed_log("1 0 1 10\n2 x 1\n").unwrap_err();
+        assert!(e.starts_with("line 2:"), "{e}");
+    }
+
+    #[test]
+    fn only_the_lives_that_were_killed_may_end_in_a_torn_line() {
+        let dir = std::env::temp_dir().join(format!("abcast-deliverylog-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("deliveries-3.log"), "1 0 1 10\n2 0 11 5\n3 0 1").expect("w");
+        std::fs::write(dir.join("deliveries-7.log"), "4 0 16 1\n5 0 1").expect("w");
+        std::fs::write(dir.join("other.log"), "not a delivery log").expect("w");
+        // By incarnation: 3 was killed, 7 (the last life) was not.
+        let e = read_node_lives(1, &dir, |inc, _| inc == 3).unwrap_err();
+        assert!(e.starts_with("deliveries-7.log: line 2:"), "{e}");
+        assert!(
+            read_node(1, &dir)
+                .unwrap_err()
+                .starts_with("deliveries-3.log")
+        );
+        // By place: both lives killed (the ordinals are 0 and 1, in incarnation order).
+        let (logs, torn) = read_node_lives(1, &dir, |_, ordinal| ordinal < 2).expect("reads");
+        assert_eq!(
+            logs.iter()
+                .map(|l| (l.incarnation, l.entries.len()))
+                .collect::<Vec<_>>(),
+            [(3, 2), (7, 1)]
+        );
+        assert_eq!(
+            torn,
+            [
+                TornTail {
+                    node: 1,
+                    incarnation: 3,
+                    text: "3 0 1".into()
+                },
+                TornTail {
+                    node: 1,
+                    incarnation: 7,
+                    text: "5 0 1".into()
+                }
+            ]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -276,8 +276,11 @@ pub struct StorageConfig {
     /// A learner writes a snapshot (`<dir>/node-<id>/snapshot`) this often, reports it, and
     /// acceptors trim below what every learner's snapshot covers; 0 = never. Default
     /// 1000 with durable storage, 0 otherwise. Raft and Sequence Paxos nodes snapshot and
-    /// compact their own log; the peer cores (`omnipaxos`, `raftrs`) take no snapshots: a
-    /// value > 0 is refused for them, and the default is 0.
+    /// compact their own log, default 1000 on memory storage too: an uncompacted memory
+    /// log grows with the run (1 GB in a 10 s demo) and a restarted node, which lost it,
+    /// would need all of it again before it is repaired; with snapshots it installs a
+    /// peer's and takes only what followed. The peer cores (`omnipaxos`, `raftrs`) take no
+    /// snapshots: a value > 0 is refused for them, and the default is 0.
     pub snapshot_interval_ms: u64,
     /// Durable storage with `sync = true`: fdatasync on a thread of its own while the event
     /// loop goes on (pipelined group commit; default), or in the loop (`false`, for
@@ -540,9 +543,22 @@ fn ms_to_us(field: &str, ms: u64) -> Result<u64, NodeConfigError> {
     }
 }
 
-fn parse_addr(field: String, text: &str) -> Result<SocketAddr, NodeConfigError> {
+/// How a member's address that is not numeric is turned into one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resolve {
+    /// Through the system's resolver (`ToSocketAddrs`): what a node does.
+    System,
+    /// Not at all: a host name is refused. For the fuzz target (`abcast-fuzz`,
+    /// `node_config`), which must not send a DNS query for every name it makes up.
+    NumericOnly,
+}
+
+fn parse_addr(field: String, text: &str, resolve: Resolve) -> Result<SocketAddr, NodeConfigError> {
     if let Ok(a) = text.parse::<SocketAddr>() {
         return Ok(a);
+    }
+    if resolve == Resolve::NumericOnly {
+        return invalid(field, format!("{text:?} is not a numeric ip:port address"));
     }
     match text.to_socket_addrs() {
         Ok(mut it) => match it.next() {
@@ -559,12 +575,22 @@ pub fn parse(
     node_id: Option<u32>,
     base_dir: &Path,
 ) -> Result<NodeConfig, NodeConfigError> {
+    parse_with(text, node_id, base_dir, Resolve::System)
+}
+
+/// [`parse`], resolving member addresses as `resolve` says.
+pub fn parse_with(
+    text: &str,
+    node_id: Option<u32>,
+    base_dir: &Path,
+    resolve: Resolve,
+) -> Result<NodeConfig, NodeConfigError> {
     let file: FileConfig =
         toml::from_str(text).map_err(|e| NodeConfigError::Syntax(e.to_string()))?;
     let Some(me) = node_id.or(file.node_id) else {
         return invalid("node_id", "no node id: give --id or a top-level node_id");
     };
-    let (ring_members, members) = members(&file.members, base_dir)?;
+    let (ring_members, members) = members(&file.members, base_dir, resolve)?;
     if !members.iter().any(|m| m.id == NodeId(me)) {
         return invalid("node_id", format!("node {me} is not among the members"));
     }
@@ -631,6 +657,9 @@ pub fn parse(
                 );
             }
             storage.snapshot_interval_ms = 0;
+        } else if file.storage.snapshot_interval_ms.is_none() {
+            // On memory storage too (see `StorageConfig::snapshot_interval_ms`).
+            storage.snapshot_interval_ms = LEADER_SNAPSHOT_INTERVAL_MS_DEFAULT;
         }
     }
 
@@ -861,6 +890,7 @@ fn spares(file: &FileConfig) -> Result<Vec<NodeId>, NodeConfigError> {
 fn members(
     file: &[FileMember],
     base_dir: &Path,
+    resolve: Resolve,
 ) -> Result<(Vec<Member>, Vec<MemberAddr>), NodeConfigError> {
     if file.is_empty() {
         return invalid("members", "the ring has no members");
@@ -873,9 +903,9 @@ fn members(
         if file[..i].iter().any(|o| o.id == m.id) {
             return invalid(field("id"), format!("node id {} appears twice", m.id));
         }
-        let addr = parse_addr(field("addr"), &m.addr)?;
+        let addr = parse_addr(field("addr"), &m.addr, resolve)?;
         let client_addr = match &m.client_addr {
-            Some(a) => Some(parse_addr(field("client_addr"), a)?),
+            Some(a) => Some(parse_addr(field("client_addr"), a, resolve)?),
             None => None,
         };
         for (a, name) in [(Some(addr), "addr"), (client_addr, "client_addr")] {
@@ -1165,6 +1195,10 @@ fn storage_config(file: &FileStorage, base_dir: &Path) -> Result<StorageConfig, 
         direct_io: file.direct_io.unwrap_or(true),
     })
 }
+
+/// How often a Raft or Sequence Paxos node snapshots and compacts its log when the file
+/// does not say, whatever the storage (`StorageConfig::snapshot_interval_ms`).
+const LEADER_SNAPSHOT_INTERVAL_MS_DEFAULT: u64 = 1000;
 
 /// Ring Paxos keeps this much of a datagram for the fields of a phase 2A besides its batch
 /// (ballot, epoch fingerprint, ring, a few piggy-backed decisions); a 2A with more

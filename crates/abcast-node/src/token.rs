@@ -22,6 +22,9 @@
 //! holddown_us = 250000           # flap damping: a processor failed by a gather is held
 //! holddown_max_us = 2000000      #   down this long, doubling to this at repeated failures
 //! holddown_forget_us = 10000000  #   within this; 0 = no damping
+//! fail_to_recv_rotations = 250   # a member that held the aru down this many rotations
+//!                                #   in a row fails itself (Corosync fail_recv_const)
+//! buffer_messages_max = 16384    # messages of the ring a member buffers at most
 //! token_port_offset = 200        # the token's own UDP socket: peer port + this
 //! process_groups = false         # true: named process groups (abcast join, leave,
 //!                                # multicast, listen) over the ring; set it on every member
@@ -66,6 +69,8 @@ pub(crate) struct FileToken {
     holddown_us: Option<u64>,
     holddown_max_us: Option<u64>,
     holddown_forget_us: Option<u64>,
+    fail_to_recv_rotations: Option<u32>,
+    buffer_messages_max: Option<u64>,
     /// Read wide so that a value out of range names its field.
     token_port_offset: Option<u64>,
     process_groups: Option<bool>,
@@ -121,7 +126,9 @@ pub(crate) fn token_config(
         merge_timeout_us,
         holddown_us,
         holddown_max_us,
-        holddown_forget_us
+        holddown_forget_us,
+        fail_to_recv_rotations,
+        buffer_messages_max
     );
     if let Some(s) = &f.service {
         c.service = match s.as_str() {

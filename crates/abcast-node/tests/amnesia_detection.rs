@@ -38,7 +38,10 @@ fn config(dir: &Path) -> PathBuf {
             free_port()
         ));
     }
-    text.push_str(&format!("[storage]\ndir = \"{}\"\n", dir.join("data").display()));
+    text.push_str(&format!(
+        "[storage]\ndir = \"{}\"\n",
+        dir.join("data").display()
+    ));
     let path = dir.join("cluster.toml");
     std::fs::write(&path, text).unwrap();
     path

@@ -1,6 +1,7 @@
 //! The node process as a library call: config errors of every class name their field,
 //! stats lines follow docs/CONTRACTS.md, and the incarnation marker counts restarts.
 
+mod ports;
 // The runtime tests' support module, shared rather than copied.
 #[path = "../../abcast-runtime/tests/runtime_support/mod.rs"]
 mod runtime_support;
@@ -27,14 +28,12 @@ fn write_config(dir: &Path, text: &str) -> PathBuf {
     path
 }
 
-/// One node on free ports.
+/// One node on ports free for this test (`ports`).
 fn single_node_config() -> String {
-    let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     format!(
-        "cluster_id = 3\n[[members]]\nid = 0\naddr = \"{}\"\nclient_addr = \"{}\"\n[storage]\ndir = \"data\"\n",
-        a.local_addr().unwrap(),
-        b.local_addr().unwrap()
+        "cluster_id = 3\n[[members]]\nid = 0\naddr = \"127.0.0.1:{}\"\nclient_addr = \"127.0.0.1:{}\"\n[storage]\ndir = \"data\"\n",
+        ports::port(),
+        ports::port()
     )
 }
 

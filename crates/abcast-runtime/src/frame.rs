@@ -176,6 +176,12 @@ pub fn peek_body_len(buf: &[u8]) -> Option<usize> {
     (buf.len() >= 12).then(|| u32_at(buf, 8) as usize)
 }
 
+/// The kind and body length a buffer's first header announces, once 12 bytes are there
+/// (not checked: [`decode`] checks the magic and version).
+pub fn peek_kind_and_len(buf: &[u8]) -> Option<(u8, usize)> {
+    (buf.len() >= 12).then(|| (buf[5], u32_at(buf, 8) as usize))
+}
+
 fn u32_at(buf: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]])
 }
@@ -211,8 +217,10 @@ pub fn decode(buf: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
     }
     let expected = u32_at(buf, 12);
     if buf.len() < HEADER_BYTES + len {
-        // Make room for the rest of this frame in one allocation rather than by doubling.
-        buf.reserve(HEADER_BYTES + len - buf.len());
+        // The length is only announced: nothing is reserved for it. Whoever reads the
+        // socket grows the buffer as bytes arrive, within what it may hold
+        // (`transport::intake`); reserving the announced length here let one 16-byte
+        // header make the node reserve 65 MiB, per connection (issue 33).
         return Ok(None);
     }
     let unchecked = kind >= KIND_CLIENT_MIN && group & CLIENT_UNCHECKED != 0;
@@ -330,6 +338,31 @@ mod tests {
                 max: MAX_BODY_BYTES
             })
         );
+    }
+
+    #[test]
+    fn decoding_reserves_nothing_for_an_announced_body() {
+        // A header announcing the largest body, then a few of its bytes: `decode` waits
+        // for more and leaves the buffer as it was, never reserving the announced length
+        // (before issue 33 it reserved 65 MiB here).
+        let mut buf = frame_bytes(128, 0, b"");
+        buf[8..12].copy_from_slice(&(MAX_BODY_BYTES as u32).to_le_bytes());
+        buf.extend_from_slice(b"first bytes of the body");
+        let (len, capacity) = (buf.len(), buf.capacity());
+        assert_eq!(decode(&mut buf), Ok(None));
+        assert_eq!(buf.len(), len, "nothing consumed");
+        assert_eq!(buf.capacity(), capacity, "nothing reserved");
+        assert!(buf.capacity() < 4096, "capacity {}", buf.capacity());
+        assert_eq!(peek_kind_and_len(&buf), Some((128, MAX_BODY_BYTES)));
+        // At every cut of a whole frame, too.
+        let full = frame_bytes(3, 0, &[7u8; 3000]);
+        for cut in 0..full.len() {
+            let mut b = BytesMut::with_capacity(cut);
+            b.extend_from_slice(&full[..cut]);
+            let cap = b.capacity();
+            assert_eq!(decode(&mut b), Ok(None), "cut at {cut}");
+            assert_eq!(b.capacity(), cap, "cut at {cut}: reserved");
+        }
     }
 
     #[test]

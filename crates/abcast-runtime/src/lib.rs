@@ -10,7 +10,8 @@
 //! - `linkfault`: optional injected per-link delay and loss, for experiments.
 //! - `multicast`: UDP IP-multicast datagrams for `Outbox::multicasts` (seed 003), checked
 //!   like frames, with a bounded send queue.
-//! - `netns`: entering a network namespace (emulated LAN, multicast tests).
+//! - `netns`: entering a network namespace (emulated LAN, multicast tests), or a new one of
+//!   the calling thread's own (tests on fixed ports).
 //! - `shm`: the shared-memory rings a client on the node's host may trade frames through.
 //! - `disk`: the durable log's files (`OsDir`: positioned vectored writes, `O_DIRECT`).
 //! - `lives`: the peers' lives a node took frames from, on disk, and the question a node

@@ -174,7 +174,9 @@ impl LifeAnswer {
     pub fn decode(body: Bytes) -> Result<LifeAnswer, String> {
         let mut d = Decoder::new(body);
         let status = d.u8("life answer status").map_err(|e| e.to_string())?;
-        let inc = d.u64("life answer incarnation").map_err(|e| e.to_string())?;
+        let inc = d
+            .u64("life answer incarnation")
+            .map_err(|e| e.to_string())?;
         d.finish().map_err(|e| e.to_string())?;
         match status {
             0 => Ok(LifeAnswer::Never),
@@ -453,7 +455,10 @@ mod tests {
                     s.spawn(move || probe(4, NodeId(i as u32), peers, l, stop, &|_| {}))
                 })
                 .collect();
-            handles.into_iter().map(|h| h.join().unwrap().unwrap()).collect()
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap().unwrap())
+                .collect()
         });
         for o in outcomes {
             assert_eq!(o.known, None, "{o:?}");

@@ -98,6 +98,10 @@ pub enum ViolationKind {
     StorageFailed,
     /// A protocol or factory call panicked (an assertion of its own caught something).
     Panicked,
+    /// A protocol refused a message as one no correct peer sends (`Event::MessageRefused`:
+    /// a second leader for one term, a leader message whose leader is not its sender).
+    /// Nothing here forges messages, so one that comes means a protocol broke its rules.
+    RefusedMessage,
     /// A snapshot (taken, restored at a restart, or installed from a peer) holds another
     /// state than the sequence up to its instance, or moved a learner backwards.
     SnapshotMismatch,
@@ -146,6 +150,11 @@ pub enum ViolationKind {
     /// Process groups: after the heal, some live node had not ended its state exchange,
     /// or its groups were not the members the live nodes hold, within the bound.
     GroupsUnsettled,
+    /// EVS (a token ring): in the last window of a remain phase whose fault stays (a data
+    /// lane cut, a link cut one way), a live node acknowledged none of the values proposed
+    /// at it: a member that cannot receive holds every member's discard point down and
+    /// was never removed (Totem's "failed to receive" rule, Corosync's `fail_to_recv_const`).
+    AcksStalled,
 }
 
 impl ViolationKind {
@@ -171,11 +180,13 @@ impl ViolationKind {
             | TooBusy
             | PartialConnectivityStall
             | MembershipUnsettled
-            | GroupsUnsettled => "liveness",
+            | GroupsUnsettled
+            | AcksStalled => "liveness",
             Decode | CodecMismatch => "codec",
             BadConfig => "config",
             StorageFailed => "storage",
             Panicked => "panic",
+            RefusedMessage => "refused message",
         }
     }
 }
@@ -348,6 +359,11 @@ struct Cursor {
     /// is not required to reach the group's last instance. Its first delivery sets `floor`,
     /// and from then on the gap check holds it to every later instance.
     idle_since_subscribe: bool,
+    /// Placed by a restored or installed snapshot of several groups
+    /// ([`Checker::group_snapshot`]): the subscription the learner then reports for the
+    /// group, at the same place, keeps the snapshot's `floor` (the learner must deliver
+    /// every instance after it). Cleared by the next delivery or subscription.
+    pinned: bool,
 }
 
 #[derive(Debug)]
@@ -611,6 +627,7 @@ impl Checker {
             last: 0,
             subscribed: true,
             idle_since_subscribe: false,
+            pinned: false,
         }
     }
 
@@ -626,6 +643,10 @@ impl Checker {
             return;
         };
         let c = l.groups.entry(sub.group).or_insert(fresh_cursor);
+        if std::mem::take(&mut c.pinned) && sub.subscribed && c.subscribed {
+            // The subscription a snapshot install reports: the snapshot placed the cursor.
+            return;
+        }
         if sub.subscribed {
             if !c.subscribed || !sub.from_start {
                 // Back after a pause: the stretch may start anywhere above what it had.
@@ -925,6 +946,7 @@ impl Checker {
             last: 0,
             subscribed: true,
             idle_since_subscribe: false,
+            pinned: false,
         };
         if let Some(l) = self.learners.get_mut(&me) {
             let c = l.groups.entry(group).or_insert(fresh_cursor);
@@ -932,6 +954,7 @@ impl Checker {
                 c.floor = Some(instance);
             }
             c.idle_since_subscribe = false;
+            c.pinned = false;
             c.last = instance;
             for v in batch.ids() {
                 l.delivered.insert(v, instance);
@@ -1116,6 +1139,66 @@ impl Checker {
         c.last = c.last.max(last_value);
         if c.floor.is_none() {
             c.floor = Some(upto);
+        }
+        Ok(())
+    }
+
+    /// A learner's snapshot of a protocol of several groups (Multi-Ring Paxos), where it
+    /// stands in each group (`Protocol::snapshot_groups`): the state holds every value of
+    /// group `g` the learner delivered up to `covered` and none after. Taken: it must cover
+    /// what the learner delivered (a restart from it would deliver again otherwise).
+    /// Restored or installed: the learner's cursors move there, never back, and it must
+    /// deliver every instance of a group it follows after `covered`, the same as everyone
+    /// (the gap checks of `deliver`), and nothing at or below it (the order check).
+    pub fn group_snapshot(
+        &mut self,
+        node: NodeId,
+        incarnation: u64,
+        upto: Instance,
+        groups: &[abcast_core::GroupPosition],
+        event: SnapshotEvent,
+    ) -> Result<(), Failure> {
+        let me = (node, incarnation);
+        if !self.learners.contains_key(&me) {
+            self.start(node, incarnation, false);
+        }
+        let Some(l) = self.learners.get_mut(&me) else {
+            return Ok(());
+        };
+        for g in groups {
+            let fail = |detail: String| {
+                Failure::new(ViolationKind::SnapshotMismatch, detail)
+                    .at(node, incarnation)
+                    .instance(g.covered)
+            };
+            let c = l.groups.entry(g.group).or_insert(Cursor {
+                floor: None,
+                last: 0,
+                subscribed: false,
+                idle_since_subscribe: false,
+                pinned: false,
+            });
+            if c.subscribed && c.last > g.covered {
+                return Err(fail(format!(
+                    "snapshot {event:?} at merge position {upto} covers group {} up to instance {}; \
+                     the learner delivered up to {}",
+                    g.group.0, g.covered, c.last
+                )));
+            }
+            if event == SnapshotEvent::Taken {
+                continue;
+            }
+            if g.following {
+                c.subscribed = true;
+                c.floor = Some(g.covered);
+                c.last = c.last.max(g.covered);
+                c.idle_since_subscribe = false;
+                c.pinned = true;
+            } else {
+                c.subscribed = false;
+                c.floor = None;
+                c.pinned = false;
+            }
         }
         Ok(())
     }
@@ -1439,6 +1522,62 @@ mod tests {
                 .is_err(),
             "a snapshot that moves a learner back"
         );
+    }
+
+    /// A Multi-Ring learner's snapshot stands in each group at an instance of its own
+    /// (`Checker::group_snapshot`): installed, it holds the learner to every later instance
+    /// of a group it follows and to none at or below; one that moves it back, or a taken
+    /// one that does not cover what the learner delivered, fails.
+    #[test]
+    fn a_group_snapshot_holds_the_learner_to_every_later_instance_of_each_group() {
+        let g1 = GroupId(1);
+        let mut c = world(6);
+        let sub = |group| Subscription {
+            group,
+            subscribed: true,
+            from_start: true,
+            position: 0,
+        };
+        for x in [A, B] {
+            c.subscription(x, 0, &sub(g1));
+        }
+        let d = |s: u64| {
+            let mut d = one(vid(A, s), s);
+            d.group = g1;
+            d
+        };
+        for s in 1..=6 {
+            c.deliver(10 + s, A, 0, &d(s)).expect("deliver");
+        }
+        c.deliver(20, B, 0, &d(1)).expect("deliver");
+        let at = |covered| {
+            [abcast_core::GroupPosition {
+                group: g1,
+                covered,
+                following: true,
+            }]
+        };
+        // A's snapshot covers what it delivered; one that stops short of it does not.
+        c.group_snapshot(A, 0, 6, &at(6), SnapshotEvent::Taken)
+            .expect("covers");
+        let f = c
+            .group_snapshot(A, 0, 5, &at(5), SnapshotEvent::Taken)
+            .expect_err("a taken snapshot short of the deliveries");
+        assert_eq!(f.kind, ViolationKind::SnapshotMismatch);
+        // B installs up to 3: instance 4 must come next, and 3 may not come again.
+        c.group_snapshot(B, 0, 3, &at(3), SnapshotEvent::Installed)
+            .expect("installed");
+        let f = c
+            .deliver(30, B, 0, &d(5))
+            .expect_err("instance 4 jumped over");
+        assert_eq!(f.kind, ViolationKind::SkippedInstance);
+        let f = c.deliver(31, B, 0, &d(3)).expect_err("delivered again");
+        assert_eq!(f.kind, ViolationKind::OutOfOrder);
+        c.deliver(32, B, 0, &d(4)).expect("instance 4");
+        let f = c
+            .group_snapshot(B, 0, 2, &at(2), SnapshotEvent::Installed)
+            .expect_err("a snapshot that moves the learner back");
+        assert_eq!(f.kind, ViolationKind::SnapshotMismatch);
     }
 
     #[test]

@@ -56,10 +56,31 @@ pub enum FaultKind {
     /// A node restarted on an empty directory (its disk wiped or replaced): it must start
     /// amnesic, never as the member it was with its votes forgotten. Counted per restart.
     WipedDir,
+    /// A node restarted without its state while more than f amnesic restarts had happened
+    /// in the run before (each earlier one repaired, or the f rule would have held this
+    /// crash back): nodes lose their state one after another, beyond f over time, as a
+    /// cluster on memory storage restarted one node at a time does (issue 33). Counted per
+    /// such restart.
+    AmnesicBeyondF,
+    /// A Raft run with `read_lease = true` whose reads were checked (thesis §6.4.1: a
+    /// leader answers at once within its lease). Counted per run.
+    LeaseReads,
+    /// A Raft run with `pre_vote = false` (thesis §9.6 off). Counted per run.
+    NoPreVote,
+    /// A Raft run with `check_quorum = false` (thesis §6.2 off). Counted per run.
+    NoCheckQuorum,
+    /// The token ring (the EVS world): the data lane into one member cut while its token
+    /// lane works (seed 002 §III-E: data and token on sockets of their own): the other
+    /// members' data messages, joins and merge announcements are lost on the way to it;
+    /// tokens and commit tokens arrive. Counted per cut.
+    DataLaneCut,
+    /// The token ring (the EVS world): a token or commit token lost by the network (loss,
+    /// a partition, a cut link). Counted per message.
+    TokenLoss,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 12] = [
+    pub const ALL: [FaultKind; 18] = [
         FaultKind::CrossIncarnation,
         FaultKind::OutlivesTakeover,
         FaultKind::FaultsRemain,
@@ -72,7 +93,17 @@ impl FaultKind {
         FaultKind::DiskError,
         FaultKind::TornUnsynced,
         FaultKind::WipedDir,
+        FaultKind::AmnesicBeyondF,
+        FaultKind::LeaseReads,
+        FaultKind::NoPreVote,
+        FaultKind::NoCheckQuorum,
+        FaultKind::DataLaneCut,
+        FaultKind::TokenLoss,
     ];
+
+    /// The kinds only the token ring's EVS world makes (`evs::token::expected_faults`),
+    /// never the single-sequence suites.
+    pub const EVS_ONLY: [FaultKind; 2] = [FaultKind::DataLaneCut, FaultKind::TokenLoss];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -88,6 +119,12 @@ impl FaultKind {
             FaultKind::DiskError => "disk_error",
             FaultKind::TornUnsynced => "torn_unsynced",
             FaultKind::WipedDir => "wiped_dir",
+            FaultKind::AmnesicBeyondF => "amnesic_beyond_f",
+            FaultKind::LeaseReads => "lease_reads",
+            FaultKind::NoPreVote => "no_pre_vote",
+            FaultKind::NoCheckQuorum => "no_check_quorum",
+            FaultKind::DataLaneCut => "data_lane_cut",
+            FaultKind::TokenLoss => "token_loss",
         }
     }
 

@@ -82,7 +82,9 @@ pub use config::{CrashModel, FaultMix, Observer, ReplayTarget, SimConfig};
 pub use faults::{FaultCounts, FaultKind};
 pub use plan::{DiskPlan, FaultPlan};
 pub use rng::SimRng;
-pub use sim::{SimReport, Violation, decode, encode, run, run_with_disk, without_disk};
+pub use sim::{
+    SimReport, Violation, capture_messages, decode, encode, run, run_with_disk, without_disk,
+};
 pub use sweep::{
     SweepReport, for_seeds, replay_from_env, replay_from_env_with_disk, run_seeds, run_seeds_each,
     run_seeds_with_disk,

@@ -9,7 +9,7 @@
 //! | --- | --- | --- |
 //! | none, loss, partition, crash, late_join, pause | in memory (a restart is amnesic); in crash (and reconfig) Sequence Paxos and Raft nodes snapshot and compact every 100 ms ([`Proto::snapshots_in`]) | U-Ring 3 nodes; Ring Paxos 3 acceptors + 3 learners; Multi-Ring 2 rings over 3 acceptors + 2 learners |
 //! | mixed | in memory | U-Ring 5 nodes (so a crash can strike while another acceptor is amnesic); the others as above |
-//! | power_loss | durable log with fdatasync on the simulator's disks, machine crashes, the disk faults of issue 33 (`SimConfig::disk_faults`: disk errors, never-synced files kept torn, wiped directories), the pipelined group commit; U-Ring and Ring Paxos learners snapshot every 100 ms (so acceptors trim), Sequence Paxos and Raft nodes too (each compacts its own log) | as above |
+//! | power_loss | durable log with fdatasync on the simulator's disks, machine crashes, the disk faults of issue 33 (`SimConfig::disk_faults`: disk errors, never-synced files kept torn, wiped directories), the pipelined group commit; U-Ring and Ring Paxos learners snapshot every 100 ms (so acceptors trim), Multi-Ring learners too (one snapshot of the merge; each ring trims at its own point, and a learner behind one installs a peer's), Sequence Paxos and Raft nodes too (each compacts its own log) | as above |
 //! | learner_skip | in memory, windows of 128 instances, no snapshots | as above |
 //! | partial | in memory | Sequence Paxos and Raft 5 nodes (the partial-connectivity shapes need five); the others as above; a 2.5 s fault phase |
 //!
@@ -115,7 +115,9 @@ impl Proto {
     /// snapshot where the entries it needs were compacted, `seqpaxos/snapshot.rs`).
     pub fn snapshots_in(self, mix: FaultMix) -> bool {
         match self {
-            Proto::MultiRing | Proto::MultiRingPaxos => false,
+            // The merge snapshots every ring at once, and each ring trims below a quorum of
+            // its learners' (`multiring/snapshot.rs`).
+            Proto::MultiRing | Proto::MultiRingPaxos => mix == FaultMix::PowerLoss,
             Proto::URing | Proto::RingPaxos => mix == FaultMix::PowerLoss,
             Proto::Raft => matches!(
                 mix,
@@ -179,14 +181,55 @@ impl Proto {
             // past a learner: nothing is ever skipped (the mix still runs its crashes).
             return &[];
         }
+        match (self, mix) {
+            // Amnesic restarts one after another, each repaired before the next (issue 33),
+            // and Raft's optional rules switched per seed (`RaftSwitches`).
+            (Proto::Raft, FaultMix::Crash) => {
+                return &[
+                    CrossIncarnation,
+                    OutlivesTakeover,
+                    FaultsRemain,
+                    PartialFanout,
+                    AmnesicBeyondF,
+                    LeaseReads,
+                    NoPreVote,
+                    NoCheckQuorum,
+                ];
+            }
+            (Proto::Raft, FaultMix::Mixed) => {
+                return &[
+                    CrossIncarnation,
+                    OutlivesTakeover,
+                    FaultsRemain,
+                    PartialFanout,
+                    Pause,
+                    Ghost,
+                    LeaseReads,
+                    NoPreVote,
+                    NoCheckQuorum,
+                ];
+            }
+            (Proto::SeqPaxos, FaultMix::Crash) => {
+                return &[
+                    CrossIncarnation,
+                    OutlivesTakeover,
+                    FaultsRemain,
+                    PartialFanout,
+                    AmnesicBeyondF,
+                ];
+            }
+            _ => {}
+        }
         match mix {
             FaultMix::None | FaultMix::Loss => &[],
             FaultMix::Partition => &[FaultsRemain],
+            // Ring acceptors on memory storage restart amnesic too, one after another.
             FaultMix::Crash => &[
                 CrossIncarnation,
                 OutlivesTakeover,
                 FaultsRemain,
                 PartialFanout,
+                AmnesicBeyondF,
             ],
             FaultMix::LateJoin => &[PartialFanout],
             FaultMix::Mixed => &[
@@ -198,7 +241,13 @@ impl Proto {
                 Ghost,
             ],
             FaultMix::Pause => &[Pause, FaultsRemain, Ghost],
-            FaultMix::PowerLoss => &[PowerLoss, CrossIncarnation, DiskError, TornUnsynced, WipedDir],
+            FaultMix::PowerLoss => &[
+                PowerLoss,
+                CrossIncarnation,
+                DiskError,
+                TornUnsynced,
+                WipedDir,
+            ],
             FaultMix::LearnerSkip => &[LearnerSkip],
             FaultMix::Reconfig => &[CrossIncarnation, OutlivesTakeover],
             FaultMix::PartialConnectivity => &[PartialConnectivity],
@@ -661,6 +710,18 @@ impl<R: ComposableRing> Protocol for Churn<R> {
     fn end_sync_storage(&mut self, result: Result<(), StorageError>) -> Result<(), StorageError> {
         self.inner.end_sync_storage(result)
     }
+    fn snapshots_supported(&self) -> bool {
+        self.inner.snapshots_supported()
+    }
+    fn take_snapshot(&mut self, app: Bytes) -> Result<abcast_core::Snapshot, String> {
+        self.inner.take_snapshot(app)
+    }
+    fn restore_snapshot(&mut self, snapshot: &abcast_core::Snapshot) -> Result<(), String> {
+        self.inner.restore_snapshot(snapshot)
+    }
+    fn snapshot_groups(&self, snapshot: &abcast_core::Snapshot) -> Vec<abcast_core::GroupPosition> {
+        self.inner.snapshot_groups(snapshot)
+    }
 }
 
 pub fn multiring_factory(cfg: &SimConfig, variant: Variant) -> Factory<Churn> {
@@ -802,12 +863,65 @@ pub fn raft_factory(cfg: &SimConfig, variant: Variant) -> Factory<Raft> {
     // Paxos' suite gives it the higher priority, so that the late joiner of `late_join`
     // leads once it has the log, and the partial fan-out crash can strike its takeover.
     rc.preferred_leader = cfg.nodes.iter().min().copied();
+    let switches = RaftSwitches::of(cfg);
+    rc.read_lease = switches.read_lease;
+    rc.pre_vote = switches.pre_vote;
+    rc.check_quorum = switches.check_quorum;
     rc.set_mutation(variant.mutation)
         .unwrap_or_else(|e| panic!("{e}"));
     Box::new(move |id, start, disk| {
         let store = log_store(mix, disk)?;
         Ok(Raft::new(rc.clone(), id, start, store).expect("valid raft config"))
     })
+}
+
+/// Raft's optional rules, drawn per seed so that every sweep runs each off (or, for lease
+/// reads, on) in some of its runs (issue 33: no sweep ever turned `read_lease` on):
+/// lease reads in about a third of the runs, pre-vote and check-quorum each off in about a
+/// quarter. The partial-connectivity mix keeps the defaults, whose shapes and bound are
+/// written for them (`Proto::claims_partial_connectivity`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RaftSwitches {
+    pub read_lease: bool,
+    pub pre_vote: bool,
+    pub check_quorum: bool,
+}
+
+impl RaftSwitches {
+    pub fn of(cfg: &SimConfig) -> RaftSwitches {
+        let defaults = RaftConfig::default();
+        if cfg.mix == FaultMix::PartialConnectivity {
+            return RaftSwitches {
+                read_lease: defaults.read_lease,
+                pre_vote: defaults.pre_vote,
+                check_quorum: defaults.check_quorum,
+            };
+        }
+        // splitmix64's output function over the seed: the draws are not the seed's low bits,
+        // which the fault plan uses too.
+        let mut z = cfg.seed.wrapping_add(0x7261_6674_7377_6974); // "raftswit"
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        RaftSwitches {
+            read_lease: z.is_multiple_of(3),
+            pre_vote: !(z >> 8).is_multiple_of(4),
+            check_quorum: !(z >> 16).is_multiple_of(4),
+        }
+    }
+
+    /// The fault kinds this run's switches count for (once per run).
+    fn count(self, report: &mut SimReport) {
+        if self.read_lease && report.reads_checked > 0 {
+            report.faults.add(FaultKind::LeaseReads, 1);
+        }
+        if !self.pre_vote {
+            report.faults.add(FaultKind::NoPreVote, 1);
+        }
+        if !self.check_quorum {
+            report.faults.add(FaultKind::NoCheckQuorum, 1);
+        }
+    }
 }
 
 /// One run of `cfg` (its mix, seed and node count decide the setup) with `variant`.
@@ -822,7 +936,10 @@ pub fn run_one(
         Proto::MultiRing => run_with_disk(cfg, &multiring_factory(cfg, variant)),
         Proto::MultiRingPaxos => run_with_disk(cfg, &multiring_ringpaxos_factory(cfg, variant)),
         Proto::SeqPaxos => run_with_disk(cfg, &seqpaxos_factory(cfg, variant)),
-        Proto::Raft => run_with_disk(cfg, &raft_factory(cfg, variant)),
+        Proto::Raft => run_with_disk(cfg, &raft_factory(cfg, variant)).map(|mut r| {
+            RaftSwitches::of(cfg).count(&mut r);
+            r
+        }),
     }
 }
 
@@ -922,6 +1039,18 @@ mod tests {
             for k in FaultKind::ALL {
                 if p.is_leader_based() && k == FaultKind::LearnerSkip {
                     // A leader-based log has no window a learner could fall behind.
+                    continue;
+                }
+                let raft_switch = matches!(
+                    k,
+                    FaultKind::LeaseReads | FaultKind::NoPreVote | FaultKind::NoCheckQuorum
+                );
+                if raft_switch && p != Proto::Raft {
+                    // Switches of Raft's optional rules; no other protocol has them.
+                    continue;
+                }
+                if FaultKind::EVS_ONLY.contains(&k) {
+                    // The token ring's (`evs::token::expected_faults`).
                     continue;
                 }
                 assert!(

@@ -67,9 +67,16 @@ fn multiring_over_ringpaxos_survives_process_pauses() {
     sweep_mix(P, FaultMix::Pause, 0..50);
 }
 
+/// With snapshots of the merge and each ring trimmed below them (issue 33), as over U-Ring
+/// rings.
 #[test]
 fn multiring_over_ringpaxos_synced_logs_survive_power_loss() {
-    sweep_mix(P, FaultMix::PowerLoss, 0..50);
+    let r = sweep_mix(P, FaultMix::PowerLoss, 0..50);
+    let t = &r.totals;
+    assert!(
+        t.snapshots_taken > 0 && t.snapshots_restored > 0 && t.snapshots_installed > 0,
+        "merge snapshots were not taken, restored and installed: {t:?}"
+    );
 }
 
 #[test]

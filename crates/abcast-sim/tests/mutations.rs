@@ -206,31 +206,17 @@ fn multiring_voting_before_the_vote_is_durable_is_caught() {
     );
 }
 
-/// Multi-Ring Paxos takes no snapshots, so no ring of it trims: the trim point the mutation
-/// moves is never computed, and a sweep with the mutation is the protocol as it is.
+/// Multi-Ring Paxos snapshots the merge and trims each ring below its learners' snapshots
+/// in the `power_loss` mix (issue 33): trimming one instance more than they cover leaves a
+/// learner that restarts from its own snapshot, or installs a peer's, without the instance
+/// after it.
 #[test]
-fn multiring_has_no_trim_point_for_the_trim_mutation_to_move() {
-    use abcast_core::Protocol;
-    let cfg = suites::config(Proto::MultiRing, FaultMix::PowerLoss, Variant::CORRECT);
-    let f = suites::multiring_factory(&cfg, Variant::broken(Mutation::TrimPastQuorum));
-    let mut node = f(
-        abcast_core::NodeId(0),
-        abcast_core::config::StartInfo::FRESH,
-        abcast_core::storage::MemDir::new("n0"),
-    )
-    .expect("starts");
-    assert!(node.inner.take_snapshot(bytes::Bytes::new()).is_err());
-    let r = suites::sweep(
+fn multiring_trimming_past_a_quorum_of_snapshots_is_caught() {
+    caught(
         Proto::MultiRing,
+        Mutation::TrimPastQuorum,
         FaultMix::PowerLoss,
-        0..20,
-        Variant::broken(Mutation::TrimPastQuorum),
-        true,
-    );
-    assert!(
-        r.violations.is_empty(),
-        "{:?}",
-        r.violations.first().map(|v| v.headline())
+        100,
     );
 }
 
@@ -242,7 +228,8 @@ fn multiring_has_no_trim_point_for_the_trim_mutation_to_move() {
 // decided entries at partition seed 40 (likewise), unsynced votes at power-loss seed 0. As
 // with plain Ring Paxos, `vote_ignores_epoch` is not caught by the sweeps (200 seeds of every
 // mix): the coordinator restarts phase 1 as soon as a heartbeat tells it of the restart.
-// Multi-Ring Paxos takes no snapshots, so `trim_past_quorum` has nothing to move.
+// `trim_past_quorum` as for Multi-Ring Paxos over U-Ring rings (the rings' trim rule is
+// the same function): caught at power-loss seed 0.
 
 #[test]
 fn multiring_ringpaxos_counting_amnesic_promises_is_caught() {
@@ -271,6 +258,16 @@ fn multiring_ringpaxos_dropping_decided_entries_at_takeover_is_caught() {
         Mutation::DecidedDroppedAtTakeover,
         FaultMix::Partition,
         125,
+    );
+}
+
+#[test]
+fn multiring_ringpaxos_trimming_past_a_quorum_of_snapshots_is_caught() {
+    caught(
+        Proto::MultiRingPaxos,
+        Mutation::TrimPastQuorum,
+        FaultMix::PowerLoss,
+        100,
     );
 }
 
@@ -543,4 +540,53 @@ fn groups_without_the_state_exchange_are_caught() {
 #[test]
 fn groups_delivering_during_the_state_exchange_are_caught() {
     token_caught(Mutation::GroupsDeliverDuringExchange, FaultMix::Crash, 10);
+}
+
+/// Runs the token ring with `m` under `mix` for up to `budget` seeds, asserts that the
+/// first violation is of `kind` (the one the removed rule causes), and that the correct
+/// ring passes that same seed.
+fn token_caught_as(m: Mutation, mix: FaultMix, budget: u64, kind: abcast_sim::ViolationKind) {
+    const { assert!(abcast_core::mutation::AVAILABLE, "built without mutations") };
+    let run = |seed: u64, m: Option<Mutation>| {
+        let mut cfg = abcast_sim::evs::EvsConfig::new(mix);
+        cfg.seed = seed;
+        abcast_sim::evs::token::run_token(&cfg, m)
+    };
+    let Some(v) = (0..budget).find_map(|seed| run(seed, Some(m)).err()) else {
+        panic!("token with the mutation {m}: {budget} seeds of the {mix} mix found nothing")
+    };
+    eprintln!(
+        "token with {m}: caught by the {mix} mix at seed {}: {:?} ({})\n  replay: {}",
+        v.seed,
+        v.kind,
+        v.kind.property(),
+        v.replay
+    );
+    assert_eq!(
+        v.kind,
+        kind,
+        "token with {m}: caught, but as {}",
+        v.headline()
+    );
+    if let Err(c) = run(v.seed, None) {
+        panic!(
+            "the correct token ring fails seed {} of the {mix} mix too: {}",
+            v.seed,
+            c.headline()
+        );
+    }
+}
+
+/// Without Totem's "failed to receive" rule, a member whose data lane stays cut (it gets
+/// the token, none of the data) holds the aru, and every member's discard point, down for
+/// the whole remain phase: nothing is acknowledged in its last window. (First caught at
+/// seed 6.)
+#[test]
+fn token_without_the_failed_to_receive_rule_is_caught() {
+    token_caught_as(
+        Mutation::TokenNoFailToRecv,
+        FaultMix::PartialConnectivity,
+        20,
+        abcast_sim::ViolationKind::AcksStalled,
+    );
 }

@@ -4,8 +4,10 @@
 //! bounded) and that the faults its mix exists for happened (`Proto::expected_faults`).
 //!
 //! The setup (`suites::raft_factory`): 3 voters (5 in mixed), in-memory logs (a restart is
-//! amnesic, and in Raft it stays so for that life: it never votes, never campaigns and
-//! never counts in a quorum, so the f rule keeps it in the f), durable synced logs on the
+//! amnesic: it never votes, never campaigns and never counts in a quorum until repaired,
+//! `raft/repair.rs`, and the f rule keeps it in the f until then; the crash mix restarts
+//! nodes amnesic one after another beyond f, `amnesic_beyond_f`), lease reads on and
+//! pre-vote or check-quorum off in some seeds (`suites::RaftSwitches`), durable synced logs on the
 //! simulated disks in power_loss; the lowest id is the preferred leader (a leadership
 //! transfer hands it the leadership once it is caught up), so the late joiner of late_join
 //! leads and the partial fan-out crash can strike its RequestVotes.

@@ -23,6 +23,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Nodes 0..3 form the first configuration; node 3 is the spare.
+mod ports;
+
 const NODES: u32 = 4;
 const SPARE: u32 = 3;
 
@@ -33,30 +35,16 @@ fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// A free loopback port, from one counter for the whole test process (tests run in
-/// parallel), in a range of its own below the kernel's ephemeral ports.
-fn free_addr() -> String {
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let base = 40_000 + (std::process::id() % 400) * 20;
-    loop {
-        let k = NEXT.fetch_add(1, Ordering::SeqCst);
-        assert!(k < 4000, "no free port from {base}");
-        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", (base + k) as u16)) {
-            return l.local_addr().expect("addr").to_string();
-        }
-    }
-}
-
 /// The config: `protocol`, four members with client ports, the last a spare, in-memory
 /// logs (the durable path is crash_restart.rs's).
 fn write_config(dir: &Path, protocol: &str) -> (PathBuf, Vec<String>) {
     let mut text = format!("cluster_id = 71\nprotocol = \"{protocol}\"\n");
     let mut clients = Vec::new();
     for id in 0..NODES {
-        let client = free_addr();
+        let client = ports::addr();
         text += &format!(
             "[[members]]\nid = {id}\naddr = \"{}\"\nclient_addr = \"{client}\"\n",
-            free_addr()
+            ports::addr()
         );
         if id == SPARE {
             text += "spare = true\n";

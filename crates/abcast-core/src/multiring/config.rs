@@ -103,6 +103,19 @@ impl<C: RingConfigView> MultiRingConfigOf<C> {
                 reason: format!("ring {}: {}", r.group.0, e.reason),
             })?;
         }
+        // The merge takes one snapshot for every ring (`snapshot.rs`): all rings or none.
+        let snapshots = self.rings[0].ring.learner_snapshots();
+        if self
+            .rings
+            .iter()
+            .any(|r| r.ring.learner_snapshots() != snapshots)
+        {
+            return Err(err(
+                "rings",
+                "some rings' learners take snapshots and others not (learner_snapshots): \
+                 the merge snapshots every ring at once",
+            ));
+        }
         if !(1..=1 << 20).contains(&self.merge_m) {
             return Err(err("merge_m", "between 1 and 2^20"));
         }

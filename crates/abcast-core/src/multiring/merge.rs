@@ -43,6 +43,50 @@ pub(crate) enum Follow {
     },
 }
 
+impl Follow {
+    /// Whether the ring is delivered in `turn`.
+    pub fn active_at(self, turn: u64) -> bool {
+        match self {
+            Follow::Off => false,
+            Follow::On { from, until } => from <= turn && until.is_none_or(|u| turn < u),
+        }
+    }
+
+    /// The turns from `turn` on in which the ring is delivered: `(first, end)` (`end`
+    /// exclusive, `None` for no end), or `None` for none. Two follow states with the same
+    /// span from a turn deliver the same values from there.
+    pub fn span_from(self, turn: u64) -> Option<(u64, Option<u64>)> {
+        match self {
+            Follow::Off => None,
+            Follow::On { from, until } => {
+                let first = from.max(turn);
+                match until {
+                    Some(u) if u <= first => None,
+                    u => Some((first, u)),
+                }
+            }
+        }
+    }
+
+    /// Whether the ring is delivered in any turn from `turn` on.
+    pub fn followed_from(self, turn: u64) -> bool {
+        self.span_from(turn).is_some()
+    }
+
+    /// Whether the learner has said it follows the ring (`Outbox::subscriptions`) once
+    /// every turn below `turn` is delivered and `turn` is not started: a subscription from
+    /// turn 0 is announced at start, a later one when its turn starts; an unsubscribe takes
+    /// effect when its turn starts (`Merger::run`).
+    pub fn seen_at(self, turn: u64) -> bool {
+        match self {
+            Follow::Off => false,
+            Follow::On { from, until } => {
+                (from == 0 || from < turn) && until.is_none_or(|u| u >= turn)
+            }
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct RingQueue {
     pub group: GroupId,
@@ -59,10 +103,7 @@ pub(crate) struct RingQueue {
 
 impl RingQueue {
     fn active_in(&self, turn: u64) -> bool {
-        match self.follow {
-            Follow::Off => false,
-            Follow::On { from, until } => from <= turn && until.is_none_or(|u| turn < u),
-        }
+        self.follow.active_at(turn)
     }
 }
 
@@ -387,6 +428,26 @@ mod tests {
         assert_eq!(subs.len(), 2);
         assert!(subs[0].subscribed && subs[0].position == 2);
         assert!(!subs[1].subscribed && subs[1].position == 6);
+    }
+
+    #[test]
+    fn follow_points_read_alike_from_a_turn_on() {
+        let on = |from, until| Follow::On { from, until };
+        // Subscribed from the start and from turn 5 deliver the same from turn 8 on.
+        assert_eq!(on(0, None).span_from(8), on(5, None).span_from(8));
+        assert_eq!(on(0, None).span_from(8), Some((8, None)));
+        // Not from turn 3: ring 1 starts at 5 for one of them.
+        assert_ne!(on(0, None).span_from(3), on(5, None).span_from(3));
+        // An unsubscribe at turn 6 ends it; from turn 6 on it is not followed at all.
+        assert_eq!(on(0, Some(6)).span_from(2), Some((2, Some(6))));
+        assert_eq!(on(0, Some(6)).span_from(6), None);
+        assert!(!Follow::Off.followed_from(0));
+        // Announced: a subscription from 0 at once, a later one once its turn started; an
+        // unsubscribe stops at its turn.
+        assert!(on(0, None).seen_at(0));
+        assert!(!on(4, None).seen_at(4) && on(4, None).seen_at(5));
+        assert!(on(0, Some(4)).seen_at(4) && !on(0, Some(4)).seen_at(5));
+        assert!(on(4, None).active_at(4) && !on(4, None).active_at(3));
     }
 
     #[test]

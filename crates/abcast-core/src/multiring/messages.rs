@@ -1,16 +1,21 @@
 //! Messages of Multi-Ring Paxos: the messages of each ring (of its ring protocol, tagged with
-//! the ring's group in the frame header), plus two of the merge's own: a learner's rate report to
-//! a ring's coordinator (the input of the adaptive λ, see `skip.rs`) and a learner's request
-//! for a subscribe or unsubscribe control value.
+//! the ring's group in the frame header), plus the merge's own: a learner's rate report to
+//! a ring's coordinator (the input of the adaptive λ, see `skip.rs`), a learner's request
+//! for a subscribe or unsubscribe control value, and the chunked transfer of a merge
+//! snapshot to a learner behind a ring's trim point (`snapshot.rs`; the shared
+//! `crate::snapshot_transfer`, tagged with the ring the learner is behind in).
 
 use crate::codec::{Decoder, Encoder, WireMessage};
 use crate::error::DecodeError;
+use crate::snapshot_transfer::{SnapshotChunk, SnapshotFetch};
 use crate::types::{GroupId, NodeId};
 use bytes::Bytes;
 
 /// Kinds of the merge's own messages; the ring protocols use 1..=13.
 const K_REPORT: u8 = 64;
 const K_CONTROL_REQ: u8 = 65;
+const K_SNAPSHOT_FETCH: u8 = 66;
+const K_SNAPSHOT_CHUNK: u8 = 67;
 
 /// A learner tells a ring's coordinator what the merge needs from that ring: every Δt, and
 /// at once when the merge waits for that ring (a lag report; see `skip.rs`).
@@ -84,6 +89,10 @@ pub enum Body<M> {
     Ring(M),
     Report(Report),
     ControlReq(Control),
+    /// A learner behind a ring's trim point asks a peer for its merge snapshot.
+    SnapshotFetch(SnapshotFetch),
+    /// Part of a merge snapshot, the answer to a fetch.
+    SnapshotChunk(SnapshotChunk),
 }
 
 /// A message of one ring.
@@ -99,6 +108,8 @@ impl<M: WireMessage> WireMessage for MessageOf<M> {
             Body::Ring(m) => m.kind(),
             Body::Report(_) => K_REPORT,
             Body::ControlReq(_) => K_CONTROL_REQ,
+            Body::SnapshotFetch(_) => K_SNAPSHOT_FETCH,
+            Body::SnapshotChunk(_) => K_SNAPSHOT_CHUNK,
         }
     }
 
@@ -110,6 +121,8 @@ impl<M: WireMessage> WireMessage for MessageOf<M> {
                 e.put_u64(r.need_slot);
             }
             Body::ControlReq(c) => e.put_slice(&c.encode()),
+            Body::SnapshotFetch(f) => f.encode(e),
+            Body::SnapshotChunk(c) => c.encode(e),
         }
     }
 
@@ -144,6 +157,18 @@ impl<M: WireMessage> WireMessage for MessageOf<M> {
                     });
                 }
                 Body::ControlReq(Control::decode(body)?)
+            }
+            K_SNAPSHOT_FETCH => {
+                let mut d = Decoder::new(body);
+                let f = SnapshotFetch::decode(&mut d)?;
+                d.finish()?;
+                Body::SnapshotFetch(f)
+            }
+            K_SNAPSHOT_CHUNK => {
+                let mut d = Decoder::new(body);
+                let c = SnapshotChunk::decode(&mut d)?;
+                d.finish()?;
+                Body::SnapshotChunk(c)
             }
             k => Body::Ring(M::decode(k, body)?),
         };
@@ -183,6 +208,23 @@ mod tests {
                     nonce: 9,
                     subscribe: true,
                     barrier_turn: 77,
+                }),
+            },
+            Message {
+                group: GroupId(1),
+                body: Body::SnapshotFetch(SnapshotFetch {
+                    upto: 12,
+                    min_upto: 10,
+                    offset: 1 << 20,
+                }),
+            },
+            Message {
+                group: GroupId(2),
+                body: Body::SnapshotChunk(SnapshotChunk {
+                    upto: 12,
+                    total: 9,
+                    offset: 4,
+                    data: Bytes::from_static(b"chunk"),
                 }),
             },
         ];

@@ -25,6 +25,12 @@
 //! decided). Both numbers are in the decided control, so anyone who reads the ring's log
 //! knows exactly which of its values the learner delivered.
 //!
+//! **Snapshots and trimming** (`snapshot.rs`, issue 33): with the rings' `learner_snapshots`
+//! on, a learner's snapshot is the merge's (position, turn, and per ring the learner's
+//! position, slot frontier, follow points and waiting instances); each ring trims below
+//! its learners' snapshots at its own point, and a learner behind a ring's trim point
+//! installs a peer's snapshot instead of skipping the ring.
+//!
 //! The ring decides the merge's decrees as opaque meta decrees (`Decree::Meta`) and reports
 //! every instance that delivers nothing as a pass (`ring::Pass`); this module gives them
 //! their meaning: a meta decree without data is a skip of `weight` slots, one with data a
@@ -39,6 +45,7 @@ pub mod config;
 pub(crate) mod merge;
 pub mod messages;
 mod skip;
+mod snapshot;
 
 pub use crate::{MultiRing, MultiRingConfig, MultiRingMessage as Message, RingSpec};
 pub use config::ProposeTo;
@@ -48,7 +55,7 @@ pub use messages::{Body, Control, MessageOf, Report};
 use crate::ProposeError;
 use crate::config::{ConfigError, StartInfo};
 use crate::event::Event;
-use crate::protocol::{GroupStatus, Outbox, Protocol, Status, Subscription};
+use crate::protocol::{GroupPosition, GroupStatus, Outbox, Protocol, Status, Subscription};
 use crate::ring::{ComposableRing, Pass, RingConfigView};
 use crate::storage::AcceptorStore;
 use crate::types::{GroupId, Micros, NodeId, ValueId};
@@ -69,7 +76,8 @@ pub enum SubscribeError {
     /// One change at a time: an earlier request is not decided yet.
     Pending(GroupId),
     /// This learner skipped instances of the ring that every acceptor had trimmed, so it no
-    /// longer knows the ring's slot count and cannot merge it (snapshots carry it, issue 4).
+    /// longer knows the ring's slot count and cannot merge it (the rings take no snapshots:
+    /// with them, a snapshot carries the slot count, `snapshot.rs`).
     Misaligned(GroupId),
 }
 
@@ -158,6 +166,8 @@ pub struct MultiRingOf<R: ComposableRing> {
     /// those hear its end: a store that synced in place for a job has nothing in flight for
     /// it, and must not end an older job of its own early (the driver runs a few at once).
     sync_parts: VecDeque<Vec<usize>>,
+    /// Snapshots, trimming per ring, and the install of a peer's snapshot (`snapshot.rs`).
+    snap: snapshot::SnapState,
 }
 
 impl<R: ComposableRing> MultiRingOf<R> {
@@ -199,6 +209,9 @@ impl<R: ComposableRing> MultiRingOf<R> {
             });
         }
         let initial = cfg.initial_subscriptions(me);
+        // Snapshots are the rings' setting (`learner_snapshots`; `validate` has them agree):
+        // the merge takes them for every ring at once (`snapshot.rs`).
+        let snapshots_on = cfg.rings.iter().all(|r| r.ring.learner_snapshots());
         let mut slots = Vec::new();
         let mut queues = Vec::new();
         for spec in specs {
@@ -208,6 +221,7 @@ impl<R: ComposableRing> MultiRingOf<R> {
             };
             let mut ring = R::compose(spec.ring.clone(), me, ring_start, store(spec.group))?;
             ring.set_report_passes(true);
+            ring.set_composed_snapshots(snapshots_on);
             let learner = ring.is_learner();
             let follow = if learner && initial.contains(&spec.group) {
                 Follow::On {
@@ -235,6 +249,11 @@ impl<R: ComposableRing> MultiRingOf<R> {
                 buffered_max: 0,
             });
         }
+        let snap = snapshot::SnapState {
+            on: snapshots_on,
+            alike: snapshot::alike_nodes(&cfg.rings, me),
+            ..Default::default()
+        };
         Ok(MultiRingOf {
             merger: Merger::new(cfg.merge_m, queues),
             cfg,
@@ -250,6 +269,7 @@ impl<R: ComposableRing> MultiRingOf<R> {
             next_report_us: 0,
             now: 0,
             sync_parts: VecDeque::new(),
+            snap,
         })
     }
 
@@ -291,6 +311,17 @@ impl<R: ComposableRing> MultiRingOf<R> {
     /// The merge's current turn.
     pub fn turn(&self) -> u64 {
         self.merger.turn
+    }
+
+    /// Values the merge delivered since the start, the snapshot this learner restored or
+    /// installed included: the merge position (a snapshot's `upto`).
+    pub fn position(&self) -> u64 {
+        self.snap.position
+    }
+
+    /// Whether this learner is behind a ring's trim point, waiting for a peer's snapshot.
+    pub fn awaits_snapshot(&self) -> bool {
+        self.snap.wait.is_some()
     }
 
     /// Proposes a value to one ring.
@@ -549,6 +580,9 @@ impl<R: ComposableRing> MultiRingOf<R> {
         }
         self.passes = taken;
         s.clear();
+        if let Some((next, floor)) = self.slots[i].ring.take_behind_trim_point() {
+            self.behind_trim(i, next, floor, out);
+        }
     }
 
     /// A decided instance that delivers nothing: it takes its slots in the merge (one, or
@@ -572,6 +606,10 @@ impl<R: ComposableRing> MultiRingOf<R> {
         // then the merge moves at once (a blocked merge returns at its first check).
         self.lag_reports(out);
         self.run_merge(out);
+        if self.wait_step() {
+            // Behind a ring's trim point: the rings hold until a snapshot is installed.
+            return;
+        }
         for i in 0..self.slots.len() {
             let q = &self.merger.rings[i];
             let (n, b) = (q.queue.len(), q.queued_bytes);
@@ -598,7 +636,9 @@ impl<R: ComposableRing> MultiRingOf<R> {
             std::mem::take(&mut out.subscriptions),
             std::mem::take(&mut out.deliveries),
         );
+        let before = dels.len();
         self.merger.run(&mut dels, &mut subs);
+        self.snap.position += (dels.len() - before) as u64;
         out.subscriptions = subs;
         out.deliveries = dels;
     }
@@ -609,13 +649,15 @@ impl<R: ComposableRing> MultiRingOf<R> {
             return;
         }
         self.announced = true;
+        let turn = self.merger.turn;
         for q in &self.merger.rings {
             if !q.learner {
                 continue;
             }
+            // At start, or after a restored snapshot: what the learner follows from there.
             out.subscriptions.push(Subscription {
                 group: q.group,
-                subscribed: matches!(q.follow, Follow::On { .. }),
+                subscribed: q.follow.seen_at(turn),
                 from_start: true,
                 position: out.deliveries.len(),
             });
@@ -678,6 +720,8 @@ impl<R: ComposableRing> Protocol for MultiRingOf<R> {
                 // A lag report asks for a skip now, not at the next tick.
                 self.coordinator_skip(i, out);
             }
+            Body::SnapshotFetch(f) => self.on_snapshot_fetch(from, msg.group, f, out),
+            Body::SnapshotChunk(c) => self.on_snapshot_chunk(from, msg.group, c, out),
             Body::ControlReq(c) => {
                 if c.learner != from {
                     return; // a node asks for itself only
@@ -709,6 +753,7 @@ impl<R: ComposableRing> Protocol for MultiRingOf<R> {
         }
         self.scratch = scratch;
         self.skip_tick(out);
+        self.snapshot_tick(out);
         if self
             .pending
             .as_ref()
@@ -812,16 +857,21 @@ impl<R: ComposableRing> Protocol for MultiRingOf<R> {
         self.slots.iter().map(|s| s.ring.log_bytes()).sum()
     }
 
-    /// Not yet: a snapshot here must hold the merger's turn and every followed ring's
-    /// learner position together, and each ring trims at its own point. Said plainly, since
-    /// the consequence is that the rings' durable logs are not trimmed.
+    fn snapshots_supported(&self) -> bool {
+        self.snap.on && self.slots.iter().any(|s| s.ring.is_learner())
+    }
+
+    /// The merge's snapshot, standing in every ring at once (`snapshot.rs`).
     fn take_snapshot(&mut self, app: Bytes) -> Result<crate::protocol::Snapshot, String> {
-        let _ = app;
-        Err(
-            "Multi-Ring Paxos does not take snapshots yet, so its rings' acceptor logs are \
-             not trimmed and grow with the traffic"
-                .into(),
-        )
+        self.take_snapshot_here(app)
+    }
+
+    fn restore_snapshot(&mut self, snapshot: &crate::protocol::Snapshot) -> Result<(), String> {
+        self.restore_snapshot_here(snapshot)
+    }
+
+    fn snapshot_groups(&self, snapshot: &crate::protocol::Snapshot) -> Vec<GroupPosition> {
+        self.snapshot_groups_of(snapshot)
     }
 
     fn status(&self) -> Status {

@@ -16,7 +16,8 @@
 //! - A leader that did not hear from a majority of voters during an election timeout
 //!   steps down (`check_quorum`).
 //! - In a joint configuration every decision needs a majority of both voter sets.
-//! - An amnesic node never votes and never campaigns; a learner never campaigns.
+//! - An amnesic node never votes and never campaigns; a learner never campaigns. A
+//!   repaired one votes and campaigns only in terms above its `vote_floor` (`repair.rs`).
 
 use super::messages::{RequestVote, RequestVoteReply, TimeoutNow};
 use super::replication::Leader;
@@ -116,7 +117,8 @@ impl Raft {
         if !self.can_campaign() {
             return;
         }
-        let Some(next_term) = self.term.checked_add(1) else {
+        // Above the terms a repaired node may have voted in before it forgot (`repair.rs`).
+        let Some(next_term) = self.term.max(self.vote_floor).checked_add(1) else {
             // 2^32 terms: this node can never campaign again.
             self.reset_election_timer();
             return;
@@ -191,7 +193,7 @@ impl Raft {
             let could_vote = m.term > self.term
                 || self.voted_for == Some(m.candidate)
                 || (self.voted_for.is_none() && self.leader.is_none());
-            let granted = could_vote && log_ok && !self.amnesic;
+            let granted = could_vote && log_ok && !self.amnesic && m.term > self.vote_floor;
             out.send(
                 from,
                 reply(if granted { m.term } else { self.term }, granted),
@@ -199,13 +201,22 @@ impl Raft {
             return;
         }
         if m.term > self.term {
+            // Seed 001 fig. 3 / Raft fig. 2: only granting the vote (below) or hearing a
+            // leader restarts the election timer, not the higher term alone. Restarting it
+            // here let a candidate whose log is behind, campaigning again and again without
+            // pre-vote, keep the one voter that could win from ever campaigning (simulator
+            // crash seed 118 with `pre_vote = false`, issue 33).
+            let deadline_us = self.election.deadline_us;
             self.become_follower(m.term, None, sync, out);
             if self.failed.is_some() {
                 return;
             }
+            if deadline_us > self.now {
+                self.election.deadline_us = deadline_us;
+            }
         }
         let can_vote = self.voted_for.is_none() || self.voted_for == Some(m.candidate);
-        let granted = can_vote && log_ok && !self.amnesic;
+        let granted = can_vote && log_ok && !self.amnesic && m.term > self.vote_floor;
         if granted {
             assert!(
                 self.voted_for.is_none() || self.voted_for == Some(m.candidate),
@@ -387,6 +398,7 @@ impl Raft {
         let last = self.last_index();
         let term = self.term;
         let me = self.me;
+        let revoke = !self.mutated(Mutation::RaftLeaseAfterTimeoutNow);
         let Some(lead) = self.lead.as_mut() else {
             return;
         };
@@ -402,6 +414,10 @@ impl Raft {
             return;
         }
         t.sent = true;
+        // From here the target may win an election whose voters ignore their stickiness
+        // (its campaign says `transfer`), however late the `TimeoutNow` arrives: this term's
+        // lease is over for good, even once the transfer is given up (`read.rs`).
+        lead.lease_revoked = revoke;
         out.send(t.to, Message::TimeoutNow(TimeoutNow { term, leader: me }));
     }
 
@@ -411,8 +427,10 @@ impl Raft {
         }
         // A transfer's campaign starts at once: no sequence number is needed to tell a
         // held message from a fresh one (the campaign resets the timer anyway).
-        self.follow(m.term, m.leader, 0, true, out);
-        if self.failed.is_none() && self.can_campaign() {
+        if self.follow(from, m.term, m.leader, 0, true, out)
+            && self.failed.is_none()
+            && self.can_campaign()
+        {
             self.campaign(false, true, "leadership transfer", out);
         }
     }

@@ -8,6 +8,7 @@
 //! | `TimeoutNow` | leader → transfer target | leadership transfer (thesis §3.10) |
 //! | `Forward` | any proposer → leader | a batch proposed at a follower |
 //! | `InstallSnapshot` / `InstallSnapshotReply` | leader ↔ a follower behind its compacted prefix | Raft §7 (extended paper, fig. 13; thesis ch. 5): the snapshot in chunks of at most `max_append_bytes`, one out at a time, the reply naming the next offset |
+//! | `TermQuery` / `TermReply` | an amnesic node ↔ every other voter | ours (`repair.rs`): the terms it must never vote in again |
 //!
 //! Terms are `u32` (the `round` of a [`Ballot`]). An entry travels as `ballot | len u32 |
 //! payload`; its index is implied (`prev_index + 1 + k`). Decoding refuses, never panics
@@ -147,6 +148,22 @@ pub struct InstallSnapshotReply {
     pub amnesic: bool,
 }
 
+/// An amnesic node asks for the term its peer is in (`repair.rs`); `incarnation` is the
+/// asker's process life, echoed in the reply, so that an answer to an earlier life's
+/// question never counts for this one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TermQuery {
+    pub incarnation: u32,
+}
+
+/// The answer to a [`TermQuery`]: the responder's term when it answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TermReply {
+    pub term: u32,
+    /// The asker's incarnation, as the query said.
+    pub incarnation: u32,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Message {
     RequestVote(RequestVote),
@@ -159,6 +176,8 @@ pub enum Message {
     Forward(Forward),
     InstallSnapshot(InstallSnapshot),
     InstallSnapshotReply(InstallSnapshotReply),
+    TermQuery(TermQuery),
+    TermReply(TermReply),
 }
 
 const K_REQUEST_VOTE: u8 = 1;
@@ -171,6 +190,8 @@ const K_TIMEOUT_NOW: u8 = 7;
 const K_FORWARD: u8 = 8;
 const K_INSTALL_SNAPSHOT: u8 = 9;
 const K_INSTALL_SNAPSHOT_REPLY: u8 = 10;
+const K_TERM_QUERY: u8 = 11;
+const K_TERM_REPLY: u8 = 12;
 
 fn put_bool(e: &mut Encoder, b: bool) {
     e.put_u8(u8::from(b));
@@ -193,6 +214,8 @@ impl WireMessage for Message {
             Message::Forward(_) => K_FORWARD,
             Message::InstallSnapshot(_) => K_INSTALL_SNAPSHOT,
             Message::InstallSnapshotReply(_) => K_INSTALL_SNAPSHOT_REPLY,
+            Message::TermQuery(_) => K_TERM_QUERY,
+            Message::TermReply(_) => K_TERM_REPLY,
         }
     }
 
@@ -271,6 +294,11 @@ impl WireMessage for Message {
                 e.put_u32(m.incarnation);
                 put_bool(e, m.amnesic);
             }
+            Message::TermQuery(m) => e.put_u32(m.incarnation),
+            Message::TermReply(m) => {
+                e.put_u32(m.term);
+                e.put_u32(m.incarnation);
+            }
         }
     }
 
@@ -328,6 +356,13 @@ impl WireMessage for Message {
                 done: get_bool(&mut d, "install_reply.done")?,
                 incarnation: d.u32("install_reply.incarnation")?,
                 amnesic: get_bool(&mut d, "install_reply.amnesic")?,
+            }),
+            K_TERM_QUERY => Message::TermQuery(TermQuery {
+                incarnation: d.u32("term_query.incarnation")?,
+            }),
+            K_TERM_REPLY => Message::TermReply(TermReply {
+                term: d.u32("term_reply.term")?,
+                incarnation: d.u32("term_reply.incarnation")?,
             }),
             k => return Err(DecodeError::UnknownKind(k)),
         };
@@ -539,6 +574,11 @@ mod tests {
                 done: true,
                 incarnation: 2,
                 amnesic: false,
+            }),
+            Message::TermQuery(TermQuery { incarnation: 3 }),
+            Message::TermReply(TermReply {
+                term: 9,
+                incarnation: 3,
             }),
         ]
     }

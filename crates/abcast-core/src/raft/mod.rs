@@ -25,6 +25,7 @@
 //! | a leader not in C_new steps down once C_new is committed | 001 §2.5.1 | `membership.rs`: `step_down_if_removed` |
 //! | read index, lease reads | thesis §6.4, §6.4.1 | `read.rs` |
 //! | snapshots, compaction, InstallSnapshot in chunks | Raft §7, fig. 13 | `snapshot.rs` |
+//! | an amnesic restart is repaired: every voter's term fences its votes, a leader's committed log its acks | ours | `repair.rs` |
 //!
 //! Contract of the leader-based families (shared with Sequence Paxos): `propose` works on
 //! every node (batches go to the leader as `Forward`, wait in the batcher while no leader is
@@ -41,9 +42,12 @@
 //! the leader that made it, for people; only the round is compared).
 //!
 //! **Amnesia.** A node restarted (`incarnation > 0`) over a store that kept nothing has
-//! forgotten its votes and entries: for this whole life it never votes, never campaigns and
-//! its replies say `amnesic`, so no leader counts it in a commit quorum, a read round or
-//! check-quorum. It still takes entries and delivers.
+//! forgotten its votes and entries: until repaired
+//! (`repair.rs`) it never votes, never campaigns and its replies say `amnesic`, so no
+//! leader counts it in a commit quorum, a read round or check-quorum. It still takes
+//! entries and delivers. It is repaired once every other voter told it its term (it never
+//! votes at or below the highest) and a leader's log up to a commit of that leader's term
+//! is its own.
 //!
 //! Departures from the seed and the thesis, each for a reason: heartbeats are a message of
 //! their own (etcd's `MsgHeartbeat`: they carry a commit index capped by what the follower
@@ -58,6 +62,7 @@ pub mod election;
 pub mod membership;
 pub mod messages;
 pub mod read;
+pub mod repair;
 pub mod replication;
 pub mod snapshot;
 #[cfg(test)]
@@ -127,6 +132,13 @@ pub struct Raft {
     /// a heartbeat's commit index applies only up to it.
     pub(crate) leader_match: u64,
     pub(crate) amnesic: bool,
+    /// An amnesic node's way to its repair (`repair.rs`); `Some` exactly while `amnesic`.
+    pub(crate) repair: Option<repair::Repair>,
+    /// No vote is granted, and no campaign starts, in a term at or below this (`repair.rs`:
+    /// terms this node may have voted in before it forgot).
+    pub(crate) vote_floor: u32,
+    /// Messages refused as ones no correct peer sends (`refuse`).
+    pub(crate) refused_messages: u64,
 
     pub(crate) election: Election,
     /// splitmix64 state: the election timer's random source.
@@ -223,6 +235,9 @@ impl Raft {
             leader: None,
             leader_match: 0,
             amnesic,
+            repair: amnesic.then(repair::Repair::default),
+            vote_floor: 0,
+            refused_messages: 0,
             election: Election::default(),
             rng,
             configs,
@@ -371,8 +386,11 @@ impl Raft {
         self.reset_election_timer();
     }
 
-    /// A message from `leader` of `term` (at least this node's), its `seq`-th of the term:
-    /// follow it. At most one leader per term.
+    /// A message from `leader` of `term` (at least this node's), its `seq`-th of the term,
+    /// sent by `from`: follow it. At most one leader per term. False (the message is
+    /// refused, `refuse`): `leader` is not its sender, or another leader of this term is
+    /// known. Those are what a peer sent, so they are checked, never asserted (issue 33:
+    /// one forged or corrupted-but-valid frame used to stop the receiver).
     ///
     /// Only a message newer than every one heard from the leader (`Heartbeat::seq`) counts
     /// as a sign of its life (the lease and the election timer): a message the network
@@ -381,33 +399,39 @@ impl Raft {
     /// followers from electing another for as long as they trickle in (simulator seeds
     /// partition 4 and 18, mixed 6 and 16). A pre-candidate stays one for a held message of
     /// its term's leader: its pre-vote may go on.
+    #[must_use]
     pub(crate) fn follow(
         &mut self,
+        from: NodeId,
         term: u32,
         leader: NodeId,
         seq: u64,
         sync: bool,
         out: &mut Out,
-    ) {
+    ) -> bool {
+        let named_ok = self.mutated(crate::mutation::Mutation::RaftFollowNamedLeader);
+        if (leader != from && !named_ok) || leader == self.me {
+            self.refuse(
+                from,
+                format!("names {leader} as the leader of term {term}"),
+                out,
+            );
+            return false;
+        }
         if term == self.term
             && let Some(known) = self.leader
+            && known != leader
         {
-            assert!(
-                known == leader,
-                "two leaders in term {term}: {known} and {leader} (seen at {})",
-                self.me
+            self.refuse(
+                from,
+                format!("leads term {term}, whose leader is {known}"),
+                out,
             );
-        }
-        if term == self.term && self.role == Role::Leader {
-            assert!(
-                leader == self.me,
-                "{} leads term {term}, and {leader} claims it too",
-                self.me
-            );
+            return false;
         }
         let fresh = (term, seq) > self.election.heard_seq;
         if !fresh && self.role == Role::PreCandidate {
-            return;
+            return true;
         }
         if term > self.term || self.role != Role::Follower || self.leader != Some(leader) {
             let deadline_us = self.election.deadline_us;
@@ -421,6 +445,13 @@ impl Raft {
             self.election.leader_heard_us = Some(self.now);
             self.reset_election_timer();
         }
+        true
+    }
+
+    /// Drops a message no correct peer sends, counting it and saying why.
+    pub(crate) fn refuse(&mut self, from: NodeId, why: String, out: &mut Out) {
+        self.refused_messages += 1;
+        out.events.push(Event::MessageRefused { from, why });
     }
 
     /// A ready batch goes to the leader: appended here if this node leads, forwarded if
@@ -608,6 +639,8 @@ impl Protocol for Raft {
             Message::Forward(m) => self.on_forward(m.batch, out),
             Message::InstallSnapshot(m) => self.on_install_snapshot(from, m, out),
             Message::InstallSnapshotReply(m) => self.on_install_snapshot_reply(from, m, out),
+            Message::TermQuery(m) => self.on_term_query(from, m, out),
+            Message::TermReply(m) => self.on_term_reply(from, m, out),
         }
         self.flush(out);
     }
@@ -621,6 +654,7 @@ impl Protocol for Raft {
         } else {
             self.tick_election(out);
         }
+        self.repair_tick(out);
         let changed = self.leader.is_some() && self.leader != self.batcher_leader;
         if changed {
             self.batcher_leader = self.leader;
@@ -664,6 +698,7 @@ impl Protocol for Raft {
             configuration: Some(configuration),
             configuration_pending,
             followers: self.follower_progress(),
+            refused_messages: self.refused_messages,
             ..Status::default()
         }
     }

@@ -23,7 +23,10 @@
 //! election_timeout_min_us`. **Clock assumption:** the rates of any two nodes' clocks
 //! differ by less than 10% (`config::LEASE_DRIFT_DIVISOR`) over an election timeout, and a
 //! restarted voter's stickiness starts at its restart. No lease during a leadership
-//! transfer (the target's candidacy bypasses stickiness).
+//! transfer (the target's candidacy bypasses stickiness), and none for the rest of the term
+//! once its `TimeoutNow` left, even if the transfer is given up at its deadline: the target
+//! may campaign on a late `TimeoutNow` and win with voters that acknowledged this leader's
+//! last round a moment before (issue 33, suspect 1).
 
 use super::config::LEASE_DRIFT_DIVISOR;
 use super::{Out, Raft, Role};
@@ -119,6 +122,7 @@ impl Raft {
         };
         let leased = read_lease
             && lead.transfer.is_none()
+            && !lead.lease_revoked
             && lead.reads.lease_from_us.is_some_and(|t| now < t + lease_us);
         if alone || leased {
             out.reads.push(ReadState { id, upto });

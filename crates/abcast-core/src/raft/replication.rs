@@ -147,6 +147,8 @@ pub struct Leader {
     /// A heartbeat round (read round) leaves at the end of this input.
     pub round_wanted: bool,
     pub transfer: Option<Transfer>,
+    /// A `TimeoutNow` left in this term: no lease read any more (`read.rs`).
+    pub lease_revoked: bool,
     pub change: Option<super::membership::PendingChange>,
     pub reads: Reads,
     /// The number the last AppendEntries or Heartbeat sent carried (`Heartbeat::seq`).
@@ -172,6 +174,7 @@ impl Leader {
             commit_notice: false,
             round_wanted: false,
             transfer: None,
+            lease_revoked: false,
             change: None,
             reads: Reads::default(),
             sent_seq: 0,
@@ -682,8 +685,7 @@ impl Raft {
             return;
         }
         let sync = !self.mutated(Mutation::RaftNoSyncBeforeReply);
-        self.follow(m.term, m.leader, m.seq, sync, out);
-        if self.failed.is_some() {
+        if !self.follow(from, m.term, m.leader, m.seq, sync, out) || self.failed.is_some() {
             return;
         }
         let mut prev_index = m.prev_index;
@@ -722,15 +724,16 @@ impl Raft {
             .position(|e| self.term_at(e.index) != Some(e.ballot.round));
         if let Some(k) = first_new {
             let from_index = entries[k].index;
-            assert!(
-                from_index > self.commit,
-                "{} would truncate committed entry {from_index} (committed up to {}) for \
-                 leader {} of term {}",
-                self.me,
-                self.commit,
-                m.leader,
-                m.term
-            );
+            if from_index <= self.commit {
+                // A correct leader's log holds every committed entry (Leader Completeness):
+                // this one would replace one. Refused, not asserted: it is what a peer sent.
+                let why = format!(
+                    "its AppendEntries of term {} would replace committed entry {from_index} \
+                     (committed up to {})",
+                    m.term, self.commit
+                );
+                return self.refuse(from, why, out);
+            }
             if let Err(e) = self.store.append_on_prefix(from_index, &entries[k..]) {
                 return self.fail(e, out);
             }
@@ -754,6 +757,7 @@ impl Raft {
             out.needs_sync = true;
         }
         out.send(from, self.append_reply(true, end, (0, 0)));
+        self.check_log_repaired(m.term, m.leader_commit, out);
     }
 
     /// The first index of term `term` in this log, scanning back from `index` (not below
@@ -782,7 +786,9 @@ impl Raft {
             out.send(from, reply(self)); // A deposed leader: the term tells it.
             return;
         }
-        self.follow(m.term, m.leader, m.seq, true, out);
+        if !self.follow(from, m.term, m.leader, m.seq, true, out) {
+            return;
+        }
         // Only what an AppendEntries of this leader checked matches its log (the leader's
         // cap, what it believes this node holds, may be from an earlier life of it).
         let commit = m.commit.min(self.leader_match).min(self.last_index());

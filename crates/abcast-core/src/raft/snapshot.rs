@@ -380,8 +380,7 @@ impl Raft {
             out.send(from, self.install_reply(m.last_index, 0, false));
             return;
         }
-        self.follow(m.term, m.leader, m.seq, true, out);
-        if self.failed.is_some() {
+        if !self.follow(from, m.term, m.leader, m.seq, true, out) || self.failed.is_some() {
             return;
         }
         if m.last_index <= self.commit && !self.mutated(Mutation::RaftInstallBelowCommit) {

@@ -133,6 +133,14 @@ pub struct LearnerState {
     /// Hold deliveries: the Multi-Ring merge's buffer for this ring is full. Decisions wait
     /// in `pending` (bounded by `max_pending`; beyond, they are retrieved again later).
     pub paused: bool,
+    /// The layer above takes this learner's snapshots (a Multi-Ring learner with snapshots
+    /// on, `multiring/snapshot.rs`): behind the trim point it neither skips nor fetches a
+    /// snapshot of its own ring, it says so in `behind_trim` and the layer installs one of
+    /// its own snapshots, which holds this ring's position with the others'.
+    pub composed_snapshots: bool,
+    /// Set when a learner with `composed_snapshots` is behind the trim point: `(next,
+    /// floor)` as `behind_trim_point_in` got them; taken by the layer above.
+    pub behind_trim: Option<(Instance, Instance)>,
     /// The instance of the last delivery: deliveries go strictly up (asserted).
     last_delivered: Instance,
 }
@@ -160,6 +168,8 @@ impl LearnerState {
             report_passes: false,
             passes: Vec::new(),
             paused: false,
+            composed_snapshots: false,
+            behind_trim: None,
             last_delivered: 0,
         }
     }
@@ -400,18 +410,27 @@ impl LearnerState {
     /// to install: one without would skip (`behind_trim_point_in`), and skipping what no
     /// acceptor trimmed loses it where the coordinator's backfill would still decide it (a
     /// Multi-Ring learner, whose ring learners hold no state, skipped that way and left the
-    /// merge: multiring power_loss seed 6).
+    /// merge: multiring power_loss seed 6). A Multi-Ring learner whose layer takes
+    /// snapshots (`composed_snapshots`) has state there, and installs as the others do.
     pub fn behind_floor(&self, live: u64, snapshots: bool) -> Option<Instance> {
         let unserved = self.trimmed_at == self.next
             && !self.knows(self.next)
             && live & !self.unserved_mask == 0
             && self.unserved_mask != 0;
-        let has_state = self.deliver && !self.report_passes;
+        let has_state = self.has_state();
         match (unserved, self.trimmed_mask != 0) {
             (true, true) => Some(self.trimmed_floor),
             (true, false) if snapshots && has_state => Some(self.next + 1),
             _ => None,
         }
+    }
+
+    /// Whether this learner holds application state that a snapshot must bring forward
+    /// (it may not skip): a learner of a single ring, or of a Multi-Ring ring whose layer
+    /// takes snapshots. A Multi-Ring node that only counts a ring's slots (not a learner of
+    /// it), or a Multi-Ring learner without snapshots, holds none here.
+    pub fn has_state(&self) -> bool {
+        self.deliver && (!self.report_passes || self.composed_snapshots)
     }
 
     fn reset_trimmed_for_next(&mut self) {

@@ -157,6 +157,11 @@ pub struct Heartbeat {
     /// From the leading coordinator: acceptors forget every instance below this (0: none).
     /// URingPaxos' `Safe`/`Trim`, see `snapshot.rs`.
     pub trim_below: Instance,
+    /// Which learners' snapshots can stand for the sender's (`snapshot.rs`,
+    /// `quorum_trim_point_by_class`): 0 for a single ring's learner, and for a Multi-Ring
+    /// learner that does not follow this ring; otherwise a digest of the rings it follows
+    /// (`multiring/snapshot.rs`).
+    pub snapshot_class: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -342,6 +347,7 @@ impl Heartbeat {
         put_epoch(e, &self.epoch);
         e.put_u64(self.snapshot_upto);
         e.put_u64(self.trim_below);
+        e.put_u64(self.snapshot_class);
     }
     pub fn decode(d: &mut Decoder) -> Result<Heartbeat, DecodeError> {
         Ok(Heartbeat {
@@ -355,6 +361,7 @@ impl Heartbeat {
             epoch: get_epoch(d, "epoch")?,
             snapshot_upto: d.u64("heartbeat.snapshot_upto")?,
             trim_below: d.u64("heartbeat.trim_below")?,
+            snapshot_class: d.u64("heartbeat.snapshot_class")?,
         })
     }
 }

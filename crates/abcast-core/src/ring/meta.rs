@@ -27,10 +27,28 @@ pub struct Pass {
     pub data: Option<Bytes>,
 }
 
+/// Another member of a ring, as this node last heard of its snapshots (what a composing
+/// layer reads to pick a peer whose snapshot it can install).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerSnapshot {
+    pub node: NodeId,
+    /// A learner of the ring.
+    pub learner: bool,
+    /// The `snapshot_upto` of its latest heartbeat heard (0: none).
+    pub upto: Instance,
+    /// The `snapshot_class` of its latest heartbeat heard.
+    pub class: u64,
+    /// This node's failure detector sees it alive now.
+    pub alive: bool,
+}
+
 /// What a composing layer reads of a ring protocol's configuration.
 pub trait RingConfigView: Clone + std::fmt::Debug + PartialEq + Eq {
     fn validate(&self) -> Result<(), ConfigError>;
     fn members(&self) -> &[Member];
+    /// The ring's learners take snapshots (`learner_snapshots`): its coordinator trims the
+    /// acceptors below them, and a learner behind the trim point installs one.
+    fn learner_snapshots(&self) -> bool;
 }
 
 /// A ring protocol a layer above can compose (implemented by U-Ring Paxos and Ring Paxos).
@@ -86,4 +104,42 @@ pub trait ComposableRing: Protocol + Sized {
 
     /// Whether this node is a learner of the ring (hands values to the application).
     fn is_learner(&self) -> bool;
+
+    // ---- snapshots taken by the layer above (`multiring/snapshot.rs`) -----------------
+
+    /// The layer above takes this learner's snapshots: behind the trim point the learner
+    /// neither skips nor fetches a snapshot of the ring alone; it says so once
+    /// ([`ComposableRing::take_behind_trim_point`]) and the layer installs one of its own.
+    fn set_composed_snapshots(&mut self, on: bool);
+
+    /// `(next, floor)` when the learner found itself behind the trim point since the last
+    /// call: it needs instance `next`, and every live acceptor's log starts at `floor` or
+    /// later.
+    fn take_behind_trim_point(&mut self) -> Option<(Instance, Instance)>;
+
+    /// Every instance up to this one is delivered (or passed) by the learner.
+    fn delivered_upto(&self) -> Instance;
+
+    /// The learner's part of the layer's snapshot: its position (every instance up to it
+    /// delivered or passed) and its de-duplication memory there, encoded.
+    fn learner_snapshot(&self) -> (Instance, Bytes);
+
+    /// The layer's latest snapshot covers this ring up to `upto` and stands for the
+    /// learners of `class` (0: any; see `ring::snapshot::quorum_trim_point_by_class`): the
+    /// heartbeats report both, and the coordinator trims below the learners' reports.
+    fn set_snapshot_upto(&mut self, upto: Instance, class: u64);
+
+    /// Moves the learner to after `upto`, with the de-duplication memory `dedup` of a
+    /// [`ComposableRing::learner_snapshot`] (the layer's snapshot, restored or installed),
+    /// and asks the log for what follows. Refuses bytes that do not decode and a position
+    /// behind the learner.
+    fn install_learner(
+        &mut self,
+        upto: Instance,
+        dedup: &Bytes,
+        out: &mut Outbox<Self::Message>,
+    ) -> Result<(), String>;
+
+    /// Every other member's latest snapshot report, as this node heard it.
+    fn peer_snapshots(&self) -> Vec<PeerSnapshot>;
 }

@@ -26,7 +26,7 @@ pub(crate) mod node;
 pub mod snapshot;
 pub mod view;
 
-pub use meta::{ComposableRing, Pass, RingConfigView};
+pub use meta::{ComposableRing, Pass, PeerSnapshot, RingConfigView};
 pub(crate) use node::RingNode;
 pub use view::{Epoch, RingView, bit};
 

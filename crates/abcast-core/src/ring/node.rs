@@ -144,6 +144,7 @@ impl RingNode {
             epoch: self.view.epoch().clone(),
             snapshot_upto: self.snap.own_upto,
             trim_below,
+            snapshot_class: self.snap.own_class,
         }
     }
 
@@ -259,6 +260,79 @@ impl RingNode {
     /// Holds (or resumes) deliveries; decisions keep arriving and wait in the learner.
     pub(crate) fn set_delivery_paused(&mut self, paused: bool) {
         self.learn.paused = paused;
+    }
+
+    // ---- the Multi-Ring layer's snapshots (`multiring/snapshot.rs`) ------------------------
+
+    /// The layer above takes this learner's snapshots (see `LearnerState::composed_snapshots`).
+    pub(crate) fn set_composed_snapshots(&mut self, on: bool) {
+        self.learn.composed_snapshots = on;
+        if !on {
+            self.learn.behind_trim = None;
+        }
+    }
+
+    /// Where the learner stands behind the trim point, once; see `LearnerState::behind_trim`.
+    pub(crate) fn take_behind_trim_point(&mut self) -> Option<(Instance, Instance)> {
+        self.learn.behind_trim.take()
+    }
+
+    /// The learner's part of the layer's snapshot: every instance up to the returned one is
+    /// delivered (or passed) here, and its de-duplication memory at that point, encoded.
+    pub(crate) fn learner_snapshot(&self) -> (Instance, bytes::Bytes) {
+        let mut e = crate::codec::Encoder::new();
+        self.learn.encode_dedup(&mut e);
+        (self.learn.delivered_upto(), e.to_bytes())
+    }
+
+    /// The layer's snapshot covers this ring up to `upto`, and stands for the learners of
+    /// `class`: heartbeats report both from now on, and the coordinator trims below them.
+    pub(crate) fn set_snapshot_upto(&mut self, upto: Instance, class: u64) {
+        debug_assert!(upto >= self.snap.own_upto, "snapshots go forward");
+        self.snap.own_upto = self.snap.own_upto.max(upto);
+        self.snap.own_class = class;
+    }
+
+    /// Moves the learner to after `upto` with the de-duplication memory `dedup` (encoded),
+    /// from the layer's snapshot (restored at start or installed from a peer). Refuses bytes
+    /// that do not decode and a position behind the learner (a snapshot never moves a
+    /// learner back: it would deliver again what it delivered).
+    pub(crate) fn install_composed(
+        &mut self,
+        upto: Instance,
+        dedup: &bytes::Bytes,
+    ) -> Result<(), String> {
+        if upto < self.learn.delivered_upto() {
+            return Err(format!(
+                "the snapshot covers instances up to {upto}, this learner delivered up to {}",
+                self.learn.delivered_upto()
+            ));
+        }
+        let mut d = crate::codec::Decoder::new(dedup.clone());
+        let dedup =
+            crate::dedup::Dedup::decode(&mut d).map_err(|e| format!("snapshot dedup: {e}"))?;
+        d.finish().map_err(|e| format!("snapshot dedup: {e}"))?;
+        self.learn.install(upto, dedup);
+        self.learn.last_progress_us = self.now;
+        self.learn.behind_trim = None;
+        debug_assert!(self.learn.delivered_upto() >= upto);
+        Ok(())
+    }
+
+    /// Every other member's latest snapshot report (its heartbeats' `snapshot_upto`), and
+    /// whether this node sees it alive now.
+    pub(crate) fn peer_snapshot_reports(&self, members: &[Member]) -> Vec<super::PeerSnapshot> {
+        let alive = self.view.alive_positions(self.now);
+        (0..members.len())
+            .filter(|&p| p != self.pos)
+            .map(|p| super::PeerSnapshot {
+                node: members[p].id,
+                learner: members[p].roles.learner,
+                upto: self.snap.reported.get(p).copied().unwrap_or(0),
+                class: self.snap.classes.get(p).copied().unwrap_or(0),
+                alive: alive.contains(&p),
+            })
+            .collect()
     }
 
     // ---- decisions and the work after every input ----------------------------------------

@@ -21,10 +21,14 @@
 //!   goes on retrieving from the log after it.
 //! * In a ring whose learners take no snapshots (`RingConfig::learner_snapshots` off: the
 //!   log start moved because an in-memory store's bounded window slid past a restarted
-//!   learner), and for a node that only relays or counts merge slots (not a learner, or a
-//!   Multi-Ring ring), there is nothing to install: the node skips to the log start,
-//!   reported through `Outbox::skips`. With snapshots on, a learner never skips: it waits
-//!   until a live peer reports a snapshot that covers what it needs.
+//!   learner), and for a node that only relays or counts merge slots (not a learner), there
+//!   is nothing to install: the node skips to the log start, reported through
+//!   `Outbox::skips`. With snapshots on, a learner never skips: it waits until a live peer
+//!   reports a snapshot that covers what it needs. A Multi-Ring ring's learner leaves that
+//!   to the merge above it (`LearnerState::composed_snapshots`): its snapshot is of the
+//!   merge, standing in every ring at once (`multiring/snapshot.rs`), and heartbeats carry
+//!   its class, so that the trim point leaves a peer for each group of learners that
+//!   follow the same rings (`quorum_trim_point_by_class`).
 
 use super::learner::LearnerState;
 use crate::codec::{Decoder, Encoder};
@@ -46,6 +50,10 @@ pub struct SnapshotState {
     pub own_upto: Instance,
     /// Per ring position, the latest `snapshot_upto` heard (the coordinator's view).
     pub reported: Vec<Instance>,
+    /// Per ring position, the latest `snapshot_class` heard (0 for a single ring).
+    pub classes: Vec<u64>,
+    /// This learner's own class (0 for a single ring; see `quorum_trim_point_by_class`).
+    pub own_class: u64,
     /// This learner's latest snapshot, served to peers in chunks.
     pub server: SnapshotServer,
     /// A transfer from a peer, when this learner is behind the trim point.
@@ -61,6 +69,8 @@ impl SnapshotState {
         SnapshotState {
             own_upto: 0,
             reported: vec![0; members],
+            classes: vec![0; members],
+            own_class: 0,
             server: SnapshotServer::default(),
             fetcher: SnapshotFetcher::default(),
             fetch_retries: 0,
@@ -68,26 +78,33 @@ impl SnapshotState {
         }
     }
 
-    /// A learner at `pos` reported a snapshot up to `upto` (heartbeats carry it).
-    pub fn report(&mut self, pos: usize, upto: Instance) {
+    /// A learner at `pos` reported a snapshot up to `upto`, standing for the learners of
+    /// `class` (heartbeats carry both).
+    pub fn report(&mut self, pos: usize, upto: Instance, class: u64) {
         if let Some(r) = self.reported.get_mut(pos) {
             *r = (*r).max(upto);
+        }
+        if let Some(c) = self.classes.get_mut(pos) {
+            *c = class;
         }
     }
 
     /// The trim point over the learners at `learners` (this node, at `me`, by its own
-    /// snapshot): see [`quorum_trim_point`].
+    /// snapshot): see [`quorum_trim_point_by_class`].
     pub fn trim_point(&self, me: usize, learners: impl Iterator<Item = usize>) -> Instance {
-        let ups: Vec<Instance> = learners
+        let ups: Vec<(Instance, u64)> = learners
             .map(|p| {
                 if p == me {
-                    self.own_upto
+                    (self.own_upto, self.own_class)
                 } else {
-                    self.reported.get(p).copied().unwrap_or(0)
+                    (
+                        self.reported.get(p).copied().unwrap_or(0),
+                        self.classes.get(p).copied().unwrap_or(0),
+                    )
                 }
             })
             .collect();
-        quorum_trim_point(ups)
+        quorum_trim_point_by_class(&ups)
     }
 }
 
@@ -148,6 +165,31 @@ pub(crate) fn quorum_trim_point(mut ups: Vec<Instance>) -> Instance {
     if covered == 0 { 0 } else { covered + 1 }
 }
 
+/// [`quorum_trim_point`] over every learner's report `(upto, class)`, and over the
+/// learners of each class other than 0 apart; the lowest. A single ring's learners are all
+/// of class 0: the quorum rule as it was. A Multi-Ring learner can install only the
+/// snapshot of a peer that follows the same rings (its state holds those rings' values;
+/// `multiring/snapshot.rs`), and reports the rings it follows as its class in each ring it
+/// follows: so a quorum of every such group of learners covers the trim point, and one
+/// that falls behind finds a peer to install from. With a group of one, the learner's own
+/// snapshot covers it (it restarts from it). One that does not follow the ring reports
+/// class 0 and takes only the ring's position, from anyone's snapshot.
+pub(crate) fn quorum_trim_point_by_class(ups: &[(Instance, u64)]) -> Instance {
+    let mut t = quorum_trim_point(ups.iter().map(|&(u, _)| u).collect());
+    let mut classes: Vec<u64> = ups.iter().map(|&(_, c)| c).filter(|&c| c != 0).collect();
+    classes.sort_unstable();
+    classes.dedup();
+    for c in classes {
+        let of_class = ups
+            .iter()
+            .filter(|&&(_, k)| k == c)
+            .map(|&(u, _)| u)
+            .collect();
+        t = t.min(quorum_trim_point(of_class));
+    }
+    t
+}
+
 /// The rule for a learner behind the trim point (every live acceptor answered without
 /// `next` and one had trimmed past it, the lowest of those log starts `floor`), shared by
 /// U-Ring Paxos and Ring Paxos. `candidates`: the other live learners' positions, with
@@ -175,7 +217,15 @@ pub(crate) fn behind_trim_point_in<M: From<SnapshotFetch>>(
         "behind the trim point means below the log start"
     );
     let need = floor - 1;
-    let has_state = learn.deliver && !learn.report_passes;
+    if learn.deliver && learn.composed_snapshots {
+        // A Multi-Ring learner with snapshots: its application state is the merge's, so the
+        // layer above installs one of its own snapshots, which carries this ring's position
+        // with every other ring's (`multiring/snapshot.rs`). It never skips: a skip would
+        // lose the ring's slot count, and the merge with it.
+        learn.behind_trim = Some((next, floor));
+        return None;
+    }
+    let has_state = learn.has_state();
     if has_state && !learner_snapshots {
         // Every batch first decided in `[next, floor)` must be known before the skip: which
         // learners delivered which of those instances cannot be told reliably here (their
@@ -346,5 +396,28 @@ pub(crate) fn trim_acceptor<M>(
         // A durable store deletes the segments the trim freed when it next syncs; an
         // acceptor outside the phase 2 quorum may have no vote to sync for a long time.
         out.needs_sync = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_trim_point_is_covered_by_a_quorum_of_every_class_of_learners() {
+        // One class (a single ring's learners, class 0): the quorum rule.
+        assert_eq!(quorum_trim_point_by_class(&[(10, 0), (20, 0), (30, 0)]), 21);
+        assert_eq!(quorum_trim_point(vec![10, 20, 30]), 21);
+        // Five learners: a quorum of all covers 30, but the two that follow one set of rings
+        // (class 7) are at 10 and 40: both must cover, so the point stays at 11.
+        let ups = [(40, 7), (10, 7), (30, 1), (35, 1), (50, 0)];
+        assert_eq!(quorum_trim_point_by_class(&ups), 11);
+        // A class of one: its own snapshot covers it.
+        assert_eq!(
+            quorum_trim_point_by_class(&[(5, 3), (50, 1), (60, 1), (70, 1)]),
+            6
+        );
+        // A class whose learners took no snapshot yet: nothing is trimmed.
+        assert_eq!(quorum_trim_point_by_class(&[(0, 9), (50, 1), (60, 1)]), 0);
     }
 }

@@ -405,6 +405,7 @@ mod tests {
                 epoch: Epoch::numbered(&[0, 0, 0]),
                 snapshot_upto: 2,
                 trim_below: 3,
+                snapshot_class: 4,
             }),
             Message::Repair(Repair {
                 ballot: bal,

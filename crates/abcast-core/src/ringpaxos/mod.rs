@@ -210,7 +210,7 @@ impl RingPaxos {
             self.proposer_resend(out);
         }
         self.node.heartbeat_merge(&m);
-        self.on_snapshot_report(from_pos, m.snapshot_upto);
+        self.on_snapshot_report(from_pos, m.snapshot_upto, m.snapshot_class);
         if m.trim_below > 0 {
             self.node.on_trim(from_pos, m.trim_below, out);
         }
@@ -275,6 +275,9 @@ impl crate::ring::RingConfigView for RingPaxosConfig {
     fn members(&self) -> &[crate::config::Member] {
         &self.members
     }
+    fn learner_snapshots(&self) -> bool {
+        self.learner_snapshots
+    }
 }
 
 /// Ring Paxos as a ring of Multi-Ring Paxos (`MultiRingPaxos`): its coordinator puts meta
@@ -328,6 +331,37 @@ impl crate::ring::ComposableRing for RingPaxos {
     }
     fn is_learner(&self) -> bool {
         self.node.is_learner()
+    }
+    fn set_composed_snapshots(&mut self, on: bool) {
+        self.node.set_composed_snapshots(on);
+    }
+    fn take_behind_trim_point(&mut self) -> Option<(Instance, Instance)> {
+        self.node.take_behind_trim_point()
+    }
+    fn delivered_upto(&self) -> Instance {
+        self.node.learn.delivered_upto()
+    }
+    fn learner_snapshot(&self) -> (Instance, Bytes) {
+        self.node.learner_snapshot()
+    }
+    fn set_snapshot_upto(&mut self, upto: Instance, class: u64) {
+        self.node.set_snapshot_upto(upto, class);
+    }
+    fn install_learner(
+        &mut self,
+        upto: Instance,
+        dedup: &Bytes,
+        out: &mut Out,
+    ) -> Result<(), String> {
+        self.node.install_composed(upto, dedup)?;
+        // Go on from the log at once, as after a snapshot of the ring's own.
+        if self.node.learn.behind() {
+            self.send_retrieve(out);
+        }
+        Ok(())
+    }
+    fn peer_snapshots(&self) -> Vec<crate::ring::PeerSnapshot> {
+        self.node.peer_snapshot_reports(&self.cfg.members)
     }
 }
 

@@ -136,8 +136,8 @@ impl RingPaxos {
         );
     }
 
-    pub(crate) fn on_snapshot_report(&mut self, from_pos: usize, upto: Instance) {
-        self.node.snap.report(from_pos, upto);
+    pub(crate) fn on_snapshot_report(&mut self, from_pos: usize, upto: Instance, class: u64) {
+        self.node.snap.report(from_pos, upto, class);
     }
 
     /// The leading coordinator's trim point (`SnapshotState::trim_point`); 0 when not

@@ -144,11 +144,20 @@ impl SeqPaxos {
         self.wrote(out);
         if self.amnesic {
             // Repaired: its log is now the whole sequence of a leader whose prepare did not
-            // count it, and it promised at least what a majority of the others had.
+            // count it, and it promised at least what every other member had.
             self.amnesic = false;
             // Repaired in this configuration: the configurations it enters later start
-            // after its repair (see `reconfig.rs`, crash at any step).
-            self.amnesic_life = false;
+            // after its repair (see `reconfig.rs`, crash at any step), unless the log it
+            // was repaired with already ends in this configuration's stop-sign. Then the
+            // stop-sign may have been decided before this life began, and the earlier
+            // life may have entered the next configuration and promised and accepted
+            // there: this life stays amnesic in it until repaired there too (the hole
+            // `reconfig.rs` used to name; issue 33, suspect 6). A stop-sign the repaired
+            // log lacks was not chosen before the restart (every later leader's log holds
+            // a chosen entry), so no earlier life entered that next configuration.
+            if !self.stopped() || self.mutation(Mutation::SeqPaxosRepairIgnoresStopSign) {
+                self.amnesic_life = false;
+            }
             self.ble.set_candidate(true);
             out.events.push(crate::event::Event::Repaired {
                 upto: self.log_len(),
@@ -346,35 +355,54 @@ impl SeqPaxos {
                 o,
                 Message::PromiseQuery {
                     config: self.config_id(),
+                    incarnation: self.incarnation,
                 },
             );
         }
     }
 
-    pub(crate) fn on_promise_query(&mut self, from: NodeId, out: &mut Out) {
-        // An amnesic node's own promise means nothing yet: it does not answer.
-        if self.recovering.is_some() {
-            return;
-        }
+    pub(crate) fn on_promise_query(&mut self, from: NodeId, incarnation: u32, out: &mut Out) {
+        // Answered in any state, amnesic too: what this node led in an earlier life died
+        // with that life, so its current promise is all the asker needs (below).
         out.send(
             from,
             Message::PromiseReply {
                 config: self.config_id(),
                 promised: self.store.promised(),
+                incarnation,
             },
         );
     }
 
-    /// Once a majority of the *others* answered (any quorum that chose a value with this
-    /// node's forgotten vote has f other members, and f + 1 of the 2f others meet them),
-    /// their highest promise becomes this node's.
-    pub(crate) fn on_promise_reply(&mut self, from: NodeId, promised: Ballot, out: &mut Out) {
+    /// Once *every* other member answered, their highest promise becomes this node's.
+    ///
+    /// Why every one (found reading the code for issue 33): a leader `C` may be in the middle of a prepare
+    /// whose quorum holds this node's forgotten promise of `C`'s ballot `b`; `C` itself
+    /// promised `b` and keeps it as long as it lives, so its answer is at least `b`, and
+    /// this node never accepts below `b` (which would break the promise `C` counted). A
+    /// majority of the others was enough for the values *chosen* with a forgotten vote
+    /// (their quorum has f other members, and f + 1 of the 2f others meet them), not for a
+    /// prepare still collecting promises: on 5 nodes it could miss `C` and the one member
+    /// whose promise reached `C` late, and a ballot between theirs and `b` could then choose
+    /// a value `C`'s prepare never saw. With 3 nodes every other member is a majority of the
+    /// others, as before. A member that crashed since lost what it led, and answers in its
+    /// new life; one that stays silent (down, cut off) keeps this node amnesic.
+    pub(crate) fn on_promise_reply(
+        &mut self,
+        from: NodeId,
+        promised: Ballot,
+        incarnation: u32,
+        out: &mut Out,
+    ) {
+        if incarnation != self.incarnation {
+            return; // An answer to an earlier life's question.
+        }
         let Some(heard) = self.recovering.as_mut() else {
             return;
         };
         heard.insert(from, promised);
         let others = self.cfg.members.len() - 1;
-        if heard.len() < (others / 2 + 1).min(others) {
+        if heard.len() < others {
             return;
         }
         let max = heard.values().copied().max().unwrap_or(Ballot::ZERO);

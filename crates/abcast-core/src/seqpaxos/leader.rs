@@ -103,6 +103,29 @@ pub struct LeaderState {
     pub prop_bytes: usize,
     /// The decided entries this leader must pull before it can adopt a suffix.
     pub catch_up: Option<CatchUp>,
+    /// Followers too far behind for one `AcceptSync`, and the decided entries pushed to
+    /// each (see [`CatchUpPush`]).
+    pub pushes: BTreeMap<NodeId, CatchUpPush>,
+}
+
+/// Decided entries a leader pushes to a follower that promised its round but is too far
+/// behind for one `AcceptSync` (not in the thesis, which has no message size limit). A
+/// window of [`PUSH_WINDOW_MESSAGES`] `FetchResp`s of up to `max_message_bytes` each is in
+/// flight; the follower stores each as decided and answers `FetchAck` with its decided
+/// length, which moves the window; once what it lacks of the chosen sequence fits in one
+/// message, it gets its `AcceptSync` under the promise it gave (`on_push_ack`). Before,
+/// every message of decided entries took a `PrepareReq`, `Prepare`, `Promise` round of its
+/// own: two round trips per 4 MiB, slower than a loaded leader decides, so a follower
+/// restarted on a memory store was never repaired under load (`abcast demo --protocol
+/// seqpaxos --kill`, issue 33).
+#[derive(Clone, Debug)]
+pub struct CatchUpPush {
+    /// The next decided entry to send.
+    pub next: u64,
+    /// The follower's decided length, by its last `FetchAck`.
+    pub acked: u64,
+    /// The last entry of each message in flight, oldest first.
+    pub inflight: VecDeque<u64>,
 }
 
 /// A leader whose decided log ends below where the adopted promise's suffix starts pulls
@@ -127,6 +150,10 @@ pub struct CatchUp {
 
 /// Accepts in flight to one follower, in bytes, at most this many messages' worth.
 const INFLIGHT_MESSAGES_MAX: usize = 4;
+
+/// Messages of decided entries in flight to one follower being caught up ([`CatchUpPush`]):
+/// 4 of 4 MiB, more than a loaded loopback link carries in a round trip.
+const PUSH_WINDOW_MESSAGES: usize = 4;
 
 /// `FetchReq`s of a leader's pull that may go unanswered in a row before the promises of
 /// the nodes it asked are set aside (see `ask_catch_up`).
@@ -210,6 +237,7 @@ impl SeqPaxos {
         }
         self.ld.lds.remove(&r);
         self.ld.progress.remove(&r);
+        self.ld.pushes.remove(&r);
         self.ld.prepare_sent_us.insert(r, self.now);
         // In the accept phase (Leader (2), a follower re-synchronised) the suffix is not
         // used: the decided length the follower's promise starts after is the chosen one,
@@ -520,29 +548,15 @@ impl SeqPaxos {
         let mut entries = self.read_entries(from, len + 1);
         let reached = from + entries.len() as u64 - 1;
         let (p_ld, l_c) = (p.ld, self.ld.l_c);
-        if reached < must_reach && p_ld < l_c {
-            // Too far behind for one message, and part of the way is chosen: push the
-            // decided entries first, one message at a time; the follower stores them
-            // and asks to be prepared again (`on_catch_up`), and its next promise starts
-            // higher. Not in the thesis (no message size limit there); it keeps an
-            // `AcceptSync` within the undecided tail, which `uncommitted_bytes_max` bounds.
-            let first = p_ld + 1;
-            self.ld.lds.remove(&r);
-            self.ld.progress.remove(&r);
-            self.ld.prepare_sent_us.insert(r, self.now);
-            if self.offer_snapshot(r, first, out) {
-                return;
-            }
-            let chunk = self.read_entries(first, l_c + 1);
-            out.send(
-                r,
-                Message::FetchResp(FetchResp {
-                    config: self.config_id(),
-                    from: first,
-                    entries: chunk,
-                    decided: l_c,
-                }),
-            );
+        if reached < must_reach && p_ld < l_c && !self.chosen_part_fits(from) {
+            // Too far behind for one message, and more of the way is chosen than one
+            // message holds: push the decided entries first ([`CatchUpPush`]); the
+            // follower stores them, and the `AcceptSync` follows once the rest of the
+            // chosen sequence fits in one message. Not in the thesis (no message size
+            // limit there); it keeps an `AcceptSync` within one message of chosen entries
+            // and the undecided tail, which `uncommitted_bytes_max` bounds (the node
+            // checks that the two fit in half a frame).
+            self.start_push(r, p_ld, out);
             return;
         }
         if reached < must_reach {
@@ -574,6 +588,110 @@ impl SeqPaxos {
                 decided: self.ld.l_c,
             }),
         );
+    }
+
+    /// Whether the chosen entries from `from` on fit in one message: an `AcceptSync` may
+    /// carry them besides the undecided tail.
+    fn chosen_part_fits(&self, from: u64) -> bool {
+        let l_c = self.ld.l_c;
+        from > l_c
+            || self
+                .read_entries(from, l_c + 1)
+                .last()
+                .is_some_and(|e| e.index >= l_c)
+    }
+
+    /// Starts pushing decided entries to `r`, whose decided log ends at `acked`; its
+    /// snapshot instead if this node compacted them.
+    fn start_push(&mut self, r: NodeId, acked: u64, out: &mut Out) {
+        self.ld.lds.remove(&r);
+        self.ld.progress.remove(&r);
+        self.ld.prepare_sent_us.insert(r, self.now);
+        self.ld.pushes.remove(&r);
+        if self.offer_snapshot(r, acked + 1, out) {
+            // It installs it, and asks to be prepared again.
+            return;
+        }
+        self.ld.pushes.insert(
+            r,
+            CatchUpPush {
+                next: acked + 1,
+                acked,
+                inflight: VecDeque::new(),
+            },
+        );
+        self.push_more(r, out);
+    }
+
+    /// Fills `r`'s push window with decided entries.
+    fn push_more(&mut self, r: NodeId, out: &mut Out) {
+        let (l_c, config) = (self.ld.l_c, self.config_id());
+        for _ in 0..PUSH_WINDOW_MESSAGES {
+            let Some(p) = self.ld.pushes.get(&r) else {
+                return;
+            };
+            let next = p.next;
+            if p.inflight.len() >= PUSH_WINDOW_MESSAGES || next > l_c {
+                return;
+            }
+            if self.compacted(next) {
+                self.ld.pushes.remove(&r);
+                self.offer_snapshot(r, next, out);
+                return;
+            }
+            let chunk = self.read_entries(next, l_c + 1);
+            let Some(last) = chunk.last().map(|e| e.index) else {
+                return;
+            };
+            let Some(p) = self.ld.pushes.get_mut(&r) else {
+                return;
+            };
+            p.next = last + 1;
+            p.inflight.push_back(last);
+            out.send(
+                r,
+                Message::FetchResp(FetchResp {
+                    config,
+                    from: next,
+                    entries: chunk,
+                    decided: l_c,
+                }),
+            );
+        }
+    }
+
+    /// A `FetchAck` of a follower being caught up: it holds the decided log up to `upto`.
+    /// Its promise still stands (a higher one would have been a `Nack`), so once the rest
+    /// of the chosen sequence fits in one message its `AcceptSync` goes, from `upto` on;
+    /// else the window moves. False when no push to `from` is under way.
+    pub(crate) fn on_push_ack(&mut self, from: NodeId, upto: u64, out: &mut Out) -> bool {
+        if self.role != Role::Leader || self.phase != Phase::Accept {
+            self.ld.pushes.remove(&from);
+            return false;
+        }
+        let now = self.now;
+        let Some(p) = self.ld.pushes.get_mut(&from) else {
+            return false;
+        };
+        if upto > p.acked {
+            p.acked = upto;
+            p.inflight.retain(|&last| last > upto);
+            // Progress: no `Prepare` again while it lasts (`leader_flush`).
+            self.ld.prepare_sent_us.insert(from, now);
+        }
+        let acked = p.acked;
+        if let Some(info) = self.ld.promises.get_mut(&from) {
+            info.ld = info.ld.max(acked);
+            info.log_len = info.log_len.max(acked);
+        }
+        if self.chosen_part_fits(acked + 1) {
+            self.ld.pushes.remove(&from);
+            self.ld.lds.insert(from, acked);
+            self.send_accept_sync(from, out);
+        } else {
+            self.push_more(from, out);
+        }
+        true
     }
 
     pub(crate) fn read_entries(&self, from: u64, to: u64) -> Vec<Entry> {
@@ -819,7 +937,19 @@ impl SeqPaxos {
             Role::Leader if self.phase == Phase::Prepare && self.ld.catch_up.is_some() => {
                 self.after_catch_up(out)
             }
-            Role::Follower if self.leader() == Some(from) => self.ask_prepare(out, true),
+            Role::Follower if self.leader() == Some(from) => {
+                // Its leader's push ([`CatchUpPush`]): say how far the decided log reaches;
+                // the leader sends more, or the `AcceptSync` under the promise given. The
+                // wait for that sync starts again (`follower_flush`).
+                self.phase_since_us = self.now;
+                out.send(
+                    from,
+                    Message::FetchAck {
+                        config: self.config_id(),
+                        upto: self.store.decided_idx(),
+                    },
+                );
+            }
             _ => {}
         }
         true

@@ -186,13 +186,17 @@ pub enum Message {
         n: Ballot,
         round: u64,
     },
-    /// An amnesic node asks what the others promised (see `follower.rs::recover_promise`).
+    /// An amnesic node asks what the others promised (see `follower.rs::recover_promise`);
+    /// `incarnation` is the asker's life, echoed in the reply, so an answer to an earlier
+    /// life's question never counts for this one.
     PromiseQuery {
         config: u64,
+        incarnation: u32,
     },
     PromiseReply {
         config: u64,
         promised: Ballot,
+        incarnation: u32,
     },
     StopSigned(StopSigned),
     /// "I am in configuration `config`: what ended it?" (answered with `StopSigned`).
@@ -318,7 +322,7 @@ impl Message {
             Message::PrepareReq { config } => Some(*config),
             Message::Nack(m) => Some(m.config),
             Message::ReadProbe { config, .. } | Message::ReadAck { config, .. } => Some(*config),
-            Message::PromiseQuery { config } | Message::PromiseReply { config, .. } => {
+            Message::PromiseQuery { config, .. } | Message::PromiseReply { config, .. } => {
                 Some(*config)
             }
             Message::StopSigned(m) => Some(m.config),
@@ -428,10 +432,21 @@ impl WireMessage for Message {
                 put_ballot(e, *n);
                 e.put_u64(*round);
             }
-            Message::PromiseQuery { config } => e.put_u64(*config),
-            Message::PromiseReply { config, promised } => {
+            Message::PromiseQuery {
+                config,
+                incarnation,
+            } => {
+                e.put_u64(*config);
+                e.put_u32(*incarnation);
+            }
+            Message::PromiseReply {
+                config,
+                promised,
+                incarnation,
+            } => {
                 e.put_u64(*config);
                 put_ballot(e, *promised);
+                e.put_u32(*incarnation);
             }
             Message::StopSigned(m) => {
                 e.put_u64(m.config);
@@ -559,10 +574,12 @@ impl WireMessage for Message {
             }
             K_PROMISE_QUERY => Message::PromiseQuery {
                 config: d.u64("promise_query.config")?,
+                incarnation: d.u32("promise_query.incarnation")?,
             },
             K_PROMISE_REPLY => Message::PromiseReply {
                 config: d.u64("promise_reply.config")?,
                 promised: get_ballot(&mut d)?,
+                incarnation: d.u32("promise_reply.incarnation")?,
             },
             K_STOP_SIGNED => {
                 let config = d.u64("stop_signed.config")?;
@@ -734,10 +751,14 @@ mod tests {
                 n,
                 round: 3,
             },
-            Message::PromiseQuery { config: 1 },
+            Message::PromiseQuery {
+                config: 1,
+                incarnation: 2,
+            },
             Message::PromiseReply {
                 config: 1,
                 promised: n,
+                incarnation: 2,
             },
             Message::StopSigned(StopSigned {
                 config: 1,

@@ -566,16 +566,22 @@ impl SeqPaxos {
                     self.drain_ble(out);
                 }
                 Message::HeartbeatReply(m) => self.ble.on_reply(from, &m),
-                Message::PromiseReply { promised, .. } => {
-                    self.on_promise_reply(from, promised, out)
+                Message::PromiseReply {
+                    promised,
+                    incarnation,
+                    ..
+                } => self.on_promise_reply(from, promised, incarnation, out),
+                Message::PromiseQuery { incarnation, .. } => {
+                    self.on_promise_query(from, incarnation, out)
                 }
-                Message::PromiseQuery { .. } => self.on_promise_query(from, out),
                 _ => {}
             }
             return;
         }
         match msg {
-            Message::PromiseQuery { .. } => self.on_promise_query(from, out),
+            Message::PromiseQuery { incarnation, .. } => {
+                self.on_promise_query(from, incarnation, out)
+            }
             Message::PromiseReply { .. } => {}
             Message::HeartbeatRequest(m) => {
                 self.ble.on_request(from, &m, &mut self.ble_out);
@@ -708,7 +714,7 @@ impl Protocol for SeqPaxos {
             Message::StopSignQuery { config } => self.on_stop_sign_query(from, config, out),
             Message::FetchReq(m) => self.on_fetch_req(from, m, out),
             Message::FetchResp(m) => self.on_fetch_resp(from, m, out),
-            Message::FetchAck { upto, .. } => self.on_fetch_ack(from, upto, out),
+            Message::FetchAck { config, upto } => self.on_fetch_ack(from, config, upto, out),
             // Snapshots, from any node, of any configuration (`snapshot.rs`).
             Message::SnapshotOffer { upto, .. } => self.on_snapshot_offer(from, upto, out),
             Message::SnapshotFetch(f) => self.on_snapshot_fetch(from, f, out),

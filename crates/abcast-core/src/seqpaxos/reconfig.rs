@@ -49,9 +49,14 @@
 //!   configuration it restarted in, and, until it is repaired, in each configuration it
 //!   enters (its previous life may have promised there). Once repaired it is not amnesic
 //!   in later configurations: being amnesic in each of them would leave a configuration
-//!   whose members all restarted once without a majority able to answer. What this
-//!   leaves open: a previous life that had entered `c_{i+1}`, a restart, and a repair in
-//!   `c_i` by a majority of `c_i` that never learned `SS_i` was decided.
+//!   whose members all restarted once without a majority able to answer. Except when
+//!   the log it was repaired with in `c_i` already held `SS_i` (`follower.rs`,
+//!   `on_accept_sync`): `SS_i` may then have been decided before the restart, and the
+//!   previous life may have entered `c_{i+1}` and promised there, so it is amnesic in
+//!   `c_{i+1}` too. (Before issue 33 this case was left open: a previous life in `c_{i+1}`,
+//!   a restart, and a repair in `c_i` by a majority of `c_i` that never learned `SS_i` was
+//!   decided.) Liveness: a majority of `c_{i+1}` restarted between the append of `SS_i`
+//!   and its entry into `c_{i+1}` stays amnesic there, and `c_{i+1}` waits.
 
 use super::messages::{FetchReq, FetchResp, Message, StopSigned};
 use super::{Out, Phase, Role, SeqPaxos};
@@ -493,6 +498,20 @@ impl SeqPaxos {
         let (now, seg) = (self.now, self.cfg.fetch_segment_entries);
         // A member behind in its own configuration (`leader.rs`, `on_catch_up`).
         if self.participates() && self.on_catch_up(from, &r, out) {
+            let upto = self.store.decided_idx();
+            if self.recovering.is_some() && r.decided > upto {
+                // An amnesic member following as a learner (`reconfig_tick`): behind, so the
+                // next part at once.
+                self.follow_asked_us = Some(self.now);
+                out.send(
+                    from,
+                    Message::FetchReq(FetchReq {
+                        config: self.cfg.config_id,
+                        from: upto + 1,
+                        to: (upto + 1).saturating_add(self.cfg.fetch_segment_entries),
+                    }),
+                );
+            }
             return;
         }
         let Some(f) = self.fetch.as_mut() else {
@@ -636,7 +655,11 @@ impl SeqPaxos {
         out.needs_sync = true;
     }
 
-    pub(crate) fn on_fetch_ack(&mut self, from: NodeId, upto: u64, out: &mut Out) {
+    pub(crate) fn on_fetch_ack(&mut self, from: NodeId, config: u64, upto: u64, out: &mut Out) {
+        // A follower of this configuration caught up by its leader (`leader.rs`).
+        if config == self.config_id() && self.participates() && self.is_member(from) {
+            self.on_push_ack(from, upto, out);
+        }
         if let Some(p) = self.pushes.get_mut(&from) {
             if upto > p.acked {
                 p.acked = upto;
@@ -712,12 +735,16 @@ impl SeqPaxos {
     /// its configuration with proposals of its own in flight follows the decided log
     /// (asking a member every `resend_us`, at once again while behind) to learn their
     /// fate; an idle spare waits (§2.4.3: it fetches `σ_i` once `SS_i` names it, which
-    /// is what the pull and eager transfers of §4.4 measure).
+    /// is what the pull and eager transfers of §4.4 measure). An amnesic member that has
+    /// not recovered a promise yet (it waits for every other member's answer,
+    /// `follower.rs`) follows the decided log the same way, as a learner: its
+    /// application and its proposers must not wait for a member that is down.
     pub(crate) fn reconfig_tick(&mut self, out: &mut Out) {
         self.fetch_tick(out);
-        if !self.member
+        let follows = (!self.member && self.batcher.values_in_flight() > 0)
+            || (self.member && self.recovering.is_some());
+        if follows
             && self.fetch.is_none()
-            && self.batcher.values_in_flight() > 0
             && self
                 .follow_asked_us
                 .is_none_or(|t| self.now >= t + self.cfg.resend_us)

@@ -37,6 +37,10 @@ use bytes::Bytes;
 use std::collections::BTreeMap;
 
 /// At most this many live records are copied out of an old segment so it can be deleted.
+/// Recovery refuses a log whose instances from the log start to the highest span more than
+/// this many per instance held, plus [`SPAN_SLACK`] (see `DurableStore::open`).
+const SPAN_PER_HELD_MAX: u64 = 4;
+const SPAN_SLACK: u64 = 1 << 20;
 const RELOCATE_MAX: usize = 256;
 /// ... and at most this fraction of a segment's size in bytes.
 const RELOCATE_FRACTION: u64 = 16;
@@ -147,6 +151,7 @@ pub struct DurableStore<D: LogDir> {
 impl<D: LogDir> DurableStore<D> {
     /// Opens the log in `dir`, replaying what is there (an empty directory starts a new log).
     pub fn open(dir: D, opts: DurableOptions) -> Result<(DurableStore<D>, Recovery), StorageError> {
+        let dir_name = dir.describe();
         let mut promised = Ballot::ZERO;
         let mut log_start: Instance = 1;
         let mut locs: BTreeMap<Instance, Loc> = BTreeMap::new();
@@ -189,6 +194,24 @@ impl<D: LogDir> DurableStore<D> {
         )?;
         let locs = locs.split_off(&log_start);
         let max_instance = locs.keys().next_back().copied().unwrap_or(0);
+        // The index and the cache below are dense from the log start to the highest
+        // instance: a record (its checksum right, so written by a store or forged) naming an
+        // instance far past the others made them reserve a slot for every instance between,
+        // terabytes for one record (found by the fuzz target `durable_store`, issue 33).
+        // A log whose span is far larger than what it holds is refused as damaged.
+        let span = max_instance.saturating_sub(log_start).saturating_add(1);
+        let held = locs.len() as u64;
+        if held > 0
+            && span
+                > held
+                    .saturating_mul(SPAN_PER_HELD_MAX)
+                    .saturating_add(SPAN_SLACK)
+        {
+            return Err(StorageError(format!(
+                "{}: damaged log: {held} instances held span {log_start}..={max_instance},                  more than {SPAN_PER_HELD_MAX} slots each plus {SPAN_SLACK}",
+                dir_name
+            )));
+        }
         let rec = Recovery {
             segments: seg_rec.segments,
             records: seg_rec.records,
@@ -566,6 +589,54 @@ mod tests {
     use super::*;
     use crate::storage::{MemDir, Tear};
     use crate::types::{Batch, Decree, NodeId, ValueId};
+
+    /// Found by the fuzz target `durable_store` (issue 33): one well-formed record naming
+    /// an instance far past the others made recovery reserve a slot per instance between
+    /// (6.6 TB, an abort). Such a log is refused as damaged, with an error that says so.
+    #[test]
+    fn recovery_refuses_an_instance_far_past_the_others_without_reserving_for_the_gap() {
+        let dir = MemDir::new("far");
+        let (mut s, _) = DurableStore::open(dir.clone(), opts(true)).unwrap();
+        let b = Ballot::new(1, NodeId(1), 0);
+        s.set_promised(b);
+        assert!(s.put(
+            1,
+            Accepted {
+                ballot: b,
+                decree: Decree::Noop,
+                decided: false,
+            }
+        ));
+        s.sync().unwrap();
+        drop(s);
+        // A group commit of one Accept for instance 2^40, framed as the store frames it.
+        let (name, end) = {
+            let (s, _) = DurableStore::open(dir.clone(), opts(true)).unwrap();
+            s.write_end()
+        };
+        let seg: u64 = name
+            .trim_start_matches("seg-")
+            .trim_end_matches(".log")
+            .parse()
+            .unwrap();
+        let far = Record::Accept {
+            instance: 1 << 40,
+            ballot: b,
+            decided: false,
+            decree: Decree::Noop,
+        };
+        let mut d = dir.clone();
+        let mut at = end;
+        for r in [far, Record::Commit { records: 1 }] {
+            let (chunks, len) = r.encode(seg);
+            let bufs: Vec<&[u8]> = chunks.iter().map(|c| &c[..]).collect();
+            d.write_at(&name, at, &bufs).unwrap();
+            at += len as u64;
+        }
+        d.sync(&name).unwrap();
+        let e = DurableStore::open(dir, opts(true)).err().expect("refused");
+        assert!(e.0.contains("damaged log"), "{e}");
+    }
 
     fn opts(sync: bool) -> DurableOptions {
         DurableOptions {

@@ -203,7 +203,6 @@ impl<D: LogDir> DurableLogStore<D> {
         self.log.write_pending();
     }
 
-
     fn append_checkpoint(&mut self, recycled: bool) {
         let cp = LogRec::Checkpoint {
             recycled,
@@ -906,7 +905,10 @@ mod tests {
             dir.clear_injection();
             dir.crash_process();
             let (s, _) = open(&dir, o);
-            assert!(s.last_index() >= 2 && s.decided_idx() >= 1, "{fault:?}: the synced part");
+            assert!(
+                s.last_index() >= 2 && s.decided_idx() >= 1,
+                "{fault:?}: the synced part"
+            );
         }
     }
 }

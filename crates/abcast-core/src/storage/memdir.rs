@@ -118,7 +118,11 @@ pub enum DiskFault {
 }
 
 impl DiskFault {
-    pub const ALL: [DiskFault; 3] = [DiskFault::WriteEio, DiskFault::WriteNoSpace, DiskFault::SyncEio];
+    pub const ALL: [DiskFault; 3] = [
+        DiskFault::WriteEio,
+        DiskFault::WriteNoSpace,
+        DiskFault::SyncEio,
+    ];
 
     fn error(self, what: &str) -> io::Error {
         let (code, name) = match self {
@@ -886,7 +890,10 @@ mod tests {
         });
         assert_eq!(
             seen,
-            vec![("gone".to_string(), 3, false), ("new".to_string(), 6, false)]
+            vec![
+                ("gone".to_string(), 3, false),
+                ("new".to_string(), 6, false)
+            ]
         );
         assert_eq!(d.list().unwrap(), vec!["new".to_string()]);
         assert_eq!(d.read("new").unwrap(), b"abcd");

@@ -276,7 +276,9 @@ fn mark_boot<D: LogDir>(dir: &mut D, sync: bool) -> Result<(), StorageError> {
     let io = |what: &str, e: std::io::Error| {
         StorageError(format!("{where_}/{UNSYNCED_BOOT_FILE}: {what}: {e}"))
     };
-    let now = dir.boot_id().map_err(|e| io("reading the machine's boot id", e))?;
+    let now = dir
+        .boot_id()
+        .map_err(|e| io("reading the machine's boot id", e))?;
     let mark = match dir.read(UNSYNCED_BOOT_FILE) {
         Ok(b) => Some(String::from_utf8_lossy(&b).trim().to_string()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -290,7 +292,8 @@ fn mark_boot<D: LogDir>(dir: &mut D, sync: bool) -> Result<(), StorageError> {
             for n in names.iter().filter(|n| parse_numbered(n, "seg-").is_some()) {
                 dir.sync(n).map_err(|e| io(&format!("syncing {n}"), e))?;
             }
-            dir.remove(UNSYNCED_BOOT_FILE).map_err(|e| io("removing", e))?;
+            dir.remove(UNSYNCED_BOOT_FILE)
+                .map_err(|e| io("removing", e))?;
             dir.sync_dir().map_err(|e| io("syncing the directory", e))?;
         }
         return Ok(());
@@ -312,7 +315,8 @@ fn mark_boot<D: LogDir>(dir: &mut D, sync: bool) -> Result<(), StorageError> {
         .map_err(|e| io("writing", e))?;
     dir.sync(&tmp).map_err(|e| io("syncing", e))?;
     if mark.is_some() {
-        dir.remove(UNSYNCED_BOOT_FILE).map_err(|e| io("replacing", e))?;
+        dir.remove(UNSYNCED_BOOT_FILE)
+            .map_err(|e| io("replacing", e))?;
     }
     dir.rename(&tmp, UNSYNCED_BOOT_FILE)
         .map_err(|e| io("renaming", e))?;
@@ -547,7 +551,11 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
             }
         }
         seg_nums.sort_unstable();
-        let unsynced_lost = check_boot(&mut dir, opts.sync, !seg_nums.is_empty() || !spares.is_empty())?;
+        let unsynced_lost = check_boot(
+            &mut dir,
+            opts.sync,
+            !seg_nums.is_empty() || !spares.is_empty(),
+        )?;
         if unsynced_lost.is_some() {
             for n in &names {
                 if parse_numbered(n, "seg-").is_some() || parse_numbered(n, "spare-").is_some() {

@@ -6,6 +6,19 @@ use crate::types::{Micros, NodeId};
 
 use super::messages::Service;
 
+/// `fail_to_recv_rotations` unless configured: Corosync's 2500 (`fail_recv_const`) scaled
+/// by our token timeout. A ring whose aru is held down never holds its token (the ring is
+/// not idle), so rotations come at network speed: on a LAN a tenth of a millisecond to a
+/// millisecond, and Corosync's 2500 rotations are then about one of its 1 s token timeouts
+/// or less. Our token timeout is 100 ms, a tenth of Corosync's 2.x default, so 250 rotations
+/// keep the same ratio: a member that gets the token but no data is removed about as fast
+/// as one that crashed. In the simulator (20-300 µs a hop) that is 120 ms with three
+/// members and 200 ms with five. A member that merely lost messages asks for them every
+/// round (and each request skips to another holder when asked again, `Rtr::skip`), so
+/// keeping the aru still for 250 rounds in a row takes a loss no retransmission gets
+/// through: the simulator's 20 % loss never fails a member.
+pub const FAIL_TO_RECV_ROTATIONS: u32 = 250;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TokenConfig {
     /// The ring, in token order. Every member proposes and delivers.
@@ -63,6 +76,20 @@ pub struct TokenConfig {
     pub holddown_us: Micros,
     pub holddown_max_us: Micros,
     pub holddown_forget_us: Micros,
+    /// Totem's "failed to receive" rule (Corosync's `fail_recv_const`, there 2500): a member
+    /// that has held the token's `aru` down for more than this many rotations in a row
+    /// (the `aru` unchanged, and this member the one holding it: it gets the token but not
+    /// the data) declares itself failed, and the others form a ring without it
+    /// (`membership.rs`, `fail_to_recv`). Without it such a member stops Safe delivery,
+    /// discarding and every acknowledgement for good.
+    pub fail_to_recv_rotations: u32,
+    /// Messages of the ring one member buffers at most: the token holder stamps no new
+    /// message that would put the ring's `seq` more than this above its discard point less
+    /// one `global_window` (Corosync's `fcc_rtr_limit` over its sort queue of
+    /// `QUEUE_RTR_ITEMS_SIZE_MAX` = 16384 messages), and a data message further than twice
+    /// this above the discard point is dropped (it is sent again once there is room). A
+    /// member that lags makes the ring wait, not every member's memory grow.
+    pub buffer_messages_max: u64,
     /// Broken variant for the simulator's mutation sweeps (tests only).
     pub mutation: crate::mutation::Slot,
 }
@@ -88,6 +115,8 @@ impl Default for TokenConfig {
             holddown_us: 250_000,
             holddown_max_us: 2_000_000,
             holddown_forget_us: 10_000_000,
+            fail_to_recv_rotations: FAIL_TO_RECV_ROTATIONS,
+            buffer_messages_max: 16_384,
             mutation: crate::mutation::Slot::default(),
         }
     }
@@ -190,6 +219,24 @@ impl TokenConfig {
                     "{} is below holddown_us {}",
                     self.holddown_max_us, self.holddown_us
                 ),
+            );
+        }
+        if self.fail_to_recv_rotations == 0 {
+            return err("fail_to_recv_rotations", "at least 1".into());
+        }
+        if self.buffer_messages_max < 2 * u64::from(self.global_window) {
+            return err(
+                "buffer_messages_max",
+                format!(
+                    "{} is below twice global_window {}: a round's messages must fit",
+                    self.buffer_messages_max, self.global_window
+                ),
+            );
+        }
+        if self.buffer_messages_max > 1 << 24 {
+            return err(
+                "buffer_messages_max",
+                format!("{}: at most {}", self.buffer_messages_max, 1u64 << 24),
             );
         }
         if self.token_hold_us >= self.token_retransmit_us {

@@ -30,10 +30,15 @@
 //!   ring's representative multicasts `MergeDetect` every `merge_timeout_us`; a message of
 //!   a foreign ring makes the member gather with its sender (`foreign`).
 //!
+//! - **Failed to receive** (`fail_to_receive`, Corosync's `failed_to_recv`): a member that
+//!   has held the token's aru down for `fail_to_recv_rotations` rotations (`handle_token`)
+//!   gathers with itself failed; the others, hearing its join or finding the token lost,
+//!   fail it too and form a ring without it; once they agreed (their joins fail it), it
+//!   forms a ring of its own (`memb_join_process`: "we will create single ring anyway").
+//!
 //! Departures: the new ring's sequence number is the highest seen plus 4, as Corosync; ring
 //! ids are not persisted (in-memory members: a restarted member learns the highest from
-//! the joins it hears). Corosync's "FAILED TO RECEIVE" (a member that keeps holding the
-//! aru down fails itself) is not here yet.
+//! the joins it hears).
 
 use super::messages::{
     CommitToken, Data, Inner, Join, MembEntry, MergeDetect, Message, RingId, Service, Token,
@@ -198,7 +203,9 @@ impl TokenRing {
     pub(crate) fn gather_enter(&mut self, out: &mut Out) {
         self.state = State::Gather;
         self.proc_set.insert(self.me);
-        self.fail_set.remove(&self.me);
+        if !self.failed_to_recv {
+            self.fail_set.remove(&self.me);
+        }
         self.consensus.clear();
         self.consensus.insert(self.me);
         self.consensus_due_us = self.now + self.cfg.consensus_timeout_us;
@@ -208,14 +215,46 @@ impl TokenRing {
         self.send_join(out);
     }
 
+    /// `memb_consensus_agreed`: every processor this member wants in agreed. A member that
+    /// failed itself wants none but the others' agreement that it failed, and an empty
+    /// set is agreed ("we will create single ring anyway").
     fn consensus_agreed(&self) -> bool {
         let want = self.want();
-        !want.is_empty() && want.iter().all(|p| self.consensus.contains(p))
+        (self.failed_to_recv || !want.is_empty()) && want.iter().all(|p| self.consensus.contains(p))
+    }
+
+    /// Corosync's "FAILED TO RECEIVE" (`message_handler_orf_token`): this member held the
+    /// token's aru down too long (`handle_token`). It fails itself and gathers; its joins
+    /// name it failed, so the members of its ring that hear them fail it too
+    /// (`join_process`: failed sets are taken from members of the same ring); the others
+    /// find the token lost (this member keeps it) and learn it from the joins.
+    pub(crate) fn fail_to_receive(&mut self, out: &mut Out) {
+        self.stats.failed_to_receive += 1;
+        self.failed_to_recv = true;
+        if self.state == State::Operational {
+            self.proc_set = self.memb.iter().copied().collect();
+            self.fail_set.clear();
+        }
+        self.fail_set.insert(self.me);
+        self.gather_enter(out);
+    }
+
+    /// `memb_join_process` with `failed_to_recv`: the others agreed that this member
+    /// failed (or failed to answer and were failed in turn): it forms a ring of its own.
+    fn form_alone(&mut self, out: &mut Out) {
+        self.failed_to_recv = false;
+        self.proc_set = std::iter::once(self.me).collect();
+        self.fail_set.clear();
+        self.create_commit(out);
     }
 
     /// `memb_state_consensus_timeout_expired`.
     fn consensus_expired(&mut self, out: &mut Out) {
         if self.consensus_agreed() {
+            if self.failed_to_recv {
+                self.form_alone(out);
+                return;
+            }
             if self.want().first() == Some(&self.me) {
                 self.create_commit(out);
                 return;
@@ -240,7 +279,24 @@ impl TokenRing {
         if j.sender == self.me && self.state != State::Gather {
             return;
         }
+        if j.sender != self.me {
+            self.join_heard_us = Some(self.now);
+        }
         self.ring_seq_max = self.ring_seq_max.max(j.ring_seq);
+        // A processor that failed itself (its join names it failed: it could not receive,
+        // `fail_to_receive`) asks for no ring with anyone; it forms one of its own. Only the
+        // members of its ring take its join (and fail it); to a member of another ring it is
+        // no reason to gather (the simulator found a ring of four re-formed three times in a
+        // second by the joins of a member whose data lane stayed cut, each time failing it
+        // again after a consensus timeout). It merges later, by its merge announcements.
+        if j.fail_set.contains(&j.sender)
+            && j.sender != self.me
+            && matches!(self.state, State::Operational | State::Gather)
+            && !self.installed_memb().contains(&j.sender)
+        {
+            self.stats.failed_self_ignored += 1;
+            return;
+        }
         match self.state {
             State::Operational => {
                 // `ignore_join_under_operational`: a join that fails this member, or a
@@ -289,6 +345,10 @@ impl TokenRing {
         let mut gathered = false;
         if jp == self.proc_set && jf == self.fail_set {
             self.consensus.insert(j.sender);
+            if self.state == State::Gather && self.consensus_agreed() && self.failed_to_recv {
+                self.form_alone(out);
+                return;
+            }
             if self.state == State::Gather
                 && self.consensus_agreed()
                 && self.want().first() == Some(&self.me)
@@ -308,7 +368,9 @@ impl TokenRing {
             } else if self.installed_memb().contains(&j.sender) {
                 self.fail_set.extend(jf);
             }
-            self.fail_set.remove(&self.me);
+            if !self.failed_to_recv {
+                self.fail_set.remove(&self.me);
+            }
             // Departure from Corosync, which gathers again here whatever the merge
             // changed: a join that taught nothing (its failed set comes from another ring,
             // so it is not taken) would make this member multicast its unchanged join, and
@@ -346,7 +408,22 @@ impl TokenRing {
             State::Gather => {
                 let mine_next = ct.addr.get(ct.entries.len()) == Some(&self.me);
                 if ct.addr == self.want() && ct.ring.seq > self.ring.seq && mine_next {
-                    self.commit_enter(ct, out);
+                    // Departure from Totem: a member that heard no join of another processor
+                    // for a consensus timeout hears none of them (its data lane is cut: the
+                    // commit token comes on the token's). It could not take part in the ring
+                    // it is asked into (the simulator found one whose successor could not
+                    // hear it dragged into one failing commit attempt after another, never
+                    // reaching its consensus timeout). It stays in the gather step, where
+                    // its consensus timeout fails the processors it cannot hear.
+                    let alone = ct.addr.iter().all(|p| *p == self.me);
+                    let hears = self.join_heard_us.is_some_and(|t| {
+                        self.now.saturating_sub(t) <= self.cfg.consensus_timeout_us
+                    });
+                    if alone || hears {
+                        self.commit_enter(ct, out);
+                    } else {
+                        self.stats.commit_refused_deaf += 1;
+                    }
                 }
             }
             State::Commit => {
@@ -589,6 +666,7 @@ impl TokenRing {
             position: out.deliveries.len(),
         });
         self.state = State::Operational;
+        self.failed_to_recv = false;
         self.damp_failed();
         self.proc_set = self.memb.iter().copied().collect();
         self.fail_set.clear();
@@ -671,6 +749,8 @@ impl TokenRing {
     /// for recovery.
     pub(crate) fn store_old(&mut self, m: Data) -> bool {
         let gathering = self.state == State::Gather;
+        // The ring's window (`TokenRing::on_data`).
+        let window = self.cfg.buffer_messages_max.saturating_mul(2);
         match self.old.as_mut() {
             // Taken only while gathering. From the commit step on, this member's old ring
             // is what its commit token entry reported: the recovery carries to every
@@ -681,6 +761,10 @@ impl TokenRing {
             Some(old) if m.ring == old.ring => {
                 if gathering {
                     let floor = old.delivered;
+                    if m.seq > floor.saturating_add(window) {
+                        self.stats.data_beyond_window += 1;
+                        return true;
+                    }
                     buffer_message(&mut old.buffer, floor, &mut old.high_seq, &mut old.aru, m);
                 } else {
                     self.stats.foreign_dropped += 1;
@@ -689,6 +773,10 @@ impl TokenRing {
             }
             None if m.ring == self.ring && self.state == State::Gather => {
                 let floor = self.delivered;
+                if m.seq > floor.saturating_add(window) {
+                    self.stats.data_beyond_window += 1;
+                    return true;
+                }
                 buffer_message(
                     &mut self.buffer,
                     floor,

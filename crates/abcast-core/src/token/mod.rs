@@ -83,6 +83,20 @@ pub struct TokenStats {
     pub recovered_sent: u64,
     /// Merge announcements, foreign messages and joins of held-down processors ignored.
     pub holddown_ignored: u64,
+    /// Times this member failed itself: it held the token's aru down for
+    /// `fail_to_recv_rotations` rotations (Corosync's "FAILED TO RECEIVE").
+    pub failed_to_receive: u64,
+    /// Rounds in which the token holder stamped fewer new messages than it could have,
+    /// or none, because the ring's window (`buffer_messages_max`) was full.
+    pub window_full: u64,
+    /// Data messages dropped because they lay beyond twice `buffer_messages_max` above
+    /// this member's discard point.
+    pub data_beyond_window: u64,
+    /// Commit tokens refused in the gather step because no join of another processor
+    /// came for a consensus timeout (`on_commit`).
+    pub commit_refused_deaf: u64,
+    /// Joins of a processor of another ring that failed itself, ignored (`on_join`).
+    pub failed_self_ignored: u64,
 }
 
 /// One member of a token ring.
@@ -120,6 +134,13 @@ pub struct TokenRing {
     /// The `aru` on the token this member sent in its previous round and in this one.
     aru_sent_prev: u64,
     aru_sent_now: u64,
+    /// Rotations in a row this member took the token with its `aru` unchanged and held
+    /// down by this member (Corosync's `my_aru_count`): past `fail_to_recv_rotations`, it
+    /// fails itself.
+    aru_count: u32,
+    /// This member failed itself (Corosync's `failed_to_recv`): it gathers with itself in
+    /// its failed set, and once the others agreed it forms a ring of its own.
+    pub(crate) failed_to_recv: bool,
     /// The last token or commit token passed, when; sent again if nothing shows that the
     /// successor took it.
     pub(crate) last_sent: Option<(Message, Micros)>,
@@ -151,6 +172,8 @@ pub struct TokenRing {
     /// In the commit step: a join came from the successor after the commit token was
     /// passed to it (it did not take it).
     pub(crate) successor_missed_commit: bool,
+    /// When a join of another processor last came (`on_commit`).
+    pub(crate) join_heard_us: Option<Micros>,
     /// The old ring, saved when a new one is committed, until it is installed.
     pub(crate) old: Option<OldRing>,
     /// The new ring's members that came from this member's old ring (the transitional
@@ -196,6 +219,8 @@ impl TokenRing {
             sent_last_round: 0,
             aru_sent_prev: 0,
             aru_sent_now: 0,
+            aru_count: 0,
+            failed_to_recv: false,
             last_sent: None,
             held: None,
             busy_seen_us: 0,
@@ -214,6 +239,7 @@ impl TokenRing {
             merge_due_us: 0,
             holddown: BTreeMap::new(),
             successor_missed_commit: false,
+            join_heard_us: None,
             old: None,
             trans_memb: Vec::new(),
             retrans_queue: VecDeque::new(),
@@ -331,6 +357,7 @@ impl TokenRing {
         self.sent_last_round = 0;
         self.aru_sent_prev = 0;
         self.aru_sent_now = 0;
+        self.aru_count = 0;
         self.last_sent = None;
         self.held = None;
     }
@@ -403,6 +430,32 @@ impl TokenRing {
 
     /// One member's turn with the token (§III-B1 to §III-B4).
     pub(crate) fn handle_token(&mut self, mut t: Token, out: &mut Out) {
+        // Totem's "failed to receive" rule, as Corosync has it (`message_handler_orf_token`:
+        // `my_aru_count`, `fail_to_recv_const`): the token comes back with the aru this
+        // member held down last round, unchanged and still held by it (only this member
+        // raises it; a lower one would name another), and this member still lacks the next
+        // message, for more rotations in a row than `fail_to_recv_rotations`. It gets the
+        // token but not the data (its data lane is cut, or it cannot keep up); kept, it would
+        // stop Safe delivery, discarding and every acknowledgement at every member for good.
+        // It fails itself and keeps the token, sending nothing of this round (Corosync
+        // multicasts the round's messages first; stamped and never followed by the token,
+        // they would only be holes); the others find the token lost, or hear its join
+        // first, and form a ring without it, and it one of its own (`fail_to_receive`).
+        // Corosync departs from the paper the same way (there the others detect it; "my_id
+        // IS NEVER added to failed list"): only this member knows it is the one that cannot
+        // receive.
+        if t.aru_id == Some(self.me) && t.aru == self.aru_sent_now && self.my_aru == t.aru {
+            self.aru_count = self.aru_count.saturating_add(1);
+        } else {
+            self.aru_count = 0;
+        }
+        if self.aru_count > self.cfg.fail_to_recv_rotations
+            && !self.mutated(Mutation::TokenNoFailToRecv)
+        {
+            self.aru_count = 0;
+            self.fail_to_receive(out);
+            return;
+        }
         let accelerated = self.cfg.accelerated_window;
         // §III-B1: answer the retransmission requests this member can, all before the
         // token (a retransmission sent after it may be asked for again).
@@ -428,8 +481,24 @@ impl TokenRing {
             .cfg
             .global_window
             .saturating_sub(t.fcc.saturating_add(num_retrans));
-        let allowed = self.cfg.personal_window.min(global_room) as usize;
+        let mut allowed = self.cfg.personal_window.min(global_room) as usize;
         let seq_received = t.seq;
+        // The ring's window (Corosync's `fcc_rtr_limit`): no new message more than
+        // `buffer_messages_max` less a round's `global_window` above what this member
+        // discarded, so that while a member lags (the token's aru, and so every member's
+        // discard point, held down) no member buffers more than that. Recovery carries
+        // only the old ring's messages, as many as the old ring's window held, and
+        // discards nothing until the install: it is not held back.
+        if self.state == State::Operational {
+            let room = (self.discarded + self.cfg.buffer_messages_max)
+                .saturating_sub(seq_received + u64::from(self.cfg.global_window));
+            if room < allowed as u64 {
+                allowed = usize::try_from(room).unwrap_or(0);
+                if !self.pending.is_empty() {
+                    self.stats.window_full += 1;
+                }
+            }
+        }
         let new_msgs = if self.state == State::Recovery {
             self.recovery_messages(allowed, seq_received, t.rotation)
         } else {
@@ -594,6 +663,17 @@ impl TokenRing {
             self.last_sent = None;
         }
         let floor = self.discarded;
+        // The ring's window (`buffer_messages_max`): an honest member stamps nothing that
+        // far above any member's discard point, so a message beyond it is corrupt or far
+        // ahead; dropped, it costs at most a retransmission, and no peer makes this member
+        // buffer more than the window. Recovery discards nothing until the install, and
+        // carries as many messages as its members hold of the old ring: not held to it.
+        if self.state == State::Operational
+            && m.seq > floor.saturating_add(self.cfg.buffer_messages_max.saturating_mul(2))
+        {
+            self.stats.data_beyond_window += 1;
+            return;
+        }
         let recovered = m.inner.is_some().then(|| m.clone());
         if !buffer_message(
             &mut self.buffer,
@@ -837,6 +917,7 @@ impl Protocol for TokenRing {
             configuration: None,
             configuration_pending: None,
             followers: Vec::new(),
+            refused_messages: 0,
         }
     }
 }

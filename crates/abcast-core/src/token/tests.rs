@@ -500,6 +500,22 @@ fn configurations_with_bad_windows_are_refused_with_the_field_named() {
     };
     assert_eq!(c.validate(NodeId(0)).unwrap_err().field, "global_window");
     let c = TokenConfig {
+        buffer_messages_max: u64::from(ok.global_window),
+        ..ok.clone()
+    };
+    assert_eq!(
+        c.validate(NodeId(0)).unwrap_err().field,
+        "buffer_messages_max"
+    );
+    let c = TokenConfig {
+        fail_to_recv_rotations: 0,
+        ..ok.clone()
+    };
+    assert_eq!(
+        c.validate(NodeId(0)).unwrap_err().field,
+        "fail_to_recv_rotations"
+    );
+    let c = TokenConfig {
         members: vec![NodeId(0), NodeId(0)],
         ..ok
     };
@@ -747,4 +763,136 @@ fn counters_past_the_limit_are_refused() {
     let mut e = Encoder::new();
     Message::Join(j).encode(&mut e);
     assert!(Message::decode(3, e.to_bytes()).is_err());
+}
+
+/// A ring of `n` as `ring` makes it, each member's configuration edited by `edit` first
+/// (and validated).
+fn ring_with(n: u32, edit: impl Fn(&mut TokenConfig)) -> Vec<TokenRing> {
+    ids(n)
+        .into_iter()
+        .map(|me| {
+            let mut cfg = TokenConfig {
+                personal_window: 5,
+                accelerated_window: 3,
+                global_window: 1000,
+                max_message_bytes: 64,
+                token_hold_us: 0,
+                ..TokenConfig::new(ids(n))
+            };
+            edit(&mut cfg);
+            TokenRing::new(cfg, me, StartInfo::FRESH).expect("valid")
+        })
+        .collect()
+}
+
+/// The data lane into `into` is cut (seed 002 §III-E: data and token on sockets of their
+/// own): the other members' data messages, joins and merge announcements are lost on the
+/// way to it; tokens and commit tokens arrive.
+fn data_lane_cut(into: NodeId) -> impl FnMut(NodeId, NodeId, &Message) -> bool {
+    move |from, to, m| to == into && from != into && m.lane() == crate::codec::Lane::Data
+}
+
+/// Issue 33, suspect 4: member 2 gets the token but none of the others' data. It holds the
+/// token's aru down; without Totem's "failed to receive" rule nothing would be Safe,
+/// discarded or acknowledged again and the ring would never change. With it (Corosync's
+/// `fail_to_recv_const`), member 2 fails itself once it has held the aru for
+/// `fail_to_recv_rotations` rotations, members 0 and 1 form a ring without it, where
+/// every value proposed at them is acknowledged, in one order at both; member 2 goes on
+/// in a ring of its own.
+#[test]
+fn a_member_that_gets_the_token_but_no_data_fails_itself_and_the_others_go_on_acknowledging() {
+    let mut net = Net::new(ring_with(3, |c| c.fail_to_recv_rotations = 50));
+    net.form();
+    net.propose(0, 20);
+    net.propose(1, 20);
+    let mut cut = data_lane_cut(NodeId(2));
+    let mut done = false;
+    for _ in 0..20_000 {
+        net.run(50, &mut cut);
+        let pair = (0..2).all(|i| {
+            net.nodes[i].operational() && net.nodes[i].members() == ids_of(&[0, 1]).as_slice()
+        });
+        if pair && net.acked[0] == 20 && net.acked[1] == 20 {
+            done = true;
+            break;
+        }
+    }
+    assert!(
+        done,
+        "members 0 and 1 never went on without member 2: acked {:?}\n{}\n{}\n{}",
+        net.acked,
+        net.nodes[0].describe(),
+        net.nodes[1].describe(),
+        net.nodes[2].describe()
+    );
+    // Member 2 hears nobody: its consensus timeout fails the others, then it is alone.
+    for _ in 0..2_000 {
+        if net.configs[2].contains(&(ConfigKind::Regular, ids_of(&[2]))) {
+            break;
+        }
+        net.run(50, &mut cut);
+    }
+    assert!(
+        net.nodes[2].stats().failed_to_receive >= 1,
+        "member 2 failed itself: {:?}",
+        net.nodes[2].stats()
+    );
+    assert!(
+        net.configs[2].contains(&(ConfigKind::Regular, ids_of(&[2]))),
+        "member 2 went on in a ring of its own: {:?}",
+        net.configs[2]
+    );
+    assert_eq!(net.values[0], net.values[1], "one order at members 0 and 1");
+    assert_eq!(net.values[0].len(), 40);
+}
+
+/// Issue 33, suspect 4, the other half: while a member lags (its data lane cut, and the
+/// rule that would fail it out of reach), no member buffers more than
+/// `buffer_messages_max` messages: the token holders stop stamping (Corosync's
+/// `fcc_rtr_limit`) and the values wait at their proposers, instead of every member's
+/// buffer growing. (Flow control alone bounds it only while the lagging member's
+/// retransmission requests fill the global window: with `global_window` above `RTR_MAX`
+/// the ring stamps the difference every round.) Once the lane works again the member
+/// catches up, and every value is delivered and acknowledged everywhere, in one order.
+#[test]
+fn a_lagging_member_keeps_every_members_buffer_bounded_and_catches_up_after() {
+    const BOUND: u64 = 2_000;
+    const EACH: usize = 2_000;
+    let mut net = Net::new(ring_with(3, |c| {
+        c.personal_window = 30;
+        c.accelerated_window = 20;
+        c.buffer_messages_max = BOUND;
+        c.fail_to_recv_rotations = u32::MAX;
+    }));
+    net.form();
+    net.propose(0, EACH);
+    net.propose(1, EACH);
+    let mut cut = data_lane_cut(NodeId(2));
+    let mut most = 0;
+    for _ in 0..4_000 {
+        net.run(50, &mut cut);
+        most = most.max(net.nodes.iter().map(|r| r.buffer.len()).max().unwrap_or(0));
+    }
+    assert!(
+        most as u64 <= BOUND,
+        "a member buffered {most} messages, more than {BOUND}"
+    );
+    assert!(
+        net.nodes[0].stats().window_full > 0,
+        "the window filled: {:?}",
+        net.nodes[0].stats()
+    );
+    assert_eq!(net.acked[0], 0, "nothing acknowledged while member 2 lags");
+    for _ in 0..40_000 {
+        net.run(50, |_, _, _| false);
+        most = most.max(net.nodes.iter().map(|r| r.buffer.len()).max().unwrap_or(0));
+        if net.acked[..2] == [EACH, EACH] && net.values[2].len() == 2 * EACH {
+            break;
+        }
+    }
+    assert!(most as u64 <= BOUND, "{most} buffered after the heal");
+    assert_eq!(net.acked[..2], [EACH, EACH], "every value acknowledged");
+    assert_eq!(net.values[0].len(), 2 * EACH);
+    assert_eq!(net.values[0], net.values[1]);
+    assert_eq!(net.values[0], net.values[2]);
 }

@@ -383,6 +383,7 @@ mod tests {
                 epoch: epoch(&[0, 0, 0]),
                 snapshot_upto: 2,
                 trim_below: 3,
+                snapshot_class: 4,
             }),
             Message::Repair(Repair {
                 ballot: bal,

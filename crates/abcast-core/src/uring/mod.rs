@@ -377,7 +377,7 @@ impl URing {
         }
         self.cluster_delivered_max = self.cluster_delivered_max.max(m.delivered_upto);
         self.node.heartbeat_decided(&m);
-        self.on_snapshot_report(from_pos, m.snapshot_upto);
+        self.on_snapshot_report(from_pos, m.snapshot_upto, m.snapshot_class);
         if m.leading && m.trim_below > 0 {
             self.node.on_trim(from_pos, m.trim_below, out);
         }
@@ -492,6 +492,9 @@ impl crate::ring::RingConfigView for RingConfig {
     fn members(&self) -> &[crate::config::Member] {
         &self.members
     }
+    fn learner_snapshots(&self) -> bool {
+        self.learner_snapshots
+    }
 }
 
 impl crate::ring::ComposableRing for URing {
@@ -536,6 +539,38 @@ impl crate::ring::ComposableRing for URing {
     }
     fn is_learner(&self) -> bool {
         URing::is_learner(self)
+    }
+    fn set_composed_snapshots(&mut self, on: bool) {
+        self.node.set_composed_snapshots(on);
+    }
+    fn take_behind_trim_point(&mut self) -> Option<(Instance, Instance)> {
+        self.node.take_behind_trim_point()
+    }
+    fn delivered_upto(&self) -> Instance {
+        self.node.learn.delivered_upto()
+    }
+    fn learner_snapshot(&self) -> (Instance, Bytes) {
+        self.node.learner_snapshot()
+    }
+    fn set_snapshot_upto(&mut self, upto: Instance, class: u64) {
+        self.node.set_snapshot_upto(upto, class);
+    }
+    fn install_learner(
+        &mut self,
+        upto: Instance,
+        dedup: &Bytes,
+        out: &mut Out,
+    ) -> Result<(), String> {
+        self.node.install_composed(upto, dedup)?;
+        self.cluster_delivered_max = self.cluster_delivered_max.max(upto);
+        // Go on from the log at once, as after a snapshot of the ring's own.
+        if self.node.learn.behind() {
+            self.send_retrieve(out);
+        }
+        Ok(())
+    }
+    fn peer_snapshots(&self) -> Vec<crate::ring::PeerSnapshot> {
+        self.node.peer_snapshot_reports(&self.cfg.members)
     }
 }
 

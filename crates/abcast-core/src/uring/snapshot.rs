@@ -140,8 +140,8 @@ impl URing {
         self.node.acc.as_ref().map(|a| a.store.log_start())
     }
 
-    pub(crate) fn on_snapshot_report(&mut self, from_pos: usize, upto: Instance) {
-        self.node.snap.report(from_pos, upto);
+    pub(crate) fn on_snapshot_report(&mut self, from_pos: usize, upto: Instance, class: u64) {
+        self.node.snap.report(from_pos, upto, class);
     }
 
     /// The leading coordinator's trim point: below the minimum over a quorum of learners

@@ -131,7 +131,8 @@ impl BenchName {
             }
             BenchName::Trim => {
                 "constant load, durable storage (sync), snapshots every second: the acceptor \
-                 log on disk over time stays bounded (issue 4)"
+                 log on disk over time stays bounded, U-Ring, Ring Paxos and Multi-Ring \
+                 (issues 4, 33)"
             }
             BenchName::Storage => {
                 "acceptor storage none, memory, durable without and with fdatasync (group \

@@ -82,7 +82,8 @@ pub struct BenchArgs {
     /// `concurrency`, `latency` and `partial-connectivity` only: the protocols to race,
     /// comma-separated (seqpaxos, omnipaxos, raft, raftrs) [default: all four; seqpaxos,raft
     /// for partial-connectivity]. `reconfig`: seqpaxos (pull and eager), seqpaxos-pull,
-    /// seqpaxos-eager, raft [default: all].
+    /// seqpaxos-eager, raft [default: all]. `trim`: uring, ringpaxos, multiring [default:
+    /// all three].
     #[arg(long, value_name = "LIST")]
     pub protocols: Option<String>,
     /// `concurrency` and `latency` only: every protocol's proposer closes a log entry once
@@ -497,11 +498,12 @@ pub fn run_bench(args: &BenchArgs) -> Result<u8, HarnessError> {
                 | BenchName::Latency
                 | BenchName::PartialConnectivity
                 | BenchName::Reconfig
+                | BenchName::Trim
         )
     {
         return Err(HarnessError::Usage(format!(
-            "--protocols applies to `bench concurrency`, `latency` and `reconfig` only, not to \
-             `bench {}`",
+            "--protocols applies to `bench concurrency`, `latency`, `reconfig` and `trim` only, \
+             not to `bench {}`",
             name.as_str()
         )));
     }

@@ -548,7 +548,9 @@ fn stop_all(cluster: &mut Cluster, rx: &mpsc::Receiver<Event>) {
     }
 }
 
-/// Every learner incarnation's delivery log; none at all if one node's cannot be read.
+/// Every learner incarnation's delivery log; none at all if one node's cannot be read. The
+/// log of a life that was killed may end in a torn line, which is dropped
+/// (`deliverylog::read_node_lives`, [`killed_life`]).
 fn read_delivery_logs(
     slots: &[Slot],
     data_dir: &Path,
@@ -556,11 +558,12 @@ fn read_delivery_logs(
     let mut logs = Vec::new();
     let mut error = None;
     for slot in slots {
-        match abcast_node::deliverylog::read_node(
+        match abcast_node::deliverylog::read_node_lives(
             slot.id,
             &data_dir.join(format!("node-{}", slot.id)),
+            killed_life(&slot.record),
         ) {
-            Ok(l) => logs.extend(l),
+            Ok((l, _torn)) => logs.extend(l),
             Err(e) => error = Some(e),
         }
     }
@@ -568,6 +571,27 @@ fn read_delivery_logs(
         logs.clear();
     }
     (logs, error)
+}
+
+/// Whether the delivery log of `incarnation` (the `ordinal`-th of the node's logs) was
+/// written by a life this run killed with SIGKILL (`--kill`, or a node that outstayed
+/// [`STOP_GRACE`]). A life is known by the incarnation its stats lines name; one killed
+/// before its first line, by its place among the node's lives.
+fn killed_life(record: &NodeRecord) -> impl Fn(u64, usize) -> bool + '_ {
+    move |incarnation, ordinal| {
+        let named = record.incarnations.iter().find(|i| {
+            i.samples
+                .first()
+                .is_some_and(|s| s.line.incarnation == incarnation)
+        });
+        let life = named.or_else(|| {
+            record
+                .incarnations
+                .get(ordinal)
+                .filter(|i| i.samples.is_empty())
+        });
+        life.is_some_and(|i| matches!(i.ended, Ended::KilledByDemo | Ended::KilledAfterTimeout))
+    }
 }
 
 #[cfg(test)]
@@ -590,6 +614,46 @@ mod tests {
             }
             other => panic!("expected a runtime error, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_delivery_log_is_a_killed_lifes_by_its_stats_incarnation_or_its_place() {
+        use super::test_support::{LINE, sample};
+        let life = |inc: Option<u64>, ended: Ended| Incarnation {
+            spawned_at_s: 0.0,
+            ended_at_s: Some(1.0),
+            ended,
+            samples: inc
+                .map(|n| {
+                    let json = LINE.replace("\"incarnation\":0", &format!("\"incarnation\":{n}"));
+                    vec![sample(0.5, 0, &json)]
+                })
+                .unwrap_or_default(),
+            bad_lines: 0,
+            first_bad_line: None,
+        };
+        let record = NodeRecord {
+            id: 0,
+            incarnations: vec![
+                life(Some(4), Ended::KilledByDemo),
+                life(None, Ended::KilledByDemo),
+                life(Some(9), Ended::Clean),
+                life(Some(11), Ended::KilledAfterTimeout),
+            ],
+        };
+        let killed = killed_life(&record);
+        assert!(killed(4, 0), "named by its stats lines");
+        assert!(killed(6, 1), "killed before its first line: by its place");
+        assert!(!killed(9, 2), "stopped cleanly");
+        assert!(
+            !killed(9, 1),
+            "a life named by its lines is never taken by place"
+        );
+        assert!(
+            !killed(12, 0),
+            "the life in place 0 is incarnation 4, not 12"
+        );
+        assert!(killed(11, 3), "killed after the stop grace");
     }
 
     #[test]

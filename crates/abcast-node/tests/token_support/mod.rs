@@ -2,11 +2,14 @@
 //! thread of the test, on 127.0.0.1 with free ports (the token's UDP port included).
 #![allow(dead_code)]
 
+#[path = "../ports/mod.rs"]
+mod ports;
+
 use abcast_core::NodeId;
 use abcast_node::client::Client;
 use abcast_node::node::{NodeArgs, NodeReport, run_node_with};
 use abcast_node::token::{TOKEN_PORT_OFFSET_DEFAULT, token_protocol};
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,29 +26,15 @@ pub fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// A peer port whose TCP and UDP ports and token port (UDP, + the offset) are free now.
+/// A peer port whose TCP and UDP ports and token port (UDP, + the offset) are free for this
+/// test: fixed, in a network namespace of the test's own (`ports`).
 pub fn free_peer_port() -> u16 {
-    for _ in 0..1000 {
-        let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = tcp.local_addr().unwrap().port();
-        let Some(token_port) = port.checked_add(TOKEN_PORT_OFFSET_DEFAULT) else {
-            continue;
-        };
-        let udp = UdpSocket::bind(("127.0.0.1", port));
-        let token = UdpSocket::bind(("127.0.0.1", token_port));
-        if udp.is_ok() && token.is_ok() {
-            return port;
-        }
-    }
-    panic!("no free peer port");
+    ports::peer_port(TOKEN_PORT_OFFSET_DEFAULT)
 }
 
+/// A client port free for this test (`ports`).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    ports::port()
 }
 
 /// The config of a token ring of `peer_ports.len()` members (client ports for the first

@@ -16,9 +16,12 @@
 use super::clients::ClientState;
 use super::{Driver, DriverError, MAX_CONNS, READS_PER_EVENT};
 use crate::Hooks;
-use crate::clientwire::ClientFrame;
+use crate::clientwire::{ClientFrame, KIND_GROUP_MULTICAST, KIND_PROPOSE};
 use crate::frame::{self, KIND_CLIENT_MIN};
 use crate::shm::{self, ShmLink};
+use crate::transport::intake::{
+    Allowance, CLIENT_FREE_BYTES, CONTROL_BODY_MAX_BYTES, Intake, Plan,
+};
 use crate::transport::{self, OutQueue, ReadOutcome};
 use abcast_core::{Micros, Protocol};
 use bytes::BytesMut;
@@ -111,11 +114,23 @@ pub(super) struct Conn {
     pub(super) stream: ClientStream,
     pub(super) peer: ClientPeer,
     pub(super) rbuf: BytesMut,
+    /// What the connection may read next (`transport::intake`).
+    pub(super) intake: Intake,
     pub(super) out: OutQueue,
     pub(super) client: ClientState,
     pub(super) dirty: bool,
     /// The shared-memory rings, once the client asked for them (`ShmOpen`).
     pub(super) shm: Option<ShmLink>,
+}
+
+/// The largest body a client frame of `kind` may announce (`transport::intake`): a value's
+/// worth for the frames that carry values, a control frame's for the rest (frames a client
+/// may not send at all are refused once read, with their own reason).
+fn client_body_max(kind: u8) -> usize {
+    match kind {
+        KIND_PROPOSE | KIND_GROUP_MULTICAST => frame::MAX_BODY_BYTES,
+        _ => CONTROL_BODY_MAX_BYTES,
+    }
 }
 
 /// Writes into the node's ring of a shared-memory connection, for `OutQueue::flush`: a
@@ -258,6 +273,7 @@ impl<P: Protocol> Driver<P> {
                 stream,
                 peer,
                 rbuf: BytesMut::new(),
+                intake: Intake::new(),
                 out,
                 client: ClientState::default(),
                 dirty: false,
@@ -272,7 +288,7 @@ impl<P: Protocol> Driver<P> {
         app: &mut A,
         token: Token,
     ) -> Result<(), DriverError> {
-        let min_free = self.cfg.transport.read_buffer_bytes;
+        let chunk_max = self.cfg.transport.read_buffer_bytes;
         if !self.take_doorbells(token) {
             return Ok(());
         }
@@ -280,23 +296,56 @@ impl<P: Protocol> Driver<P> {
             let Some(conn) = self.conns.get_mut(&token) else {
                 return Ok(());
             };
+            // What the bytes already here allow (issue 33): a frame over its kind's limit
+            // is refused at its header, a large one waits for the client port's budget.
+            let allow = Allowance {
+                free_bytes: CLIENT_FREE_BYTES,
+                chunk_max_bytes: chunk_max,
+                body_max: client_body_max,
+            };
+            let max =
+                match conn
+                    .intake
+                    .plan(token, &conn.rbuf, &allow, &mut self.client_budget, now)
+                {
+                    Plan::Read(n) => n,
+                    Plan::Wait { first } => {
+                        // Not read until the budget wakes it (`Driver::collect_woken`).
+                        if first {
+                            self.stats.read_budget_waits += 1;
+                        }
+                        return Ok(());
+                    }
+                    Plan::Refuse(reason) => {
+                        self.stats.bad_input_closes += 1;
+                        self.stats.frames_over_kind_limit += 1;
+                        self.close_conn(token, format_args!("{reason}"));
+                        return Ok(());
+                    }
+                };
             let outcome = match conn.shm.as_mut() {
-                Some(link) => read_ring(link, &conn.stream, &mut conn.rbuf, min_free),
-                None => transport::read_into(&conn.stream, &mut conn.rbuf, min_free),
+                Some(link) => read_ring(link, &conn.stream, &mut conn.rbuf, max),
+                None => transport::read_into(&conn.stream, &mut conn.rbuf, max),
             };
             let mut frames = std::mem::take(&mut self.frames);
             let mut bad: Option<String> = None;
             match outcome {
-                Ok(ReadOutcome::Data(_)) => loop {
-                    match frame::decode(&mut conn.rbuf) {
-                        Ok(Some(f)) => frames.push(f),
-                        Ok(None) => break,
-                        Err(e) => {
-                            bad = Some(e.to_string());
-                            break;
+                Ok(ReadOutcome::Data(n)) => {
+                    conn.intake.after_read(max, n);
+                    loop {
+                        match conn
+                            .intake
+                            .decode(token, &mut conn.rbuf, &mut self.client_budget)
+                        {
+                            Ok(Some(f)) => frames.push(f),
+                            Ok(None) => break,
+                            Err(e) => {
+                                bad = Some(e.to_string());
+                                break;
+                            }
                         }
                     }
-                },
+                }
                 Ok(ReadOutcome::WouldBlock) => {
                     self.frames = frames;
                     return Ok(());
@@ -359,6 +408,7 @@ impl<P: Protocol> Driver<P> {
     }
 
     pub(super) fn drop_conn(&mut self, token: Token) {
+        self.client_budget.forget(token);
         if let Some(mut conn) = self.conns.remove(&token) {
             // Deregistering can only fail if the socket is already gone from the poller.
             let _ = self.poll.registry().deregister(&mut conn.stream);

@@ -46,6 +46,7 @@ use super::loadgen::{LoadConfig, LoadGen};
 use super::multicast::{self, Multicast};
 use super::syncer::Syncer;
 use super::transport::datagram::{Datagrams, Shape};
+use super::transport::intake::ReadBudget;
 use super::transport::tcp::TcpLinks;
 use super::transport::{InFrame, LinkNotice, Logger, Readiness, TransportConfig, Unicast};
 use abcast_core::storage::StorageError;
@@ -252,6 +253,8 @@ pub struct Driver<P: Protocol> {
     notices: Vec<LinkNotice>,
     /// Client connections.
     conns: HashMap<Token, Conn>,
+    /// The client port's budget for large unfinished frames (`transport::intake`).
+    client_budget: ReadBudget,
     next_token: usize,
     outbox: Outbox<P::Message>,
     loopback: VecDeque<P::Message>,
@@ -350,6 +353,7 @@ impl<P: Protocol> Driver<P> {
         let history = open_history(&cfg)?;
         let last_tick_us = 0;
         Ok(Driver {
+            client_budget: ReadBudget::new(cfg.transport.client_read_budget_bytes),
             groups: cfg.process_groups.then(|| groups::Groups::new(cfg.me)),
             syncer,
             pipeline: CommitPipeline::new(Mode::new(cfg.group_commit, cfg.sync_thread)),
@@ -535,6 +539,7 @@ impl<P: Protocol> Driver<P> {
                 self.flush_all(now);
                 return Ok(());
             }
+            self.collect_woken();
             let timeout = self.poll_timeout(now);
             // The previous iteration's events were handled: without this, a loop that does
             // not spin below (`busy_poll_us = 0`) would skip the poll (it polls only into
@@ -664,7 +669,34 @@ impl<P: Protocol> Driver<P> {
         Duration::from_micros(deadline.saturating_sub(now)).min(POLL_MAX)
     }
 
+    /// Connections that waited for a read budget and may read now are served again this
+    /// iteration (`transport::intake`).
+    fn collect_woken(&mut self) {
+        self.client_budget.take_woken(&mut self.ready_again);
+        let mut woken = std::mem::take(&mut self.ready_again);
+        for t in self.transports() {
+            t.take_woken(&mut woken);
+        }
+        self.ready_again = woken;
+    }
+
+    /// Client connections whose large frame is overdue while others wait for the budget
+    /// are cut (`transport::intake`, "No squatting").
+    fn close_overdue_conns(&mut self, now: Micros) {
+        for token in self.client_budget.overdue(now) {
+            self.stats.read_overdue_closes += 1;
+            self.close_conn(
+                token,
+                format_args!(
+                    "a large frame was still incomplete when due, while other connections \
+                     waited for the read budget"
+                ),
+            );
+        }
+    }
+
     fn fire_timers<A: Hooks + ?Sized>(&mut self, now: Micros, app: &mut A) {
+        self.close_overdue_conns(now);
         while let Some((slot, f)) = self.faults.as_mut().and_then(|lf| lf.pop_due(now)) {
             self.release_held(now, slot, f.kind, f.group, &f.chunks);
         }

@@ -28,6 +28,7 @@
 //! `stream.rs` holds the socket-level pieces the TCP links and the client port share.
 
 pub mod datagram;
+pub mod intake;
 pub mod stream;
 pub mod tcp;
 
@@ -184,6 +185,10 @@ pub trait Transport {
     /// Moves the link changes since the last call into `out`.
     fn take_notices(&mut self, _out: &mut Vec<LinkNotice>) {}
 
+    /// Moves into `out` the registrations to serve again although no event came: a
+    /// connection that waited for the read budget and may read now (`intake.rs`).
+    fn take_woken(&mut self, _out: &mut Vec<Token>) {}
+
     /// Adds this transport's counters to `stats`.
     fn add_stats(&self, stats: &mut TransportStats);
 }
@@ -237,6 +242,15 @@ pub struct TransportStats {
     pub snapshots_refused: u64,
     /// Snapshots fetched from a peer and installed.
     pub snapshots_installed: u64,
+    /// Times a connection stopped being read until its port's read budget could hold the
+    /// large frame it announced (`intake.rs`).
+    pub read_budget_waits: u64,
+    /// Connections closed because a frame the read budget admitted was still incomplete
+    /// when due, while another connection waited for the budget (`intake.rs`).
+    pub read_overdue_closes: u64,
+    /// Connections closed because a frame announced a body longer than its kind may carry
+    /// (also in `bad_input_closes`).
+    pub frames_over_kind_limit: u64,
 }
 
 /// Log lines of one node: `[node seconds] message` on stderr.
@@ -302,8 +316,16 @@ pub struct TransportConfig {
     /// First reconnect delay after a peer connection fails; doubles up to `backoff_ms_max`.
     pub backoff_ms_min: u64,
     pub backoff_ms_max: u64,
-    /// The read buffer of a connection grows to at least this much free space per read.
+    /// The largest single read of a connection; reads start at 4 KiB and double while they
+    /// fill (`intake.rs`). Also what a peer connection, once its `Hello` named a member,
+    /// may hold of an unfinished frame outside the read budget.
     pub read_buffer_bytes: usize,
+    /// The client port's budget for unfinished frames longer than a connection may hold
+    /// on its own (`intake.rs`): a connection that announces one waits until the budget
+    /// holds its whole length. At least one frame is always admitted.
+    pub client_read_budget_bytes: usize,
+    /// The peer port's budget, the same for peer connections.
+    pub peer_read_budget_bytes: usize,
     /// Injected per-link delay and loss for experiments (`[[link_faults]]` in the node
     /// config), for the whole cluster: each driver applies the rules of its own outgoing
     /// links. Empty (the default) = real links only, and the send path is unchanged.
@@ -375,6 +397,8 @@ impl Default for TransportConfig {
             backoff_ms_min: 10,
             backoff_ms_max: 1000,
             read_buffer_bytes: 1 << 20,
+            client_read_budget_bytes: intake::READ_BUDGET_BYTES_DEFAULT,
+            peer_read_budget_bytes: intake::READ_BUDGET_BYTES_DEFAULT,
             link_faults: Vec::new(),
             multicast: None,
             unicast: Unicast::Tcp,

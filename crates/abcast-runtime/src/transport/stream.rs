@@ -353,19 +353,25 @@ pub enum ReadOutcome {
     Eof,
 }
 
-/// Reads once from `stream` into the free space of `buf`, growing it to at least
-/// `min_free_bytes` of free space first, without zero-filling the new space.
+/// Reads once from `stream` into the free space of `buf`, at most `max_bytes`, growing the
+/// buffer to that much free space first if it has less than half of it (so a buffer whose
+/// frames still share its memory is not replaced at every read), without zero-filling the
+/// new space. The caller sizes `max_bytes` to what the connection may hold
+/// (`transport::intake`): the buffer grows as bytes arrive, never ahead of them.
 pub fn read_into<S: AsFd>(
     stream: &S,
     buf: &mut BytesMut,
-    min_free_bytes: usize,
+    max_bytes: usize,
 ) -> io::Result<ReadOutcome> {
-    if buf.capacity() - buf.len() < min_free_bytes / 2 {
-        buf.reserve(min_free_bytes);
+    let max_bytes = max_bytes.max(1);
+    if buf.capacity() - buf.len() < max_bytes.div_ceil(2) {
+        buf.reserve(max_bytes);
     }
     let sock = SockRef::from(stream);
     loop {
         let spare = buf.spare_capacity_mut();
+        let spare_len = spare.len().min(max_bytes);
+        let spare = &mut spare[..spare_len];
         let free = spare.len();
         match sock.recv(spare) {
             Ok(0) => return Ok(ReadOutcome::Eof),

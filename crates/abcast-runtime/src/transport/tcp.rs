@@ -26,6 +26,7 @@
 //! protocols must be safe with a frame meant for an earlier life either way; the rule only
 //! spares a new life the backlog that is known to be stale.
 
+use super::intake::{Allowance, Intake, Plan, ReadBudget};
 use super::stream::{self, Backoff, OutQueue, PushError, ReadOutcome};
 use super::{
     InFrame, LinkNotice, Logger, OutFrame, Readiness, Ready, Sent, TCP_TOKENS, Tokens, Transport,
@@ -191,8 +192,22 @@ struct Inbound {
     stream: TcpStream,
     addr: SocketAddr,
     rbuf: BytesMut,
+    /// What the connection may read next (`intake.rs`).
+    intake: Intake,
     /// `None` until its `Hello`.
     peer: Option<NodeId>,
+}
+
+/// The largest body a peer connection may announce for a frame of `kind` (`intake.rs`):
+/// before its `Hello` names a member, a `Hello`'s worth whatever the kind (anything but a
+/// `Hello` is refused once read); after it, a protocol message of any allowed size, and a
+/// `Hello`'s worth for the kinds refused once read (a second `Hello`, client kinds).
+fn peer_body_max(identified: bool, kind: u8) -> usize {
+    if identified && (1..=KIND_PROTOCOL_MAX).contains(&kind) {
+        frame::MAX_BODY_BYTES
+    } else {
+        MAX_HELLO_BODY_BYTES
+    }
 }
 
 /// Who this node is, for its `Hello` and for checking the peers'.
@@ -226,6 +241,8 @@ pub struct TcpLinks {
     /// of a new life is recorded before its frames are taken, and a node asking which life
     /// of it this one knows is answered from it. `None`: no book (answers "no book").
     lives: Option<LivesBook>,
+    /// The peer port's budget for large unfinished frames (`intake.rs`).
+    budget: ReadBudget,
 }
 
 impl TcpLinks {
@@ -245,6 +262,7 @@ impl TcpLinks {
         let mut tokens = Tokens::new(TCP_TOKENS);
         let listener_token = tokens.take();
         registry.register(&mut listener, listener_token, Interest::READABLE)?;
+        let budget = ReadBudget::new(cfg.peer_read_budget_bytes);
         let mut links = TcpLinks {
             id,
             cfg,
@@ -262,6 +280,7 @@ impl TcpLinks {
             stats: TransportStats::default(),
             inbound_limit_logged: false,
             lives: None,
+            budget,
         };
         for &(pid, addr) in peers {
             if pid == id.me || links.index.contains_key(&pid) {
@@ -541,6 +560,7 @@ impl TcpLinks {
                     stream,
                     addr,
                     rbuf: BytesMut::new(),
+                    intake: Intake::new(),
                     peer: None,
                 },
             );
@@ -562,13 +582,11 @@ impl TcpLinks {
                 return;
             }
         };
-        if cluster != self.id.cluster_id {
+        let mine = self.id.cluster_id;
+        if cluster != mine {
             self.bad_input(
                 token,
-                format_args!(
-                    "life query from cluster {cluster} (this is cluster {})",
-                    self.id.cluster_id
-                ),
+                format_args!("life query from cluster {cluster} (this is cluster {mine})"),
             );
             return;
         }
@@ -586,13 +604,50 @@ impl TcpLinks {
 
     /// One read of inbound connection `token`: its complete frames go to `inbox` (a
     /// `Hello` is checked here and goes nowhere).
-    fn read_inbound(&mut self, token: Token, inbox: &mut Vec<InFrame>) -> Ready {
-        let min_free = self.cfg.read_buffer_bytes;
+    fn read_inbound(&mut self, now: Micros, token: Token, inbox: &mut Vec<InFrame>) -> Ready {
+        let chunk_max = self.cfg.read_buffer_bytes;
         let Some(conn) = self.inbound.get_mut(&token) else {
             return Ready::Drained;
         };
-        match stream::read_into(&conn.stream, &mut conn.rbuf, min_free) {
-            Ok(ReadOutcome::Data(_)) => {}
+        // What the bytes already here allow (issue 33): before its Hello a connection is
+        // nobody and may not make this node buffer more than a Hello; after it, one
+        // connection per member may hold a read's worth, and larger frames wait for the
+        // peer port's budget.
+        let identified = conn.peer.is_some();
+        let free = if identified {
+            chunk_max.max(super::intake::CLIENT_FREE_BYTES)
+        } else {
+            frame::HEADER_BYTES + MAX_HELLO_BODY_BYTES
+        };
+        let allow = Allowance {
+            free_bytes: free,
+            chunk_max_bytes: chunk_max,
+            body_max: |kind| peer_body_max(identified, kind),
+        };
+        let plan = conn
+            .intake
+            .plan(token, &conn.rbuf, &allow, &mut self.budget, now);
+        let max = match plan {
+            Plan::Read(n) => n,
+            Plan::Wait { first } => {
+                if first {
+                    self.stats.read_budget_waits += 1;
+                }
+                return Ready::Drained;
+            }
+            Plan::Refuse(reason) => {
+                self.stats.frames_over_kind_limit += 1;
+                let reason = if identified {
+                    reason
+                } else {
+                    format!("{reason} (expected a Hello)")
+                };
+                self.bad_input(token, format_args!("{reason}"));
+                return Ready::Drained;
+            }
+        };
+        match stream::read_into(&conn.stream, &mut conn.rbuf, max) {
+            Ok(ReadOutcome::Data(n)) => conn.intake.after_read(max, n),
             Ok(ReadOutcome::WouldBlock) => return Ready::Drained,
             Ok(ReadOutcome::Eof) => {
                 self.close_inbound(token, format_args!("closed by the peer"));
@@ -607,20 +662,7 @@ impl TcpLinks {
             let Some(conn) = self.inbound.get_mut(&token) else {
                 return Ready::Drained;
             };
-            // Before its Hello a connection is nobody: it may not make this node buffer a
-            // large frame.
-            if conn.peer.is_none()
-                && frame::peek_body_len(&conn.rbuf).is_some_and(|n| n > MAX_HELLO_BODY_BYTES)
-            {
-                self.bad_input(
-                    token,
-                    format_args!(
-                        "first frame longer than {MAX_HELLO_BODY_BYTES} bytes, expected Hello"
-                    ),
-                );
-                return Ready::Drained;
-            }
-            let f = match frame::decode(&mut conn.rbuf) {
+            let f = match conn.intake.decode(token, &mut conn.rbuf, &mut self.budget) {
                 Ok(Some(f)) => f,
                 Ok(None) => return Ready::More,
                 Err(e) => {
@@ -754,6 +796,7 @@ impl TcpLinks {
     }
 
     fn close_inbound(&mut self, token: Token, reason: fmt::Arguments<'_>) {
+        self.budget.forget(token);
         if let Some(mut conn) = self.inbound.remove(&token) {
             let who = match conn.peer {
                 Some(p) => format!("{p} at {}", conn.addr),
@@ -830,7 +873,7 @@ impl Transport for TcpLinks {
             return Ready::Drained;
         }
         if ready.readable {
-            return self.read_inbound(token, inbox);
+            return self.read_inbound(now, token, inbox);
         }
         Ready::Drained
     }
@@ -857,6 +900,16 @@ impl Transport for TcpLinks {
     }
 
     fn on_timers(&mut self, now: Micros) {
+        for token in self.budget.overdue(now) {
+            self.stats.read_overdue_closes += 1;
+            self.close_inbound(
+                token,
+                format_args!(
+                    "a large frame was still incomplete when due, while other connections \
+                     waited for the read budget"
+                ),
+            );
+        }
         for idx in 0..self.peers.len() {
             match self.peers[idx].link {
                 Link::Backoff { until } if until <= now => {
@@ -900,6 +953,7 @@ impl Transport for TcpLinks {
                 Link::Connecting { since, .. } => Some(since.saturating_add(CONNECT_TIMEOUT_US)),
                 _ => None,
             })
+            .chain(self.budget.next_due())
             .min()
     }
 
@@ -957,6 +1011,10 @@ impl Transport for TcpLinks {
         out.append(&mut self.notices);
     }
 
+    fn take_woken(&mut self, out: &mut Vec<Token>) {
+        self.budget.take_woken(out);
+    }
+
     fn add_stats(&self, s: &mut TransportStats) {
         let t = &self.stats;
         s.frames_queued += t.frames_queued;
@@ -967,6 +1025,9 @@ impl Transport for TcpLinks {
         s.disconnects += t.disconnects;
         s.hellos_accepted += t.hellos_accepted;
         s.stale_frames_dropped += t.stale_frames_dropped;
+        s.read_budget_waits += t.read_budget_waits;
+        s.read_overdue_closes += t.read_overdue_closes;
+        s.frames_over_kind_limit += t.frames_over_kind_limit;
     }
 }
 

@@ -320,7 +320,7 @@ fn token_main(args: &[String]) -> ExitCode {
              \"proposed_values\":{},\"acked_values\":{},\"deliveries\":{},\"safe_deliveries\":{},\
              \"transitional_deliveries\":{},\"configs_installed\":{},\"crashes\":{},\"pauses\":{},\
              \"partition_changes\":{},\"messages_held_long\":{},\"settle_us_max\":{},\
-             \"remain_runs\":{},\"remain_installs_max\":{}}}",
+             \"remain_runs\":{},\"remain_data_cut_runs\":{},\"remain_installs_max\":{}}}",
             json_string(&mix_name),
             mutation.map_or("null".to_string(), |m| json_string(m.name())),
             all.runs,
@@ -339,6 +339,7 @@ fn token_main(args: &[String]) -> ExitCode {
             t.messages_held_long,
             all.settle_us_max,
             t.remain_runs,
+            t.remain_data_cut_runs,
             t.remain_installs_max,
         );
     }

@@ -6,12 +6,20 @@
 //! and freezes processes. Then the faults stop and the membership must settle: every node
 //! in one ring within [`EvsConfig::settle_bound_us`].
 //!
+//! The **loss**, **partial** and **mixed** mixes also cut one member's *data lane* for a
+//! while ([`FaultKind::DataLaneCut`]): the other members' data messages, joins and merge
+//! announcements are lost on the way to it, its tokens and commit tokens arrive (seed 002
+//! §III-E: two sockets), so it gets the token but none of the data.
+//!
 //! The **partial** and **mixed** mixes end their fault phase with a *remain* phase: one
 //! link stays cut one way (a node can send to a neighbour but not hear it, corosync issue
-//! 760) for [`EvsConfig::remain_us`] under load, and in its last
-//! [`EvsConfig::remain_window_us`] no node may install more than
-//! [`EvsConfig::remain_installs_max`] configurations: the membership must settle on the
-//! asymmetric link, not flap.
+//! 760), or one member's data lane stays cut, for [`EvsConfig::remain_us`] under
+//! load, and in its last [`EvsConfig::remain_window_us`] no node may install more than
+//! [`EvsConfig::remain_installs_max`] configurations (the membership must settle on the
+//! fault, not flap), every node that lived through it must deliver something, and every
+//! node with values proposed at it must have one acknowledged (a member that cannot
+//! receive must not hold the others' discard point down: Totem's "failed to receive"
+//! rule).
 //!
 //! Why a world of its own and not `sim/`'s: that one checks one sequence for every
 //! learner, with durable stores, snapshots, reads and reconfiguration around it; a token
@@ -157,6 +165,11 @@ pub struct EvsPlan {
     pub pause_us: (Micros, Micros),
     /// A one-way link stays cut for the remain phase.
     pub remain_one_way: bool,
+    /// One member's data lane is cut this often during the fault phase, for this long.
+    pub data_cut_every_us: Option<(Micros, Micros)>,
+    pub data_cut_us: (Micros, Micros),
+    /// One member's data lane stays cut for the remain phase.
+    pub remain_data_cut: bool,
     /// A crash is armed instead of immediate: the node dies half-way through carrying
     /// out its next outbox with two messages or more, after a random prefix of them left
     /// (the guide's "crash half-way through one outbox"; `sim/faults.rs` for the others).
@@ -180,6 +193,9 @@ impl EvsPlan {
             pause_every_us: None,
             pause_us: (20_000, 800_000),
             remain_one_way: false,
+            data_cut_every_us: None,
+            data_cut_us: (50_000, 800_000),
+            remain_data_cut: false,
             partial_fanout_ppm: 0,
         };
         let loss = |rng: &mut SimRng, max: u64| rng.between(0, max) as u32;
@@ -190,6 +206,7 @@ impl EvsPlan {
                 p.token_loss_ppm = loss(rng, 100_000);
                 p.delay_us = (20, rng.between(300, 3_000));
                 p.long_delay_ppm = loss(rng, 2_000);
+                p.data_cut_every_us = Some((300_000, 1_500_000));
             }
             FaultMix::Partition => {
                 p.loss_ppm = loss(rng, 20_000);
@@ -210,7 +227,13 @@ impl EvsPlan {
                 p.loss_ppm = loss(rng, 10_000);
                 p.partition_every_us = Some((200_000, 800_000));
                 p.one_way_only = true;
-                p.remain_one_way = true;
+                p.data_cut_every_us = Some((300_000, 1_500_000));
+                // The remain phase keeps one fault: a one-way link, or a data lane cut.
+                // (Both at once can make the membership flap past the remain bound: a
+                // member whose data lane is cut is tried again at every merge period, and
+                // each gather lets the one-way link split the ring again.)
+                p.remain_data_cut = rng.chance_ppm(500_000);
+                p.remain_one_way = !p.remain_data_cut;
             }
             FaultMix::Mixed => {
                 p.loss_ppm = loss(rng, 50_000);
@@ -224,6 +247,8 @@ impl EvsPlan {
                 p.pause_every_us = Some((300_000, 1_500_000));
                 p.remain_one_way = rng.chance_ppm(500_000);
                 p.partial_fanout_ppm = 300_000;
+                p.data_cut_every_us = Some((300_000, 1_500_000));
+                p.remain_data_cut = rng.chance_ppm(500_000) && !p.remain_one_way;
             }
             _ => {}
         }
@@ -254,6 +279,8 @@ pub struct EvsReport {
     pub remain_installs_max: u64,
     pub remain_last_installs_max: u64,
     pub remain_runs: u64,
+    /// Remain phases with a member's data lane cut throughout.
+    pub remain_data_cut_runs: u64,
     /// Group views and group messages told, over every life.
     pub group_views: u64,
     pub group_messages: u64,
@@ -280,6 +307,11 @@ enum Action {
     Pause,
     Resume {
         node: usize,
+    },
+    /// One member's data lane is cut, until the `DataCutEnd` of the same number.
+    DataCut,
+    DataCutEnd {
+        cut: u64,
     },
     FaultsEnd,
     /// The remain phase's last window begins: what each node delivered so far.
@@ -368,6 +400,14 @@ struct World<'f, P: Protocol, F> {
     phase: Phase,
     side: Vec<u8>,
     one_way: HashSet<(NodeId, NodeId)>,
+    /// The node whose data lane is cut now, and the number of that cut.
+    data_cut: Option<usize>,
+    data_cuts: u64,
+    /// Per node: acknowledgements and values proposed (`propose` took), over its lives;
+    /// and both when the remain phase's last window began.
+    acks_by: Vec<u64>,
+    proposed_by: Vec<u64>,
+    remain_mark_acks: Vec<(u64, u64)>,
     checker: EvsChecker,
     group_checker: groups::GroupChecker,
     report: EvsReport,
@@ -481,6 +521,7 @@ where
     }
     fn acked(&mut self, _now: Micros, a: &Ack) -> Result<(), Failure> {
         let life = self.w.life(self.i);
+        self.w.acks_by[self.i] += u64::from(a.count);
         self.w.checker.acked(life, a)
     }
     fn event(&mut self, _now: Micros, _e: &CoreEvent) {}
@@ -571,18 +612,27 @@ where
             self.schedule(self.now, Action::Msg(Box::new(m)));
             return;
         }
-        if self.cut(from_id, to_id) {
+        let token = self.cfg.token_kinds.contains(&kind);
+        if self.data_cut == Some(to) && !token {
             self.report.messages_dropped += 1;
             return;
         }
-        if self.phase == Phase::Faults {
-            let token = self.cfg.token_kinds.contains(&kind);
-            if self.rng.chance_ppm(self.plan.loss_ppm)
-                || (token && self.rng.chance_ppm(self.plan.token_loss_ppm))
-            {
-                self.report.messages_dropped += 1;
-                return;
+        if self.cut(from_id, to_id) {
+            self.report.messages_dropped += 1;
+            if token {
+                self.report.faults.add(FaultKind::TokenLoss, 1);
             }
+            return;
+        }
+        if self.phase == Phase::Faults
+            && (self.rng.chance_ppm(self.plan.loss_ppm)
+                || (token && self.rng.chance_ppm(self.plan.token_loss_ppm)))
+        {
+            self.report.messages_dropped += 1;
+            if token {
+                self.report.faults.add(FaultKind::TokenLoss, 1);
+            }
+            return;
         }
         let copies = if self.phase == Phase::Faults && self.rng.chance_ppm(self.plan.dup_ppm) {
             self.report.messages_duplicated += 1;
@@ -800,6 +850,7 @@ where
                 match r {
                     Ok(id) => {
                         self.mix_in(id.seq);
+                        self.proposed_by[i] += 1;
                         self.checker
                             .propose(life, id, payload)
                             .map_err(|f| self.violation(f))?;
@@ -858,20 +909,58 @@ where
                 }
                 Ok(())
             }
+            Action::DataCut => {
+                if self.phase != Phase::Faults || self.now >= self.fault_end {
+                    return Ok(());
+                }
+                if let Some((lo, hi)) = self.plan.data_cut_every_us {
+                    let at = self.now + self.rng.between(lo, hi);
+                    if at < self.fault_end {
+                        self.schedule(at, Action::DataCut);
+                    }
+                }
+                let z = self.rng.below(self.nodes.len() as u64) as usize;
+                let len = self
+                    .rng
+                    .between(self.plan.data_cut_us.0, self.plan.data_cut_us.1);
+                self.cut_data_lane(z);
+                let cut = self.data_cuts;
+                self.schedule(
+                    (self.now + len).min(self.fault_end),
+                    Action::DataCutEnd { cut },
+                );
+                Ok(())
+            }
+            Action::DataCutEnd { cut } => {
+                if cut == self.data_cuts && self.phase == Phase::Faults {
+                    self.data_cut = None;
+                    self.note("data lane restored".into());
+                }
+                Ok(())
+            }
             Action::FaultsEnd => {
                 self.side.iter_mut().for_each(|s| *s = 0);
                 self.one_way.clear();
-                if self.plan.remain_one_way && self.nodes.len() >= 2 {
+                self.data_cut = None;
+                let remain = self.plan.remain_one_way || self.plan.remain_data_cut;
+                if remain && self.nodes.len() >= 2 {
                     self.phase = Phase::Remain;
-                    // x hears nobody from y, y hears x: x can send to y but not hear it.
-                    let x = self.rng.below(self.nodes.len() as u64) as usize;
-                    let mut y = self.rng.below(self.nodes.len() as u64 - 1) as usize;
-                    if y >= x {
-                        y += 1;
+                    if self.plan.remain_one_way {
+                        // x hears nobody from y, y hears x: x can send to y but not hear it.
+                        let x = self.rng.below(self.nodes.len() as u64) as usize;
+                        let mut y = self.rng.below(self.nodes.len() as u64 - 1) as usize;
+                        if y >= x {
+                            y += 1;
+                        }
+                        let (xi, yi) = (self.nodes[x].id, self.nodes[y].id);
+                        self.one_way.insert((yi, xi));
+                        self.note(format!("remain: {yi} -> {xi} cut one way"));
                     }
-                    let (xi, yi) = (self.nodes[x].id, self.nodes[y].id);
-                    self.one_way.insert((yi, xi));
-                    self.note(format!("remain: {yi} -> {xi} cut one way"));
+                    if self.plan.remain_data_cut {
+                        let z = self.rng.below(self.nodes.len() as u64) as usize;
+                        self.cut_data_lane(z);
+                        self.report.remain_data_cut_runs = 1;
+                    }
                     self.report.remain_runs = 1;
                     self.report.faults.add(FaultKind::FaultsRemain, 1);
                     for i in 0..self.nodes.len() {
@@ -891,6 +980,9 @@ where
                 Ok(())
             }
             Action::RemainMark => {
+                self.remain_mark_acks = (0..self.nodes.len())
+                    .map(|i| (self.acks_by[i], self.proposed_by[i]))
+                    .collect();
                 self.remain_mark = (0..self.nodes.len())
                     .map(|i| {
                         let n = &self.nodes[i];
@@ -903,6 +995,7 @@ where
             }
             Action::Heal => {
                 if self.phase == Phase::Remain {
+                    self.acks_went_on()?;
                     // Ordering goes on meanwhile: every node that lived through the last
                     // window delivered something in it (load reaches every node).
                     for (i, mark) in self.remain_mark.clone().into_iter().enumerate() {
@@ -915,8 +1008,9 @@ where
                             let mut f = Failure::new(
                                 ViolationKind::MembershipUnsettled,
                                 format!(
-                                    "with one link cut one way, node {} delivered nothing in the \
-                                     last {} ms of the remain phase ({before} delivered before)",
+                                    "with {}, node {} delivered nothing in the last {} ms of the \
+                                     remain phase ({before} delivered before)",
+                                    self.remain_faults(),
                                     n.id,
                                     self.cfg.remain_window_us / 1000
                                 ),
@@ -943,9 +1037,10 @@ where
                         let f = Failure::new(
                             ViolationKind::MembershipUnsettled,
                             format!(
-                                "with one link cut one way for {} ms, a node installed {last} \
-                                 configurations in the last {} ms ({worst} in all; at most {max} \
-                                 allowed at the end): the membership flaps",
+                                "with {} for {} ms, a node installed {last} configurations in \
+                                 the last {} ms ({worst} in all; at most {max} allowed at the \
+                                 end): the membership flaps",
+                                self.remain_faults(),
                                 self.cfg.remain_us / 1000,
                                 self.cfg.remain_window_us / 1000,
                             ),
@@ -955,6 +1050,7 @@ where
                 }
                 self.phase = Phase::Healed;
                 self.one_way.clear();
+                self.data_cut = None;
                 self.heal_at = Some(self.now);
                 self.load_end = self.now + self.cfg.heal_load_us;
                 self.note("healed".into());
@@ -1008,6 +1104,61 @@ where
                 Ok(())
             }
         }
+    }
+
+    /// The data lane into node `z` is cut from now on (until the next cut, the end of the
+    /// fault phase, or the heal).
+    fn cut_data_lane(&mut self, z: usize) {
+        self.data_cut = Some(z);
+        self.data_cuts += 1;
+        self.report.faults.add(FaultKind::DataLaneCut, 1);
+        let id = self.nodes[z].id;
+        self.note(format!("data lane into {id} cut"));
+    }
+
+    /// At the end of a remain phase: every node that lived through its last window with
+    /// values proposed at it in that window had one acknowledged in it. A member that
+    /// gets the token but not the data (its data lane cut) holds the token's aru, and
+    /// every member's discard point with it, down until it is removed.
+    fn acks_went_on(&self) -> Res<()> {
+        for (i, mark) in self.remain_mark.iter().enumerate() {
+            let n = &self.nodes[i];
+            let (Some((inc, _)), Some(&(acks, proposed))) = (mark, self.remain_mark_acks.get(i))
+            else {
+                continue;
+            };
+            if n.proto.is_none() || n.incarnation != *inc {
+                continue;
+            }
+            let proposed_now = self.proposed_by[i] - proposed;
+            if proposed_now > 0 && self.acks_by[i] == acks {
+                let mut f = Failure::new(
+                    ViolationKind::AcksStalled,
+                    format!(
+                        "in the last {} ms of the remain phase ({}), node {} acknowledged none                          of the {proposed_now} values proposed at it",
+                        self.cfg.remain_window_us / 1000,
+                        self.remain_faults(),
+                        n.id
+                    ),
+                );
+                f.node = Some(n.id);
+                return Err(self.violation(f));
+            }
+        }
+        Ok(())
+    }
+
+    /// The faults that stay in the remain phase, in words.
+    fn remain_faults(&self) -> String {
+        let mut v: Vec<String> = self
+            .one_way
+            .iter()
+            .map(|(a, b)| format!("{a} -> {b} cut one way"))
+            .collect();
+        if let Some(z) = self.data_cut {
+            v.push(format!("the data lane into {} cut", self.nodes[z].id));
+        }
+        v.join(", ")
     }
 
     /// A client's group operation at node `i`: a join, a leave of one of its members, or a
@@ -1089,6 +1240,7 @@ where
             self.outbox = out;
             for (id, v) in taken {
                 self.mix_in(id.seq);
+                self.proposed_by[i] += 1;
                 self.checker
                     .propose(life, id, v)
                     .map_err(|f| self.violation(f))?;
@@ -1288,6 +1440,10 @@ where
             let at = self.rng.between(lo, hi);
             self.schedule(at, Action::Pause);
         }
+        if let Some((lo, hi)) = self.plan.data_cut_every_us {
+            let at = self.rng.between(lo, hi);
+            self.schedule(at, Action::DataCut);
+        }
         self.schedule(self.fault_end, Action::FaultsEnd);
         while let Some(Reverse(ev)) = self.queue.pop() {
             self.now = ev.at;
@@ -1383,6 +1539,11 @@ where
         phase: Phase::Faults,
         side: vec![0; n],
         one_way: HashSet::new(),
+        data_cut: None,
+        data_cuts: 0,
+        acks_by: vec![0; n],
+        proposed_by: vec![0; n],
+        remain_mark_acks: Vec::new(),
         checker: EvsChecker::new(),
         group_checker: groups::GroupChecker::default(),
         report: EvsReport::default(),
@@ -1418,8 +1579,8 @@ impl fmt::Display for EvsSweep {
             "{} seeds, {} violations; proposed {}, acked {}, delivered {} ({} Safe, {} in \
              transitional configurations), {} configurations installed, {} crashes, {} pauses, \
              {} partition changes, {} messages held long; settle max {} ms (seed {}); remain \
-             runs {} with at most {} installs, {} in the last window; {} group views, {} \
-             group messages",
+             runs {} ({} with a data lane cut) with at most {} installs, {} in the last window; \
+             {} group views, {} group messages; faults {:?}",
             self.runs,
             self.violations.len(),
             t.proposed,
@@ -1435,10 +1596,12 @@ impl fmt::Display for EvsSweep {
             self.settle_us_max / 1000,
             self.settle_seed,
             t.remain_runs,
+            t.remain_data_cut_runs,
             t.remain_installs_max,
             t.remain_last_installs_max,
             t.group_views,
-            t.group_messages
+            t.group_messages,
+            t.faults
         )
     }
 }
@@ -1474,6 +1637,7 @@ impl EvsSweep {
                 t.pauses += r.pauses;
                 t.partition_changes += r.partition_changes;
                 t.remain_runs += r.remain_runs;
+                t.remain_data_cut_runs += r.remain_data_cut_runs;
                 t.group_views += r.group_views;
                 t.group_messages += r.group_messages;
                 t.remain_installs_max = t.remain_installs_max.max(r.remain_installs_max);
@@ -1514,6 +1678,7 @@ impl EvsSweep {
         t.pauses += r.pauses;
         t.partition_changes += r.partition_changes;
         t.remain_runs += r.remain_runs;
+        t.remain_data_cut_runs += r.remain_data_cut_runs;
         t.group_views += r.group_views;
         t.group_messages += r.group_messages;
         t.remain_installs_max = t.remain_installs_max.max(r.remain_installs_max);

@@ -1,7 +1,8 @@
 //! The token ring's suite in the EVS world (issue 18): each seed draws the ring's windows
 //! (the original ring, `accelerated_window = 0`, in half the seeds), its message size (so
-//! that values are packed), a service per node (Agreed or Safe) and sometimes a small
-//! send window (so `propose` says `Busy`).
+//! that values are packed), a service per node (Agreed or Safe), sometimes a small
+//! send window (so `propose` says `Busy`) and sometimes a small ring window
+//! (`buffer_messages_max`, so that a lagging member makes the holders stop stamping).
 
 use super::{EvsConfig, nodes_for, run_described};
 use crate::rng::SimRng;
@@ -47,6 +48,16 @@ pub fn configs_for(
         };
         c.mutation.set(mutation)?;
         out.push(c);
+    }
+    // Sometimes a small window (`buffer_messages_max`, from twice the global window), so
+    // that a member that lags (a data lane cut) fills it and the holders stop stamping.
+    // Drawn last, so the draws above stay what they were.
+    if rng.chance_ppm(300_000) {
+        let g = u64::from(global);
+        let buffer = rng.between(2 * g, 8 * g);
+        for c in &mut out {
+            c.buffer_messages_max = buffer;
+        }
     }
     Ok(out)
 }
@@ -156,4 +167,31 @@ pub fn sweep_with(
         s.add(r);
     }
     s
+}
+
+/// The fault kinds each mix of the token ring's suite must produce over its seeds (the
+/// tests assert them, as `suites::Proto::expected_faults` for the other protocols), so
+/// that a sweep that passed is known to have met its faults.
+pub fn expected_faults(mix: crate::FaultMix) -> &'static [crate::faults::FaultKind] {
+    use crate::FaultMix;
+    use crate::faults::FaultKind::*;
+    match mix {
+        FaultMix::Loss => &[TokenLoss, DataLaneCut],
+        FaultMix::Partition => &[TokenLoss],
+        FaultMix::Crash => &[CrossIncarnation, PartialFanout, TokenLoss],
+        FaultMix::Pause => &[Pause, TokenLoss],
+        FaultMix::PartialConnectivity => {
+            &[PartialConnectivity, FaultsRemain, DataLaneCut, TokenLoss]
+        }
+        FaultMix::Mixed => &[
+            CrossIncarnation,
+            PartialFanout,
+            Pause,
+            PartialConnectivity,
+            FaultsRemain,
+            DataLaneCut,
+            TokenLoss,
+        ],
+        _ => &[],
+    }
 }

@@ -168,6 +168,10 @@ struct SnapRecord {
     installed: bool,
     /// Taken with an `app=` of the story's own: not a delivered prefix, not checked.
     custom: bool,
+    /// A snapshot of several groups (`Protocol::snapshot_groups`, Multi-Ring Paxos): its
+    /// state is the learner's merged sequence, not group 0's prefix. An installed one must
+    /// be, byte for byte, one a peer took.
+    multi: bool,
 }
 
 struct Envelope<M> {
@@ -401,11 +405,16 @@ impl<A: Adapter> Env<A> {
                 let upto = ins.snapshot.upto;
                 self.lives[life].entries.push(Entry::Install(upto));
                 self.lives[life].app = text(&ins.snapshot.app);
+                let multi = self.nodes[i]
+                    .proto
+                    .as_ref()
+                    .is_some_and(|p| !p.snapshot_groups(&ins.snapshot).is_empty());
                 self.snapshots.push(SnapRecord {
                     node: i,
                     snapshot: ins.snapshot,
                     installed: true,
                     custom: false,
+                    multi,
                 });
                 self.activity += 1;
                 self.line(
@@ -1128,13 +1137,24 @@ impl<A: Adapter> Env<A> {
             .as_mut()
             .ok_or(format!("n{i} is down"))?;
         let snap = p.take_snapshot(Bytes::from(app))?;
-        let s = format!("n{i} snapshot up to {}", snap.upto);
+        let groups = p.snapshot_groups(&snap);
+        let mut s = format!("n{i} snapshot up to {}", snap.upto);
+        for g in &groups {
+            let _ = write!(
+                s,
+                " r{}:{}{}",
+                g.group.0,
+                g.covered,
+                if g.following { "" } else { "(not following)" }
+            );
+        }
         self.last_snapshot.insert(i, snap.clone());
         self.snapshots.push(SnapRecord {
             node: i,
             snapshot: snap,
             installed: false,
             custom: custom.is_some(),
+            multi: !groups.is_empty(),
         });
         Ok(s)
     }
@@ -1329,6 +1349,21 @@ impl<A: Adapter> Env<A> {
         if !self.snapshots.is_empty() {
             let mut bad = Vec::new();
             for r in self.snapshots.iter().filter(|r| !r.custom) {
+                if r.multi {
+                    // The taker's state is what it delivered (the story's `app`); an
+                    // installed one must be exactly one a peer took.
+                    let taken = self
+                        .snapshots
+                        .iter()
+                        .any(|t| !t.installed && t.node != r.node && t.snapshot == r.snapshot);
+                    if r.installed && !taken {
+                        bad.push(format!(
+                            "snapshots: n{} installed a snapshot at position {} that no peer took",
+                            r.node, r.snapshot.upto
+                        ));
+                    }
+                    continue;
+                }
                 let prefix: Vec<String> = decided
                     .range((0, 0)..=(0, r.snapshot.upto))
                     .flat_map(|(_, (v, _))| v.iter().map(text))

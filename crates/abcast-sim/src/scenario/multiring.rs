@@ -1,9 +1,10 @@
 //! The scenario adapter of Multi-Ring Paxos (seed 000 §2.4): `cluster protocol=multiring
-//! nodes=3 [learners=2] [rings=2] [m=1] [follow=4:2,...]`. Ring `g` (groups `1..=rings`) has
-//! the PAL nodes `0..nodes` rotated by `g - 1` (so ring 1's coordinator is node 0, ring 2's
-//! node 1), then the learners; `follow=4:2` makes node 4 follow ring 2 only (by default a
-//! learner follows every ring). The only place the runner looks inside
-//! `multiring::Message`.
+//! nodes=3 [learners=2] [rings=2] [m=1] [follow=4:2,...] [snapshots]`. Ring `g` (groups
+//! `1..=rings`) has the PAL nodes `0..nodes` rotated by `g - 1` (so ring 1's coordinator
+//! is node 0, ring 2's node 1), then the learners; `follow=4:2` makes node 4 follow ring 2
+//! only (by default a learner follows every ring); `snapshots`: the learners take merge
+//! snapshots and each ring trims below them (`multiring/snapshot.rs`). The only place the
+//! runner looks inside `multiring::Message`.
 
 use super::adapter::{Adapter, Args, MsgInfo};
 use super::uring::describe_uring;
@@ -27,6 +28,7 @@ impl Adapter for MultiRingAdapter {
         let n: u32 = args.req("nodes")?;
         let learners: u32 = args.opt("learners")?.unwrap_or(0);
         let rings: u16 = args.opt("rings")?.unwrap_or(2);
+        let snapshots = args.flag("snapshots")?;
         let mut cfg = MultiRingConfig::default();
         if let Some(m) = args.opt("m")? {
             cfg.merge_m = m;
@@ -51,6 +53,7 @@ impl Adapter for MultiRingAdapter {
                 group: GroupId(g),
                 ring: RingConfig {
                     members,
+                    learner_snapshots: snapshots,
                     ..RingConfig::default()
                 },
             });
@@ -97,6 +100,12 @@ impl Adapter for MultiRingAdapter {
             Body::Report(r) => MsgInfo::new("report")
                 .background()
                 .detail(format!("need_slot={}", r.need_slot)),
+            Body::SnapshotFetch(f) => MsgInfo::new("snapshot-fetch")
+                .instance(f.upto)
+                .detail(format!("from position {} offset {}", f.min_upto, f.offset)),
+            Body::SnapshotChunk(c) => MsgInfo::new("snapshot-chunk")
+                .instance(c.upto)
+                .detail(format!("{} of {} bytes", c.data.len(), c.total)),
             Body::ControlReq(c) => MsgInfo::new("control-req").detail(format!(
                 "{} node {}",
                 if c.subscribe {
@@ -109,6 +118,20 @@ impl Adapter for MultiRingAdapter {
         };
         info.group = Some(m.group.0);
         info
+    }
+
+    fn details(node: &MultiRing) -> Vec<String> {
+        use abcast_core::Protocol as _;
+        if !node.snapshots_supported() {
+            return Vec::new();
+        }
+        let mut v = vec![format!("position={}", node.position())];
+        for g in node.groups() {
+            if let Some(s) = node.ring(g).and_then(|r| r.acceptor_log_start()) {
+                v.push(format!("r{}.log_start={s}", g.0));
+            }
+        }
+        v
     }
 
     fn propose_to(

@@ -120,6 +120,11 @@ impl Adapter for RaftAdapter {
                     "term={} next={} done={}",
                     r.term, r.next_offset, r.done
                 )),
+            Message::TermQuery(q) => {
+                MsgInfo::new("term-query").detail(format!("incarnation={}", q.incarnation))
+            }
+            Message::TermReply(r) => MsgInfo::new("term-reply")
+                .detail(format!("term={} incarnation={}", r.term, r.incarnation)),
         }
     }
 

@@ -437,11 +437,7 @@ where
             return Ok(());
         }
         self.crash(target, machine);
-        if self.cfg.disk_faults
-            && self
-                .disk_fault_rng
-                .chance_ppm(self.plan.disk.wiped_dir_ppm)
-        {
+        if self.cfg.disk_faults && self.disk_fault_rng.chance_ppm(self.plan.disk.wiped_dir_ppm) {
             self.nodes[target].wipe_on_restart = true;
         }
         let at = self.now_us + down_us;
@@ -465,7 +461,8 @@ where
         let id = self.nodes[i].id;
         let plan = &self.plan.disk;
         if self.disk_fault_rng.chance_ppm(plan.disk_error_ppm) {
-            let fault = DiskFault::ALL[self.disk_fault_rng.below(DiskFault::ALL.len() as u64) as usize];
+            let fault =
+                DiskFault::ALL[self.disk_fault_rng.below(DiskFault::ALL.len() as u64) as usize];
             let after = self.disk_fault_rng.below(41) as u32;
             self.disks[i].inject(after, fault);
             self.nodes[i].disk_error = Some(down_us);

@@ -53,8 +53,8 @@ use abcast_core::config::StartInfo;
 use abcast_core::protocol::{Ack, Install};
 use abcast_core::storage::{MemDir, StorageError};
 use abcast_core::{
-    Application, Ballot, Carrier, ConfigChange, Delivery, Instance, Micros, NodeId, Outbox,
-    ProposeError, Protocol, ReadState, Skip, Snapshot, Subscription,
+    Application, Ballot, Carrier, ConfigChange, Delivery, GroupId, Instance, Micros, NodeId,
+    Outbox, ProposeError, Protocol, ReadState, Skip, Snapshot, Subscription,
 };
 use bytes::{Bytes, BytesMut};
 use std::cmp::{Ordering, Reverse};
@@ -464,22 +464,23 @@ struct SimApp {
     digest: SeqDigest,
     complete: bool,
     delivered: bool,
-    /// The first delivery of this life, until the carrier checked what came before it.
-    first: Option<Instance>,
+    /// The first delivery of this life (its group and instance), until the carrier checked
+    /// what came before it.
+    first: Option<(GroupId, Instance)>,
 }
 
 impl Application for SimApp {
     fn deliver(&mut self, _now: Micros, d: &Delivery, _results: &mut Vec<Bytes>) {
-        // Group 0 only: snapshots are single-ring.
-        if d.group.0 != 0 {
-            self.complete = false;
-            return;
-        }
         if !self.delivered {
             self.delivered = true;
-            self.first = Some(d.instance);
+            self.first = Some((d.group, d.instance));
         }
-        self.digest.add(d.batch.key(), d.batch.len());
+        // The digest is group 0's (a single-group protocol), checked against the common
+        // sequence; a Multi-Ring learner's snapshots are checked by their positions in
+        // each group (`Checker::group_snapshot`).
+        if d.group.0 == 0 {
+            self.digest.add(d.batch.key(), d.batch.len());
+        }
     }
     fn snapshot(&mut self) -> Option<Bytes> {
         Some(self.encode())
@@ -717,6 +718,8 @@ struct World<'a, P: Protocol, F> {
     /// The ghost's successor, scheduled to crash: it counts as faulty from the moment the
     /// crash is planned, so no other crash takes a second acceptor in the meantime.
     ghost_crash: Option<usize>,
+    /// Acceptors that restarted amnesic so far ([`FaultKind::AmnesicBeyondF`]).
+    amnesic_restarts: u64,
     loss_ppm: u32,
     dup_ppm: u32,
     link_clock_us: BTreeMap<(NodeId, usize), Micros>,
@@ -834,6 +837,7 @@ where
             blocked: BTreeSet::new(),
             ghost: None,
             ghost_crash: None,
+            amnesic_restarts: 0,
             loss_ppm: plan.loss_ppm,
             dup_ppm: plan.dup_ppm,
             link_clock_us: BTreeMap::new(),
@@ -1302,8 +1306,47 @@ where
             ) {
                 return Err(self.violation(f));
             }
+            self.check_group_snapshot(i, &snap, SnapshotEvent::Taken)?;
         }
         Ok(())
+    }
+
+    /// A snapshot of a protocol of several groups: where it stands in each, checked and
+    /// (restored or installed) the learner's cursors moved there.
+    fn check_group_snapshot(
+        &mut self,
+        i: usize,
+        snap: &Snapshot,
+        event: SnapshotEvent,
+    ) -> SimResult<()> {
+        let (id, incarnation) = (self.nodes[i].id, self.nodes[i].incarnation);
+        let groups = match self.nodes[i].proto.as_ref() {
+            Some(p) => p.snapshot_groups(snap),
+            None => return Ok(()),
+        };
+        if groups.is_empty() {
+            return Ok(());
+        }
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Note(format!(
+                "{id}: {event:?} snapshot at merge position {} covers {}",
+                snap.upto,
+                groups
+                    .iter()
+                    .map(|g| format!(
+                        "r{}:{}{}",
+                        g.group.0,
+                        g.covered,
+                        if g.following { "" } else { "(not following)" }
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )),
+        );
+        self.checker
+            .group_snapshot(id, incarnation, snap.upto, &groups, event)
+            .map_err(|f| self.violation(f))
     }
 
     /// A restarted learner starts from its saved snapshot, if it has one.
@@ -1363,7 +1406,7 @@ where
         {
             return Err(self.violation(f));
         }
-        Ok(())
+        self.check_group_snapshot(i, snap, event)
     }
 
     // ---- nodes -------------------------------------------------------------------------
@@ -1389,6 +1432,12 @@ where
         // What the protocol made of `start.amnesic` (a durable store that recovered is not
         // amnesic).
         let amnesic = proto.status().amnesic;
+        if amnesic && self.nodes[i].acceptor {
+            self.amnesic_restarts += 1;
+            if self.amnesic_restarts > self.max_faulty() as u64 {
+                self.report.faults.add(FaultKind::AmnesicBeyondF, 1);
+            }
+        }
         let s = &mut self.nodes[i];
         s.proto = Some(proto);
         s.incarnation = start.incarnation;
@@ -1608,6 +1657,13 @@ where
             return Ok(());
         }
         out.needs_sync = false;
+        if let Some(why) = out.events.iter().find_map(|e| match e {
+            abcast_core::Event::MessageRefused { from, why } => Some(format!("from {from}: {why}")),
+            _ => None,
+        }) {
+            let f = Failure::new(ViolationKind::RefusedMessage, why).at(id, incarnation);
+            return Err(self.violation(f));
+        }
         let now = self.now_us;
         abcast_core::carry_out(
             now,
@@ -1646,9 +1702,11 @@ where
     /// The application's first delivery in this life: its state covers the sequence from
     /// the start if nothing of the common sequence comes before it.
     fn first_delivery(&mut self, i: usize) {
-        if let Some(first) = self.nodes[i].app.state.first.take() {
-            self.nodes[i].app.state.complete =
-                self.checker.canonical_digest(first.saturating_sub(1)) == SeqDigest::default();
+        if let Some((group, first)) = self.nodes[i].app.state.first.take() {
+            // A Multi-Ring learner's merge starts at its first turn or at a snapshot, never
+            // in between (a learner that skips says so: `skipped`).
+            self.nodes[i].app.state.complete = group.0 != 0
+                || self.checker.canonical_digest(first.saturating_sub(1)) == SeqDigest::default();
         }
     }
 
@@ -1904,7 +1962,33 @@ pub fn encode<M: WireMessage>(msg: &M) -> (u8, Bytes) {
     for c in &chunks {
         body.extend_from_slice(c);
     }
-    (msg.kind(), body.freeze())
+    let (kind, body) = (msg.kind(), body.freeze());
+    CAPTURED.with(|c| {
+        if let Some(v) = c.borrow_mut().as_mut()
+            && v.len() < CAPTURE_MAX
+        {
+            v.push((kind, body.clone()));
+        }
+    });
+    (kind, body)
+}
+
+/// Most messages one [`capture_messages`] keeps.
+const CAPTURE_MAX: usize = 1 << 20;
+
+std::thread_local! {
+    static CAPTURED: std::cell::RefCell<Option<Vec<(u8, Bytes)>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` and returns, beside its result, every message the simulator encoded on this
+/// thread meanwhile, as [`encode`] made them (kind; group then body): real protocol
+/// traffic, for the fuzz targets' seed corpus (`abcast-fuzz`, `tests/corpus.rs`).
+pub fn capture_messages<T>(f: impl FnOnce() -> T) -> (T, Vec<(u8, Bytes)>) {
+    CAPTURED.with(|c| *c.borrow_mut() = Some(Vec::new()));
+    let out = f();
+    let msgs = CAPTURED.with(|c| c.borrow_mut().take()).unwrap_or_default();
+    (out, msgs)
 }
 
 /// Decodes what [`encode`] made: the group, then the body.

@@ -1,0 +1,5 @@
+#![no_main]
+// See abcast_fuzz::targets::history (crates/abcast-fuzz) for the input and what is checked.
+libfuzzer_sys::fuzz_target!(
+    |data: &[u8]| (abcast_fuzz::target("history").expect("registered"))(data)
+);

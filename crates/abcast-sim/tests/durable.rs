@@ -282,8 +282,9 @@ impl LogDir for LyingDisk {
 }
 
 /// A store that never makes its writes durable: the group commit is skipped, yet it says
-/// it kept its state across a restart.
-struct SkipSync(DurableStore<MemDir>);
+/// it kept its state across a restart (whenever it found a log: it never syncs, so the
+/// log's `unrepaired` file never goes either).
+struct SkipSync(DurableStore<MemDir>, bool);
 
 impl AcceptorStore for SkipSync {
     fn promised(&self) -> abcast_core::Ballot {
@@ -318,7 +319,7 @@ impl AcceptorStore for SkipSync {
         Ok(())
     }
     fn is_durable(&self) -> bool {
-        self.0.is_durable()
+        self.1
     }
     fn has_room(&self) -> bool {
         self.0.has_room()
@@ -395,8 +396,8 @@ fn store(
         }
         Scenario::URingLyingDisk => open_durable(LyingDisk(disk), true, capacity_bytes, opens),
         Scenario::URingSkipSync => {
-            let (store, _) = DurableStore::open(disk, options(true, capacity_bytes))?;
-            Ok(Box::new(SkipSync(store)))
+            let (store, rec) = DurableStore::open(disk, options(true, capacity_bytes))?;
+            Ok(Box::new(SkipSync(store, rec.records > 0)))
         }
         Scenario::URingMemory => Ok(Box::new(MemoryStore::new(
             capacity_instances,

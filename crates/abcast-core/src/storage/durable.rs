@@ -79,6 +79,10 @@ pub struct Recovery {
     /// The log was written without fdatasync by an earlier boot and discarded, and why
     /// ([`super::SegRecovery::unsynced_lost`]): the store opens empty, the acceptor amnesic.
     pub unsynced_lost: Option<String>,
+    /// The log is that of a life that started without its state and was not repaired
+    /// ([`super::SegRecovery::unrepaired`]): the store says it is not durable, the
+    /// acceptor restarts amnesic again.
+    pub unrepaired: bool,
 }
 
 impl std::fmt::Display for Recovery {
@@ -98,6 +102,12 @@ impl std::fmt::Display for Recovery {
         }
         if let Some(why) = &self.unsynced_lost {
             write!(f, "; the log was discarded ({why}): starting amnesic")?;
+        }
+        if self.unrepaired {
+            write!(
+                f,
+                "; written by a life that lost its state and was not repaired: starting amnesic"
+            )?;
         }
         if let Some(t) = &self.torn_tail {
             write!(
@@ -223,6 +233,7 @@ impl<D: LogDir> DurableStore<D> {
             recycled_tails: seg_rec.recycled_tails,
             spares: seg_rec.spares,
             unsynced_lost: seg_rec.unsynced_lost,
+            unrepaired: seg_rec.unrepaired,
         };
 
         // The cache holds every undecided vote (an acceptor must answer phase 1 with them)
@@ -241,7 +252,7 @@ impl<D: LogDir> DurableStore<D> {
             log,
             cache,
             index: Index::new(log_start),
-            recovered: rec.records > 0,
+            recovered: rec.records > 0 && !rec.unrepaired,
         };
         for (&i, &loc) in &locs {
             store.index.set(i, loc);
@@ -550,6 +561,9 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
     /// trim record is durable: in place, or at `end_sync`.
     fn begin_sync(&mut self) -> Result<Option<super::SyncJob>, StorageError> {
         self.log.begin_sync()
+    }
+    fn mark_whole(&mut self) {
+        self.log.mark_whole();
     }
     fn end_sync(&mut self, result: &Result<(), StorageError>) {
         self.log.end_sync(result);
@@ -868,6 +882,59 @@ mod tests {
         assert!(s.get(3).is_none(), "a learned decision is not");
     }
 
+    /// Issue 33, suspect 2: a node whose directory was wiped restarts amnesic on an empty
+    /// store, writes a new log, and may crash before its repair. That log is not all the
+    /// node promised and voted in its earlier lives, yet the next open found it and said
+    /// durable: the node restarted not amnesic (a Raft leader overwrote a committed entry,
+    /// seed 186 of Raft's power_loss mix with `wiped_dir`). A log begun on an empty
+    /// directory stays "not durable" across crashes until the protocol says its state is
+    /// whole (`mark_whole`: not amnesic, or repaired) and a sync made that durable.
+    #[test]
+    fn a_log_begun_empty_is_not_durable_until_marked_whole_and_synced() {
+        for sync in [true, false] {
+            let dir = MemDir::new("wiped");
+            let (mut s, _) = open(&dir, opts(sync));
+            assert!(!s.is_durable());
+            // The amnesic life writes, and crashes (process, then machine) unrepaired.
+            assert!(s.put(1, vote(1, false)));
+            s.sync().unwrap();
+            drop(s);
+            dir.crash_process();
+            let (mut s, rec) = open(&dir, opts(sync));
+            assert!(rec.unrepaired && rec.records > 0, "sync {sync}: {rec}");
+            assert!(
+                !s.is_durable(),
+                "sync {sync}: unrepaired, amnesic again: {rec}"
+            );
+            assert_eq!(
+                s.max_instance(),
+                1,
+                "what it holds is kept (and used for repair)"
+            );
+            // Repaired: said whole, but not yet synced: a crash now keeps it amnesic.
+            s.mark_whole();
+            assert!(s.put(2, vote(2, false)));
+            drop(s);
+            dir.crash_process();
+            let (mut s, rec) = open(&dir, opts(sync));
+            assert!(!s.is_durable(), "sync {sync}: not synced since: {rec}");
+            s.mark_whole();
+            s.sync().unwrap();
+            drop(s);
+            if sync {
+                dir.crash_machine(|_, _| Tear {
+                    keep: 0,
+                    flip: None,
+                });
+            } else {
+                dir.crash_process();
+            }
+            let (s, rec) = open(&dir, opts(sync));
+            assert!(!rec.unrepaired, "sync {sync}: {rec}");
+            assert!(s.is_durable(), "sync {sync}: whole and synced: {rec}");
+        }
+    }
+
     /// Found with the simulator (`tests/durable.rs`, `sync = false` under machine crashes):
     /// such a log never syncs its directory, so a machine crash loses its files and the
     /// store reopens empty, yet said it had kept its state: the acceptor restarted without
@@ -879,6 +946,7 @@ mod tests {
         let dir = MemDir::new("m");
         let (mut s, _) = open(&dir, opts(false));
         assert!(!s.is_durable(), "a first start kept nothing");
+        s.mark_whole();
         assert!(s.put(1, vote(1, false)));
         s.sync().unwrap();
         drop(s);
@@ -929,8 +997,10 @@ mod tests {
             assert!(rec.unsynced_lost.is_some(), "{rec}");
             assert_eq!(s.max_instance(), 0, "nothing of it is used");
             drop(s);
-            // What this boot writes is trusted again after a process crash.
+            // What this boot writes is trusted again after a process crash, once the
+            // acceptor was repaired.
             let (mut s, _) = open(&dir, opts(false));
+            s.mark_whole();
             assert!(s.put(1, vote(1, false)));
             s.sync().unwrap();
             drop(s);
@@ -942,6 +1012,7 @@ mod tests {
         // A log with `sync = true` is trusted across boots: everything in it was synced.
         let dir = MemDir::new("synced");
         let (mut s, _) = open(&dir, opts(true));
+        s.mark_whole();
         assert!(s.put(1, vote(1, false)));
         s.sync().unwrap();
         drop(s);

@@ -156,7 +156,7 @@ impl<D: LogDir> DurableLogStore<D> {
             cache_bytes: 0,
             cache_entries_max: opts.cache_instances.max(1),
             cache_bytes_max: opts.cache_bytes,
-            recovered: rec.records > 0,
+            recovered: rec.records > 0 && !rec.unrepaired,
         };
         // The newest entries back into the cache, newest first, within its bounds.
         let mut i = store.meta.last_index;
@@ -454,6 +454,9 @@ impl<D: LogDir> LogStore for DurableLogStore<D> {
     fn end_sync(&mut self, result: &Result<(), StorageError>) {
         self.log.end_sync(result);
     }
+    fn mark_whole(&mut self) {
+        self.log.mark_whole();
+    }
     /// Whether `open` found a log (see [`super::AcceptorStore::is_durable`]).
     fn is_durable(&self) -> bool {
         self.recovered
@@ -512,6 +515,7 @@ mod tests {
         let (mut s, rec) = open(&dir, opts(true));
         assert_eq!(rec.records, 0);
         assert!(!s.is_durable(), "a first start kept nothing");
+        s.mark_whole();
         s.set_promised(ballot(3)).expect("promise");
         s.set_accepted_round(ballot(3)).expect("accepted round");
         s.append(&(1..=20).map(|i| big(i, 3)).collect::<Vec<_>>())

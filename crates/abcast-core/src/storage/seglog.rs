@@ -373,7 +373,24 @@ pub struct SegRecovery {
     /// it can be taken as remembered. The store opens empty, and so not durable: the
     /// acceptor restarts amnesic. Issue 33, suspect 2.
     pub unsynced_lost: Option<String>,
+    /// The log found was written by a life that started without its state (an empty
+    /// directory: a wiped one, or a log discarded as above) and was not repaired before it
+    /// ended ([`UNREPAIRED_FILE`]): what it holds is not all this node promised or voted,
+    /// so the store reports itself not durable and the protocol restarts amnesic again.
+    pub unrepaired: bool,
 }
+
+/// The file that says the log holds the state of a life that started without its state
+/// and was not yet repaired (or, on a first start, did not yet say its empty state is
+/// whole). Created, durably, whenever a log opens on an empty directory, before its first
+/// segment; removed, durably, at the first sync after the protocol said its state is whole
+/// ([`SegLog::mark_whole`]: started not amnesic, or repaired). A restart that finds it
+/// is amnesic again. Without it, a node whose directory was wiped restarted amnesic,
+/// wrote a new log, crashed before its repair and restarted *not* amnesic on that log,
+/// which lacked what its earlier lives promised and acked: a Raft leader then overwrote a
+/// committed entry (simulator seed 186 of Raft's power_loss mix, `wiped_dir`; issue 33,
+/// suspect 2).
+pub const UNREPAIRED_FILE: &str = "unrepaired";
 
 /// The file that says a log holds bytes written without fdatasync, and on which boot of
 /// the machine ([`LogDir::boot_id`]): written, synced, when a log with `sync = false` opens.
@@ -463,6 +480,9 @@ struct InFlight {
     delete: Vec<u64>,
     /// Spares whose renames this job's directory sync makes durable.
     promote: Vec<(u64, u64)>,
+    /// The job makes durable what the protocol held when it said its state is whole
+    /// ([`SegLog::mark_whole`]): the [`UNREPAIRED_FILE`] goes once it is done.
+    whole: bool,
 }
 
 /// The segmented log: segments, spares, group commit, durable points. `R` is the record
@@ -512,6 +532,11 @@ pub struct SegLog<D: LogDir, R: LogRecord> {
     /// names back, and a reused file under an old segment's name would read as damage.
     spares: Vec<(u64, u64)>,
     spares_pending: Vec<(u64, u64)>,
+    /// The [`UNREPAIRED_FILE`] is on disk: a restart now would be amnesic.
+    unrepaired: bool,
+    /// The protocol said its state is whole ([`SegLog::mark_whole`]); the next sync's
+    /// completion removes the file.
+    whole_wanted: bool,
     _records: PhantomData<fn() -> R>,
 }
 
@@ -568,9 +593,23 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
             spares.clear();
         }
         mark_boot(&mut dir, opts.sync)?;
+        let unrepaired_file = match dir.read(UNREPAIRED_FILE) {
+            Ok(_) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => return Err(io("reading", UNREPAIRED_FILE, e)),
+        };
+        let unrepaired = unrepaired_file || seg_nums.is_empty();
+        if seg_nums.is_empty() && !unrepaired_file {
+            // Durable before the first segment's name can be.
+            dir.create(UNREPAIRED_FILE)
+                .map_err(|e| io("creating", UNREPAIRED_FILE, e))?;
+            dir.sync_dir()
+                .map_err(|e| io("syncing the directory", UNREPAIRED_FILE, e))?;
+        }
         let mut rec = SegRecovery {
             segments: seg_nums.len(),
             unsynced_lost,
+            unrepaired: unrepaired_file && !seg_nums.is_empty(),
             ..SegRecovery::default()
         };
         let mut segments = BTreeMap::new();
@@ -845,6 +884,8 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
             in_flight: VecDeque::new(),
             spares: Vec::new(),
             spares_pending,
+            unrepaired,
+            whole_wanted: false,
             _records: PhantomData,
         };
         Ok((log, rec))
@@ -1269,6 +1310,9 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
             }
             self.spares.extend(promote);
             self.delete_segments(delete);
+            if std::mem::take(&mut self.whole_wanted) {
+                self.remove_unrepaired();
+            }
             return match &self.failed {
                 Some(e) => Err(e.clone()),
                 None => Ok(None),
@@ -1279,6 +1323,7 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
             len,
             delete,
             promote,
+            whole: std::mem::take(&mut self.whole_wanted),
         });
         Ok(Some(job))
     }
@@ -1298,8 +1343,45 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
                 }
                 self.spares.extend(f.promote);
                 self.delete_segments(f.delete);
+                if f.whole {
+                    self.remove_unrepaired();
+                }
             }
         }
+    }
+
+    /// The protocol's state on this log is whole (issue 33, suspect 2): it started not
+    /// amnesic, or its repair ended. Once what it holds now is durable (the next sync),
+    /// the [`UNREPAIRED_FILE`] goes, and a restart on this log is no longer amnesic.
+    pub fn mark_whole(&mut self) {
+        if self.unrepaired {
+            self.whole_wanted = true;
+        }
+    }
+
+    /// Whether a restart now would find the [`UNREPAIRED_FILE`].
+    pub fn unrepaired(&self) -> bool {
+        self.unrepaired
+    }
+
+    fn remove_unrepaired(&mut self) {
+        if !self.unrepaired || self.failed.is_some() {
+            return;
+        }
+        match self.dir.remove(UNREPAIRED_FILE) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return self.fail("removing", UNREPAIRED_FILE, e),
+        }
+        // Durable at once (with `sync = true`; without, a machine crash discards the log
+        // anyway: `check_boot`), or a machine crash could bring the file back: safe (the
+        // restart is amnesic, and repaired again), but a repair for nothing.
+        if self.sync_writes
+            && let Err(e) = self.dir.sync_dir()
+        {
+            return self.fail("syncing the directory after removing", UNREPAIRED_FILE, e);
+        }
+        self.unrepaired = false;
     }
 
     /// Bytes of log on disk: segments (the current one at its preallocated size), pending

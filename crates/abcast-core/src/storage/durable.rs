@@ -911,13 +911,15 @@ mod tests {
                 1,
                 "what it holds is kept (and used for repair)"
             );
-            // Repaired: said whole, but not yet synced: a crash now keeps it amnesic.
-            s.mark_whole();
+            // Repaired (the repair wrote what it learned): said whole, but not yet synced:
+            // a crash now keeps it amnesic.
             assert!(s.put(2, vote(2, false)));
+            s.mark_whole();
             drop(s);
             dir.crash_process();
             let (mut s, rec) = open(&dir, opts(sync));
             assert!(!s.is_durable(), "sync {sync}: not synced since: {rec}");
+            assert!(s.put(3, vote(3, false)));
             s.mark_whole();
             s.sync().unwrap();
             drop(s);
@@ -933,6 +935,18 @@ mod tests {
             assert!(!rec.unrepaired, "sync {sync}: {rec}");
             assert!(s.is_durable(), "sync {sync}: whole and synced: {rec}");
         }
+        // A first start that wrote nothing before a machine crash: its empty state was
+        // whole (`mark_whole` with nothing pending removes the file at once).
+        let dir = MemDir::new("first");
+        let (mut s, _) = open(&dir, opts(true));
+        s.mark_whole();
+        drop(s);
+        dir.crash_machine(|_, _| Tear {
+            keep: 0,
+            flip: None,
+        });
+        let (s, rec) = open(&dir, opts(true));
+        assert!(s.is_durable() && !rec.unrepaired, "{rec}");
     }
 
     /// Found with the simulator (`tests/durable.rs`, `sync = false` under machine crashes):

@@ -1353,8 +1353,21 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
     /// The protocol's state on this log is whole (issue 33, suspect 2): it started not
     /// amnesic, or its repair ended. Once what it holds now is durable (the next sync),
     /// the [`UNREPAIRED_FILE`] goes, and a restart on this log is no longer amnesic.
+    /// With nothing appended since the last completed sync (a start that is not amnesic:
+    /// `open` synced the log), at once: a life that wrote nothing before a crash (a Raft
+    /// node that never voted) has an empty state that is whole, and a cluster whose every
+    /// node restarted amnesic could never repair itself.
     pub fn mark_whole(&mut self) {
-        if self.unrepaired {
+        if !self.unrepaired {
+            return;
+        }
+        let all_durable = !self.group_open
+            && self.pending.is_empty()
+            && !self.unsynced
+            && self.in_flight.is_empty();
+        if all_durable {
+            self.remove_unrepaired();
+        } else {
             self.whole_wanted = true;
         }
     }

@@ -1361,9 +1361,11 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
         if !self.unrepaired {
             return;
         }
+        // Without fdatasync, written is as durable as this log gets (a process crash
+        // keeps it; a machine crash discards the log: `check_boot`).
         let all_durable = !self.group_open
             && self.pending.is_empty()
-            && !self.unsynced
+            && (!self.sync_writes || !self.unsynced)
             && self.in_flight.is_empty();
         if all_durable {
             self.remove_unrepaired();

@@ -108,6 +108,13 @@ pub enum Mutation {
     /// No flap damping (`holddown_us` treated as 0): a link cut one way makes the ring
     /// merge and split every merge period.
     TokenNoFlapDamping,
+    // Storage
+    /// The segmented log's recovery cuts zeros at the end of any segment, not only the
+    /// last, and goes on with the next (issue 33, suspect 7): a group whose records in an
+    /// earlier segment were lost is applied in part under its commit marker in the next,
+    /// which counts only that segment's records. No sweep meets it (the simulator's disks
+    /// never lose synced bytes); `storage::seglog::check` builds the damaged logs.
+    SegLogZeroTailInEarlierSegment,
     /// No "failed to receive" rule (Corosync's `fail_to_recv_const`): a member that gets the
     /// token but none of the data holds the aru down for good, and no member of its ring
     /// discards or acknowledges anything again.
@@ -124,7 +131,7 @@ pub enum Mutation {
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 31] = [
+    pub const ALL: [Mutation; 32] = [
         Mutation::VoteIgnoresEpoch,
         Mutation::AmnesicPromisesCount,
         Mutation::RepairIgnored,
@@ -157,6 +164,8 @@ impl Mutation {
         Mutation::TokenTakesDuplicateTokens,
         Mutation::TokenNoFlapDamping,
         Mutation::TokenNoFailToRecv,
+        // Storage
+        Mutation::SegLogZeroTailInEarlierSegment,
         // Process groups
         Mutation::GroupsNoStateExchange,
         Mutation::GroupsDeliverDuringExchange,
@@ -194,6 +203,7 @@ impl Mutation {
             Mutation::TokenSkipRecovery => "token_skip_recovery",
             Mutation::TokenTakesDuplicateTokens => "token_takes_duplicate_tokens",
             Mutation::TokenNoFlapDamping => "token_no_flap_damping",
+            Mutation::SegLogZeroTailInEarlierSegment => "seglog_zero_tail_in_earlier_segment",
             Mutation::TokenNoFailToRecv => "token_no_fail_to_recv",
             Mutation::GroupsNoStateExchange => "groups_no_state_exchange",
             Mutation::GroupsDeliverDuringExchange => "groups_deliver_during_exchange",

@@ -81,6 +81,12 @@ pub struct NodeArgs {
     /// instance still retained, so whole-sequence hashes cannot match).
     #[arg(long)]
     pub delivery_log: bool,
+    /// This node never ran before: start it new (incarnation 0) on an empty directory
+    /// without asking the other members first. Without it, a node whose directory has no
+    /// incarnation marker waits until every other member said whether it knew an earlier
+    /// life of it, and starts amnesic if one did (docs/design/amnesia-detection.md).
+    #[arg(long)]
+    pub first_start: bool,
 }
 
 impl NodeArgs {
@@ -99,6 +105,7 @@ impl NodeArgs {
             duration_s: None,
             drain_ms: 1000,
             delivery_log: false,
+            first_start: false,
         }
     }
 }
@@ -435,13 +442,18 @@ where
     F: FnOnce(&NodeConfig, StartInfo) -> Result<P, ConfigError>,
 {
     let me = check_args(cfg, args)?;
-    let start =
-        nodeconfig::start_info(&cfg.storage.node_dir(cfg.node_id)).map_err(NodeError::Marker)?;
+    // Bound first: a node asking its peers which life of it they know answers theirs.
+    let listeners = bind_listeners(cfg, &me)?;
+    let start = start_info(cfg, args, &listeners.peer, stop)?;
     let mut protocol = make(cfg, start).map_err(NodeError::Protocol)?;
     let snapshot_path = cfg.storage.node_dir(cfg.node_id).join("snapshot");
     let restored = restore_snapshot(cfg, &mut protocol, &snapshot_path)?;
-    let listeners = bind_listeners(cfg, &me)?;
-    let dcfg = driver_config(cfg, args, start, snapshot_path);
+    let mut dcfg = driver_config(cfg, args, start, snapshot_path);
+    dcfg.lives_path = Some(
+        cfg.storage
+            .node_dir(cfg.node_id)
+            .join(abcast_runtime::lives::BOOK_FILE),
+    );
     let mut driver = Driver::new(dcfg, protocol, listeners)?;
     // Removed again when the node stops (the guard's drop).
     let _client_socket = match &me.client_path {
@@ -457,6 +469,52 @@ where
     start_load(cfg, args, &mut driver);
     serve(args, stop, &mut driver, &mut app)?;
     finish(cfg, start, &driver, app)
+}
+
+/// What the node knows of itself at start: from its incarnation marker; without one (a
+/// first start, or a directory wiped or replaced), from its peers, who tell it whether it
+/// lived before (`abcast_runtime::lives`; docs/design/amnesia-detection.md). A node they
+/// know starts amnesic at the next incarnation, never as a new member that votes with
+/// empty state; one nobody knows is new. `--first-start` skips the question.
+fn start_info(
+    cfg: &NodeConfig,
+    args: &NodeArgs,
+    listener: &std::net::TcpListener,
+    stop: &AtomicBool,
+) -> Result<StartInfo, NodeError> {
+    let dir = cfg.storage.node_dir(cfg.node_id);
+    if args.first_start || nodeconfig::has_marker(&dir) {
+        return nodeconfig::start_info(&dir).map_err(NodeError::Marker);
+    }
+    let me = cfg.node_id;
+    let log = |line: &str| eprintln!("[{me}] {line}");
+    let peers = cfg.peer_addrs();
+    let asked = peers.iter().filter(|(n, _)| *n != me).count();
+    if asked > 0 {
+        log(&format!(
+            "no incarnation marker in {}: asking the {asked} other members whether this \
+             node lived before",
+            dir.display()
+        ));
+    }
+    let outcome = abcast_runtime::lives::probe(cfg.cluster_id, me, &peers, listener, stop, &log)
+        .map_err(|e| {
+            NodeError::Args(format!(
+                "asking the peers which life of this node they know: {e}"
+            ))
+        })?;
+    match outcome.known {
+        None => nodeconfig::start_info(&dir).map_err(NodeError::Marker),
+        Some(k) => {
+            let start = nodeconfig::start_after_lost_marker(&dir, k).map_err(NodeError::Marker)?;
+            log(&format!(
+                "the members know this node up to incarnation {k} ({:?}), but its directory \
+                 has no marker: it lost its state; starting amnesic as incarnation {}",
+                outcome.answers, start.incarnation
+            ));
+            Ok(start)
+        }
+    }
 }
 
 /// The flags that depend on the config; returns this node's addresses.
@@ -603,6 +661,8 @@ fn driver_config(
     if matches!(cfg.storage.kind, StorageKind::Durable { .. }) && cfg.multiring.is_none() {
         dcfg.history_dir = Some(cfg.storage.node_dir(cfg.node_id).join("history"));
     }
+    // A Multi-Ring node's subscriptions count positions in its merged delivery order.
+    dcfg.history_merged = cfg.multiring.is_some();
     if cfg.my_roles().learner {
         dcfg.snapshot_interval_us = cfg.storage.snapshot_interval_ms.saturating_mul(1000);
         dcfg.snapshot_path = Some(snapshot_path);
@@ -622,10 +682,19 @@ fn log_start<P: Protocol>(cfg: &NodeConfig, me: &MemberAddr, start: StartInfo, d
         "[{}] node starting: incarnation {}{}, peers on {}, clients on {}{}",
         cfg.node_id,
         start.incarnation,
-        match (start.amnesic, cfg.storage.kind) {
-            (true, StorageKind::Durable { .. }) => " (acceptor state recovered from its log)",
-            (true, _) => " (amnesic: in-memory acceptor state was lost)",
-            (false, _) => "",
+        match (
+            start.amnesic,
+            driver.protocol().status().amnesic,
+            cfg.storage.kind,
+        ) {
+            (_, true, StorageKind::Durable { .. }) => {
+                " (amnesic: its log was lost or could not be trusted)"
+            }
+            (_, true, _) => " (amnesic: in-memory acceptor state was lost)",
+            (true, false, StorageKind::Durable { .. }) => {
+                " (acceptor state recovered from its log)"
+            }
+            _ => "",
         },
         me.addr,
         me.client_addr

@@ -1818,6 +1818,29 @@ pub fn start_info(node_dir: &Path) -> Result<StartInfo, MarkerError> {
     Ok(start)
 }
 
+/// Whether the node's directory holds its incarnation marker (it ran here before).
+pub fn has_marker(node_dir: &Path) -> bool {
+    node_dir.join("incarnation").exists()
+}
+
+/// The start of a node whose directory lost its marker (wiped, replaced) while its peers
+/// know it lived, up to incarnation `known` (`abcast_runtime::lives`): it starts amnesic at
+/// the next incarnation, its marker written first (docs/design/amnesia-detection.md).
+pub fn start_after_lost_marker(node_dir: &Path, known: u64) -> Result<StartInfo, MarkerError> {
+    let path = node_dir.join("incarnation");
+    let err = |reason: String| MarkerError {
+        path: path.clone(),
+        reason,
+    };
+    fs::create_dir_all(node_dir).map_err(|e| err(format!("cannot create directory: {e}")))?;
+    let incarnation = known
+        .checked_add(1)
+        .ok_or_else(|| err("incarnation overflow".into()))?;
+    let start = StartInfo::restart(incarnation, true).map_err(|e| err(e.to_string()))?;
+    write_marker(&path, incarnation).map_err(|e| err(format!("cannot write: {e}")))?;
+    Ok(start)
+}
+
 /// Writes the marker atomically: a temporary file, fsync, rename, fsync of the directory,
 /// so a crash leaves either the old or the new number, never a torn one.
 fn write_marker(path: &Path, incarnation: u64) -> std::io::Result<()> {

@@ -64,7 +64,9 @@
 //! `Error{text}` (the protocol has no reconfiguration, an invalid configuration).
 //!
 //! A subscription never passes an instance silently: every instance from `from_instance`
-//! on comes as a `Delivered` or inside a `Gap`. The client wire has no version of its own
+//! on comes as a `Delivered` or inside a `Gap`. On a Multi-Ring node the instances of a
+//! subscription are positions in the node's merged delivery order (the n-th batch it
+//! delivered), not a ring's own instance numbers (`history.rs`, docs/CONTRACTS.md). The client wire has no version of its own
 //! (the frame header's version is shared with the peer protocol and unchanged); a client
 //! older than kind 137 stops on it with an unknown-kind error instead of missing values
 //! silently.

@@ -587,6 +587,15 @@ impl LogDir for OsDir {
     fn describe(&self) -> String {
         self.path.display().to_string()
     }
+    /// Linux's boot id: a new random UUID at every boot. `None` where there is none (not
+    /// Linux, no procfs): a log without fdatasync then cannot tell a reboot.
+    fn boot_id(&self) -> io::Result<Option<String>> {
+        match std::fs::read_to_string("/proc/sys/kernel/random/boot_id") {
+            Ok(id) => Ok(Some(id.trim().to_string())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -20,9 +20,16 @@
 //! delivery log (`abcast-node`'s `deliverylog.rs`) records ids, not payloads. The journal
 //! is exactly what this learner delivered, in its order, payloads included.
 //!
+//! Positions are the protocol's instances; on a Multi-Ring node, whose rings number their
+//! instances apart, they are the node's merged delivery order instead (`History::merged`),
+//! so that a subscription resuming from N gets the N-th delivery on, whatever its ring.
+//!
 //! Durability: records are buffered and written at the latest when a reader needs them;
 //! the journal is fdatasynced before every snapshot this node writes or installs, so a
-//! snapshot never covers an instance the journal lost. A crash may lose the unsynced tail;
+//! snapshot never covers an instance the journal lost; a segment is fdatasynced when it
+//! is closed, and the directory whenever a segment is created or deleted, so a machine
+//! crash can only cut the last segment's tail. Should the journal lose records anyway (a
+//! damaged segment dropped), a reader gets a `NotHeld` gap there, never a silent jump. A crash may lose the unsynced tail;
 //! the restarted learner delivers again from its snapshot (or instance 1), and the journal
 //! takes what it lost from those deliveries (what it already holds is not written twice).
 //! A torn record at the end of the last segment is cut at start-up.
@@ -136,12 +143,16 @@ pub struct History {
     mem_bytes: usize,
     mem_bytes_max: usize,
     journal: Option<Journal>,
-    /// One past the last instance recorded; 1 before anything.
+    /// One past the last position recorded; 1 before anything.
     end: Instance,
-    /// A delivery of a group other than 0 was seen (Multi-Ring: instances are per ring,
-    /// not one sequence): positions mean nothing, every item is kept and streamed in the
-    /// order delivered, with no gap detection.
-    mixed: bool,
+    /// Multi-Ring (deliveries of groups other than 0, or [`History::set_merged`]): a
+    /// ring's instance numbers are its own, so the positions are the node's merged
+    /// delivery order instead, 1, 2, 3 ... in the deterministic merge, per process life
+    /// (in memory only: a restarted learner's merge starts where its rings do, so the
+    /// numbering of an earlier life means nothing to it). Each delivery is recorded, and
+    /// handed to subscribers, with its position as its instance; a ring's skipped
+    /// instances take one position, as a gap.
+    merged: bool,
     /// This process life recorded something already. Within a life the learner delivers
     /// every instance, passes over ones that deliver nothing, or reports a skip or an
     /// install; so a jump between two deliveries is instances without values. Before the
@@ -160,7 +171,7 @@ impl History {
             mem_bytes_max,
             journal,
             end,
-            mixed: false,
+            merged: false,
             life_started: false,
             snapshot: SnapshotInfo::default(),
         }
@@ -171,30 +182,43 @@ impl History {
         self.end
     }
 
-    /// Whether positions are one sequence (false once a Multi-Ring delivery was seen).
+    /// Whether positions are the protocol's instances (false on a Multi-Ring node, whose
+    /// positions are its merged delivery order).
     pub fn ordered(&self) -> bool {
-        !self.mixed
+        !self.merged
+    }
+
+    /// Positions from now on are the merged delivery order (a Multi-Ring node; see
+    /// `merged`). The journal, if any, is closed: the merged order is per process life.
+    pub fn set_merged(&mut self) {
+        if self.merged {
+            return;
+        }
+        self.merged = true;
+        if let Some(j) = self.journal.take() {
+            j.log_disabled();
+        }
     }
 
     /// Records a delivery. Instances below `end` were recorded already (a restarted
     /// learner delivers them again) and are not kept twice; a delivery past `end` records
     /// the instances in between as a gap: covered by the snapshot this life started from
     /// (`NotHeld`), or without values (`Empty`, see `life_started`). Returns the gaps it
-    /// recorded, for the subscribers that are live.
-    pub fn record_delivery(&mut self, d: &Delivery) -> io::Result<Vec<Gap>> {
-        if d.group != GroupId(0) && !self.mixed {
-            self.mixed = true;
-            if let Some(j) = self.journal.take() {
-                j.log_disabled();
-            }
+    /// recorded, for the subscribers that are live, and, on a merged history, the
+    /// delivery with its position as its instance (what subscribers get instead of `d`).
+    pub fn record_delivery(&mut self, d: &Delivery) -> io::Result<(Vec<Gap>, Option<Delivery>)> {
+        if d.group != GroupId(0) {
+            self.set_merged();
         }
         let mut gaps = Vec::new();
-        if self.mixed {
-            self.push(Item::Delivered(d.clone()))?;
-            return Ok(gaps);
+        if self.merged {
+            let mut at = d.clone();
+            at.instance = self.end;
+            self.push(Item::Delivered(at.clone()))?;
+            return Ok((gaps, Some(at)));
         }
         if d.instance < self.end {
-            return Ok(gaps);
+            return Ok((gaps, None));
         }
         if d.instance > self.end {
             let covered = self.snapshot.upto.saturating_add(1).min(d.instance);
@@ -215,7 +239,31 @@ impl History {
             self.push(Item::Gap(g.clone()))?;
         }
         self.push(Item::Delivered(d.clone()))?;
-        Ok(gaps)
+        Ok((gaps, None))
+    }
+
+    /// A Multi-Ring learner skipped instances `[from, to)` of ring `group` (trimmed at
+    /// every acceptor): on a merged history they take one position, a `Skipped` gap that
+    /// names the ring and its instances, so a subscriber sees that values are missing.
+    pub fn record_ring_skip(
+        &mut self,
+        group: GroupId,
+        from: Instance,
+        to: Instance,
+    ) -> io::Result<Option<Gap>> {
+        if to <= from {
+            return Ok(None);
+        }
+        self.set_merged();
+        let mut g = self.gap(self.end, self.end.saturating_add(1), GapReason::Skipped);
+        g.how_to_fetch = format!(
+            "ring {} instances {from}..{to} were skipped (trimmed at every acceptor and no \
+             snapshot covers them): their values are gone",
+            group.0
+        );
+        self.life_started = true;
+        self.push(Item::Gap(g.clone()))?;
+        Ok(Some(g))
     }
 
     /// Records instances `[from, to)` the learner will not deliver (an install, a skip);
@@ -226,7 +274,8 @@ impl History {
         to: Instance,
         reason: GapReason,
     ) -> io::Result<Option<Gap>> {
-        if self.mixed {
+        if self.merged {
+            // Instances of one ring are not positions of the merged order.
             return Ok(None);
         }
         let from = from.max(self.end);
@@ -240,9 +289,7 @@ impl History {
     }
 
     fn push(&mut self, item: Item) -> io::Result<()> {
-        if !self.mixed {
-            self.end = self.end.max(item.end());
-        }
+        self.end = self.end.max(item.end());
         if let Some(j) = self.journal.as_mut() {
             return j.append(&item);
         }
@@ -326,17 +373,6 @@ impl History {
         out: &mut Vec<Item>,
     ) -> io::Result<bool> {
         let max_items = max_items.clamp(1, READ_ITEMS_MAX);
-        if self.mixed {
-            // Multi-Ring: the order delivered, filtered as the client port always did.
-            out.extend(
-                self.mem
-                    .iter()
-                    .filter(|i| i.first() >= next)
-                    .take(max_items)
-                    .cloned(),
-            );
-            return Ok(true);
-        }
         if next >= self.end {
             return Ok(true);
         }
@@ -380,8 +416,38 @@ impl History {
         {
             g.from = next;
         }
+        self.fill_holes(next, start, out);
         let reached = out.last().map_or(next, Item::end);
         Ok(reached >= self.end)
+    }
+
+    /// Where the items read from `out[start..]` do not follow on from each other (from
+    /// `next`), a `NotHeld` gap goes in between: the history lost them (a journal segment
+    /// a crash took, one dropped as damaged), and a reader is never moved past an instance
+    /// silently. Items are recorded one after the other, so a hole is never expected.
+    fn fill_holes(&self, next: Instance, start: usize, out: &mut Vec<Item>) {
+        let mut expect = next;
+        let mut holes = false;
+        for item in &out[start..] {
+            holes |= item.first() > expect;
+            expect = expect.max(item.end());
+        }
+        if !holes {
+            return;
+        }
+        let read: Vec<Item> = out.drain(start..).collect();
+        let mut expect = next;
+        for item in read {
+            if item.first() > expect {
+                out.push(Item::Gap(self.gap(
+                    expect,
+                    item.first(),
+                    GapReason::NotHeld,
+                )));
+            }
+            expect = expect.max(item.end());
+            out.push(item);
+        }
     }
 }
 
@@ -406,6 +472,10 @@ struct Segment {
     /// (first instance of a record, its offset), sparse.
     index: Vec<(Instance, u64)>,
     last_indexed: u64,
+    /// Bytes of the file made durable (fdatasync), and whether its name is (a directory
+    /// fsync since it was created): what a machine crash keeps at worst.
+    synced: u64,
+    named: bool,
 }
 
 /// The on-disk history: segment files of checked records (see the module comment).
@@ -418,6 +488,11 @@ pub struct Journal {
     end: Instance,
     /// Items written since the last sync.
     dirty: bool,
+}
+
+/// Makes the names created and removed in `dir` durable.
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
 }
 
 fn segment_path(dir: &Path, seq: u64) -> PathBuf {
@@ -564,6 +639,8 @@ impl Journal {
                 first: None,
                 index: Vec::new(),
                 last_indexed: 0,
+                synced: 0,
+                named: true,
             };
             let mut r = io::BufReader::new(File::open(&path)?);
             let damage = loop {
@@ -584,10 +661,9 @@ impl Journal {
                         path.display(),
                         seg.bytes
                     );
-                    OpenOptions::new()
-                        .write(true)
-                        .open(&path)?
-                        .set_len(seg.bytes)?;
+                    let f = OpenOptions::new().write(true).open(&path)?;
+                    f.set_len(seg.bytes)?;
+                    f.sync_all()?;
                 } else {
                     eprintln!(
                         "history journal {}: {why} at offset {}: this segment and the older \
@@ -603,8 +679,14 @@ impl Journal {
                     continue;
                 }
             }
+            // What an earlier life wrote may be only in the OS's cache (it crashed before
+            // a sync): made durable before anything is written after it, so that a machine
+            // crash cannot take it from under a later segment that survives.
+            File::open(&path)?.sync_data()?;
+            seg.synced = seg.bytes;
             j.segments.push_back(seg);
         }
+        sync_dir(dir)?;
         Ok(j)
     }
 
@@ -652,9 +734,22 @@ impl Journal {
     /// Starts a new segment when the last one is full (or none is open for writing: a
     /// journal just opened appends to a new segment, never into an old one), and deletes
     /// the oldest while the journal is over its bound.
+    ///
+    /// The closed segment is fdatasynced and the directory fsynced (the new name, the
+    /// deleted ones) here, so that only the last segment can lose a tail in a machine
+    /// crash: an unsynced closed segment could lose records while the next one, written
+    /// back by the OS, survives, a hole in the middle of the history (issue 33, suspect 8).
+    /// One fdatasync and one directory fsync per segment (a quarter of the journal's bound).
     fn rotate(&mut self) -> io::Result<()> {
         if let Some(mut w) = self.writer.take() {
             w.flush()?;
+            if self.dirty {
+                w.get_ref().sync_data()?;
+            }
+            if let Some(seg) = self.segments.back_mut() {
+                seg.synced = seg.bytes;
+            }
+            self.dirty = false;
         }
         let seq = self.segments.back().map_or(0, |s| s.seq + 1);
         let path = segment_path(&self.dir, seq);
@@ -671,6 +766,8 @@ impl Journal {
             first: None,
             index: Vec::new(),
             last_indexed: 0,
+            synced: 0,
+            named: false,
         });
         while self.segments.len() > 1
             && self.segments.iter().map(|s| s.bytes).sum::<u64>() > self.max_bytes
@@ -679,7 +776,21 @@ impl Journal {
                 fs::remove_file(&old.path)?;
             }
         }
+        sync_dir(&self.dir)?;
+        if let Some(seg) = self.segments.back_mut() {
+            seg.named = true;
+        }
         Ok(())
+    }
+
+    /// What a machine crash now would leave at worst, per segment: its path, and the bytes
+    /// of it that are durable (`None`: its name is not, the file may vanish).
+    #[cfg(test)]
+    fn crash_image(&self) -> Vec<(PathBuf, Option<u64>)> {
+        self.segments
+            .iter()
+            .map(|s| (s.path.clone(), s.named.then_some(s.synced)))
+            .collect()
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -696,6 +807,9 @@ impl Journal {
         if let Some(w) = self.writer.as_mut() {
             w.flush()?;
             w.get_ref().sync_data()?;
+        }
+        if let Some(seg) = self.segments.back_mut() {
+            seg.synced = seg.bytes;
         }
         self.dirty = false;
         Ok(())
@@ -868,5 +982,177 @@ mod tests {
                 .any(|i| matches!(i, Item::Gap(g) if g.reason == GapReason::SnapshotInstalled))
         );
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    fn temp(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("abcast-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        dir
+    }
+
+    /// Reads the whole history from `from`, asserting no silent gap; returns the items.
+    fn read_all(h: &mut History, from: Instance) -> Vec<Item> {
+        let mut out = Vec::new();
+        let mut next = from;
+        for _ in 0..100_000 {
+            let done = h.read(next, 4096, READ_ITEMS_MAX, &mut out).unwrap();
+            next = covered(&out, from);
+            if done {
+                return out;
+            }
+        }
+        panic!("read never ended");
+    }
+
+    /// Issue 33, suspect 8 (a): the journal's rotation synced neither the segment it closed
+    /// nor the directory, so a machine crash could take a closed segment's records (or a
+    /// new segment's name) while later records survived: a hole in the middle of the
+    /// history, behind a sync that had promised them. Every record up to the last sync
+    /// survives the worst a machine crash may do, and nothing is passed over silently.
+    #[test]
+    fn a_machine_crash_keeps_every_record_up_to_the_last_sync_and_no_silent_hole() {
+        let dir = temp("journal-crash");
+        let image = {
+            let mut h = History::new(0, Some(Journal::open(&dir, 1 << 20).unwrap()));
+            for i in 1..=3000 {
+                h.record_delivery(&d(i)).unwrap();
+            }
+            h.sync().unwrap();
+            for i in 3001..=4000 {
+                h.record_delivery(&d(i)).unwrap();
+            }
+            let j = h.journal.as_ref().unwrap();
+            assert!(j.segments.len() >= 3, "the journal rotated");
+            j.crash_image()
+        };
+        // The machine loses what was not durable: unsynced bytes, unsynced names.
+        for (path, keep) in image {
+            match keep {
+                None => fs::remove_file(&path).unwrap(),
+                Some(len) => OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .unwrap()
+                    .set_len(len)
+                    .unwrap(),
+            }
+        }
+        let mut h = History::new(0, Some(Journal::open(&dir, 1 << 20).unwrap()));
+        let items = read_all(&mut h, 1);
+        let held: Vec<Instance> = items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Delivered(d) => Some(d.instance),
+                Item::Gap(_) => None,
+            })
+            .collect();
+        assert!(
+            held.len() >= 3000,
+            "{} records held of the 3000 synced",
+            held.len()
+        );
+        assert_eq!(
+            held[..3000],
+            (1..=3000).collect::<Vec<_>>(),
+            "every record up to the sync is held"
+        );
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// Issue 33, suspect 8 (b): `Journal::read` handed on whatever records it found, so
+    /// a hole in the journal (a segment lost in a crash, or removed) passed the reader over
+    /// instances with neither values nor a gap. The reader gets a `NotHeld` gap there.
+    #[test]
+    fn a_hole_in_the_journal_is_read_as_a_gap() {
+        let dir = temp("journal-hole");
+        {
+            let mut h = History::new(0, Some(Journal::open(&dir, 1 << 20).unwrap()));
+            for i in 1..=4000 {
+                h.record_delivery(&d(i)).unwrap();
+            }
+            h.sync().unwrap();
+        }
+        let mut segs: Vec<_> = fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        segs.sort();
+        assert!(segs.len() >= 3, "{segs:?}");
+        // The middle segment is gone.
+        fs::remove_file(&segs[1]).unwrap();
+        let mut h = History::new(0, Some(Journal::open(&dir, 1 << 20).unwrap()));
+        assert_eq!(h.end(), 4001);
+        let items = read_all(&mut h, 1);
+        let hole = items.iter().find_map(|i| match i {
+            Item::Gap(g) => Some((g.from, g.to, g.reason)),
+            Item::Delivered(_) => None,
+        });
+        let (from, to, reason) = hole.expect("the lost segment is a gap");
+        assert!(from > 1 && to < 4000, "{from}..{to}");
+        assert_eq!(reason, GapReason::NotHeld);
+        // And from inside the hole.
+        let mid = (from + to) / 2;
+        let items = read_all(&mut h, mid);
+        assert!(matches!(&items[0], Item::Gap(g) if g.from == mid && g.to == to));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    fn ring_delivery(group: u16, instance: Instance, seq: u64) -> Delivery {
+        let id = ValueId {
+            node: NodeId(u32::from(group)),
+            seq,
+        };
+        let mut d = Delivery::new(instance, Batch::single(id, Bytes::from(vec![b'v'; 10])));
+        d.group = GroupId(group);
+        d
+    }
+
+    /// Issue 33, suspect 8 (c): on a Multi-Ring node the history filtered by each ring's
+    /// own instance numbers, so a subscription resuming from N dropped every delivery of
+    /// a ring whose instances were below N. Positions are the node's merged delivery order:
+    /// resuming from N gets exactly the N-th delivery on, whatever ring it came from.
+    #[test]
+    fn a_merged_subscription_resumes_at_its_position_in_the_merged_order() {
+        let mut h = History::new(1 << 20, None);
+        let mut merged = Vec::new();
+        // Ring 1 is far ahead of ring 2 (a busy ring and a quiet one, or a late follow).
+        for k in 0..50u64 {
+            for d in [ring_delivery(1, 1000 + k, k), ring_delivery(2, 1 + k, k)] {
+                let (gaps, at) = h.record_delivery(&d).unwrap();
+                assert!(gaps.is_empty());
+                let at = at.expect("a merged history positions its deliveries");
+                assert_eq!(at.instance, merged.len() as u64 + 1);
+                assert_eq!(at.group, d.group);
+                merged.push(d);
+            }
+        }
+        let skip = h
+            .record_ring_skip(GroupId(2), 51, 80)
+            .unwrap()
+            .expect("a gap");
+        assert_eq!(
+            (skip.from, skip.to, skip.reason),
+            (101, 102, GapReason::Skipped)
+        );
+        assert!(skip.how_to_fetch.contains("ring 2 instances 51..80"));
+        assert!(!h.ordered());
+        for from in [1, 2, 50, 77, 100, 101] {
+            let items = read_all(&mut h, from);
+            let got: Vec<(GroupId, Instance)> = items
+                .iter()
+                .filter_map(|i| match i {
+                    Item::Delivered(d) => Some((d.group, d.batch.first_seq())),
+                    Item::Gap(_) => None,
+                })
+                .collect();
+            let want: Vec<(GroupId, Instance)> = merged[(from as usize).min(100) - 1..]
+                .iter()
+                .map(|d| (d.group, d.batch.first_seq()))
+                .collect();
+            let want = if from == 101 { Vec::new() } else { want };
+            assert_eq!(got, want, "from {from}");
+            assert!(matches!(items.last(), Some(Item::Gap(g)) if g.reason == GapReason::Skipped));
+        }
     }
 }

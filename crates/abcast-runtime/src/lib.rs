@@ -14,6 +14,8 @@
 //!   the calling thread's own (tests on fixed ports).
 //! - `shm`: the shared-memory rings a client on the node's host may trade frames through.
 //! - `disk`: the durable log's files (`OsDir`: positioned vectored writes, `O_DIRECT`).
+//! - `lives`: the peers' lives a node took frames from, on disk, and the question a node
+//!   whose directory lost its incarnation marker asks them before it starts.
 //! - `history`: what the node delivered, in memory or in a journal on disk, so a
 //!   subscription resumes from a position and never passes an instance silently.
 //! - `handle`: `handle::start` runs a node's loop on its own thread and returns a
@@ -28,6 +30,7 @@ pub mod frame;
 pub mod handle;
 pub mod history;
 pub mod linkfault;
+pub mod lives;
 pub mod loadgen;
 pub mod multicast;
 pub mod netns;

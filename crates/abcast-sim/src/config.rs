@@ -325,6 +325,14 @@ pub struct SimConfig {
     /// What a crash does to the node's disk. Matters only for factories that keep their
     /// store on the disk the simulator gives them ([`crate::run_with_disk`]).
     pub crash_model: CrashModel,
+    /// The factory keeps its stores on the simulator's disks, and the run draws the disk
+    /// faults of issue 33 ([`crate::plan::DiskPlan`]): a disk that fails a write or an
+    /// fdatasync under a running node (`disk_error`), a restart on an empty directory
+    /// (`wiped_dir`), and machine crashes aimed at a group commit that leaves a new file's
+    /// name not durable (`torn_unsynced`; every machine crash keeps never-synced files
+    /// torn anyway, with or without this). Off by default: the runs of the other mixes are
+    /// unchanged (the faults come from a random stream of their own).
+    pub disk_faults: bool,
     /// Every learner takes a snapshot this often (0: never): its application state (a
     /// digest of its sequence, checked against the common sequence) plus the protocol's
     /// learner state. The snapshot survives the node's crashes (a node writes it whole,
@@ -391,6 +399,7 @@ impl SimConfig {
             verbose: false,
             scheduled_crashes: Vec::new(),
             crash_model: CrashModel::Process,
+            disk_faults: false,
             snapshot_interval_us: 0,
             sync_delay_us: None,
             sync_jobs_max: 0,

@@ -44,6 +44,18 @@ pub enum FaultKind {
     /// constrained election, chained, the openraft 2080 bridge, random one-way links) held
     /// still under load. Counted per episode.
     PartialConnectivity,
+    /// The simulated disk failed a write (EIO, ENOSPC) or an fdatasync (EIO, its unsynced
+    /// writes lost) under a running node, which had to stop without acting on a store it
+    /// could not make durable, and restarted later as after a crash. Counted per failure
+    /// that stopped a node (issue 33).
+    DiskError,
+    /// A machine crash kept a file whose name was never made durable, with a prefix of its
+    /// never-synced bytes (as ext4 and xfs do when their journal committed the name but not
+    /// the data): a store must not take it for durable. Counted per file so kept.
+    TornUnsynced,
+    /// A node restarted on an empty directory (its disk wiped or replaced): it must start
+    /// amnesic, never as the member it was with its votes forgotten. Counted per restart.
+    WipedDir,
     /// A node restarted without its state while more than f amnesic restarts had happened
     /// in the run before (each earlier one repaired, or the f rule would have held this
     /// crash back): nodes lose their state one after another, beyond f over time, as a
@@ -83,7 +95,7 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 18] = [
+    pub const ALL: [FaultKind; 21] = [
         FaultKind::CrossIncarnation,
         FaultKind::OutlivesTakeover,
         FaultKind::FaultsRemain,
@@ -93,6 +105,9 @@ impl FaultKind {
         FaultKind::LearnerSkip,
         FaultKind::Ghost,
         FaultKind::PartialConnectivity,
+        FaultKind::DiskError,
+        FaultKind::TornUnsynced,
+        FaultKind::WipedDir,
         FaultKind::AmnesicBeyondF,
         FaultKind::LeaseReads,
         FaultKind::NoPreVote,
@@ -127,6 +142,9 @@ impl FaultKind {
             FaultKind::LearnerSkip => "learner_skip",
             FaultKind::Ghost => "ghost",
             FaultKind::PartialConnectivity => "partial_connectivity",
+            FaultKind::DiskError => "disk_error",
+            FaultKind::TornUnsynced => "torn_unsynced",
+            FaultKind::WipedDir => "wiped_dir",
             FaultKind::AmnesicBeyondF => "amnesic_beyond_f",
             FaultKind::LeaseReads => "lease_reads",
             FaultKind::NoPreVote => "no_pre_vote",

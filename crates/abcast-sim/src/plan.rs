@@ -174,6 +174,22 @@ pub struct DiskPlan {
     pub torn_ppm: u32,
     /// Chance that one byte of a surviving unsynced prefix is flipped (a garbled write).
     pub flip_ppm: u32,
+    // The disk faults of issue 33 (`SimConfig::disk_faults`), drawn by
+    // [`DiskPlan::draw_faults`]; all 0 without.
+    /// Chance that a crash of the crash schedule is instead a disk failure armed under the
+    /// node: after 0-40 more writes (or syncs) the disk fails them with EIO or ENOSPC (or
+    /// EIO on fdatasync), until the node stopped (`disk_error`).
+    pub disk_error_ppm: u32,
+    /// Chance that the restart after a crash of the crash schedule finds the node's disk
+    /// wiped, when no more than f - 1 other acceptors are down or amnesic (`wiped_dir`).
+    pub wiped_dir_ppm: u32,
+    /// Per file whose name was never made durable, at a machine crash: chance that it
+    /// survives with a random prefix of its bytes (`torn_unsynced`).
+    pub torn_unsynced_ppm: u32,
+    /// Chance that a crash of the crash schedule waits (up to 2 s of the fault phase) for
+    /// a group commit that leaves a new file's name not yet durable, and strikes then, as
+    /// a machine crash that keeps that file (`torn_unsynced`).
+    pub new_file_crash_ppm: u32,
 }
 
 impl DiskPlan {
@@ -195,6 +211,25 @@ impl DiskPlan {
             in_commit_ppm: rng.between(200_000, 800_000) as u32,
             torn_ppm: rng.between(300_000, 1_000_000) as u32,
             flip_ppm: rng.between(0, 500_000) as u32,
+            ..DiskPlan::default()
+        }
+    }
+
+    /// Draws the disk faults of issue 33 from `rng`, a stream of their own. Every machine
+    /// crash model keeps never-synced files as real file systems do (`torn_unsynced`, 30-100
+    /// % of such files); with `SimConfig::disk_faults` also:
+    ///
+    /// | disk error | wiped directory | crash at a new file |
+    /// | --- | --- | --- |
+    /// | 10-30 % of crashes | 10-30 % of restarts | 20-50 % of crashes |
+    pub fn draw_faults(&mut self, model: CrashModel, disk_faults: bool, rng: &mut SimRng) {
+        if model != CrashModel::Process {
+            self.torn_unsynced_ppm = rng.between(300_000, 1_000_000) as u32;
+        }
+        if disk_faults {
+            self.disk_error_ppm = rng.between(100_000, 300_000) as u32;
+            self.wiped_dir_ppm = rng.between(100_000, 300_000) as u32;
+            self.new_file_crash_ppm = rng.between(200_000, 500_000) as u32;
         }
     }
 }

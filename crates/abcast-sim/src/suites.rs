@@ -9,7 +9,7 @@
 //! | --- | --- | --- |
 //! | none, loss, partition, crash, late_join, pause | in memory (a restart is amnesic); in crash (and reconfig) Sequence Paxos and Raft nodes snapshot and compact every 100 ms ([`Proto::snapshots_in`]) | U-Ring 3 nodes; Ring Paxos 3 acceptors + 3 learners; Multi-Ring 2 rings over 3 acceptors + 2 learners |
 //! | mixed | in memory | U-Ring 5 nodes (so a crash can strike while another acceptor is amnesic); the others as above |
-//! | power_loss | durable log with fdatasync on the simulator's disks, machine crashes, the pipelined group commit; U-Ring and Ring Paxos learners snapshot every 100 ms (so acceptors trim), Multi-Ring learners too (one snapshot of the merge; each ring trims at its own point, and a learner behind one installs a peer's), Sequence Paxos and Raft nodes too (each compacts its own log) | as above |
+//! | power_loss | durable log with fdatasync on the simulator's disks, machine crashes, the disk faults of issue 33 (`SimConfig::disk_faults`: disk errors, never-synced files kept torn, wiped directories), the pipelined group commit; U-Ring and Ring Paxos learners snapshot every 100 ms (so acceptors trim), Multi-Ring learners too (one snapshot of the merge; each ring trims at its own point, and a learner behind one installs a peer's), Sequence Paxos and Raft nodes too (each compacts its own log) | as above |
 //! | learner_skip | in memory, windows of 128 instances, no snapshots | as above |
 //! | partial | in memory | Sequence Paxos and Raft 5 nodes (the partial-connectivity shapes need five); the others as above; a 2.5 s fault phase |
 //! | reconfig (Sequence Paxos, Raft) | per seed ([`ReconfigSwitches`]): in memory (a restart is amnesic; Sequence Paxos only), durable with process crashes, or durable with machine crashes and a power loss after a change; eager transfer in half the Sequence Paxos runs; nodes snapshot and compact | 3 voters and 2 spares |
@@ -271,7 +271,13 @@ impl Proto {
                 Ghost,
             ],
             FaultMix::Pause => &[Pause, FaultsRemain, Ghost],
-            FaultMix::PowerLoss => &[PowerLoss, CrossIncarnation],
+            FaultMix::PowerLoss => &[
+                PowerLoss,
+                CrossIncarnation,
+                DiskError,
+                TornUnsynced,
+                WipedDir,
+            ],
             FaultMix::LearnerSkip => &[LearnerSkip],
             FaultMix::Reconfig => &[CrossIncarnation, OutlivesTakeover],
             FaultMix::PartialConnectivity => &[PartialConnectivity],
@@ -463,6 +469,10 @@ fn adjust(proto: Proto, cfg: &mut SimConfig) {
     cfg.busy_rejections_max = Some(BUSY_REJECTIONS_MAX);
     if cfg.mix == FaultMix::PowerLoss {
         cfg.crash_model = CrashModel::Machine;
+        // The stores are durable on the simulator's disks: the disks fail writes and
+        // syncs, machine crashes keep files never synced, restarts find wiped directories
+        // (issue 33).
+        cfg.disk_faults = true;
         // The runtime's pipelined group commit: fdatasync on the sync thread, outboxes
         // held until it completes 50 us to 2 ms later.
         cfg.sync_delay_us = Some((50, 2_000));

@@ -173,7 +173,7 @@ impl Raft {
         cfg: RaftConfig,
         me: NodeId,
         start: StartInfo,
-        store: Box<dyn LogStore + Send>,
+        mut store: Box<dyn LogStore + Send>,
     ) -> Result<Raft, ConfigError> {
         cfg.validate()?;
         let incarnation = start.ballot_incarnation()?;
@@ -181,6 +181,12 @@ impl Raft {
         let voted_for = (promised.incarnation == VOTE_HELD).then_some(promised.node);
         let commit = store.decided_idx();
         let amnesic = (start.incarnation > 0 || start.amnesic) && !store.is_durable();
+        if !amnesic {
+            // Its state is whole: a later restart on this store is not amnesic (issue 33,
+            // suspect 2: a life that lost its state stays amnesic across crashes until its
+            // repair, `repair.rs`).
+            store.mark_whole();
+        }
         let base = Membership {
             id: 0,
             voters: cfg.voters.clone(),

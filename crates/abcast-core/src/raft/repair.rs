@@ -223,6 +223,8 @@ impl Raft {
         self.vote_floor = self.vote_floor.max(fence);
         self.repair = None;
         self.amnesic = false;
+        // Once what it holds now is durable, a restart on its store is not amnesic.
+        self.store.mark_whole();
         out.events.push(Event::Repaired { upto: self.commit });
     }
 }

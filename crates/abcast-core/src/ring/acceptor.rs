@@ -19,9 +19,15 @@ pub struct AcceptorState {
 }
 
 impl AcceptorState {
-    pub fn new(store: Box<dyn AcceptorStore + Send>, amnesic: bool) -> AcceptorState {
+    pub fn new(mut store: Box<dyn AcceptorStore + Send>, amnesic: bool) -> AcceptorState {
         // A durable store that kept its state is not amnesic whatever the driver says.
         let amnesic = amnesic && !store.is_durable();
+        if !amnesic {
+            // Its state is whole: a later restart on this store is not amnesic (issue 33,
+            // suspect 2: a life that lost its state stays amnesic across crashes until its
+            // repair, below).
+            store.mark_whole();
+        }
         AcceptorState {
             store,
             amnesic,
@@ -164,6 +170,8 @@ impl AcceptorState {
     pub fn check_repaired(&mut self, delivered_upto: Instance) -> Option<crate::event::Event> {
         if self.amnesic && self.repair_upto.is_some_and(|u| delivered_upto >= u) {
             self.amnesic = false;
+            // Once what it holds now is durable, a restart on its store is not amnesic.
+            self.store.mark_whole();
             return Some(crate::event::Event::Repaired {
                 upto: delivered_upto,
             });

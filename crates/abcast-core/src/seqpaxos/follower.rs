@@ -169,6 +169,9 @@ impl SeqPaxos {
             // a chosen entry), so no earlier life entered that next configuration.
             if !self.stopped() || self.mutation(Mutation::SeqPaxosRepairIgnoresStopSign) {
                 self.amnesic_life = false;
+                // Once what it holds now is durable, a restart on its store is not
+                // amnesic.
+                self.store.mark_whole();
             }
             self.ble.set_candidate(true);
             out.events.push(crate::event::Event::Repaired {

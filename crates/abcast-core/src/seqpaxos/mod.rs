@@ -224,7 +224,7 @@ impl SeqPaxos {
         mut cfg: SeqPaxosConfig,
         me: NodeId,
         start: StartInfo,
-        store: Box<dyn LogStore + Send>,
+        mut store: Box<dyn LogStore + Send>,
     ) -> Result<SeqPaxos, ConfigError> {
         cfg.validate()?;
         let mut base = 0;
@@ -247,6 +247,12 @@ impl SeqPaxos {
         let member = cfg.contains(me);
         let incarnation = start.ballot_incarnation()?;
         let amnesic_life = start.incarnation > 0 && !store.is_durable();
+        if !amnesic_life {
+            // Its state is whole: a later restart on this store is not amnesic (issue 33,
+            // suspect 2: a life that lost its state stays amnesic across crashes until its
+            // repair, `follower.rs`).
+            store.mark_whole();
+        }
         let amnesic = amnesic_life && member;
         let promised = store.promised();
         // A restarted node starts its BLE ballot above what it promised (otherwise BLE could

@@ -76,6 +76,13 @@ pub struct Recovery {
     pub recycled_tails: u64,
     /// Spare segment files found, kept for reuse.
     pub spares: usize,
+    /// The log was written without fdatasync by an earlier boot and discarded, and why
+    /// ([`super::SegRecovery::unsynced_lost`]): the store opens empty, the acceptor amnesic.
+    pub unsynced_lost: Option<String>,
+    /// The log is that of a life that started without its state and was not repaired
+    /// ([`super::SegRecovery::unrepaired`]): the store says it is not durable, the
+    /// acceptor restarts amnesic again.
+    pub unrepaired: bool,
 }
 
 impl std::fmt::Display for Recovery {
@@ -92,6 +99,15 @@ impl std::fmt::Display for Recovery {
         )?;
         if self.spares > 0 {
             write!(f, "; {} spare segment files", self.spares)?;
+        }
+        if let Some(why) = &self.unsynced_lost {
+            write!(f, "; the log was discarded ({why}): starting amnesic")?;
+        }
+        if self.unrepaired {
+            write!(
+                f,
+                "; written by a life that lost its state and was not repaired: starting amnesic"
+            )?;
         }
         if let Some(t) = &self.torn_tail {
             write!(
@@ -152,6 +168,7 @@ impl<D: LogDir> DurableStore<D> {
         let seg_opts = SegOptions {
             sync: opts.sync,
             segment_bytes: opts.segment_bytes,
+            mutation: crate::mutation::Slot::default(),
         };
         let (log, seg_rec) = SegLog::open(
             dir,
@@ -215,6 +232,8 @@ impl<D: LogDir> DurableStore<D> {
             torn_tail: seg_rec.torn_tail,
             recycled_tails: seg_rec.recycled_tails,
             spares: seg_rec.spares,
+            unsynced_lost: seg_rec.unsynced_lost,
+            unrepaired: seg_rec.unrepaired,
         };
 
         // The cache holds every undecided vote (an acceptor must answer phase 1 with them)
@@ -233,7 +252,7 @@ impl<D: LogDir> DurableStore<D> {
             log,
             cache,
             index: Index::new(log_start),
-            recovered: rec.records > 0,
+            recovered: rec.records > 0 && !rec.unrepaired,
         };
         for (&i, &loc) in &locs {
             store.index.set(i, loc);
@@ -542,6 +561,9 @@ impl<D: LogDir> AcceptorStore for DurableStore<D> {
     /// trim record is durable: in place, or at `end_sync`.
     fn begin_sync(&mut self) -> Result<Option<super::SyncJob>, StorageError> {
         self.log.begin_sync()
+    }
+    fn mark_whole(&mut self) {
+        self.log.mark_whole();
     }
     fn end_sync(&mut self, result: &Result<(), StorageError>) {
         self.log.end_sync(result);
@@ -860,6 +882,73 @@ mod tests {
         assert!(s.get(3).is_none(), "a learned decision is not");
     }
 
+    /// Issue 33, suspect 2: a node whose directory was wiped restarts amnesic on an empty
+    /// store, writes a new log, and may crash before its repair. That log is not all the
+    /// node promised and voted in its earlier lives, yet the next open found it and said
+    /// durable: the node restarted not amnesic (a Raft leader overwrote a committed entry,
+    /// seed 186 of Raft's power_loss mix with `wiped_dir`). A log begun on an empty
+    /// directory stays "not durable" across crashes until the protocol says its state is
+    /// whole (`mark_whole`: not amnesic, or repaired) and a sync made that durable.
+    #[test]
+    fn a_log_begun_empty_is_not_durable_until_marked_whole_and_synced() {
+        for sync in [true, false] {
+            let dir = MemDir::new("wiped");
+            let (mut s, _) = open(&dir, opts(sync));
+            assert!(!s.is_durable());
+            // The amnesic life writes, and crashes (process, then machine) unrepaired.
+            assert!(s.put(1, vote(1, false)));
+            s.sync().unwrap();
+            drop(s);
+            dir.crash_process();
+            let (mut s, rec) = open(&dir, opts(sync));
+            assert!(rec.unrepaired && rec.records > 0, "sync {sync}: {rec}");
+            assert!(
+                !s.is_durable(),
+                "sync {sync}: unrepaired, amnesic again: {rec}"
+            );
+            assert_eq!(
+                s.max_instance(),
+                1,
+                "what it holds is kept (and used for repair)"
+            );
+            // Repaired (the repair wrote what it learned): said whole, but not yet synced:
+            // a crash now keeps it amnesic.
+            assert!(s.put(2, vote(2, false)));
+            s.mark_whole();
+            drop(s);
+            dir.crash_process();
+            let (mut s, rec) = open(&dir, opts(sync));
+            assert!(!s.is_durable(), "sync {sync}: not synced since: {rec}");
+            assert!(s.put(3, vote(3, false)));
+            s.mark_whole();
+            s.sync().unwrap();
+            drop(s);
+            if sync {
+                dir.crash_machine(|_, _| Tear {
+                    keep: 0,
+                    flip: None,
+                });
+            } else {
+                dir.crash_process();
+            }
+            let (s, rec) = open(&dir, opts(sync));
+            assert!(!rec.unrepaired, "sync {sync}: {rec}");
+            assert!(s.is_durable(), "sync {sync}: whole and synced: {rec}");
+        }
+        // A first start that wrote nothing before a machine crash: its empty state was
+        // whole (`mark_whole` with nothing pending removes the file at once).
+        let dir = MemDir::new("first");
+        let (mut s, _) = open(&dir, opts(true));
+        s.mark_whole();
+        drop(s);
+        dir.crash_machine(|_, _| Tear {
+            keep: 0,
+            flip: None,
+        });
+        let (s, rec) = open(&dir, opts(true));
+        assert!(s.is_durable() && !rec.unrepaired, "{rec}");
+    }
+
     /// Found with the simulator (`tests/durable.rs`, `sync = false` under machine crashes):
     /// such a log never syncs its directory, so a machine crash loses its files and the
     /// store reopens empty, yet said it had kept its state: the acceptor restarted without
@@ -871,6 +960,7 @@ mod tests {
         let dir = MemDir::new("m");
         let (mut s, _) = open(&dir, opts(false));
         assert!(!s.is_durable(), "a first start kept nothing");
+        s.mark_whole();
         assert!(s.put(1, vote(1, false)));
         s.sync().unwrap();
         drop(s);
@@ -882,12 +972,70 @@ mod tests {
             flip: None,
         });
         assert!(
-            dir.sizes().is_empty(),
-            "no directory sync: the files are gone"
+            dir.sizes().keys().all(|n| !n.starts_with("seg-")),
+            "no directory sync: the segments are gone"
         );
         let (s, rec) = open(&dir, opts(false));
         assert_eq!(rec.records, 0);
         assert!(!s.is_durable());
+    }
+
+    /// Issue 33, suspect 2: a real machine crash keeps the directory entries and a prefix
+    /// (or all) of what was written without fdatasync (ext4, xfs), so a `sync = false`
+    /// store found its log, recovered what was left of it and said it had kept its state:
+    /// the acceptor restarted not amnesic after losing promises or votes. The log of an
+    /// earlier boot is discarded and the store opens not durable, whatever the crash kept.
+    #[test]
+    fn an_unsynced_log_of_an_earlier_boot_opens_not_durable_whatever_the_crash_kept() {
+        for keep_all in [true, false] {
+            let dir = MemDir::new("boot");
+            let (mut s, _) = open(&dir, opts(false));
+            for i in 1..=20 {
+                assert!(s.put(i, vote(i, i % 2 == 0)));
+                s.sync().unwrap();
+            }
+            drop(s);
+            // The crash keeps every name, and every byte or a prefix of each file's.
+            dir.crash_machine_fate(|_, n, _| {
+                Some(Tear {
+                    keep: if keep_all { n } else { n / 2 },
+                    flip: None,
+                })
+            });
+            assert!(
+                dir.sizes().keys().any(|n| n.starts_with("seg-")),
+                "the segments survived"
+            );
+            let (s, rec) = open(&dir, opts(false));
+            assert!(!s.is_durable(), "keep all {keep_all}: {rec}");
+            assert!(rec.unsynced_lost.is_some(), "{rec}");
+            assert_eq!(s.max_instance(), 0, "nothing of it is used");
+            drop(s);
+            // What this boot writes is trusted again after a process crash, once the
+            // acceptor was repaired.
+            let (mut s, _) = open(&dir, opts(false));
+            s.mark_whole();
+            assert!(s.put(1, vote(1, false)));
+            s.sync().unwrap();
+            drop(s);
+            dir.crash_process();
+            let (s, rec) = open(&dir, opts(false));
+            assert!(s.is_durable(), "{rec}");
+            assert_eq!(rec.unsynced_lost, None);
+        }
+        // A log with `sync = true` is trusted across boots: everything in it was synced.
+        let dir = MemDir::new("synced");
+        let (mut s, _) = open(&dir, opts(true));
+        s.mark_whole();
+        assert!(s.put(1, vote(1, false)));
+        s.sync().unwrap();
+        drop(s);
+        dir.crash_machine(|_, _| Tear {
+            keep: 0,
+            flip: None,
+        });
+        let (s, rec) = open(&dir, opts(true));
+        assert!(s.is_durable(), "{rec}");
     }
 
     #[test]
@@ -928,11 +1076,13 @@ mod tests {
     fn without_sync_a_process_crash_keeps_everything_written() {
         let dir = MemDir::new("b");
         let (mut s, _) = open(&dir, opts(false));
+        // One fdatasync at open, of the file naming the boot the log is written on.
+        let at_open = dir.syncs();
         for i in 1..=5 {
             assert!(s.put(i, vote(i, false)));
         }
         s.sync().unwrap();
-        assert_eq!(dir.syncs(), 0, "sync = false never calls fdatasync");
+        assert_eq!(dir.syncs(), at_open, "sync = false never calls fdatasync");
         drop(s);
         dir.crash_process();
         let (s, _) = open(&dir, opts(false));

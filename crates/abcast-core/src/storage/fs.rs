@@ -52,4 +52,11 @@ pub trait LogDir: Send {
     fn rename(&mut self, from: &str, to: &str) -> io::Result<()>;
     /// Where the directory is, for error messages.
     fn describe(&self) -> String;
+    /// The machine's boot: it changes at every boot (Linux's
+    /// `/proc/sys/kernel/random/boot_id`), so a log written without fdatasync by an earlier
+    /// boot is known to have met a machine crash or a reboot (what survives of it is
+    /// anybody's guess). `None`: not known here (the log then cannot tell).
+    fn boot_id(&self) -> io::Result<Option<String>> {
+        Ok(None)
+    }
 }

@@ -30,7 +30,11 @@
 //!
 //! Misuse is refused with a [`StorageError`] and changes nothing: appending with a gap or an
 //! overlap, truncating a decided entry, trimming an undecided one, a decided index past the
-//! log. The store does not order ballots: the protocol decides what to promise.
+//! log. The store does not order ballots: the protocol decides what to promise. A disk that
+//! fails a write (EIO, ENOSPC) is reported by the next sync, as for the acceptor store,
+//! not by the write: the store writes nothing more, every later sync fails, and the driver
+//! stops the node before anything that depended on the failed write leaves (issue 33,
+//! `disk_error`: a Sequence Paxos node panicked on the write's error instead).
 
 use super::{StorageError, SyncJob};
 use crate::types::Ballot;
@@ -126,6 +130,12 @@ pub trait LogStore {
     fn end_sync(&mut self, _result: &Result<(), StorageError>) {}
     /// Whether the store kept its state across the last restart.
     fn is_durable(&self) -> bool;
+    /// The protocol's state on this store is whole: it started not amnesic, or its repair
+    /// ended. A durable store that opened on an empty directory says it is not durable at
+    /// every later open until this is durable (the next sync), so that a life that lost its
+    /// state and crashed before its repair restarts amnesic again (issue 33, suspect 2;
+    /// `storage::seglog::UNREPAIRED_FILE`). Stores that are never durable ignore it.
+    fn mark_whole(&mut self) {}
     /// Bytes of log on disk (0 in memory).
     fn log_bytes(&self) -> u64 {
         0

@@ -64,6 +64,7 @@ impl<D: LogDir> DurableLogStore<D> {
         let seg_opts = SegOptions {
             sync: opts.sync,
             segment_bytes: opts.segment_bytes,
+            mutation: crate::mutation::Slot::default(),
         };
         let (log, rec) = SegLog::open(
             dir,
@@ -155,7 +156,7 @@ impl<D: LogDir> DurableLogStore<D> {
             cache_bytes: 0,
             cache_entries_max: opts.cache_instances.max(1),
             cache_bytes_max: opts.cache_bytes,
-            recovered: rec.records > 0,
+            recovered: rec.records > 0 && !rec.unrepaired,
         };
         // The newest entries back into the cache, newest first, within its bounds.
         let mut i = store.meta.last_index;
@@ -200,13 +201,6 @@ impl<D: LogDir> DurableLogStore<D> {
     #[cfg(test)]
     fn write_pending(&mut self) {
         self.log.write_pending();
-    }
-
-    fn usable(&self) -> Result<(), StorageError> {
-        match self.log.failed() {
-            Some(e) => Err(e.clone()),
-            None => Ok(()),
-        }
     }
 
     fn append_checkpoint(&mut self, recycled: bool) {
@@ -308,7 +302,6 @@ impl<D: LogDir> LogStore for DurableLogStore<D> {
         self.meta.promised
     }
     fn set_promised(&mut self, ballot: Ballot) -> Result<(), StorageError> {
-        self.usable()?;
         if ballot != self.meta.promised {
             self.append_rec(&LogRec::Promise(ballot));
             self.meta.promised = ballot;
@@ -319,7 +312,6 @@ impl<D: LogDir> LogStore for DurableLogStore<D> {
         self.meta.accepted_round
     }
     fn set_accepted_round(&mut self, ballot: Ballot) -> Result<(), StorageError> {
-        self.usable()?;
         if ballot != self.meta.accepted_round {
             self.append_rec(&LogRec::AcceptedRound(ballot));
             self.meta.accepted_round = ballot;
@@ -330,7 +322,6 @@ impl<D: LogDir> LogStore for DurableLogStore<D> {
         self.meta.decided_idx
     }
     fn set_decided_idx(&mut self, idx: u64) -> Result<(), StorageError> {
-        self.usable()?;
         if self.meta.check_decided(idx)? {
             self.append_rec(&LogRec::Decided(idx));
             self.meta.decided_idx = idx;
@@ -374,7 +365,6 @@ impl<D: LogDir> LogStore for DurableLogStore<D> {
         Ok(out)
     }
     fn append(&mut self, entries: &[Entry]) -> Result<(), StorageError> {
-        self.usable()?;
         check_append(self.meta.last_index, entries)?;
         for e in entries {
             let pos = self.append_rec(&LogRec::Entry(e.clone()));
@@ -393,7 +383,6 @@ impl<D: LogDir> LogStore for DurableLogStore<D> {
         Ok(())
     }
     fn truncate(&mut self, from: u64) -> Result<(), StorageError> {
-        self.usable()?;
         if self.meta.check_truncate(from)? {
             self.append_rec(&LogRec::Truncate { from });
             self.meta.truncate(from);
@@ -406,7 +395,6 @@ impl<D: LogDir> LogStore for DurableLogStore<D> {
         self.meta.stop_sign.as_ref()
     }
     fn set_stop_sign(&mut self, stop_sign: Option<Bytes>) -> Result<(), StorageError> {
-        self.usable()?;
         if stop_sign != self.meta.stop_sign {
             self.append_rec(&LogRec::StopSign(stop_sign.clone()));
             self.meta.stop_sign = stop_sign;
@@ -417,7 +405,6 @@ impl<D: LogDir> LogStore for DurableLogStore<D> {
         self.meta.snapshot.as_ref()
     }
     fn set_snapshot(&mut self, snapshot: LogSnapshot) -> Result<(), StorageError> {
-        self.usable()?;
         let cut = self
             .meta
             .check_snapshot(&snapshot, self.ballot_at(snapshot.index))?;
@@ -443,7 +430,6 @@ impl<D: LogDir> LogStore for DurableLogStore<D> {
         Ok(())
     }
     fn trim(&mut self, below: u64) -> Result<(), StorageError> {
-        self.usable()?;
         if self.meta.check_trim(below)? {
             let prev_ballot = self.ballot_at(below - 1).unwrap_or(Ballot::ZERO);
             self.append_rec(&LogRec::Trim { below, prev_ballot });
@@ -467,6 +453,9 @@ impl<D: LogDir> LogStore for DurableLogStore<D> {
     }
     fn end_sync(&mut self, result: &Result<(), StorageError>) {
         self.log.end_sync(result);
+    }
+    fn mark_whole(&mut self) {
+        self.log.mark_whole();
     }
     /// Whether `open` found a log (see [`super::AcceptorStore::is_durable`]).
     fn is_durable(&self) -> bool {
@@ -526,6 +515,7 @@ mod tests {
         let (mut s, rec) = open(&dir, opts(true));
         assert_eq!(rec.records, 0);
         assert!(!s.is_durable(), "a first start kept nothing");
+        s.mark_whole();
         s.set_promised(ballot(3)).expect("promise");
         s.set_accepted_round(ballot(3)).expect("accepted round");
         s.append(&(1..=20).map(|i| big(i, 3)).collect::<Vec<_>>())
@@ -884,5 +874,45 @@ mod tests {
             .err()
             .expect("must refuse");
         assert!(err.0.contains("acceptor log"), "{err}");
+    }
+
+    /// Issue 33, `disk_error`: a write the disk failed made every later mutation of the log
+    /// store return the error, and Sequence Paxos, which takes a mutation's error for misuse,
+    /// panicked (seed 103 of its power_loss mix). The failure is reported by the next sync,
+    /// the one place a driver stops the node before anything that depends on it leaves;
+    /// nothing is written after it, and what was synced before it survives.
+    #[test]
+    fn a_failed_write_is_reported_by_the_next_sync_and_nothing_is_written_after_it() {
+        use crate::storage::DiskFault;
+        for fault in DiskFault::ALL {
+            let dir = MemDir::new("fail");
+            // Small segments: appends roll, and a roll writes (and syncs) at once.
+            let o = DurableOptions {
+                segment_bytes: 8 << 10,
+                ..opts(true)
+            };
+            let (mut s, _) = open(&dir, o.clone());
+            s.append(&[big(1, 1), big(2, 1)]).unwrap();
+            s.set_decided_idx(1).unwrap();
+            s.sync().unwrap();
+            dir.inject(0, fault);
+            for i in 3..=8 {
+                s.append(&[big(i, 1)])
+                    .unwrap_or_else(|e| panic!("{fault:?}: a write does not fail the caller: {e}"));
+            }
+            s.set_decided_idx(2)
+                .unwrap_or_else(|e| panic!("{fault:?}: nor a later mutation: {e}"));
+            let e = s.sync().expect_err("the sync reports it");
+            assert!(e.0.contains("injected"), "{fault:?}: {e}");
+            assert!(s.sync().is_err(), "{fault:?}: and every sync after it");
+            drop(s);
+            dir.clear_injection();
+            dir.crash_process();
+            let (s, _) = open(&dir, o);
+            assert!(
+                s.last_index() >= 2 && s.decided_idx() >= 1,
+                "{fault:?}: the synced part"
+            );
+        }
     }
 }

@@ -13,7 +13,17 @@
 //!   of the unsynced ones that the caller picks, optionally with one byte flipped inside that
 //!   prefix (a torn, garbled last write); files created since the last `sync_dir` vanish and
 //!   files removed since then come back. What survives is on the platter: durable, so a
-//!   later crash keeps it.
+//!   later crash keeps it. [`MemDir::crash_machine_fate`] lets the caller keep a file whose
+//!   name was never made durable, with a prefix of its bytes, as ext4 and xfs do when their
+//!   journal committed the name but not the data (the simulator's `torn_unsynced` fault):
+//!   a store must not take such a file for a durable one.
+//! * Every machine crash is a new boot ([`LogDir::boot_id`]): a store written without
+//!   fdatasync can tell that a crash may have taken some of it.
+//! * [`MemDir::inject`]: the next write (EIO, ENOSPC) or sync (EIO) fails, and the disk
+//!   keeps failing until [`MemDir::clear_injection`] (the simulator's `disk_error` fault).
+//!   A failed sync drops the file's unsynced writes (Linux marks the pages clean after a
+//!   failed fsync: what was not durable is gone, PostgreSQL's "fsyncgate").
+//! * [`MemDir::wipe`]: every file of the disk is gone (`wiped_dir`).
 //! * [`MemDir::flip_byte`] damages durable bytes (bit rot), for the "refuse to start" path.
 //! * [`MemDir::begin_power_loss`]: from then until the crash, `sync` and `sync_dir` do not
 //!   complete (they return, but make nothing durable): a machine that loses power in the
@@ -87,6 +97,45 @@ struct Disk {
     bytes_appended: u64,
     /// The power is failing: no sync completes until the crash.
     power_lost: bool,
+    /// Machine crashes so far: the boot id.
+    boot: u64,
+    /// An injected failure: `(operations of its class to let through first, the fault)`.
+    injected: Option<(u32, DiskFault)>,
+    /// The injected failure fired (and keeps failing every operation of its class).
+    fired: Option<DiskFault>,
+}
+
+/// A failure the disk answers an operation with ([`MemDir::inject`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiskFault {
+    /// A write (`write_at`, `create`, `preallocate`, `rename`, `truncate`, `remove`)
+    /// fails with EIO and changes nothing.
+    WriteEio,
+    /// A write fails with ENOSPC (the disk is full) and changes nothing.
+    WriteNoSpace,
+    /// A `sync` or `sync_dir` fails with EIO; the file's unsynced writes are lost.
+    SyncEio,
+}
+
+impl DiskFault {
+    pub const ALL: [DiskFault; 3] = [
+        DiskFault::WriteEio,
+        DiskFault::WriteNoSpace,
+        DiskFault::SyncEio,
+    ];
+
+    fn error(self, what: &str) -> io::Error {
+        let (code, name) = match self {
+            DiskFault::WriteEio | DiskFault::SyncEio => (5, "EIO"),
+            DiskFault::WriteNoSpace => (28, "ENOSPC"),
+        };
+        let e = io::Error::from_raw_os_error(code);
+        io::Error::new(e.kind(), format!("{what}: {e} (injected {name})"))
+    }
+
+    fn is_sync(self) -> bool {
+        self == DiskFault::SyncEio
+    }
 }
 
 /// How a machine crash treats one file's unsynced bytes.
@@ -171,10 +220,21 @@ impl MemDir {
     /// A machine crash of the whole disk (every directory on it): see the module comment.
     /// `tear(name, unsynced_bytes)` picks what survives of each file's unsynced bytes; it is
     /// called for every file that exists after the crash, in name order, with the file's
-    /// path on the disk (`"ring-1/seg-..."` for a file of a subdirectory).
+    /// path on the disk (`"ring-1/seg-..."` for a file of a subdirectory). Files whose
+    /// names were never made durable vanish.
     pub fn crash_machine(&self, mut tear: impl FnMut(&str, usize) -> Tear) {
+        self.crash_machine_fate(|name, unsynced, named| named.then(|| tear(name, unsynced)));
+    }
+
+    /// [`MemDir::crash_machine`] where `fate(name, unsynced_bytes, name_durable)` also
+    /// decides, for a file whose name was never made durable (`name_durable` false), whether
+    /// it survives (`Some`, torn as the `Tear` says over its synced bytes) or vanishes
+    /// (`None`); for the others `None` keeps nothing of the unsynced bytes. Called for
+    /// every file, in name order.
+    pub fn crash_machine_fate(&self, mut fate: impl FnMut(&str, usize, bool) -> Option<Tear>) {
         let mut d = self.disk();
         d.power_lost = false;
+        d.boot += 1;
         for (new, orig) in std::mem::take(&mut d.renamed) {
             if d.files.get(&new).is_some_and(|f| !f.name_durable)
                 && let Some(mut f) = d.files.remove(&new)
@@ -190,10 +250,20 @@ impl MemDir {
                 d.files.entry(name).or_insert(f);
             }
         }
-        d.files.retain(|_, f| f.name_durable);
+        let mut gone = Vec::new();
         for (name, f) in d.files.iter_mut() {
             let unsynced = f.unsynced();
-            let t = tear(name, unsynced);
+            let t = match fate(name, unsynced, f.name_durable) {
+                Some(t) => t,
+                None if f.name_durable => Tear {
+                    keep: 0,
+                    flip: None,
+                },
+                None => {
+                    gone.push(name.clone());
+                    continue;
+                }
+            };
             let keep = t.keep.min(unsynced);
             if f.dirty_from != CLEAN {
                 // The durable bytes, with a prefix of what was written since laid over
@@ -218,6 +288,50 @@ impl MemDir {
             f.dirty_to = 0;
             f.name_durable = true;
         }
+        for name in gone {
+            d.files.remove(&name);
+        }
+    }
+
+    /// From the `after + 1`-th operation of its class on (writes, or syncs) on any
+    /// directory of this disk, every such operation fails with `fault`, until
+    /// [`MemDir::clear_injection`].
+    pub fn inject(&self, after: u32, fault: DiskFault) {
+        let mut d = self.disk();
+        d.injected = Some((after, fault));
+        d.fired = None;
+    }
+
+    /// The injected failure that fired, if one did.
+    pub fn injected_fired(&self) -> Option<DiskFault> {
+        self.disk().fired
+    }
+
+    /// No more injected failures (a failed disk replaced, space freed): the next life of
+    /// the node finds a working disk.
+    pub fn clear_injection(&self) {
+        let mut d = self.disk();
+        d.injected = None;
+        d.fired = None;
+    }
+
+    /// Every file of the disk, in every directory, is gone, durably (a wiped or replaced
+    /// disk; the node's directory deleted).
+    pub fn wipe(&self) {
+        let mut d = self.disk();
+        d.files.clear();
+        d.removed.clear();
+        d.renamed.clear();
+    }
+
+    /// Files whose names were never made durable (created since the last `sync_dir`, not
+    /// renamed from a durable name, which a crash would bring back), over the whole disk.
+    pub fn unsynced_names(&self) -> usize {
+        let d = self.disk();
+        d.files
+            .iter()
+            .filter(|(n, f)| !f.name_durable && !matches!(d.renamed.get(*n), Some(Some(_))))
+            .count()
     }
 
     /// Damages one durable byte (bit rot) of a file of this directory.
@@ -259,7 +373,33 @@ impl MemDir {
     }
 }
 
+impl Disk {
+    /// An operation of the class `sync` (else a write) on `what`: the injected failure,
+    /// once its turn came.
+    fn gate(&mut self, sync: bool, what: &str) -> io::Result<()> {
+        if let Some(f) = self.fired
+            && f.is_sync() == sync
+        {
+            return Err(f.error(what));
+        }
+        if let Some((after, f)) = self.injected
+            && f.is_sync() == sync
+        {
+            if after == 0 {
+                self.injected = None;
+                self.fired = Some(f);
+                return Err(f.error(what));
+            }
+            self.injected = Some((after - 1, f));
+        }
+        Ok(())
+    }
+}
+
 impl LogDir for MemDir {
+    fn boot_id(&self) -> io::Result<Option<String>> {
+        Ok(Some(format!("memdir-boot-{}", self.disk().boot)))
+    }
     fn list(&self) -> io::Result<Vec<String>> {
         Ok(self
             .disk()
@@ -298,6 +438,7 @@ impl LogDir for MemDir {
     fn create(&mut self, name: &str) -> io::Result<()> {
         let path = self.path(name);
         let mut d = self.disk();
+        d.gate(false, name)?;
         if d.files.contains_key(&path) {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
@@ -311,6 +452,7 @@ impl LogDir for MemDir {
     fn write_at(&mut self, name: &str, offset: u64, chunks: &[&[u8]]) -> io::Result<()> {
         let path = self.path(name);
         let mut d = self.disk();
+        d.gate(false, name)?;
         let n: usize = chunks.iter().map(|c| c.len()).sum();
         let f = d.files.get_mut(&path).ok_or_else(|| not_found(name))?;
         let off = usize::try_from(offset).map_err(|_| io::ErrorKind::InvalidInput)?;
@@ -338,6 +480,7 @@ impl LogDir for MemDir {
     fn preallocate(&mut self, name: &str, len: u64) -> io::Result<()> {
         let path = self.path(name);
         let mut d = self.disk();
+        d.gate(false, name)?;
         let f = d.files.get_mut(&path).ok_or_else(|| not_found(name))?;
         let len = usize::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?;
         f.allocated = f.allocated.max(len);
@@ -347,6 +490,19 @@ impl LogDir for MemDir {
         let path = self.path(name);
         let mut d = self.disk();
         let power_lost = d.power_lost;
+        if let Err(e) = d.gate(true, name) {
+            // Linux marks the pages clean after a failed fsync: the unsynced writes are
+            // gone (the data reads as what was durable).
+            if let Some(f) = d.files.get_mut(&path)
+                && f.dirty_from != CLEAN
+            {
+                f.data = f.durable.clone();
+                f.allocated = f.allocated_synced;
+                f.dirty_from = CLEAN;
+                f.dirty_to = 0;
+            }
+            return Err(e);
+        }
         let f = d.files.get_mut(&path).ok_or_else(|| not_found(name))?;
         if power_lost {
             return Ok(());
@@ -364,6 +520,7 @@ impl LogDir for MemDir {
     }
     fn sync_dir(&mut self) -> io::Result<()> {
         let mut d = self.disk();
+        d.gate(true, "the directory")?;
         if d.power_lost {
             return Ok(());
         }
@@ -391,6 +548,7 @@ impl LogDir for MemDir {
     fn truncate(&mut self, name: &str, len: u64) -> io::Result<()> {
         let path = self.path(name);
         let mut d = self.disk();
+        d.gate(false, name)?;
         let f = d.files.get_mut(&path).ok_or_else(|| not_found(name))?;
         let len = usize::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?;
         f.data.truncate(len);
@@ -407,6 +565,7 @@ impl LogDir for MemDir {
     fn remove(&mut self, name: &str) -> io::Result<()> {
         let path = self.path(name);
         let mut d = self.disk();
+        d.gate(false, name)?;
         let mut f = d.files.remove(&path).ok_or_else(|| not_found(name))?;
         // Renamed and removed since the last `sync_dir`: a crash brings it back under its
         // last durable name.
@@ -425,6 +584,7 @@ impl LogDir for MemDir {
     fn rename(&mut self, from: &str, to: &str) -> io::Result<()> {
         let (fp, tp) = (self.path(from), self.path(to));
         let mut d = self.disk();
+        d.gate(false, to)?;
         if d.files.contains_key(&tp) {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
@@ -707,5 +867,82 @@ mod tests {
         r1.remove("seg").unwrap();
         assert_eq!(r2.list().unwrap(), vec!["seg".to_string()]);
         assert!(r1.list().unwrap().is_empty());
+    }
+
+    /// `torn_unsynced`: a file whose name never became durable may survive a machine crash
+    /// with a prefix of its bytes (the journal of ext4 or xfs committed the name, not all
+    /// the data), where `crash_machine` takes it away; and every crash is a new boot.
+    #[test]
+    fn a_file_never_synced_may_survive_a_crash_with_a_prefix_of_its_bytes() {
+        let mut d = MemDir::new("t");
+        let boot = d.boot_id().unwrap();
+        d.create("new").unwrap();
+        d.append("new", &[b"abcdef"]).unwrap();
+        d.create("gone").unwrap();
+        d.append("gone", &[b"xyz"]).unwrap();
+        let mut seen = Vec::new();
+        d.crash_machine_fate(|name, n, named| {
+            seen.push((name.to_string(), n, named));
+            (name == "new").then_some(Tear {
+                keep: 4,
+                flip: None,
+            })
+        });
+        assert_eq!(
+            seen,
+            vec![
+                ("gone".to_string(), 3, false),
+                ("new".to_string(), 6, false)
+            ]
+        );
+        assert_eq!(d.list().unwrap(), vec!["new".to_string()]);
+        assert_eq!(d.read("new").unwrap(), b"abcd");
+        assert_ne!(d.boot_id().unwrap(), boot, "a new boot");
+        // What survived is durable.
+        d.crash_machine(keep_none);
+        assert_eq!(d.read("new").unwrap(), b"abcd");
+    }
+
+    /// `disk_error`: the injected failure fires at its turn and keeps failing its class of
+    /// operations until cleared; a failed sync loses the file's unsynced writes.
+    #[test]
+    fn injected_failures_fire_at_their_turn_and_a_failed_sync_loses_the_unsynced_writes() {
+        let mut d = MemDir::new("e");
+        d.create("a").unwrap();
+        d.append("a", &[b"12"]).unwrap();
+        d.sync("a").unwrap();
+        d.sync_dir().unwrap();
+        d.inject(1, DiskFault::WriteNoSpace);
+        d.append("a", &[b"34"]).unwrap();
+        let e = d.append("a", &[b"56"]).unwrap_err();
+        assert_eq!(e.raw_os_error(), None, "wrapped with the name");
+        assert!(e.to_string().contains("ENOSPC"), "{e}");
+        assert_eq!(d.injected_fired(), Some(DiskFault::WriteNoSpace));
+        assert!(d.create("b").is_err(), "the disk stays full");
+        d.sync("a").unwrap();
+        assert_eq!(d.read("a").unwrap(), b"1234");
+        d.clear_injection();
+        d.inject(0, DiskFault::SyncEio);
+        d.append("a", &[b"78"]).unwrap();
+        assert!(d.sync("a").is_err());
+        assert_eq!(d.read("a").unwrap(), b"1234", "the unsynced write is gone");
+        d.clear_injection();
+        d.sync("a").unwrap();
+        assert_eq!(d.injected_fired(), None);
+    }
+
+    #[test]
+    fn a_wiped_disk_has_no_file_in_any_directory() {
+        let root = MemDir::new("w");
+        let mut r1 = root.subdir("ring-1");
+        let mut top = root.clone();
+        r1.create("seg").unwrap();
+        top.create("marker").unwrap();
+        r1.sync_dir().unwrap();
+        top.sync_dir().unwrap();
+        root.wipe();
+        assert!(r1.list().unwrap().is_empty() && top.list().unwrap().is_empty());
+        root.crash_machine(keep_none);
+        assert!(r1.list().unwrap().is_empty(), "durably");
     }
 }

@@ -44,7 +44,7 @@ pub use fs::{LogDir, SyncStep};
 pub use log::{Entry, LogSnapshot, LogStore};
 pub use log_durable::DurableLogStore;
 pub use log_memory::MemoryLogStore;
-pub use memdir::{MemDir, Tear};
+pub use memdir::{DiskFault, MemDir, Tear};
 pub use memory::MemoryStore;
 pub use none::NoneStore;
 pub use seglog::{SegRecovery, TornTail};
@@ -179,6 +179,12 @@ pub trait AcceptorStore {
     /// Whether the store kept its state across the last restart. An in-memory store did not:
     /// the acceptor is amnesic until repaired (see `uring::acceptor`).
     fn is_durable(&self) -> bool;
+    /// The protocol's state on this store is whole: it started not amnesic, or its repair
+    /// ended. A durable store that opened on an empty directory says it is not durable at
+    /// every later open until this is durable (the next sync), so that a life that lost its
+    /// state and crashed before its repair restarts amnesic again (issue 33, suspect 2;
+    /// `storage::seglog::UNREPAIRED_FILE`). Stores that are never durable ignore it.
+    fn mark_whole(&mut self) {}
     /// Whether the store has room for one more undecided instance; a full store applies
     /// backpressure to the coordinator.
     fn has_room(&self) -> bool;

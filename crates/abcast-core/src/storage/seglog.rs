@@ -32,7 +32,13 @@
 //!   only what was written after the last durable point.
 //! * **Recovery** ([`SegLog::open`]): replays every segment in order and hands each whole
 //!   record to the record part, a group at a time, at its commit marker. Zeros to the end
-//!   of a segment are preallocated space (cut off). A bad record in the last segment above
+//!   of the last segment are preallocated space (cut off, durably). A closed segment ends
+//!   exactly at its records (`roll` rolls only past the preallocated size, cuts a recycled
+//!   file's older contents and, with `sync = true`, syncs it before the next segment
+//!   exists), so zeros at the end of a segment that a later one follows are lost bytes:
+//!   `open` refuses, since applying the rest would apply part of a group (its marker, in
+//!   the next segment, counts only that segment's records) and dropping it would forget
+//!   synced records while claiming to remember them. A bad record in the last segment above
 //!   every durable point is a torn tail (cut, reported in [`TornTail`]); below a durable
 //!   point, or in an earlier segment, it is corruption: `open` refuses, naming the file and
 //!   the offset. Records after the last commit marker are a torn group (a crash kept only
@@ -42,6 +48,7 @@
 
 use super::{LogDir, StorageError, SyncJob};
 use crate::error::DecodeError;
+use crate::mutation::{self, Mutation, Slot};
 use bytes::Bytes;
 use std::collections::{BTreeMap, VecDeque};
 use std::marker::PhantomData;
@@ -216,6 +223,106 @@ fn records_after<R: LogRecord>(
     (first, durable)
 }
 
+/// Whether a log found in `dir` (`found`) must be discarded as written without fdatasync
+/// by an earlier boot, and why (see [`SegRecovery::unsynced_lost`]): its
+/// [`UNSYNCED_BOOT_FILE`] names another boot than this one; or it has none, yet is opened
+/// with `sync = false` on a machine that tells its boots (a log written by a version without
+/// the file, or one whose file a crash took: it cannot be told from one that lost data).
+/// Where the machine does not tell its boots, nothing can be told: the log is trusted, as
+/// `sync = false` always was (docs/design/amnesia-detection.md).
+fn check_boot<D: LogDir>(
+    dir: &mut D,
+    sync: bool,
+    found: bool,
+) -> Result<Option<String>, StorageError> {
+    let where_ = dir.describe();
+    let now = dir
+        .boot_id()
+        .map_err(|e| StorageError(format!("{where_}: reading the machine's boot id: {e}")))?;
+    let mark = match dir.read(UNSYNCED_BOOT_FILE) {
+        Ok(b) => Some(String::from_utf8_lossy(&b).trim().to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            return Err(StorageError(format!(
+                "{where_}/{UNSYNCED_BOOT_FILE}: reading: {e}"
+            )));
+        }
+    };
+    if !found {
+        return Ok(None);
+    }
+    Ok(match (mark, now) {
+        (Some(m), Some(n)) if m == n => None,
+        (Some(m), Some(n)) => Some(format!(
+            "written without fdatasync on boot {m}, opened on boot {n}: the machine crashed or \
+             rebooted since, and may have kept any part of it"
+        )),
+        (Some(m), None) => Some(format!(
+            "written without fdatasync on boot {m}, and this machine does not tell its boot"
+        )),
+        (None, Some(_)) if !sync => Some(format!(
+            "opened with sync = false and no {UNSYNCED_BOOT_FILE} file: it cannot be told \
+             from a log a machine crash took part of"
+        )),
+        (None, _) => None,
+    })
+}
+
+/// Writes (with `sync = false`, durably) or removes (with `sync = true`, once the log is
+/// synced: `open` syncs the last segment, and the earlier ones were synced at their roll
+/// with `sync = true` or are synced here) the [`UNSYNCED_BOOT_FILE`].
+fn mark_boot<D: LogDir>(dir: &mut D, sync: bool) -> Result<(), StorageError> {
+    let where_ = dir.describe();
+    let io = |what: &str, e: std::io::Error| {
+        StorageError(format!("{where_}/{UNSYNCED_BOOT_FILE}: {what}: {e}"))
+    };
+    let now = dir
+        .boot_id()
+        .map_err(|e| io("reading the machine's boot id", e))?;
+    let mark = match dir.read(UNSYNCED_BOOT_FILE) {
+        Ok(b) => Some(String::from_utf8_lossy(&b).trim().to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io("reading", e)),
+    };
+    if sync {
+        if mark.is_some() {
+            // Written without fdatasync earlier in this boot: make every segment durable
+            // before the file that says it is not goes.
+            let names = dir.list().map_err(|e| io("listing", e))?;
+            for n in names.iter().filter(|n| parse_numbered(n, "seg-").is_some()) {
+                dir.sync(n).map_err(|e| io(&format!("syncing {n}"), e))?;
+            }
+            dir.remove(UNSYNCED_BOOT_FILE)
+                .map_err(|e| io("removing", e))?;
+            dir.sync_dir().map_err(|e| io("syncing the directory", e))?;
+        }
+        return Ok(());
+    }
+    let Some(now) = now else {
+        return Ok(());
+    };
+    if mark.as_deref() == Some(now.as_str()) {
+        return Ok(());
+    }
+    let tmp = format!("{UNSYNCED_BOOT_FILE}.tmp");
+    match dir.remove(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io("removing the temporary file", e)),
+    }
+    dir.create(&tmp).map_err(|e| io("creating", e))?;
+    dir.write_at(&tmp, 0, &[now.as_bytes()])
+        .map_err(|e| io("writing", e))?;
+    dir.sync(&tmp).map_err(|e| io("syncing", e))?;
+    if mark.is_some() {
+        dir.remove(UNSYNCED_BOOT_FILE)
+            .map_err(|e| io("replacing", e))?;
+    }
+    dir.rename(&tmp, UNSYNCED_BOOT_FILE)
+        .map_err(|e| io("renaming", e))?;
+    dir.sync_dir().map_err(|e| io("syncing the directory", e))
+}
+
 pub(crate) fn seg_name(n: u64) -> String {
     format!("seg-{n:020}.log")
 }
@@ -260,7 +367,34 @@ pub struct SegRecovery {
     pub recycled_tails: u64,
     /// Spare segment files found, kept for reuse.
     pub spares: usize,
+    /// The log was written without fdatasync by an earlier boot of the machine (or cannot
+    /// tell it was not) and was discarded, and why: a machine crash may have kept any part
+    /// of it (directory entries and a prefix of the data, on ext4 and xfs), so nothing in
+    /// it can be taken as remembered. The store opens empty, and so not durable: the
+    /// acceptor restarts amnesic. Issue 33, suspect 2.
+    pub unsynced_lost: Option<String>,
+    /// The log found was written by a life that started without its state (an empty
+    /// directory: a wiped one, or a log discarded as above) and was not repaired before it
+    /// ended ([`UNREPAIRED_FILE`]): what it holds is not all this node promised or voted,
+    /// so the store reports itself not durable and the protocol restarts amnesic again.
+    pub unrepaired: bool,
 }
+
+/// The file that says the log holds the state of a life that started without its state
+/// and was not yet repaired (or, on a first start, did not yet say its empty state is
+/// whole). Created, durably, whenever a log opens on an empty directory, before its first
+/// segment; removed, durably, at the first sync after the protocol said its state is whole
+/// ([`SegLog::mark_whole`]: started not amnesic, or repaired). A restart that finds it
+/// is amnesic again. Without it, a node whose directory was wiped restarted amnesic,
+/// wrote a new log, crashed before its repair and restarted *not* amnesic on that log,
+/// which lacked what its earlier lives promised and acked: a Raft leader then overwrote a
+/// committed entry (simulator seed 186 of Raft's power_loss mix, `wiped_dir`; issue 33,
+/// suspect 2).
+pub const UNREPAIRED_FILE: &str = "unrepaired";
+
+/// The file that says a log holds bytes written without fdatasync, and on which boot of
+/// the machine ([`LogDir::boot_id`]): written, synced, when a log with `sync = false` opens.
+pub const UNSYNCED_BOOT_FILE: &str = "unsynced-boot";
 
 /// The options of the segmented log.
 #[derive(Clone, Copy, Debug)]
@@ -269,6 +403,9 @@ pub struct SegOptions {
     pub sync: bool,
     /// A segment is closed and a new one begun past this size.
     pub segment_bytes: u64,
+    /// A deliberately broken variant (the `mutations` feature only;
+    /// `Mutation::SegLogZeroTailInEarlierSegment`).
+    pub mutation: Slot,
 }
 
 /// Slots keyed by a dense `u64` (instance, log index) from a movable start: the stores'
@@ -343,6 +480,9 @@ struct InFlight {
     delete: Vec<u64>,
     /// Spares whose renames this job's directory sync makes durable.
     promote: Vec<(u64, u64)>,
+    /// The job makes durable what the protocol held when it said its state is whole
+    /// ([`SegLog::mark_whole`]): the [`UNREPAIRED_FILE`] goes once it is done.
+    whole: bool,
 }
 
 /// The segmented log: segments, spares, group commit, durable points. `R` is the record
@@ -377,6 +517,9 @@ pub struct SegLog<D: LogDir, R: LogRecord> {
     syncs: u64,
     /// The current segment's file size by preallocation (0: not preallocated).
     allocated: u64,
+    /// The current segment is a recycled spare: its file may hold older contents after
+    /// the records, which `roll` cuts off.
+    recycled: bool,
     /// Sync jobs in flight (`begin_sync` returned them), oldest first: the segment and
     /// length each makes durable, and the segments to delete once it did (their trim
     /// record is in it). The driver may run a few at once; they end in order.
@@ -389,6 +532,11 @@ pub struct SegLog<D: LogDir, R: LogRecord> {
     /// names back, and a reused file under an old segment's name would read as damage.
     spares: Vec<(u64, u64)>,
     spares_pending: Vec<(u64, u64)>,
+    /// The [`UNREPAIRED_FILE`] is on disk: a restart now would be amnesic.
+    unrepaired: bool,
+    /// The protocol said its state is whole ([`SegLog::mark_whole`]); the next sync's
+    /// completion removes the file.
+    whole_wanted: bool,
     _records: PhantomData<fn() -> R>,
 }
 
@@ -428,8 +576,40 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
             }
         }
         seg_nums.sort_unstable();
+        let unsynced_lost = check_boot(
+            &mut dir,
+            opts.sync,
+            !seg_nums.is_empty() || !spares.is_empty(),
+        )?;
+        if unsynced_lost.is_some() {
+            for n in &names {
+                if parse_numbered(n, "seg-").is_some() || parse_numbered(n, "spare-").is_some() {
+                    dir.remove(n).map_err(|e| io("discarding", n, e))?;
+                }
+            }
+            dir.sync_dir()
+                .map_err(|e| io("syncing the directory after discarding the log", "", e))?;
+            seg_nums.clear();
+            spares.clear();
+        }
+        mark_boot(&mut dir, opts.sync)?;
+        let unrepaired_file = match dir.read(UNREPAIRED_FILE) {
+            Ok(_) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => return Err(io("reading", UNREPAIRED_FILE, e)),
+        };
+        let unrepaired = unrepaired_file || seg_nums.is_empty();
+        if seg_nums.is_empty() && !unrepaired_file {
+            // Durable before the first segment's name can be.
+            dir.create(UNREPAIRED_FILE)
+                .map_err(|e| io("creating", UNREPAIRED_FILE, e))?;
+            dir.sync_dir()
+                .map_err(|e| io("syncing the directory", UNREPAIRED_FILE, e))?;
+        }
         let mut rec = SegRecovery {
             segments: seg_nums.len(),
+            unsynced_lost,
+            unrepaired: unrepaired_file && !seg_nums.is_empty(),
             ..SegRecovery::default()
         };
         let mut segments = BTreeMap::new();
@@ -501,14 +681,57 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
                         }
                         off = next;
                     }
+                    Framed::Bad(_)
+                        if Some(num) != last
+                            && buf[off..].iter().all(|&b| b == 0)
+                            && !mutation::on(
+                                opts.mutation.get(),
+                                Mutation::SegLogZeroTailInEarlierSegment,
+                            ) =>
+                    {
+                        // Only the last segment may end in zeros. A segment is closed
+                        // (`roll`) once its records reached its preallocated size, its file
+                        // is cut to its records and, with `sync = true`, made durable before
+                        // the next one is created; a zero tail cut at start-up is made
+                        // durable before anything new is written. So zeros at the end of a
+                        // segment that a later one follows are bytes the disk lost: the
+                        // rest of a group whose records (and commit marker) may be in the
+                        // next segment, or a whole group whose marker states only the next
+                        // segment's records. Applying what is left would apply part of a
+                        // group; dropping it and going on would apply later groups over a
+                        // hole; dropping everything after it would forget records that were
+                        // synced and acknowledged, and the store would still claim to
+                        // remember (the node would vote as if it had kept its state). The
+                        // log is damaged: refuse, as for any other damage before the tail
+                        // (the operator restarts the node on an empty directory, amnesic).
+                        let open = if in_segment > 0 {
+                            format!(
+                                "the last {in_segment} records before them belong to a group \
+                                 that no commit marker ends here"
+                            )
+                        } else {
+                            "they follow a whole group".to_string()
+                        };
+                        return Err(StorageError(format!(
+                            "{where_}/{name}: zeros from offset {off} to the end ({} bytes) of a \
+                             segment that a later segment follows ({open}): records of a closed \
+                             segment were lost; refusing to start, the log before its tail is \
+                             damaged",
+                            buf.len() - off
+                        )));
+                    }
                     Framed::Bad(_) if buf[off..].iter().all(|&b| b == 0) => {
-                        // Preallocated space the records never reached, or that unsynced
-                        // writes did not reach before a crash. (A disk that lost synced
-                        // bytes to the end of a file cannot be told from this, as with a
-                        // torn tail: the markers that would say so were in those bytes.)
-                        // Appends go to a new segment: give the reserved space back.
+                        // The last segment: preallocated space the records never reached, or
+                        // that unsynced writes did not reach before a crash. (A disk that
+                        // lost synced bytes to the end of a file cannot be told from this,
+                        // as with a torn tail: the markers that would say so were in those
+                        // bytes.) Appends go to a new segment: give the reserved space back,
+                        // durably, so that this segment, no longer the last, never shows
+                        // zeros again (see the arm above).
                         dir.truncate(&name, off as u64)
                             .map_err(|e| io("cutting the preallocated tail of", &name, e))?;
+                        dir.sync(&name)
+                            .map_err(|e| io("syncing after cutting", &name, e))?;
                         break;
                     }
                     Framed::Bad(_)
@@ -522,6 +745,8 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
                         // refused by the arm after this one.)
                         dir.truncate(&name, off as u64)
                             .map_err(|e| io("cutting the old contents of recycled", &name, e))?;
+                        dir.sync(&name)
+                            .map_err(|e| io("syncing after cutting", &name, e))?;
                         rec.recycled_tails += 1;
                         break;
                     }
@@ -655,9 +880,12 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
             appended_bytes: 0,
             syncs: 0,
             allocated: 0,
+            recycled: false,
             in_flight: VecDeque::new(),
             spares: Vec::new(),
             spares_pending,
+            unrepaired,
+            whole_wanted: false,
             _records: PhantomData,
         };
         Ok((log, rec))
@@ -719,6 +947,12 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
     /// Creates the next segment (the first: 1); `Some(recycled)` when it is there, and
     /// the caller appends its opener at once. `None`: the log failed.
     pub fn begin_segment(&mut self) -> Option<bool> {
+        if self.failed.is_some() {
+            // A failed log begins nothing: after a failed fdatasync the closed segment may
+            // have lost its tail, and a later segment would make that damage before the
+            // tail, refused at the next start.
+            return None;
+        }
         let n = self.segments.keys().next_back().map_or(1, |n| n + 1);
         let name = seg_name(n);
         let recycled = match self.spares.pop() {
@@ -738,6 +972,7 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
             }
         };
         self.segments.insert(n, 0);
+        self.recycled = recycled;
         self.dir_dirty = true;
         self.durable = 0;
         self.marked = 0;
@@ -771,7 +1006,25 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
     pub fn roll(&mut self) -> Option<bool> {
         self.write_pending();
         let cur = self.current();
-        if self.sync_writes && self.unsynced {
+        if self.recycled {
+            // A closed segment's file ends at its records: a recycled file's older contents
+            // go, so that recovery can hold every segment but the last to that (zeros or
+            // anything else after the records of a closed segment are damage, `open`).
+            let name = seg_name(cur);
+            let written = self.segments.get(&cur).copied().unwrap_or(0);
+            match self.dir.truncate(&name, written) {
+                Ok(()) => self.unsynced = true,
+                Err(e) => self.fail("cutting the older contents of recycled", &name, e),
+            }
+        }
+        // Durable before the next segment exists, in place: also what a sync job still in
+        // flight (`begin_sync`) was to make durable. The next segment's name may reach the
+        // disk before any directory sync (ext4 and xfs commit names in their journal on
+        // their own schedule), and a crash that kept it while this segment lost its tail
+        // would leave the log damaged before its tail, refused at start (found by the
+        // simulator's `torn_unsynced` fault: seed 56 of U-Ring's power_loss mix).
+        let in_flight = self.in_flight.iter().any(|f| f.seg == cur);
+        if self.sync_writes && (self.unsynced || in_flight) {
             let name = seg_name(cur);
             if let Err(e) = self.dir.sync(&name) {
                 self.fail("syncing", &name, e);
@@ -817,6 +1070,14 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
     /// Hands every queued record to the directory (one vectored write), without a sync.
     pub fn write_pending(&mut self) {
         if self.pending.is_empty() {
+            return;
+        }
+        if self.failed.is_some() {
+            // Never write after a failure: a later write that succeeded would land where
+            // the failed one should have been, and what is on disk would no longer be the
+            // log this process believes (every sync reports the failure).
+            self.pending.clear();
+            self.pending_bytes = 0;
             return;
         }
         let cur = self.current();
@@ -1049,6 +1310,9 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
             }
             self.spares.extend(promote);
             self.delete_segments(delete);
+            if std::mem::take(&mut self.whole_wanted) {
+                self.remove_unrepaired();
+            }
             return match &self.failed {
                 Some(e) => Err(e.clone()),
                 None => Ok(None),
@@ -1059,6 +1323,7 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
             len,
             delete,
             promote,
+            whole: std::mem::take(&mut self.whole_wanted),
         });
         Ok(Some(job))
     }
@@ -1078,8 +1343,60 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
                 }
                 self.spares.extend(f.promote);
                 self.delete_segments(f.delete);
+                if f.whole {
+                    self.remove_unrepaired();
+                }
             }
         }
+    }
+
+    /// The protocol's state on this log is whole (issue 33, suspect 2): it started not
+    /// amnesic, or its repair ended. Once what it holds now is durable (the next sync),
+    /// the [`UNREPAIRED_FILE`] goes, and a restart on this log is no longer amnesic.
+    /// With nothing appended since the last completed sync (a start that is not amnesic:
+    /// `open` synced the log), at once: a life that wrote nothing before a crash (a Raft
+    /// node that never voted) has an empty state that is whole, and a cluster whose every
+    /// node restarted amnesic could never repair itself.
+    pub fn mark_whole(&mut self) {
+        if !self.unrepaired {
+            return;
+        }
+        // Without fdatasync, written is as durable as this log gets (a process crash
+        // keeps it; a machine crash discards the log: `check_boot`).
+        let all_durable = !self.group_open
+            && self.pending.is_empty()
+            && (!self.sync_writes || !self.unsynced)
+            && self.in_flight.is_empty();
+        if all_durable {
+            self.remove_unrepaired();
+        } else {
+            self.whole_wanted = true;
+        }
+    }
+
+    /// Whether a restart now would find the [`UNREPAIRED_FILE`].
+    pub fn unrepaired(&self) -> bool {
+        self.unrepaired
+    }
+
+    fn remove_unrepaired(&mut self) {
+        if !self.unrepaired || self.failed.is_some() {
+            return;
+        }
+        match self.dir.remove(UNREPAIRED_FILE) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return self.fail("removing", UNREPAIRED_FILE, e),
+        }
+        // Durable at once (with `sync = true`; without, a machine crash discards the log
+        // anyway: `check_boot`), or a machine crash could bring the file back: safe (the
+        // restart is amnesic, and repaired again), but a repair for nothing.
+        if self.sync_writes
+            && let Err(e) = self.dir.sync_dir()
+        {
+            return self.fail("syncing the directory after removing", UNREPAIRED_FILE, e);
+        }
+        self.unrepaired = false;
     }
 
     /// Bytes of log on disk: segments (the current one at its preallocated size), pending
@@ -1105,15 +1422,18 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
     }
 }
 
-#[cfg(test)]
-mod tests {
+/// Logs damaged before their tail, built on the simulator's disk, and what recovery must
+/// make of them: for the unit tests here and for the mutation test that shows they catch
+/// `Mutation::SegLogZeroTailInEarlierSegment` (`abcast-sim/tests/storage_mutations.rs`).
+#[doc(hidden)]
+pub mod check {
     use super::*;
     use crate::codec::{Decoder, Encoder};
     use crate::storage::MemDir;
 
     /// A record format of the smallest kind, to test the log under any record part.
     #[derive(Clone, Debug, PartialEq, Eq)]
-    enum T {
+    pub enum T {
         Opener(bool),
         Data(u64),
         /// `n` bytes of filler: a group large enough to be written out before its sync.
@@ -1198,6 +1518,169 @@ mod tests {
         }
     }
 
+    /// Opens `dir` with `opts` and returns the data values recovered, in order.
+    pub fn recover(dir: &MemDir, opts: SegOptions) -> Result<Vec<u64>, StorageError> {
+        let mut data = Vec::new();
+        SegLog::<MemDir, T>::open(dir.clone(), opts, 1 << 30, |_, r| {
+            if let T::Data(v) = r {
+                data.push(v);
+            }
+            Ok(())
+        })?;
+        Ok(data)
+    }
+
+    /// A new log in `dir`, its first segment begun and synced.
+    fn create(dir: &MemDir, opts: SegOptions) -> Result<SegLog<MemDir, T>, StorageError> {
+        let (mut log, _) = SegLog::<MemDir, T>::open(dir.clone(), opts, 1 << 30, |_, _| Ok(()))?;
+        if let Some(recycled) = log.begin_segment() {
+            log.append(&T::Opener(recycled));
+        }
+        log.sync()?;
+        Ok(log)
+    }
+
+    /// Appends as a store does: a new segment (with its opener) when this one is full.
+    pub fn append(log: &mut SegLog<MemDir, T>, r: &T) -> Pos {
+        if log.roll_due()
+            && let Some(recycled) = log.roll()
+        {
+            log.append(&T::Opener(recycled));
+        }
+        log.append(r)
+    }
+
+    /// A copy of `dir` (every file synced and named durably) whose file `name` reads as
+    /// zeros from `from` on: the disk lost those bytes.
+    pub fn zeroed_copy(dir: &MemDir, name: &str, from: usize) -> Result<MemDir, String> {
+        let out = MemDir::new("damaged");
+        let mut o = out.clone();
+        for n in dir.list().map_err(|e| e.to_string())? {
+            let mut data = dir.read(&n).map_err(|e| e.to_string())?;
+            if n == name {
+                if from > data.len() {
+                    return Err(format!("{name}: offset {from} past its end"));
+                }
+                data[from..].fill(0);
+            }
+            o.create(&n).map_err(|e| e.to_string())?;
+            o.write_at(&n, 0, &[&data]).map_err(|e| e.to_string())?;
+            o.sync(&n).map_err(|e| e.to_string())?;
+        }
+        o.sync_dir().map_err(|e| e.to_string())?;
+        Ok(out)
+    }
+
+    /// Recovery of a log whose earlier segment lost the bytes from `from` to its end must
+    /// refuse to start; `Err` says what it did instead.
+    fn must_refuse(case: &str, dir: &MemDir, opts: SegOptions) -> Result<(), String> {
+        match recover(dir, opts) {
+            Err(_) => Ok(()),
+            Ok(data) => Err(format!(
+                "{case}: recovery accepted a log whose earlier segment lost its last bytes \
+                 and applied {data:?}"
+            )),
+        }
+    }
+
+    /// The two ways an earlier segment's zero tail hides a group's loss (issue 33, suspect
+    /// 7), with the log written under `mutation`:
+    ///
+    /// * a group that spans a roll (`[4 ..= 9]`, from segment 1 into 2) loses its last
+    ///   record in segment 1: its commit marker, in segment 2, counts only segment 2's
+    ///   records, so the rest of the group would be applied without record 7;
+    /// * a group (`[1, 2, 3]`) ends segment 1, and its last record and commit marker are
+    ///   lost: the next group's marker, in segment 2, would apply `[1, 2]` with it.
+    ///
+    /// `Ok` when recovery refuses both (the log is damaged before its tail); `Err` names
+    /// what it applied instead.
+    pub fn earlier_segment_zero_tails(mutation: Slot) -> Result<(), String> {
+        let e = |e: StorageError| e.0;
+        // A group that spans a roll.
+        let opts = SegOptions {
+            sync: true,
+            segment_bytes: 200,
+            mutation,
+        };
+        let dir = MemDir::new("span");
+        let mut log = create(&dir, opts).map_err(e)?;
+        for v in 1..=3 {
+            append(&mut log, &T::Data(v));
+        }
+        log.sync().map_err(e)?;
+        let mut at = Vec::new();
+        for v in 4..=9 {
+            at.push((v, append(&mut log, &T::Data(v))));
+        }
+        log.sync().map_err(e)?;
+        drop(log);
+        assert_eq!(recover(&dir, opts).map_err(e)?, (1..=9).collect::<Vec<_>>());
+        let first = at[0].1.seg;
+        let Some(&(v, lost)) = at.iter().rev().find(|(_, p)| p.seg == first) else {
+            return Err("setup: no record of the group in its first segment".into());
+        };
+        if at.last().is_none_or(|(_, p)| p.seg == first) || v < 5 {
+            return Err(format!(
+                "setup: the group [4 ..= 9] does not span a roll: {at:?}"
+            ));
+        }
+        let damaged = zeroed_copy(&dir, &seg_name(first), lost.off as usize)?;
+        must_refuse(
+            &format!("a group spanning a roll lost record {v} in its first segment"),
+            &damaged,
+            opts,
+        )?;
+
+        // A group that ends its segment loses its last record and its commit marker.
+        let opts = SegOptions {
+            sync: true,
+            segment_bytes: 512,
+            mutation,
+        };
+        let dir = MemDir::new("marker");
+        let mut log = create(&dir, opts).map_err(e)?;
+        append(&mut log, &T::Data(1));
+        // A pad that leaves the segment just short of full until the group's last record
+        // and commit marker fill it: the next group rolls, this one does not.
+        let len = |r: &T| r.encode(0).1 as u64;
+        let (data, marker) = (len(&T::Data(2)), len(&T::Commit(0)));
+        let room = opts.segment_bytes.saturating_sub(log.write_at());
+        let Some(pad) = (0..512u32).find(|&n| {
+            let p = len(&T::Pad(n));
+            p + data < room && p + data + marker >= room
+        }) else {
+            return Err("setup: no pad fits".into());
+        };
+        append(&mut log, &T::Pad(pad));
+        let last = append(&mut log, &T::Data(2));
+        log.sync().map_err(e)?;
+        if !log.roll_due() {
+            return Err("setup: the first group does not fill its segment".into());
+        }
+        for v in 3..=4 {
+            append(&mut log, &T::Data(v));
+        }
+        log.sync().map_err(e)?;
+        if log.current() == last.seg {
+            return Err("setup: the second group did not roll".into());
+        }
+        drop(log);
+        assert_eq!(recover(&dir, opts).map_err(e)?, vec![1, 2, 3, 4]);
+        let damaged = zeroed_copy(&dir, &seg_name(last.seg), last.off as usize)?;
+        must_refuse(
+            "a group ending its segment lost its last record and commit marker",
+            &damaged,
+            opts,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check::T;
+    use super::*;
+    use crate::storage::{MemDir, Tear};
+
     /// Opens the log as a store would: replays it (the data values, in order), then
     /// begins a segment with its opener, synced.
     fn open(
@@ -1209,6 +1692,7 @@ mod tests {
         let opts = SegOptions {
             sync,
             segment_bytes,
+            mutation: Slot::default(),
         };
         let (mut log, rec) = SegLog::open(dir.clone(), opts, 1 << 30, |_, r| {
             if let T::Data(v) = r {
@@ -1409,5 +1893,117 @@ mod tests {
             assert_eq!(data, vec![1, 2, 3], "sync {sync}: the whole group");
             assert_eq!(rec.torn_tail, None);
         }
+    }
+
+    /// Issue 33, suspect 7: zeros at the end of a segment that a later one follows were
+    /// cut like the last segment's preallocated space, and the next segment's commit marker
+    /// then applied part of a group. Recovery refuses such a log (`check`).
+    #[test]
+    fn zeros_at_the_end_of_an_earlier_segment_are_refused_never_applied_in_part() {
+        if let Err(e) = check::earlier_segment_zero_tails(Slot::default()) {
+            panic!("{e}");
+        }
+    }
+
+    /// A closed segment's file ends at its records, recycled ones too (their older
+    /// contents are cut at the roll), so only the last segment can show anything after
+    /// its records; a reopened log reads every segment whole.
+    #[test]
+    fn a_closed_recycled_segment_ends_at_its_records() {
+        for sync in [true, false] {
+            let dir = MemDir::new("r");
+            let seg = 4096;
+            let (mut log, _, _) = open(&dir, sync, seg);
+            let mut v = 0;
+            let mut fill = |log: &mut SegLog<MemDir, T>, segments: usize| {
+                let start = log.current();
+                while log.current() < start + segments as u64 {
+                    v += 1;
+                    append(log, &T::Data(v));
+                    append(log, &T::Pad(300));
+                    log.sync().expect("sync");
+                }
+            };
+            fill(&mut log, 4);
+            for s in log.old_segments() {
+                log.delete_after_sync(s);
+            }
+            log.sync().expect("sync");
+            // The spares' renames become durable with the next directory sync.
+            fill(&mut log, 1);
+            fill(&mut log, 6);
+            let sizes = dir.sizes();
+            let cur = log.current();
+            let mut recycled = 0;
+            for (name, size) in &sizes {
+                let Some(n) = parse_numbered(name, "seg-") else {
+                    continue;
+                };
+                let buf = dir.read(name).expect("read");
+                let mut off = 0;
+                let mut first = None;
+                while let Framed::Whole { body, next } = frame_at::<T>(&buf, off, n) {
+                    first.get_or_insert_with(|| T::decode(Bytes::copy_from_slice(&buf[body])));
+                    off = next;
+                }
+                if n != cur {
+                    assert_eq!(off, *size, "sync {sync}: {name} ends at its records");
+                    if matches!(first, Some(Ok(T::Opener(true)))) {
+                        recycled += 1;
+                    }
+                }
+            }
+            assert!(
+                recycled > 0,
+                "sync {sync}: no closed segment was recycled: {sizes:?}"
+            );
+            drop(log);
+            let (_, data, rec) = open(&dir, sync, seg);
+            // The deleted segments' values are gone; the rest is whole, in order.
+            let from = data.first().copied().unwrap_or(0);
+            assert!(from > 1, "sync {sync}: nothing was deleted");
+            assert_eq!(data, (from..=v).collect::<Vec<_>>(), "sync {sync}");
+            assert_eq!(rec.recycled_tails, 0, "sync {sync}: {rec:?}");
+        }
+    }
+
+    /// A roll while the segment's group commit is still in flight (the pipelined commit:
+    /// `begin_sync` returned its job, not yet run) made the next segment without waiting
+    /// for it. A machine crash that kept the new segment (its name in the file system's
+    /// journal, `torn_unsynced`) and tore the old one's unsynced tail left a log damaged
+    /// before its tail: the node could not start. The roll syncs the segment in place.
+    #[test]
+    fn a_roll_makes_the_segment_durable_also_behind_a_sync_in_flight() {
+        let dir = MemDir::new("inflight");
+        let (mut log, _, _) = open(&dir, true, 200);
+        for v in 1..=3 {
+            append(&mut log, &T::Data(v));
+        }
+        // The group fills the segment: the next append rolls before writing anything
+        // more to it.
+        append(&mut log, &T::Pad(200));
+        let job = log.begin_sync().expect("begin").expect("a job in flight");
+        assert!(log.roll_due());
+        let first = log.current();
+        for v in 4..=9 {
+            append(&mut log, &T::Data(v));
+        }
+        assert_ne!(log.current(), first, "the second group rolled");
+        drop(job);
+        drop(log);
+        // Power lost: every name survives, the old segment keeps half its unsynced bytes.
+        dir.crash_machine_fate(|_, n, named| {
+            Some(Tear {
+                keep: if named { n / 2 } else { n },
+                flip: None,
+            })
+        });
+        let opts = SegOptions {
+            sync: true,
+            segment_bytes: 200,
+            mutation: Slot::default(),
+        };
+        let data = check::recover(&dir, opts).unwrap_or_else(|e| panic!("refused: {e}"));
+        assert_eq!(data, vec![1, 2, 3], "the first group, synced by the roll");
     }
 }

@@ -82,6 +82,9 @@ pub fn start(path: &Path, peer_ports: &[u16], clients: &[u16], running: usize) -
                 json_stats: true,
                 stats_ms: 200,
                 drain_ms: 100,
+                // Some tests configure a member that never runs: nobody could say whether
+                // a node lived before, and each of these starts new anyway.
+                first_start: true,
                 ..NodeArgs::new(path.to_path_buf())
             };
             let flag = Arc::clone(&stop);

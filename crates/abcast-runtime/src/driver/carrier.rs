@@ -95,6 +95,8 @@ impl<P: Protocol, A: Hooks + ?Sized> Carrier<P::Message> for LoopCarrier<'_, '_,
     fn skipped(&mut self, _now: Micros, skip: &Skip) -> Result<(), DriverError> {
         if skip.group == GroupId(0) {
             self.d.passed_over(skip.from, skip.to, GapReason::Skipped);
+        } else {
+            self.d.ring_skipped(skip.group, skip.from, skip.to);
         }
         Ok(())
     }

@@ -64,19 +64,24 @@ impl<P: Protocol> Driver<P> {
     /// A delivery was carried out: into the history, to live subscribers (client port and
     /// handles), to the tickets awaiting its values, to the read barriers awaiting it.
     pub(super) fn on_delivered(&mut self, d: &Delivery, results: &[Bytes]) {
+        // On a Multi-Ring node subscribers get the delivery at its position in the merged
+        // order (`history.rs`, `merged`), not at its ring's instance.
+        let mut positioned = None;
         match self.history.record_delivery(d) {
-            Ok(gaps) => {
+            Ok((gaps, at)) => {
                 for gap in &gaps {
                     self.gap_to_live(gap);
                 }
+                positioned = at;
             }
             Err(e) => self.history.disable_journal(&e),
         }
         if self.history.ordered() {
             self.delivered_upto = self.delivered_upto.max(d.instance);
         }
-        self.deliver_to_clients(d);
-        self.deliver_to_streams(d);
+        let to_subscribers = positioned.as_ref().unwrap_or(d);
+        self.deliver_to_clients(to_subscribers);
+        self.deliver_to_streams(to_subscribers);
         if d.batch.origin() == self.cfg.me && !self.marker_reads.is_empty() {
             let waiting: Vec<Token> = d
                 .batch
@@ -105,6 +110,16 @@ impl<P: Protocol> Driver<P> {
 
     /// Instances `[from, to)` will not be delivered here (a peer's snapshot installed, a
     /// skip): recorded in the history and told to live subscribers as a gap.
+    /// A Multi-Ring learner skipped instances `[from, to)` of ring `group`: one position
+    /// of the merged order, told to live subscribers as a gap naming the ring.
+    pub(super) fn ring_skipped(&mut self, group: GroupId, from: Instance, to: Instance) {
+        match self.history.record_ring_skip(group, from, to) {
+            Ok(Some(gap)) => self.gap_to_live(&gap),
+            Ok(None) => {}
+            Err(e) => self.history.disable_journal(&e),
+        }
+    }
+
     pub(super) fn passed_over(&mut self, from: Instance, to: Instance, reason: GapReason) {
         match self.history.record_gap(from, to, reason) {
             Ok(Some(gap)) => {
@@ -159,8 +174,9 @@ impl<P: Protocol> Driver<P> {
         }
     }
 
+    /// `d` at its position in the history (its instance, or on a Multi-Ring node its
+    /// place in the merged order): every live subscriber's cursor moves past it.
     pub(super) fn deliver_to_clients(&mut self, d: &Delivery) {
-        let ordered = self.history.ordered();
         let mut too_slow = Vec::new();
         for (&token, conn) in self.conns.iter_mut() {
             let ClientState { sub: Some(cur), .. } = &mut conn.client else {
@@ -169,9 +185,7 @@ impl<P: Protocol> Driver<P> {
             if !cur.live || d.instance < cur.next {
                 continue;
             }
-            if ordered {
-                cur.next = d.instance.saturating_add(1);
-            }
+            cur.next = d.instance.saturating_add(1);
             let f = ClientFrame::Delivered {
                 instance: d.instance,
                 batch: d.batch.clone(),
@@ -190,14 +204,11 @@ impl<P: Protocol> Driver<P> {
         if self.streams.is_empty() {
             return;
         }
-        let ordered = self.history.ordered();
         self.streams.retain_mut(|(cur, tx)| {
             if !cur.live || d.instance < cur.next {
                 return !tx.is_gone();
             }
-            if ordered {
-                cur.next = d.instance.saturating_add(1);
-            }
+            cur.next = d.instance.saturating_add(1);
             stream_push(tx, StreamEvent::Delivered(d.clone()))
         });
     }
@@ -248,9 +259,7 @@ impl<P: Protocol> Driver<P> {
                 if tx.push(ev).is_err() {
                     break;
                 }
-                if self.history.ordered() {
-                    cur.next = cur.next.max(end);
-                }
+                cur.next = cur.next.max(end);
             }
             self.items = items;
             if caught_up && tx.room() > 0 {
@@ -292,7 +301,6 @@ impl<P: Protocol> Driver<P> {
                 false
             }
         };
-        let ordered = self.history.ordered();
         let Some(conn) = self.conns.get_mut(&token) else {
             self.items = items;
             return;
@@ -313,9 +321,7 @@ impl<P: Protocol> Driver<P> {
                 break;
             }
             pushed_any = true;
-            if ordered {
-                cur.next = cur.next.max(end);
-            }
+            cur.next = cur.next.max(end);
         }
         self.items = items;
         if pushed_any && !conn.dirty {

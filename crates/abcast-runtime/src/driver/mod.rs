@@ -125,6 +125,14 @@ pub struct DriverConfig {
     pub history_dir: Option<PathBuf>,
     /// The journal's bound in bytes (oldest segments deleted first).
     pub history_file_bytes: u64,
+    /// Subscriptions count positions in the node's merged delivery order, not the
+    /// protocol's instances (a Multi-Ring node, whose instances are per ring: `history.rs`,
+    /// `merged`). Also turned on by the first delivery of a group other than 0.
+    pub history_merged: bool,
+    /// The book of the peers' lives this node took frames from (`crate::lives`), kept at
+    /// this path; a node whose directory lost its incarnation marker asks for it. `None`:
+    /// no book (a question is answered "no book").
+    pub lives_path: Option<PathBuf>,
     /// Gather the outboxes of one iteration under one storage sync (durable storage).
     pub group_commit: bool,
     /// With `group_commit`: run the fdatasync on a thread of its own while the loop goes
@@ -163,6 +171,8 @@ impl DriverConfig {
             history_bytes: 16 << 20,
             history_dir: None,
             history_file_bytes: 256 << 20,
+            history_merged: false,
+            lives_path: None,
             group_commit: false,
             sync_thread: true,
             snapshot_interval_us: 0,
@@ -1073,6 +1083,9 @@ fn open_history(cfg: &DriverConfig) -> Result<History, DriverError> {
         None => None,
     };
     let mut history = History::new(cfg.history_bytes, journal);
+    if cfg.history_merged {
+        history.set_merged();
+    }
     history.snapshot.path = cfg.snapshot_path.clone();
     if let Some(path) = &cfg.snapshot_path
         && let Ok(Some(snap)) = read_snapshot(path)

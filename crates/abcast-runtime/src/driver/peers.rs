@@ -509,7 +509,7 @@ impl<P: Protocol> Driver<P> {
             me: cfg.me,
             incarnation: cfg.incarnation,
         };
-        TcpLinks::new(
+        let mut links = TcpLinks::new(
             id,
             cfg.transport.clone(),
             log,
@@ -520,6 +520,14 @@ impl<P: Protocol> Driver<P> {
         .map_err(|source| DriverError::Io {
             what: "opening the peer listener",
             source,
-        })
+        })?;
+        if let Some(path) = &cfg.lives_path {
+            let book = crate::lives::LivesBook::open(path).map_err(|source| DriverError::Io {
+                what: "reading the book of peer lives",
+                source,
+            })?;
+            links.set_lives(book);
+        }
+        Ok(links)
     }
 }

@@ -33,6 +33,7 @@ use super::{
     TransportConfig, TransportStats,
 };
 use crate::frame::{self, KIND_HELLO, KIND_PROTOCOL_MAX};
+use crate::lives::{self, LifeAnswer, LivesBook};
 use abcast_core::codec::{Decoder, Encoder};
 use abcast_core::{DecodeError, Micros, NodeId};
 use bytes::{Bytes, BytesMut};
@@ -236,6 +237,10 @@ pub struct TcpLinks {
     notices: Vec<LinkNotice>,
     stats: TransportStats,
     inbound_limit_logged: bool,
+    /// The peers' lives this node took frames from, on disk (`crate::lives`): a `Hello`
+    /// of a new life is recorded before its frames are taken, and a node asking which life
+    /// of it this one knows is answered from it. `None`: no book (answers "no book").
+    lives: Option<LivesBook>,
     /// The peer port's budget for large unfinished frames (`intake.rs`).
     budget: ReadBudget,
 }
@@ -274,6 +279,7 @@ impl TcpLinks {
             notices: Vec::new(),
             stats: TransportStats::default(),
             inbound_limit_logged: false,
+            lives: None,
             budget,
         };
         for &(pid, addr) in peers {
@@ -561,6 +567,41 @@ impl TcpLinks {
         }
     }
 
+    /// Keeps the book of the peers' lives (`crate::lives`) from now on.
+    pub fn set_lives(&mut self, book: LivesBook) {
+        self.lives = Some(book);
+    }
+
+    /// The first frame of inbound connection `token` asks which life of its sender this
+    /// node knows (`crate::lives`): answered from the book, then the connection closes.
+    fn answer_life_query(&mut self, token: Token, body: Bytes) {
+        let (cluster, node) = match lives::decode_query(body) {
+            Ok(q) => q,
+            Err(e) => {
+                self.bad_input(token, format_args!("bad life query: {e}"));
+                return;
+            }
+        };
+        let mine = self.id.cluster_id;
+        if cluster != mine {
+            self.bad_input(
+                token,
+                format_args!("life query from cluster {cluster} (this is cluster {mine})"),
+            );
+            return;
+        }
+        let answer = LifeAnswer::from_book(self.lives.as_ref(), node);
+        if let (Some(conn), Ok(f)) = (self.inbound.get_mut(&token), answer.frame()) {
+            // A few bytes on a connection that has sent nothing yet: the socket's buffer
+            // takes them. If it does not, the asker asks again.
+            let _ = io::Write::write_all(&mut conn.stream, &f);
+        }
+        self.log.log(format_args!(
+            "{node} asked which of its lives this node knows: {answer:?}"
+        ));
+        self.close_inbound(token, format_args!("life query answered"));
+    }
+
     /// One read of inbound connection `token`: its complete frames go to `inbox` (a
     /// `Hello` is checked here and goes nowhere).
     fn read_inbound(&mut self, now: Micros, token: Token, inbox: &mut Vec<InFrame>) -> Ready {
@@ -637,6 +678,10 @@ impl TcpLinks {
                         return Ready::Drained;
                     }
                 }
+                (None, lives::KIND_LIFE_QUERY) => {
+                    self.answer_life_query(token, f.body);
+                    return Ready::Drained;
+                }
                 (None, k) => {
                     self.bad_input(
                         token,
@@ -678,6 +723,16 @@ impl TcpLinks {
         }
         if !self.index.contains_key(&h.node) {
             return Err(format!("Hello from unknown node id {}", h.node.0));
+        }
+        // Recorded before any frame of this life is taken: should this node's peer lose
+        // its directory, this node tells it that it lived (`crate::lives`).
+        if let Some(book) = self.lives.as_mut() {
+            book.note(h.node, h.incarnation).map_err(|e| {
+                format!(
+                    "cannot record {}'s incarnation {} in the book of peer lives: {e}",
+                    h.node, h.incarnation
+                )
+            })?;
         }
         let Some(conn) = self.inbound.get_mut(&token) else {
             return Ok(());

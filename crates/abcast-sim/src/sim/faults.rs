@@ -41,7 +41,7 @@ use crate::faults::FaultKind;
 use crate::rng::SimRng;
 use crate::trace::TraceEvent;
 use abcast_core::config::StartInfo;
-use abcast_core::storage::{MemDir, StorageError, Tear};
+use abcast_core::storage::{DiskFault, MemDir, StorageError, Tear};
 use abcast_core::{Ballot, Micros, NodeId, Outbox, Protocol};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -110,6 +110,17 @@ where
     }
 
     pub(super) fn crash(&mut self, i: usize, machine: bool) {
+        self.crash_with(i, machine, false);
+    }
+
+    /// [`World::crash`]; with `keep_new`, a machine crash keeps every file whose name was
+    /// never made durable, torn (`torn_unsynced`; else the disk plan's odds decide).
+    pub(super) fn crash_with(&mut self, i: usize, machine: bool, keep_new: bool) {
+        // A disk failure armed under this process is gone with it (the next life finds a
+        // working disk), and so is a crash still waiting for a new file.
+        self.disks[i].clear_injection();
+        self.nodes[i].disk_error = None;
+        self.nodes[i].new_file_crash = None;
         // The process dies with its sync in flight (never run) and what gathered behind it.
         self.pipes[i] = Pipe::default();
         let s = &mut self.nodes[i];
@@ -141,17 +152,32 @@ where
         self.report.machine_crashes += 1;
         let plan = &self.plan.disk;
         let rng = &mut self.disk_rng;
+        let fault_rng = &mut self.disk_fault_rng;
         let disk = &self.disks[i];
         let unsynced = disk.unsynced_bytes();
         let mut kept = 0usize;
-        let (mut torn, mut flips) = (0u64, 0u64);
+        let (mut torn, mut flips, mut kept_new) = (0u64, 0u64, 0u64);
         let mut files = Vec::new();
-        disk.crash_machine(|name, n| {
+        disk.crash_machine_fate(|name, n, named| {
+            if !named {
+                // `torn_unsynced`: the name reached the disk's journal, the data only in
+                // part (the simulator's older model took every such file away).
+                if !(keep_new || fault_rng.chance_ppm(plan.torn_unsynced_ppm)) {
+                    return None;
+                }
+                let keep = fault_rng.below(n as u64 + 1) as usize;
+                kept_new += 1;
+                kept += keep;
+                files.push(format!(
+                    "{name}: never synced, kept with {keep} of its {n} unsynced bytes"
+                ));
+                return Some(Tear { keep, flip: None });
+            }
             if n == 0 {
-                return Tear {
+                return Some(Tear {
                     keep: 0,
                     flip: None,
-                };
+                });
             }
             let keep = if rng.chance_ppm(plan.torn_ppm) {
                 torn += 1;
@@ -171,8 +197,9 @@ where
                 }
                 None => format!("{name}: kept {keep} of {n} unsynced bytes"),
             });
-            Tear { keep, flip }
+            Some(Tear { keep, flip })
         });
+        self.report.faults.add(FaultKind::TornUnsynced, kept_new);
         self.report.unsynced_bytes_lost += unsynced.saturating_sub(kept) as u64;
         self.report.torn_files += torn;
         self.report.flipped_bytes += flips;
@@ -338,7 +365,12 @@ where
             .filter(|&k| k != except && self.nodes[k].acceptor)
             .filter(|&k| match self.nodes[k].proto.as_ref() {
                 None => true,
-                Some(p) => p.status().amnesic || self.ghost_crash == Some(k),
+                Some(p) => {
+                    p.status().amnesic
+                        || self.ghost_crash == Some(k)
+                        || self.nodes[k].disk_error.is_some()
+                        || self.nodes[k].new_file_crash.is_some()
+                }
             })
             .count()
     }
@@ -391,6 +423,9 @@ where
                 return Ok(());
             }
         }
+        if self.cfg.disk_faults && self.arm_disk_fault(target, down_us) {
+            return Ok(());
+        }
         let machine = self.disk_rng.chance_ppm(self.plan.disk.machine_crash_ppm);
         if self.disk_rng.chance_ppm(self.plan.disk.in_commit_ppm) {
             let id = self.nodes[target].id;
@@ -405,6 +440,9 @@ where
             return Ok(());
         }
         self.crash(target, machine);
+        if self.cfg.disk_faults && self.disk_fault_rng.chance_ppm(self.plan.disk.wiped_dir_ppm) {
+            self.nodes[target].wipe_on_restart = true;
+        }
         let at = self.now_us + down_us;
         self.schedule(
             at,
@@ -414,6 +452,132 @@ where
             },
         );
         Ok(())
+    }
+
+    // ---- the disk faults of issue 33 -------------------------------------------------
+
+    /// Instead of crashing node `i` now, maybe arm a disk fault under it (the plan's odds,
+    /// from the disk faults' own stream): a failure of its disk after a few more writes or
+    /// syncs (`disk_error`), or a machine crash at its next group commit that leaves a new
+    /// file's name not durable (`torn_unsynced`). Either way it then stays down `down_us`.
+    fn arm_disk_fault(&mut self, i: usize, down_us: Micros) -> bool {
+        let id = self.nodes[i].id;
+        let plan = &self.plan.disk;
+        if self.disk_fault_rng.chance_ppm(plan.disk_error_ppm) {
+            let fault =
+                DiskFault::ALL[self.disk_fault_rng.below(DiskFault::ALL.len() as u64) as usize];
+            let after = self.disk_fault_rng.below(41) as u32;
+            self.disks[i].inject(after, fault);
+            self.nodes[i].disk_error = Some(down_us);
+            self.trace.record(
+                self.now_us,
+                TraceEvent::Note(format!(
+                    "{id}'s disk will fail ({fault:?}) after {after} more operations of its kind; \
+                     the node stops then and stays down {down_us}us"
+                )),
+            );
+            return true;
+        }
+        if self.disk_fault_rng.chance_ppm(plan.new_file_crash_ppm) {
+            let until = self.now_us.saturating_add(PARTIAL_ARM_US);
+            self.nodes[i].new_file_crash = Some((down_us, until));
+            self.trace.record(
+                self.now_us,
+                TraceEvent::Note(format!(
+                    "{id} will crash (machine) at a group commit that leaves a new file's name \
+                     not durable, then stay down {down_us}us"
+                )),
+            );
+            return true;
+        }
+        false
+    }
+
+    /// Node `i`'s store failed (`e`). A failure its disk was made to answer (`disk_error`)
+    /// stops the node, which never acts on what it could not make durable: its outbox dies
+    /// with it, and it restarts later on what the disk kept (a failed fdatasync took that
+    /// file's unsynced writes). Any other failure is a violation.
+    pub(super) fn storage_failed(&mut self, i: usize, e: &StorageError) -> SimResult<()> {
+        let Some(fault) = self.disks[i].injected_fired() else {
+            return Err(self.commit_failed(i, e));
+        };
+        let (id, incarnation) = (self.nodes[i].id, self.nodes[i].incarnation);
+        let (lo, hi) = self.plan.downtime_us;
+        let down_us = match self.nodes[i].disk_error {
+            Some(d) => d,
+            None => self.rng.between(lo, hi),
+        };
+        self.report.faults.add(FaultKind::DiskError, 1);
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Note(format!(
+                "{id}: the disk failed ({fault:?}): the node stops ({e}), down {down_us}us"
+            )),
+        );
+        self.crash(i, false);
+        self.nodes[i].last_crash = format!("a disk failure ({fault:?}) at t={}us", self.now_us);
+        self.schedule(
+            self.now_us.saturating_add(down_us),
+            Action::Restart {
+                node: i,
+                incarnation,
+            },
+        );
+        Ok(())
+    }
+
+    /// A group commit just began on node `i` (its writes reached the disk, the fdatasync
+    /// and directory fsync not yet): if a crash waits for a new file and one's name is not
+    /// durable, the machine crashes now, keeping that file torn (`torn_unsynced`). False
+    /// if nothing happened.
+    pub(super) fn new_file_crash_due(&mut self, i: usize) -> bool {
+        let Some((down_us, until)) = self.nodes[i].new_file_crash else {
+            return false;
+        };
+        if self.now_us >= until.min(self.fault_end_us) {
+            self.nodes[i].new_file_crash = None;
+            return false;
+        }
+        if self.disks[i].unsynced_names() == 0 {
+            return false;
+        }
+        let incarnation = self.nodes[i].incarnation;
+        let id = self.nodes[i].id;
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Note(format!(
+                "{id}: power lost with a new file's name not yet durable"
+            )),
+        );
+        self.crash_with(i, true, true);
+        self.schedule(
+            self.now_us.saturating_add(down_us),
+            Action::Restart {
+                node: i,
+                incarnation,
+            },
+        );
+        true
+    }
+
+    /// Before node `i` restarts: its disk is wiped if the crash said so and no more than
+    /// f - 1 other acceptors are down or amnesic (the node restarts amnesic, one of f).
+    pub(super) fn maybe_wipe(&mut self, i: usize) {
+        if !std::mem::take(&mut self.nodes[i].wipe_on_restart) {
+            return;
+        }
+        let f = self.max_faulty();
+        if self.nodes[i].acceptor && self.faulty_acceptors(i) + 1 > f {
+            return;
+        }
+        self.disks[i].wipe();
+        self.report.faults.add(FaultKind::WipedDir, 1);
+        let id = self.nodes[i].id;
+        self.trace.record(
+            self.now_us,
+            TraceEvent::Note(format!("{id} restarts on an empty directory (wiped)")),
+        );
+        self.nodes[i].last_crash = format!("its directory wiped at t={}us", self.now_us);
     }
 
     /// The full heal: every link up, no loss, every node up and running.
@@ -434,6 +598,11 @@ where
             s.partial = None;
             s.paused_until_us = 0;
             s.stay_down = false;
+            s.disk_error = None;
+            s.new_file_crash = None;
+        }
+        for d in &self.disks {
+            d.clear_injection();
         }
         for i in 0..self.nodes.len() {
             if !self.nodes[i].started {

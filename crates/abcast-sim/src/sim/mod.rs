@@ -448,6 +448,14 @@ struct Slot<P> {
     partial: Option<faults::PartialArm>,
     /// Kept down by the faults-remain phase: its restarts wait for the full heal.
     stay_down: bool,
+    /// A disk failure is armed under this node (`disk_error`); once it fires the node
+    /// stops and stays down this long.
+    disk_error: Option<Micros>,
+    /// A machine crash waits for a group commit that leaves a new file's name not durable
+    /// (`torn_unsynced`): how long the node then stays down, and until when it waits.
+    new_file_crash: Option<(Micros, Micros)>,
+    /// The next restart finds the node's disk wiped (`wiped_dir`), f permitting.
+    wipe_on_restart: bool,
 }
 
 /// A simulated learner's application state: the digest of its sequence. `complete` once
@@ -693,6 +701,9 @@ struct World<'a, P: Protocol, F> {
     rng: SimRng,
     /// The disk faults' own random stream (see the module comment).
     disk_rng: SimRng,
+    /// The stream of the disk faults of issue 33 (`SimConfig::disk_faults`), apart again
+    /// so that the runs of the machine crash model without them are unchanged.
+    disk_fault_rng: SimRng,
     /// One disk per node, in node order; it survives the node's crashes.
     disks: Vec<MemDir>,
     plan: FaultPlan,
@@ -759,6 +770,8 @@ type SimResult<T> = Result<T, Box<Violation>>;
 
 /// Seeds the disk faults' stream: another sequence than the main one of the same seed.
 const DISK_STREAM: u64 = 0xD15C_FA17_5EED_0001;
+/// Seeds the stream of the disk faults of issue 33.
+const DISK_FAULT_STREAM: u64 = 0xD15C_FA17_5EED_0033;
 
 impl<'a, P, F> World<'a, P, F>
 where
@@ -770,6 +783,9 @@ where
         let mut plan = FaultPlan::draw(cfg, &mut rng);
         let mut disk_rng = SimRng::new(cfg.seed ^ DISK_STREAM);
         plan.disk = DiskPlan::draw(cfg.crash_model, &mut disk_rng);
+        let mut disk_fault_rng = SimRng::new(cfg.seed ^ DISK_FAULT_STREAM);
+        plan.disk
+            .draw_faults(cfg.crash_model, cfg.disk_faults, &mut disk_fault_rng);
         let nodes = cfg
             .nodes
             .iter()
@@ -793,6 +809,9 @@ where
                 parked: Vec::new(),
                 partial: None,
                 stay_down: false,
+                disk_error: None,
+                new_file_crash: None,
+                wipe_on_restart: false,
             })
             .collect();
         let fault_end_us = cfg.fault_phase_us;
@@ -801,6 +820,7 @@ where
             factory,
             rng,
             disk_rng,
+            disk_fault_rng,
             disks: cfg
                 .nodes
                 .iter()
@@ -1452,6 +1472,7 @@ where
     }
 
     fn restart(&mut self, i: usize) -> SimResult<()> {
+        self.maybe_wipe(i);
         let incarnation = self.nodes[i].incarnation + 1;
         self.report.restarts += 1;
         // The runtime's own rule for a restart's value ids (`StartInfo::restart`).
@@ -1537,7 +1558,11 @@ where
             None => return Ok(()),
         };
         match begun {
-            Err(e) => Err(self.commit_failed(i, &e)),
+            Err(e) => self.storage_failed(i, &e),
+            Ok(Some(_)) if self.nodes[i].new_file_crash.is_some() && self.new_file_crash_due(i) => {
+                // The machine went down with the job unrun: the outbox dies with it.
+                Ok(())
+            }
             Ok(None) => {
                 // Durable already: carry it out now, or after the jobs in flight.
                 out.needs_sync = false;
@@ -1602,7 +1627,7 @@ where
             None => Ok(()),
         };
         if let Err(e) = ended {
-            return Err(self.commit_failed(i, &e));
+            return self.storage_failed(i, &e);
         }
         self.carry_out(i, &mut held)?;
         self.commit_gathered(i)
@@ -1628,7 +1653,7 @@ where
             if let Some(p) = self.nodes[i].proto.as_mut()
                 && let Err(e) = p.sync_storage()
             {
-                return Err(self.commit_failed(i, &e));
+                return self.storage_failed(i, &e);
             }
         }
         if self.nodes[i].partial.is_some() && self.partial_due(i, out) && self.partial_crash(i, out)

@@ -148,16 +148,16 @@ impl Proto {
     }
 
     /// Whether the `reconfig` mix runs this protocol on memory stores in some seeds
-    /// ([`ReconfigSwitches::amnesic`]). Not Raft yet: its reconfig seed 186 on memory
-    /// stores stalls for good. The leader that appended `C_new` (removing a voter) crashed
-    /// before committing it and restarted amnesic; the removed voter, the only one whose
-    /// log holds `C_new`, never campaigns (`can_campaign`: not a voter of its latest
-    /// configuration, which Raft uses uncommitted, thesis §4.1) and refuses the others'
-    /// votes (their logs are behind its own), and the joint configuration's old majority
-    /// (3 of 4) cannot be had without it or the amnesic node. etcd-raft applies a
-    /// configuration once committed, so there the removed voter would campaign.
+    /// ([`ReconfigSwitches::amnesic`]): both protocols that reconfigure. Raft joined once a
+    /// voter that is not in its latest, uncommitted configuration campaigns again (thesis
+    /// §4.2.2; `raft/election.rs`, `can_campaign`): before, its reconfig seed 186 on memory
+    /// stores stalled for good. The leader appended `C_new` (removing a voter) and
+    /// restarted amnesic before committing it; the removed voter, the only one whose log
+    /// held `C_new`, never campaigned and refused the others' votes (their logs were
+    /// behind), and the joint configuration's old majority (3 of 4) could not be had
+    /// without it or the amnesic node.
     pub fn reconfigures_amnesic(self) -> bool {
-        self == Proto::SeqPaxos
+        matches!(self, Proto::SeqPaxos | Proto::Raft)
     }
 
     /// The mixes `--mix all` runs for this protocol: every mix of [`FaultMix::ALL`], and
@@ -235,9 +235,14 @@ impl Proto {
                     ReconfigPowerLoss,
                 ];
             }
-            // Not on memory stores (`Proto::reconfigures_amnesic`).
+            // Raft has no eager transfer (a new voter catches up as a learner first).
             (Proto::Raft, FaultMix::Reconfig) => {
-                return &[CrossIncarnation, OutlivesTakeover, ReconfigPowerLoss];
+                return &[
+                    CrossIncarnation,
+                    OutlivesTakeover,
+                    ReconfigAmnesic,
+                    ReconfigPowerLoss,
+                ];
             }
             (Proto::SeqPaxos, FaultMix::Crash) => {
                 return &[
@@ -978,7 +983,7 @@ impl RaftSwitches {
 ///
 /// | switch | seeds | what the run does |
 /// | --- | --- | --- |
-/// | `amnesic` | a third, Sequence Paxos only ([`Proto::reconfigures_amnesic`]) | every node on a memory log: each restart forgets everything, old and new members alike, and is repaired across stop-signs and joint phases |
+/// | `amnesic` | a third, for Sequence Paxos and Raft ([`Proto::reconfigures_amnesic`]) | every node on a memory log: each restart forgets everything, old and new members alike, and is repaired across stop-signs and joint phases |
 /// | `power_loss` | a third of the rest | durable logs, machine crashes (unsynced bytes torn), the pipelined group commit, and every voter's machine losing power 0-30 ms after the first change was taken |
 /// | `eager` | half, Sequence Paxos only | the stop-sign's leader pushes the final sequence to new members (seed 001 §4.4 eager; otherwise they pull) |
 ///
@@ -1192,8 +1197,7 @@ mod tests {
                         || (k == FaultKind::EagerTransfer && p != Proto::SeqPaxos)
                         || (k == FaultKind::ReconfigAmnesic && !p.reconfigures_amnesic()))
                 {
-                    // The reconfig mix's switches; eager transfer is Sequence Paxos', and
-                    // so, for now, are memory stores.
+                    // The reconfig mix's switches; eager transfer is Sequence Paxos'.
                     continue;
                 }
                 assert!(

@@ -83,10 +83,24 @@ impl fmt::Display for TransferError {
 impl std::error::Error for TransferError {}
 
 impl Raft {
-    /// Whether this node may campaign: a voter of the configuration in effect (either set
-    /// when joint) that remembers its log and votes.
+    /// Whether this node may campaign: one that remembers its log and votes, and is a
+    /// voter of the configuration in effect (either set when joint), or of a configuration
+    /// it holds while the one in effect is not known committed. The second is Ongaro's
+    /// thesis §4.2.2: "a server that is not part of its own latest configuration should
+    /// still start new elections, as it might still be needed until the C_new entry is
+    /// committed". Its own vote counts only where it is a voter (`tally` counts the
+    /// configuration's voters alone). Without it a removed voter that alone holds the
+    /// uncommitted C_new, whose leader restarted amnesic, refused every other candidate
+    /// (their logs are behind) and never campaigned: no leader ever again (simulator
+    /// reconfig seed 186 on memory stores, issue 33). Once it knows C_new committed it
+    /// stops: C_new's majority holds C_new and elects without it, and a removed server
+    /// that went on campaigning would only disrupt (§4.2.3).
     pub(crate) fn can_campaign(&self) -> bool {
-        !self.amnesic && self.configs.current().is_voter(self.me)
+        if self.amnesic {
+            return false;
+        }
+        self.configs.current().is_voter(self.me)
+            || (self.configs.current_index() > self.commit && self.configs.names_voter(self.me))
     }
 
     /// Whether a leader holds this node's allegiance: it leads, or heard from a leader less

@@ -113,6 +113,12 @@ impl ConfigLog {
             .map_or(&self.entries[0].1, |(_, m)| m)
     }
 
+    /// Whether `n` is a voter of any configuration held: the last committed one or one
+    /// above the commit index.
+    pub(crate) fn names_voter(&self, n: NodeId) -> bool {
+        self.entries.iter().any(|(_, m)| m.is_voter(n))
+    }
+
     /// Configurations held (the last committed one and those above the commit index).
     pub(crate) fn len(&self) -> usize {
         self.entries.len()

@@ -153,6 +153,24 @@ pub struct Leader {
     pub reads: Reads,
     /// The number the last AppendEntries or Heartbeat sent carried (`Heartbeat::seq`).
     pub sent_seq: u64,
+    /// Nodes a committed configuration dropped, told the commit index for a while
+    /// ([`Retired`]).
+    pub retired: BTreeMap<NodeId, Retired>,
+}
+
+/// A node that a committed configuration no longer names. A removed voter campaigns until
+/// it knows its removal committed (thesis §4.2.2; `election.rs`, `can_campaign`), but its
+/// leader stops replicating to it at that very commit: so for an election timeout every
+/// heartbeat round also carries the commit index to it (it takes it up to what it holds
+/// of this leader's log, its `match_index` here). Without it a removed voter that is still
+/// running campaigned forever, deposing C_new's leader again and again where neither
+/// pre-vote nor check-quorum stops it (§4.2.3). etcd's server drops a removed member's
+/// messages instead (`ErrMemberRemoved`), from membership it keeps outside the log; Raft's
+/// log alone cannot tell a removed candidate from one added by an entry not yet seen.
+#[derive(Clone, Copy, Debug)]
+pub struct Retired {
+    pub match_index: u64,
+    pub until_us: Micros,
 }
 
 impl Leader {
@@ -178,15 +196,37 @@ impl Leader {
             change: None,
             reads: Reads::default(),
             sent_seq: 0,
+            retired: BTreeMap::new(),
         }
     }
 
     /// The progress set follows the configurations in the log: new members start probing
     /// with the last entry (the configuration that names them), members no configuration
-    /// names any more are dropped.
-    pub(crate) fn set_peers(&mut self, peers: &[NodeId], last_index: u64, now: Micros) {
-        self.progress.retain(|p, _| peers.contains(p));
+    /// names any more are dropped, and told the commit index until `retire_until_us`
+    /// ([`Retired`]).
+    pub(crate) fn set_peers(
+        &mut self,
+        peers: &[NodeId],
+        last_index: u64,
+        now: Micros,
+        retire_until_us: Micros,
+    ) {
+        let retired = &mut self.retired;
+        self.progress.retain(|p, pr| {
+            let keep = peers.contains(p);
+            if !keep {
+                retired.insert(
+                    *p,
+                    Retired {
+                        match_index: pr.match_index,
+                        until_us: retire_until_us,
+                    },
+                );
+            }
+            keep
+        });
         for &p in peers {
+            self.retired.remove(&p);
             self.progress
                 .entry(p)
                 .or_insert_with(|| Progress::new(last_index.saturating_sub(1), now));
@@ -256,13 +296,14 @@ impl Raft {
         let last = self.last_index();
         let now = self.now;
         let peers = peers_changed.then(|| self.configs.peers(self.me));
+        let retire_until_us = now + self.cfg.election_timeout_max_us;
         if let Some(lead) = self.lead.as_mut() {
             for e in &entries {
                 lead.uncommitted.push_back((e.index, e.payload.len()));
                 lead.uncommitted_bytes += e.payload.len();
             }
             if let Some(peers) = peers {
-                lead.set_peers(&peers, last, now);
+                lead.set_peers(&peers, last, now, retire_until_us);
             }
         }
         self.maybe_commit(out);
@@ -303,11 +344,28 @@ impl Raft {
         }
     }
 
-    /// Heartbeats to `to`, with read round `round` (0: a commit notice).
+    /// Heartbeats to `to`, with read round `round` (0: a commit notice); and the commit
+    /// index to the nodes retired less than an election timeout ago ([`Retired`]), which
+    /// answer nothing.
     fn send_heartbeats(&mut self, to: &[NodeId], round: u64, out: &mut Out) {
+        let now = self.now;
         let Some(lead) = self.lead.as_mut() else {
             return;
         };
+        lead.retired.retain(|_, r| now < r.until_us);
+        for (&p, r) in &lead.retired {
+            lead.sent_seq += 1;
+            out.send(
+                p,
+                Message::Heartbeat(Heartbeat {
+                    term: self.term,
+                    leader: self.me,
+                    commit: r.match_index.min(self.commit),
+                    ctx: 0,
+                    seq: lead.sent_seq,
+                }),
+            );
+        }
         for p in to {
             let Some(pr) = lead.progress.get(p) else {
                 continue;
@@ -512,12 +570,14 @@ impl Raft {
         let commit = self.commit;
         let peers = (self.configs.len() != configs_before).then(|| self.configs.peers(me));
         let now = self.now;
+        let retire_until_us = now + self.cfg.election_timeout_max_us;
         let Some(lead) = self.lead.as_mut() else {
             return;
         };
         if let Some(peers) = peers {
-            // A configuration committed: members only older ones named take no more entries.
-            lead.set_peers(&peers, last, now);
+            // A configuration committed: members only older ones named take no more
+            // entries, only the commit index for a while (`Retired`).
+            lead.set_peers(&peers, last, now, retire_until_us);
         }
         lead.commit_notice = true;
         while lead.uncommitted.front().is_some_and(|&(i, _)| i <= commit) {

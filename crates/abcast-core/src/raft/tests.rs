@@ -733,6 +733,124 @@ fn joint_consensus_replaces_a_follower_and_then_the_leader_with_values_flowing()
     net.check_agreement();
 }
 
+/// Simulator reconfig seed 186 on memory stores (issue 33, `reconfig_amnesic`), as a
+/// story. Voters {L, A, B, R}; L removes R. The joint configuration commits with the acks
+/// of L, B and R (A hears nothing from L), then L appends C_new = {L, A, B}, which reaches R
+/// alone, and L crashes and restarts amnesic. Now R's log is the most up to date, so R
+/// refuses B's and A's votes; B (holding C_old,new) needs 3 of the 4 old voters and A (the
+/// old configuration) 3 of 4 too, which they cannot have without R or the amnesic L; the
+/// amnesic L can be repaired only by a leader. Only R can break this, by campaigning:
+/// Ongaro's thesis §4.2.2, "a server that is not part of its own latest configuration
+/// should still start new elections, as it might still be needed until the C_new entry is
+/// committed"; it does not count its own vote.
+#[test]
+fn a_removed_voter_holding_the_uncommitted_c_new_still_campaigns_so_the_cluster_elects_a_leader() {
+    let mut net = Net::new(4, RaftConfig::new(&ids(4), &[]), false);
+    let l = net.stable_leader();
+    let others: Vec<u32> = (0..4).filter(|&i| i != l).collect();
+    let (a, b, r) = (others[0], others[1], others[2]);
+    let before = net.propose(l);
+    assert!(net.run_until(1_000_000, |n| (0..4).all(|i| n.has_all(i, &[before]))));
+
+    // A hears nothing more from L; R's acks wait until B has taken C_old,new.
+    net.cut.insert((l, a));
+    net.hold.insert((r, l));
+    let keep = [l, a, b];
+    net.reconfigure(l, &keep).expect("the change starts");
+    assert!(net.raft(l).membership().is_joint(), "C_old,new appended");
+    net.deliver_all();
+    assert!(net.raft(b).membership().is_joint(), "B holds C_old,new");
+    assert!(net.raft(r).membership().is_joint(), "R holds C_old,new");
+    assert!(
+        net.raft(l).configs.current_index() > net.raft(l).commit,
+        "not committed without R's ack"
+    );
+    // B hears nothing more either; R's ack commits C_old,new, and L appends C_new, which
+    // reaches R only.
+    net.cut.insert((l, b));
+    net.release(r, l);
+    net.deliver_all();
+    let m = net.raft(r).membership().clone();
+    assert!(
+        !m.is_joint() && !m.is_voter(NodeId(r)),
+        "R holds C_new, without itself: {m:?}"
+    );
+    assert!(net.raft(b).membership().is_joint(), "B does not");
+    assert!(
+        net.raft(l).configs.current_index() > net.raft(l).commit,
+        "C_new is not committed"
+    );
+    net.restart(l);
+    assert!(net.raft(l).status().amnesic);
+    net.heal();
+    net.campaigns.clear();
+
+    assert!(
+        net.run_until(10_000_000, |n| n.leader().is_some_and(|x| keep
+            .contains(&x)
+            && {
+                let r = n.raft(x);
+                !r.membership().is_joint()
+                    && r.configs.current_index() <= r.commit
+                    && r.lead.as_ref().is_some_and(|ld| ld.term_committed)
+            })),
+        "a leader of C_new commits it (campaigns: {:?})",
+        net.campaigns
+    );
+    assert!(
+        net.campaigns.get(&r).is_some_and(|&c| c > 0),
+        "R campaigned"
+    );
+    // (Repair needs an AppendEntries of the leader's term that names a commit index at an
+    // entry of that term, `repair.rs`: a value gives it one.)
+    let v = net.propose(a);
+    assert!(
+        net.run_until(3_000_000, |n| keep
+            .iter()
+            .all(|&i| n.has_all(i, &[before, v]))),
+        "values flow in C_new"
+    );
+    assert!(
+        net.run_until(5_000_000, |n| !n.raft(l).status().amnesic),
+        "and the amnesic L is repaired"
+    );
+    net.check_agreement();
+}
+
+/// The other side of the rule above: a removed voter campaigns only until it knows C_new
+/// committed (thesis §4.2.2), and the leader tells it, although C_new no longer names it.
+/// Without pre-vote and check-quorum nothing else keeps its campaigns from raising the
+/// others' terms and deposing their leader again and again (§4.2.3).
+#[test]
+fn a_removed_voter_stops_campaigning_once_c_new_is_committed() {
+    let mut cfg = RaftConfig::new(&ids(4), &[]);
+    cfg.pre_vote = false;
+    cfg.check_quorum = false;
+    let mut net = Net::new(4, cfg, false);
+    let l = net.stable_leader();
+    let r = (l + 1) % 4;
+    let keep: Vec<u32> = (0..4).filter(|&i| i != r).collect();
+    net.reconfigure(l, &keep).expect("the change starts");
+    assert!(
+        net.run_until(2_000_000, |n| {
+            let x = n.raft(l);
+            !x.membership().is_joint()
+                && !x.membership().is_voter(NodeId(r))
+                && x.configs.current_index() <= x.commit
+        }),
+        "C_new committed"
+    );
+    let term = net.raft(l).term();
+    net.campaigns.clear();
+    net.run(5_000_000);
+    assert_eq!(net.campaigns.get(&r), None, "the removed voter campaigned");
+    assert_eq!(
+        (net.leader(), net.raft(l).term()),
+        (Some(l), term),
+        "the leader of C_new leads on, in its term"
+    );
+}
+
 #[test]
 fn a_learner_is_promoted_only_after_catching_up() {
     let mut net = Net::new(4, RaftConfig::new(&[0, 1, 2], &[]), false);

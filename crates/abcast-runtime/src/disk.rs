@@ -548,6 +548,9 @@ impl LogDir for OsDir {
             }
         }))
     }
+    fn pads_writes(&self) -> bool {
+        self.direct
+    }
     fn truncate(&mut self, name: &str, len: u64) -> io::Result<()> {
         self.with_open(name, |o| {
             self.write_staged(name, o)?;

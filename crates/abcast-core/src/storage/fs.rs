@@ -45,6 +45,12 @@ pub trait LogDir: Send {
     }
     /// Cuts the file to `len` bytes.
     fn truncate(&mut self, name: &str, len: u64) -> io::Result<()>;
+    /// Whether a write may leave bytes past its end in the file: zeros up to a whole block,
+    /// as a write around the page cache pads its last block (`O_DIRECT`). A log cuts such
+    /// a file to its records when it closes it (`SegLog::roll`).
+    fn pads_writes(&self) -> bool {
+        false
+    }
     fn remove(&mut self, name: &str) -> io::Result<()>;
     /// Renames a file of the directory (the durable store recycles trimmed segments); the
     /// new name is durable after the next `sync_dir`, until then a crash may bring back

@@ -1006,10 +1006,11 @@ impl<D: LogDir, R: LogRecord> SegLog<D, R> {
     pub fn roll(&mut self) -> Option<bool> {
         self.write_pending();
         let cur = self.current();
-        if self.recycled {
+        if self.recycled || self.dir.pads_writes() {
             // A closed segment's file ends at its records: a recycled file's older contents
-            // go, so that recovery can hold every segment but the last to that (zeros or
-            // anything else after the records of a closed segment are damage, `open`).
+            // go, and so do the zeros a direct write padded its last block with, so that
+            // recovery can hold every segment but the last to that (zeros or anything else
+            // after the records of a closed segment are damage, `open`).
             let name = seg_name(cur);
             let written = self.segments.get(&cur).copied().unwrap_or(0);
             match self.dir.truncate(&name, written) {

@@ -445,6 +445,7 @@ mod tests {
             .map(|(i, l)| (NodeId(i as u32), l.local_addr().unwrap()))
             .collect();
         let stop = AtomicBool::new(false);
+        let finished = std::sync::atomic::AtomicUsize::new(0);
         let outcomes: Vec<ProbeOutcome> = std::thread::scope(|s| {
             let handles: Vec<_> = listeners
                 .iter()
@@ -452,7 +453,24 @@ mod tests {
                 .map(|(i, l)| {
                     let peers = &peers;
                     let stop = &stop;
-                    s.spawn(move || probe(4, NodeId(i as u32), peers, l, stop, &|_| {}))
+                    let finished = &finished;
+                    s.spawn(move || {
+                        let o = probe(4, NodeId(i as u32), peers, l, stop, &|_| {});
+                        finished.fetch_add(1, Ordering::SeqCst);
+                        // A started node's transport answers the others from here on
+                        // (`tcp.rs`, `answer_life_query`); without it a probe that ended
+                        // first would leave a slower one waiting for ever.
+                        l.set_nonblocking(true).unwrap();
+                        let serving = AtomicBool::new(true);
+                        std::thread::scope(|s2| {
+                            s2.spawn(|| serve_while_probing(l, 4, &serving));
+                            while finished.load(Ordering::SeqCst) < 3 {
+                                std::thread::sleep(Duration::from_millis(10));
+                            }
+                            serving.store(false, Ordering::SeqCst);
+                        });
+                        o
+                    })
                 })
                 .collect();
             handles

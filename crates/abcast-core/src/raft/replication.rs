@@ -857,6 +857,13 @@ impl Raft {
         if commit > self.commit {
             self.set_commit(commit, true, out);
         }
+        // An amnesic node's repair (`repair.rs`): the leader's commit index counts as an
+        // `AppendEntries`' does, checked against what an `AppendEntries` matched. An idle
+        // leader sends nothing else, and a node whose appends named only a commit index of
+        // an earlier term would stay amnesic until the next value.
+        if self.failed.is_none() {
+            self.check_log_repaired(m.term, m.commit, out);
+        }
         if m.ctx != 0 && self.failed.is_none() {
             out.send(from, reply(self));
         }

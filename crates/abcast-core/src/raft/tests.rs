@@ -2169,6 +2169,66 @@ fn an_amnesic_follower_behind_a_moving_commit_index_is_repaired_once_past_its_ta
     assert_eq!(r.vote_floor, 2, "its votes are fenced at the voters' term");
 }
 
+/// An idle cluster: the restarted node's only `AppendEntries` named a commit index at an
+/// entry of an earlier term (the new leader's first entry of its own term was not committed
+/// yet), so it could not be the repair target; then the leader committed that entry and
+/// had nothing more to send, only heartbeats naming the new commit index. The heartbeat's
+/// commit index repairs the log as an `AppendEntries`' would. Before, only an
+/// `AppendEntries` could, and a node restarted on an idle cluster stayed amnesic until
+/// the next value was proposed (found by the `raftreconf` work, issue 33).
+#[test]
+fn an_amnesic_follower_of_an_idle_leader_is_repaired_by_its_heartbeats() {
+    let start = StartInfo::restart(1, true).expect("start");
+    let cfg = RaftConfig::new(&[0, 1, 2], &[]);
+    let mut r = Raft::new(cfg, NodeId(0), start, Box::new(MemoryLogStore::new())).expect("valid");
+    let incarnation = r.incarnation;
+    for peer in [1, 2] {
+        let reply = Message::TermReply(messages::TermReply {
+            term: 3,
+            incarnation,
+        });
+        r.receive(0, NodeId(peer), reply, &mut Out::new());
+    }
+    // Entries 1-3 of term 2, entry 4 the leader's no-op of term 3; committed up to 3.
+    let entries = (1..=4u64)
+        .map(|i| EntryBody::Noop.entry(i, Ballot::new(if i < 4 { 2 } else { 3 }, NodeId(1), 0)))
+        .collect();
+    let append = Message::AppendEntries(messages::AppendEntries {
+        term: 3,
+        leader: NodeId(1),
+        prev_index: 0,
+        prev_term: 0,
+        entries,
+        leader_commit: 3,
+        seq: 1,
+    });
+    let mut out = Out::new();
+    r.receive(0, NodeId(1), append, &mut out);
+    assert!(
+        out.sends
+            .iter()
+            .any(|(_, m)| matches!(m, Message::AppendEntriesReply(a) if a.success)),
+        "the append is taken"
+    );
+    assert!(
+        r.status().amnesic,
+        "commit index 3 is of term 2: not a target that shows the leader committed"
+    );
+    let beat = Message::Heartbeat(messages::Heartbeat {
+        term: 3,
+        leader: NodeId(1),
+        commit: 4,
+        ctx: 7,
+        seq: 2,
+    });
+    r.receive(0, NodeId(1), beat, &mut Out::new());
+    assert!(
+        !r.status().amnesic,
+        "the heartbeat names commit index 4, an entry of the leader's term this log holds"
+    );
+    assert_eq!(r.commit, 4);
+}
+
 /// The same node when the leader has compacted past it: the message that names the
 /// commit index is refused (its log is too short) and a snapshot follows. A snapshot of
 /// the leader's term at or past that commit index repairs the log; one of an earlier term

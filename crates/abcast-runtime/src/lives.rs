@@ -54,6 +54,19 @@ pub struct LivesBook {
     lives: BTreeMap<NodeId, u64>,
 }
 
+/// One book for every transport of a node: the TCP links record a life at its `Hello`,
+/// the datagram endpoints at its first datagram (`transport/datagram.rs`), since a life
+/// whose frames reached the peers only as UDP datagrams (the token ring, Ring Paxos'
+/// multicast) is a life too. The event loop is its only user: the lock is never contended.
+pub type SharedLivesBook = std::sync::Arc<std::sync::Mutex<LivesBook>>;
+
+impl LivesBook {
+    /// The book, to share between the transports of one node.
+    pub fn shared(self) -> SharedLivesBook {
+        std::sync::Arc::new(std::sync::Mutex::new(self))
+    }
+}
+
 impl LivesBook {
     /// Reads the book at `path` (none yet: empty). A damaged book is an error: the node
     /// could answer "never" for a peer it took frames from.

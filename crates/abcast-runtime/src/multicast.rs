@@ -1356,6 +1356,12 @@ impl Multicast {
         Received::Frame(from.node, f)
     }
 
+    /// The latest incarnation of `node` this endpoint took a datagram from (0: none yet,
+    /// or its first life).
+    pub fn known_incarnation(&self, node: NodeId) -> u64 {
+        self.peers.get(&node).copied().unwrap_or(0)
+    }
+
     /// The injected loss of the link from `from` to this node (`[[link_faults]]`), rolled
     /// for one decoded message of `group` on `lane` that arrived on this endpoint: true
     /// when it is lost, and then counted as lost instead of received. Called once the

@@ -334,21 +334,36 @@ impl<P: Protocol> Driver<P> {
             .registry()
             .try_clone()
             .map_err(io_err("cloning the poller's registry"))?;
-        let tcp = Driver::<P>::open_tcp(&cfg, log, registry, listeners.peer)?;
+        // One book of the peers' lives for every transport (`crate::lives`).
+        let lives = match &cfg.lives_path {
+            Some(path) => Some(
+                crate::lives::LivesBook::open(path)
+                    .map_err(|source| DriverError::Io {
+                        what: "reading the book of peer lives",
+                        source,
+                    })?
+                    .shared(),
+            ),
+            None => None,
+        };
+        let tcp = Driver::<P>::open_tcp(&cfg, log, registry, listeners.peer, lives.clone())?;
         let book = PeerBook::from_config(&cfg);
         let peer_ids: Vec<NodeId> = book.slots.iter().map(|p| p.id).collect();
         let faults = link_faults(&cfg, &peer_ids)?;
-        let mcast = open_multicast(&cfg, &poll, log, &peer_ids)?;
+        let mcast =
+            open_multicast(&cfg, &poll, log, &peer_ids)?.map(|d| d.with_lives(lives.clone()));
         let peer_addr = tcp
             .local_addr()
             .map_err(io_err("reading the peer listener's address"))?;
         let udp = open_unicast(&cfg, &poll, log, peer_addr, &book)?;
-        let control = open_control(&cfg, &poll, log, peer_addr, &book)?;
+        let control =
+            open_control(&cfg, &poll, log, peer_addr, &book)?.map(|d| d.with_lives(lives.clone()));
         let udp = match (udp, &control) {
             // With a control lane, the unicast socket carries the data lane only.
             (Some(u), Some(_)) => Some(u.for_lane(abcast_core::codec::Lane::Data)),
             (u, _) => u,
-        };
+        }
+        .map(|d| d.with_lives(lives));
         let syncer = start_syncer(&cfg, &poll)?;
         let history = open_history(&cfg)?;
         let last_tick_us = 0;

@@ -503,6 +503,7 @@ impl<P: Protocol> Driver<P> {
         log: crate::transport::Logger,
         registry: mio::Registry,
         listener: std::net::TcpListener,
+        lives: Option<crate::lives::SharedLivesBook>,
     ) -> Result<TcpLinks, DriverError> {
         let id = crate::transport::tcp::Identity {
             cluster_id: cfg.cluster_id,
@@ -521,11 +522,7 @@ impl<P: Protocol> Driver<P> {
             what: "opening the peer listener",
             source,
         })?;
-        if let Some(path) = &cfg.lives_path {
-            let book = crate::lives::LivesBook::open(path).map_err(|source| DriverError::Io {
-                what: "reading the book of peer lives",
-                source,
-            })?;
+        if let Some(book) = lives {
             links.set_lives(book);
         }
         Ok(links)

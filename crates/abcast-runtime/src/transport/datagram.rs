@@ -19,6 +19,7 @@
 //! driver then offers the message to the next transport (TCP).
 
 use super::{InFrame, Logger, OutFrame, Readiness, Ready, Sent, Transport, TransportStats};
+use crate::lives::SharedLivesBook;
 use crate::multicast::{self, Multicast, Received};
 use abcast_core::codec::Lane;
 use abcast_core::{Micros, NodeId};
@@ -48,6 +49,11 @@ pub struct Datagrams {
     sends: u64,
     /// Messages declined because they do not fit one datagram.
     too_large: u64,
+    /// The node's book of peer lives (`crate::lives`): a peer's life is recorded, durably,
+    /// before the first datagram of it is taken, as the TCP links do at its `Hello`.
+    lives: Option<SharedLivesBook>,
+    /// The life of each peer this endpoint recorded (saves the book's lock per datagram).
+    noted: HashMap<NodeId, u64>,
 }
 
 impl Datagrams {
@@ -77,6 +83,43 @@ impl Datagrams {
             lane: None,
             sends: 0,
             too_large: 0,
+            lives: None,
+            noted: HashMap::new(),
+        }
+    }
+
+    /// Records the peers' lives in `book` from now on.
+    pub fn with_lives(mut self, book: Option<SharedLivesBook>) -> Datagrams {
+        self.lives = book;
+        self
+    }
+
+    /// Records `from`'s current life in the book before a datagram of it is taken; false
+    /// if it could not be (the datagram is then dropped: a peer whose life is not on disk
+    /// must not be relied on, `crate::lives`).
+    fn note_life(&mut self, from: NodeId) -> bool {
+        let Some(book) = self.lives.as_ref() else {
+            return true;
+        };
+        let incarnation = self.socket.known_incarnation(from);
+        if self.noted.get(&from).is_some_and(|&k| k >= incarnation) {
+            return true;
+        }
+        let noted = book
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .note(from, incarnation);
+        match noted {
+            Ok(()) => {
+                self.noted.insert(from, incarnation);
+                true
+            }
+            Err(e) => {
+                self.log.log(format_args!(
+                    "cannot record {from}'s incarnation {incarnation} in the book of peer                      lives: {e}; its datagram dropped"
+                ));
+                false
+            }
         }
     }
 
@@ -174,6 +217,9 @@ impl Transport for Datagrams {
         }
         match self.socket.recv() {
             Ok(Received::Frame(from, f)) => {
+                if !self.note_life(from) {
+                    return Ready::More;
+                }
                 inbox.push(InFrame {
                     from,
                     via: self.token,

@@ -33,7 +33,7 @@ use super::{
     TransportConfig, TransportStats,
 };
 use crate::frame::{self, KIND_HELLO, KIND_PROTOCOL_MAX};
-use crate::lives::{self, LifeAnswer, LivesBook};
+use crate::lives::{self, LifeAnswer, SharedLivesBook};
 use abcast_core::codec::{Decoder, Encoder};
 use abcast_core::{DecodeError, Micros, NodeId};
 use bytes::{Bytes, BytesMut};
@@ -240,7 +240,7 @@ pub struct TcpLinks {
     /// The peers' lives this node took frames from, on disk (`crate::lives`): a `Hello`
     /// of a new life is recorded before its frames are taken, and a node asking which life
     /// of it this one knows is answered from it. `None`: no book (answers "no book").
-    lives: Option<LivesBook>,
+    lives: Option<SharedLivesBook>,
     /// The peer port's budget for large unfinished frames (`intake.rs`).
     budget: ReadBudget,
 }
@@ -568,7 +568,7 @@ impl TcpLinks {
     }
 
     /// Keeps the book of the peers' lives (`crate::lives`) from now on.
-    pub fn set_lives(&mut self, book: LivesBook) {
+    pub fn set_lives(&mut self, book: SharedLivesBook) {
         self.lives = Some(book);
     }
 
@@ -590,7 +590,12 @@ impl TcpLinks {
             );
             return;
         }
-        let answer = LifeAnswer::from_book(self.lives.as_ref(), node);
+        let answer = match &self.lives {
+            Some(b) => {
+                LifeAnswer::from_book(Some(&b.lock().unwrap_or_else(|p| p.into_inner())), node)
+            }
+            None => LifeAnswer::from_book(None, node),
+        };
         if let (Some(conn), Ok(f)) = (self.inbound.get_mut(&token), answer.frame()) {
             // A few bytes on a connection that has sent nothing yet: the socket's buffer
             // takes them. If it does not, the asker asks again.
@@ -726,7 +731,8 @@ impl TcpLinks {
         }
         // Recorded before any frame of this life is taken: should this node's peer lose
         // its directory, this node tells it that it lived (`crate::lives`).
-        if let Some(book) = self.lives.as_mut() {
+        if let Some(book) = self.lives.as_ref() {
+            let mut book = book.lock().unwrap_or_else(|p| p.into_inner());
             book.note(h.node, h.incarnation).map_err(|e| {
                 format!(
                     "cannot record {}'s incarnation {} in the book of peer lives: {e}",

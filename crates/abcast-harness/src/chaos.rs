@@ -75,8 +75,8 @@ pub struct ChaosArgs {
     #[arg(long, value_name = "KIND", value_parser = ["durable", "memory"])]
     pub storage: Option<String>,
     /// The fault kinds to draw from, comma-separated: kill, kill_leader, kill_all (durable
-    /// only), pause, partition, one_way, wiped_restart [default: all but wiped_restart,
-    /// which main does not survive yet (issue 33, suspect 2), and kill_all on memory].
+    /// only), pause, partition, one_way, wiped_restart [default: all, but kill_all on
+    /// memory].
     #[arg(long, value_name = "LIST")]
     pub faults: Option<String>,
     /// Values per second offered in total by the nodes' clients.
@@ -125,14 +125,13 @@ impl Rng {
 pub fn fault_kinds(args: &ChaosArgs) -> Result<Vec<FaultKind>, HarnessError> {
     let durable = args.storage() == "durable";
     let kinds: Vec<FaultKind> = match &args.faults {
-        // A restart on a wiped directory is left out unless asked for: the node comes back
-        // as incarnation 0 and proposes value ids its first life used, which learners drop
-        // as duplicates after the proposer was told they were decided (issue 33, suspect 2;
-        // docs/benchmarks/chaos/summary.md).
+        // A restart on a wiped directory included: the node asks the others which life
+        // of it they knew and starts amnesic past it (issue 33, suspect 2;
+        // docs/design/amnesia-detection.md). Before, it came back as incarnation 0 and
+        // proposed value ids its first life used, which learners dropped as duplicates.
         None => FaultKind::ALL
             .into_iter()
             .filter(|k| durable || *k != FaultKind::KillAll)
-            .filter(|k| *k != FaultKind::WipedRestart)
             .collect(),
         Some(list) => {
             let mut out = Vec::new();

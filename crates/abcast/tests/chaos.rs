@@ -6,9 +6,9 @@
 
 use std::process::Command;
 
-/// Seconds of load per protocol: a few faults each, about 20 s per protocol with the
-/// heal, the stop and the checks.
-const SMOKE_S: &str = "12";
+/// Seconds of load per protocol (the 20-second smoke): a few faults each, about
+/// 25 s per protocol with the heal, the stop and the checks.
+const SMOKE_S: &str = "20";
 
 fn chaos_json(protocol: &str, seed: &str) -> (Option<i32>, serde_json::Value, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_abcast"))

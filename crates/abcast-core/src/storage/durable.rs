@@ -244,7 +244,9 @@ impl<D: LogDir> DurableStore<D> {
         let cache_from = first_undecided
             .map_or(newest_from, |u| u.min(newest_from))
             .max(log_start);
-        let span = (max_instance + 1).saturating_sub(cache_from) as usize;
+        // Saturating: a record may name instance u64::MAX (the `durable_store` fuzz target
+        // found the overflow).
+        let span = max_instance.saturating_add(1).saturating_sub(cache_from) as usize;
         let mut cache = MemoryStore::cache(opts.cache_instances.max(span).max(1), opts.cache_bytes);
         cache.trim(cache_from);
         cache.set_promised(promised);

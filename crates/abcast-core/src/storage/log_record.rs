@@ -206,7 +206,11 @@ impl LogRecord for LogRec {
                     stop_sign: get_opt_blob(&mut d, "checkpoint.stop_sign")?,
                     snapshot: None,
                 };
+                // `last_index` u64::MAX is no log's (its successor does not exist): refused
+                // here, before any `last_index + 1` (found by the `durable_log_store` fuzz
+                // target, an overflow).
                 if meta.first_index == 0
+                    || meta.last_index == u64::MAX
                     || meta.last_index + 1 < meta.first_index
                     || meta.decided_idx > meta.last_index
                 {

@@ -54,6 +54,8 @@ pub struct Datagrams {
     lives: Option<SharedLivesBook>,
     /// The life of each peer this endpoint recorded (saves the book's lock per datagram).
     noted: HashMap<NodeId, u64>,
+    /// Datagrams dropped because their sender's life could not be recorded.
+    lives_refused: u64,
 }
 
 impl Datagrams {
@@ -85,6 +87,7 @@ impl Datagrams {
             too_large: 0,
             lives: None,
             noted: HashMap::new(),
+            lives_refused: 0,
         }
     }
 
@@ -115,9 +118,16 @@ impl Datagrams {
                 true
             }
             Err(e) => {
-                self.log.log(format_args!(
-                    "cannot record {from}'s incarnation {incarnation} in the book of peer                      lives: {e}; its datagram dropped"
-                ));
+                // Logged at powers of two: a disk that refuses the book would otherwise log
+                // every datagram.
+                self.lives_refused += 1;
+                if self.lives_refused.is_power_of_two() {
+                    self.log.log(format_args!(
+                        "cannot record {from}'s incarnation {incarnation} in the book of peer \
+                         lives: {e}; its datagram dropped ({} so far)",
+                        self.lives_refused
+                    ));
+                }
                 false
             }
         }

@@ -2104,6 +2104,15 @@ fn an_install_at_or_below_the_commit_index_keeps_the_log_and_moves_nothing_back(
     assert_eq!(install_below_commit(None), None);
 }
 
+/// Nodes 1 and 2 answer the amnesic node 0's term queries (its vote fence) with `term`.
+fn answer_term_queries(r: &mut Raft, term: u32) {
+    let incarnation = r.incarnation;
+    for peer in [1, 2] {
+        let reply = Message::TermReply(messages::TermReply { term, incarnation });
+        r.receive(0, NodeId(peer), reply, &mut Out::new());
+    }
+}
+
 /// A node restarted on memory storage that catches up under load never holds the leader's
 /// *current* commit index: every message names a commit index past the entries it
 /// carries. Its repair targets the commit index of the first message of the leader's term
@@ -2116,15 +2125,7 @@ fn an_amnesic_follower_behind_a_moving_commit_index_is_repaired_once_past_its_ta
     let cfg = RaftConfig::new(&[0, 1, 2], &[]);
     let mut r = Raft::new(cfg, NodeId(0), start, Box::new(MemoryLogStore::new())).expect("valid");
     assert!(r.status().amnesic);
-    let incarnation = r.incarnation;
-    for peer in [1, 2] {
-        let mut out = Out::new();
-        let reply = Message::TermReply(messages::TermReply {
-            term: 2,
-            incarnation,
-        });
-        r.receive(0, NodeId(peer), reply, &mut out);
-    }
+    answer_term_queries(&mut r, 2);
     assert!(
         r.status().amnesic,
         "every voter answered, the log is not repaired yet"
@@ -2181,14 +2182,7 @@ fn an_amnesic_follower_of_an_idle_leader_is_repaired_by_its_heartbeats() {
     let start = StartInfo::restart(1, true).expect("start");
     let cfg = RaftConfig::new(&[0, 1, 2], &[]);
     let mut r = Raft::new(cfg, NodeId(0), start, Box::new(MemoryLogStore::new())).expect("valid");
-    let incarnation = r.incarnation;
-    for peer in [1, 2] {
-        let reply = Message::TermReply(messages::TermReply {
-            term: 3,
-            incarnation,
-        });
-        r.receive(0, NodeId(peer), reply, &mut Out::new());
-    }
+    answer_term_queries(&mut r, 3);
     // Entries 1-3 of term 2, entry 4 the leader's no-op of term 3; committed up to 3.
     let entries = (1..=4u64)
         .map(|i| EntryBody::Noop.entry(i, Ballot::new(if i < 4 { 2 } else { 3 }, NodeId(1), 0)))
@@ -2241,14 +2235,7 @@ fn an_amnesic_follower_is_repaired_by_a_snapshot_of_the_leaders_term_past_its_ta
         let cfg = RaftConfig::new(&[0, 1, 2], &[]);
         let store = Box::new(MemoryLogStore::new());
         let mut r = Raft::new(cfg, NodeId(0), start, store).expect("valid");
-        let incarnation = r.incarnation;
-        for peer in [1, 2] {
-            let reply = Message::TermReply(messages::TermReply {
-                term: 2,
-                incarnation,
-            });
-            r.receive(0, NodeId(peer), reply, &mut Out::new());
-        }
+        answer_term_queries(&mut r, 2);
         let mut out = Out::new();
         r.receive(0, NodeId(1), append_from(2, 1, (40, 2), 2, 45), &mut out);
         assert!(

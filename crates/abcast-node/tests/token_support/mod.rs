@@ -117,17 +117,27 @@ pub fn connect(addr: SocketAddr) -> Client {
 /// Waits until every node is in the ring whose representative is node 0 (the lowest id)
 /// and every member belongs: values proposed before would be ordered in a smaller ring.
 pub fn wait_for_the_whole_ring(nodes: &[Node]) {
+    wait_for_rings(nodes, &vec![0; nodes.len()]);
+}
+
+/// Waits until node `i` names node `representatives[i]` as its ring's representative, for
+/// every `i` (its status's `leader`).
+pub fn wait_for_rings(nodes: &[Node], representatives: &[u32]) {
     let end = Instant::now() + PATIENCE;
     let mut clients: Vec<Client> = nodes.iter().map(|n| connect(n.client)).collect();
+    let want: Vec<_> = representatives.iter().map(|&r| Some(NodeId(r))).collect();
     loop {
         let leaders: Vec<_> = clients
             .iter_mut()
             .map(|c| c.status(PATIENCE).unwrap().leader)
             .collect();
-        if leaders.iter().all(|l| *l == Some(NodeId(0))) {
+        if leaders == want {
             return;
         }
-        assert!(Instant::now() < end, "no common ring: {leaders:?}");
+        assert!(
+            Instant::now() < end,
+            "rings never settled as {want:?}: {leaders:?}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }

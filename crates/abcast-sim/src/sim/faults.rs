@@ -262,13 +262,7 @@ where
             )),
         );
         self.crash(i, machine);
-        self.schedule(
-            self.now_us.saturating_add(down_us),
-            Action::Restart {
-                node: i,
-                incarnation,
-            },
-        );
+        self.restart_after(i, down_us, incarnation);
         true
     }
 
@@ -516,13 +510,7 @@ where
         );
         self.crash(i, false);
         self.nodes[i].last_crash = format!("a disk failure ({fault:?}) at t={}us", self.now_us);
-        self.schedule(
-            self.now_us.saturating_add(down_us),
-            Action::Restart {
-                node: i,
-                incarnation,
-            },
-        );
+        self.restart_after(i, down_us, incarnation);
         Ok(())
     }
 
@@ -550,6 +538,12 @@ where
             )),
         );
         self.crash_with(i, true, true);
+        self.restart_after(i, down_us, incarnation);
+        true
+    }
+
+    /// Schedules node `i`'s restart as life `incarnation` after `down_us` from now.
+    pub(super) fn restart_after(&mut self, i: usize, down_us: Micros, incarnation: u64) {
         self.schedule(
             self.now_us.saturating_add(down_us),
             Action::Restart {
@@ -557,7 +551,6 @@ where
                 incarnation,
             },
         );
-        true
     }
 
     /// Before node `i` restarts: its disk is wiped if the crash said so and no more than
@@ -735,13 +728,7 @@ where
         let machine = self.disk_rng.chance_ppm(self.plan.disk.machine_crash_ppm);
         self.report.faults.add(FaultKind::PartialFanout, 1);
         self.crash(i, machine);
-        self.schedule(
-            self.now_us.saturating_add(arm.down_us),
-            Action::Restart {
-                node: i,
-                incarnation,
-            },
-        );
+        self.restart_after(i, arm.down_us, incarnation);
         true
     }
 
@@ -862,13 +849,7 @@ where
         let incarnation = self.nodes[i].incarnation;
         let machine = self.disk_rng.chance_ppm(self.plan.disk.machine_crash_ppm);
         self.crash(i, machine);
-        self.schedule(
-            self.now_us.saturating_add(down_us),
-            Action::Restart {
-                node: i,
-                incarnation,
-            },
-        );
+        self.restart_after(i, down_us, incarnation);
     }
 
     pub(super) fn on_ghost_heal(&mut self) {
@@ -991,13 +972,7 @@ where
             let incarnation = self.nodes[j].incarnation;
             self.crash(j, true);
             let down_us = self.rng.between(lo.max(50_000), hi.max(200_000));
-            self.schedule(
-                self.now_us.saturating_add(down_us),
-                Action::Restart {
-                    node: j,
-                    incarnation,
-                },
-            );
+            self.restart_after(j, down_us, incarnation);
         }
     }
 

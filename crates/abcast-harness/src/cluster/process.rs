@@ -194,6 +194,12 @@ impl Cluster {
             )
             .args(self.spec.load_at_leader.then_some("--load-at-leader"))
             .args(self.spec.stamp_values.then_some("--load-stamp"))
+            // The first life of a slot runs on the directory this harness just created: the
+            // node is new, and the members start together, as before the wiped-directory
+            // question (docs/design/amnesia-detection.md) made each wait for all the others
+            // to answer (the omnipaxos core did not take in a member that started late: 2
+            // demos in 7). A restart, on a wiped directory too, asks.
+            .args(slot.record.incarnations.is_empty().then_some("--first-start"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log));

@@ -1199,6 +1199,11 @@ mod tests {
                     // The token ring's (`evs::token::expected_faults`).
                     continue;
                 }
+                if k == FaultKind::TornUnsynced && p == Proto::MultiRingPaxos {
+                    // Its rings' logs never create a file while a crash waits for one (see
+                    // `expected_faults`); Multi-Ring over U-Ring makes the kind.
+                    continue;
+                }
                 if FaultKind::RECONFIG_ONLY.contains(&k)
                     && (!p.supports_reconfig()
                         || (k == FaultKind::EagerTransfer && p != Proto::SeqPaxos)

@@ -199,7 +199,12 @@ impl Cluster {
             // question (docs/design/amnesia-detection.md) made each wait for all the others
             // to answer (the omnipaxos core did not take in a member that started late: 2
             // demos in 7). A restart, on a wiped directory too, asks.
-            .args(slot.record.incarnations.is_empty().then_some("--first-start"))
+            .args(
+                slot.record
+                    .incarnations
+                    .is_empty()
+                    .then_some("--first-start"),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log));

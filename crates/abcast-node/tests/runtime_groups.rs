@@ -91,6 +91,27 @@ fn to(group: &str, sender: &str, level: DeliveryLevel) -> GroupSend {
     }
 }
 
+/// Waits until `c`'s own node counts `name` among `group`'s members. Each node delivers
+/// a join in its own time, and a node refuses a sender it does not yet know as a member,
+/// so seeing the join at another node's listener is not enough to send.
+fn until_member(c: &mut Client, group: &str, name: &str) {
+    let end = Instant::now() + PATIENCE;
+    loop {
+        let groups = c.groups(PATIENCE).unwrap();
+        if groups
+            .iter()
+            .any(|(g, ms)| g == group && ms.iter().any(|m| m.name == name))
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < end,
+            "{name} never joined {group}: {groups:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn multicast(c: &mut Client, group: &str, sender: &str, level: DeliveryLevel, msgs: &[&str]) {
     let mut it = msgs.iter().map(|m| Bytes::from(m.to_string()));
     let sent = c
@@ -116,6 +137,8 @@ fn every_listener_is_told_the_same_views_and_messages_in_the_same_order() {
     // Wait until node 0's listener sees both, so the messages below come after.
     let mut seen0 = listen_until(&mut listeners[0], |l| l.contains("alice@n1 bob@n2"));
     // A sender that is not a member, Agreed; alice, Safe.
+    until_member(&mut c1, "orders", "alice");
+    until_member(&mut c1, "orders", "bob");
     let mut c0 = connect(nodes[0].client);
     multicast(
         &mut c0,
@@ -360,6 +383,7 @@ fn clients_on_the_nodes_host_use_its_unix_socket_as_they_use_its_port() {
     sender.group_join("orders", "carol", true, t).unwrap();
     // The join is asked for, not yet delivered: carol sends once she is a member.
     let mut a = listen_until(&mut on_socket, |l| l.ends_with("[carol@n0]"));
+    until_member(&mut sender, "orders", "carol");
     let msgs: Vec<String> = (0..200).map(|i| format!("u{i}")).collect();
     let refs: Vec<&str> = msgs.iter().map(String::as_str).collect();
     multicast(&mut sender, "orders", "carol", DeliveryLevel::Agreed, &refs);
@@ -417,6 +441,7 @@ fn clients_on_the_nodes_host_trade_frames_through_shared_memory_and_one_that_bre
     let mut sender = by_shm(0);
     sender.group_join("bulk", "dave", true, t).unwrap();
     let mut a = listen_until(&mut on_rings, |l| l.ends_with("[dave@n0]"));
+    until_member(&mut sender, "bulk", "dave");
     let msgs: Vec<String> = (0..2000)
         .map(|i| format!("m{i:04}-{}", "x".repeat(994)))
         .collect();

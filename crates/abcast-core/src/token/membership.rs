@@ -72,7 +72,8 @@ pub struct OldRing {
     pub safe_upto: u64,
 }
 
-fn configuration(id: u64, members: &[NodeId]) -> Configuration {
+/// The configuration of ring `id` with `members` (every member proposes, accepts, learns).
+pub(crate) fn configuration(id: u64, members: &[NodeId]) -> Configuration {
     Configuration {
         id,
         members: members

@@ -914,7 +914,11 @@ impl Protocol for TokenRing {
             groups: Vec::new(),
             log_bytes: 0,
             log_appended_bytes: 0,
-            configuration: None,
+            // The ring installed here (its regular configuration), as for `view`:
+            // `coordinator` names the ring being committed too, so only this tells that
+            // a ring is in effect.
+            configuration: (self.state == State::Operational)
+                .then(|| membership::configuration(self.ring.seq, &self.memb)),
             configuration_pending: None,
             followers: Vec::new(),
             refused_messages: 0,

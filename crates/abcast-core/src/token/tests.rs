@@ -608,8 +608,9 @@ fn a_ring_that_carried_values_lately_keeps_its_token_moving_and_holds_it_only_wh
     );
 }
 
-/// The status' view is the installed ring only: a member committing to a ring of three
-/// that may still fail shows no view, so a load that waits for the whole ring waits.
+/// The status' view and configuration are the installed ring only: a member committing
+/// to a ring of three that may still fail shows neither, so a load (or a test) that waits
+/// for the whole ring waits, though `coordinator` already names the new representative.
 #[test]
 fn the_view_names_only_an_installed_ring_not_one_being_committed() {
     let mut net = Net::new(ring(3, 5, 3, Service::Agreed));
@@ -621,6 +622,7 @@ fn the_view_names_only_an_installed_ring_not_one_being_committed() {
                 seen_forming = true;
                 assert_eq!(r.members().len(), 3, "memb already names the new ring");
                 assert!(r.status().view.is_empty(), "{}", r.describe());
+                assert!(r.status().configuration.is_none(), "{}", r.describe());
             }
         }
         if net
@@ -634,6 +636,10 @@ fn the_view_names_only_an_installed_ring_not_one_being_committed() {
     assert!(seen_forming, "the ring formed without a commit step");
     for r in &net.nodes {
         assert_eq!(r.status().view, ids(3));
+        let c = r.status().configuration.expect("the installed ring");
+        let members: Vec<NodeId> = c.members.iter().map(|m| m.id).collect();
+        assert_eq!(members, ids(3));
+        assert_eq!(c.id, r.ring.seq);
     }
 }
 

@@ -120,23 +120,41 @@ pub fn wait_for_the_whole_ring(nodes: &[Node]) {
     wait_for_rings(nodes, &vec![0; nodes.len()]);
 }
 
-/// Waits until node `i` names node `representatives[i]` as its ring's representative, for
-/// every `i` (its status's `leader`).
+/// Waits until node `i` is in an installed ring whose representative is node
+/// `representatives[i]`, for every `i`, and whose members are exactly the nodes naming the
+/// same one (its status's `leader` and `configuration`). The leader alone is not enough:
+/// a member names the representative of a ring it is still committing, which may fail and
+/// leave it alone, so a value proposed then would be delivered in a smaller ring (EVS).
 pub fn wait_for_rings(nodes: &[Node], representatives: &[u32]) {
     let end = Instant::now() + PATIENCE;
     let mut clients: Vec<Client> = nodes.iter().map(|n| connect(n.client)).collect();
-    let want: Vec<_> = representatives.iter().map(|&r| Some(NodeId(r))).collect();
+    let want: Vec<_> = representatives
+        .iter()
+        .map(|&r| {
+            let members: Vec<NodeId> = (0..representatives.len())
+                .filter(|&j| representatives[j] == r)
+                .map(|j| NodeId(j as u32))
+                .collect();
+            (Some(NodeId(r)), Some(members))
+        })
+        .collect();
     loop {
-        let leaders: Vec<_> = clients
+        let got: Vec<_> = clients
             .iter_mut()
-            .map(|c| c.status(PATIENCE).unwrap().leader)
+            .map(|c| {
+                let s = c.status(PATIENCE).unwrap();
+                let members = s
+                    .configuration
+                    .map(|c| c.members.iter().map(|m| m.id).collect::<Vec<_>>());
+                (s.leader, members)
+            })
             .collect();
-        if leaders == want {
+        if got == want {
             return;
         }
         assert!(
             Instant::now() < end,
-            "rings never settled as {want:?}: {leaders:?}"
+            "rings never settled as {want:?}: {got:?}"
         );
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -19,6 +19,7 @@ const P: Proto = Proto::URing;
 
 /// With `ABCAST_SIM_SEED` set, replays that run; otherwise the long runs' seeds that once
 /// caught U-Ring bugs: mixed 1706 and 2088 (late heartbeats taken as signs of life, 61d86a7),
+/// learner_skip 1022 (a backfill proposed a no-op where its own ballot had voted a batch),
 /// and two seeds past the sweeps of the mixes that reach the most code.
 #[test]
 fn replay() {
@@ -27,6 +28,7 @@ fn replay() {
         &[
             (FaultMix::Mixed, 1706),
             (FaultMix::Mixed, 2088),
+            (FaultMix::LearnerSkip, 1022),
             (FaultMix::Crash, 200),
             (FaultMix::PowerLoss, 200),
         ],

@@ -77,6 +77,13 @@ pub(crate) struct Prepare {
     covered: Instance,
     /// Per instance, the vote with the highest ballot, or the decided decree.
     votes: BTreeMap<Instance, (Ballot, Decree, bool)>,
+    /// A backfill only: the instances of its range open when it started. This ballot
+    /// proposed them already, and a reply may predate their votes (a 1b is no barrier to
+    /// this ballot's own phase 2), so a hole found there is no hole: proposing a no-op
+    /// would give one instance two decrees in one ballot (found by the long run, uring
+    /// `learner_skip` seed 1022: an instance opened at the takeover, decided and closed
+    /// while the backfill's replies, sent before the votes, came in).
+    proposed: Vec<Instance>,
 }
 
 impl Prepare {
@@ -92,6 +99,7 @@ impl Prepare {
             hi: 0,
             covered: to,
             votes: BTreeMap::new(),
+            proposed: Vec::new(),
         }
     }
 }
@@ -432,7 +440,9 @@ impl URing {
             .coord
             .next_instance
             .min(from + self.cfg.retrieve_max_instances);
-        self.coord.backfill = Some(Prepare::new(from, to, self.node.now));
+        let mut p = Prepare::new(from, to, self.node.now);
+        p.proposed = self.coord.open.range(from..to).map(|(&i, _)| i).collect();
+        self.coord.backfill = Some(p);
         out.events.push(Event::Backfill {
             node: self.node.me,
             ballot: self.coord.ballot,
@@ -456,7 +466,10 @@ impl URing {
     fn backfill_done(&mut self, p: Prepare, out: &mut Out) {
         let ballot = self.coord.ballot;
         for i in p.from..p.covered {
-            if self.coord.open.contains_key(&i) || self.serves(i) {
+            if self.coord.open.contains_key(&i)
+                || p.proposed.binary_search(&i).is_ok()
+                || self.serves(i)
+            {
                 continue;
             }
             let known = self.node.learn.knows(i);

@@ -22,7 +22,7 @@
 
 use crate::bench::lan::EmulatedLan;
 use crate::cluster::nemesis::{ChaosRun, Fault, FaultKind, NemesisPlan, NetCut, run_chaos_cluster};
-use crate::cluster::{ClusterSpec, Ended, NodePlace, storage_edits};
+use crate::cluster::{ClusterSpec, Ended, NodePlace, protocol_edits};
 use crate::error::{HarnessError, runtime};
 use crate::format::parse_seconds;
 use abcast_core::config::StartInfo;
@@ -195,28 +195,6 @@ pub fn schedule(seed: u64, nodes: u32, kinds: &[FaultKind], fault_window_s: f64)
         });
     }
     faults
-}
-
-/// The config edits that make the cluster run `protocol` on `storage`.
-fn protocol_edits(protocol: &str, storage: &str) -> Vec<(String, toml::Value)> {
-    let mut edits = storage_edits(storage);
-    match protocol {
-        "multiring" => {
-            let ring = |g: i64| {
-                let mut t = toml::Table::new();
-                t.insert("group".into(), toml::Value::Integer(g));
-                toml::Value::Table(t)
-            };
-            edits.push(("rings".into(), toml::Value::Array(vec![ring(1), ring(2)])));
-            edits.push((
-                "multiring.propose_to".into(),
-                toml::Value::from("round-robin"),
-            ));
-        }
-        "uring" => {}
-        p => edits.push(("protocol".into(), toml::Value::from(p))),
-    }
-    edits
 }
 
 /// The command line that replays a run.

@@ -2,7 +2,7 @@
 //! then a summary a person reads (or one JSON object) and a second-by-second plot.
 
 use crate::analysis::{Report, TimelineRow, analyse};
-use crate::cluster::{ClusterSpec, NODES_MAX, STATS_MS, run_cluster, storage_edits};
+use crate::cluster::{ClusterSpec, NODES_MAX, STATS_MS, protocol_edits, run_cluster};
 use crate::error::{HarnessError, runtime};
 use crate::format::{bytes, group, ms, parse_seconds, utc_now};
 use crate::plot::{Line, LinePanel, draw_lines};
@@ -16,13 +16,14 @@ use std::path::{Path, PathBuf};
 #[derive(Args, Debug, Clone)]
 pub struct DemoArgs {
     /// The protocol the nodes run: uring (U-Ring Paxos, seed 000), ringpaxos (Ring Paxos,
-    /// seed 003, multicasts as TCP copies), seqpaxos (Sequence Paxos with Ballot Leader
+    /// seed 003, multicasts as TCP copies), multiring (Multi-Ring Paxos, seed 003: two U-Ring
+    /// rings over the nodes, merged in a deterministic order), seqpaxos (Sequence Paxos with Ballot Leader
     /// Election, seed 001), raft (Raft, seed 001), omnipaxos or raftrs (the `omnipaxos` and
     /// raft-rs crates' cores on our runtime, for comparison), token (the Accelerated Ring,
     /// seed 002: data as one UDP datagram to each member, the token on a UDP socket of its
     /// own).
     #[arg(long, value_name = "NAME", default_value = "uring",
-          value_parser = ["uring", "ringpaxos", "seqpaxos", "raft", "omnipaxos", "raftrs", "token"])]
+          value_parser = ["uring", "ringpaxos", "multiring", "seqpaxos", "raft", "omnipaxos", "raftrs", "token"])]
     pub protocol: String,
     /// Number of node processes in the ring (each is proposer, acceptor and learner).
     #[arg(long, default_value_t = 3, allow_hyphen_values = true,
@@ -95,13 +96,7 @@ pub fn cluster_spec(args: &DemoArgs) -> ClusterSpec {
         window_values: args.window_values,
         kill: args.kill,
         config_edits: {
-            let mut edits = storage_edits(&args.storage);
-            if args.protocol != "uring" {
-                edits.push((
-                    "protocol".to_string(),
-                    toml::Value::String(args.protocol.clone()),
-                ));
-            }
+            let mut edits = protocol_edits(&args.protocol, &args.storage);
             if let Some(u) = &args.unicast {
                 edits.push((
                     "transport.unicast".to_string(),
@@ -162,6 +157,7 @@ pub fn render_summary_of(r: &Report, protocol: &str) -> String {
 pub fn protocol_title(name: &str) -> &'static str {
     match name {
         "ringpaxos" => "Ring Paxos",
+        "multiring" => "Multi-Ring Paxos: two U-Ring rings, merged round-robin",
         "seqpaxos" => "Sequence Paxos; followers forward to the leader",
         "raft" => "Raft; followers forward to the leader",
         "omnipaxos" => "the omnipaxos crate's core; followers forward to the leader",

@@ -275,7 +275,9 @@ pub struct StorageConfig {
     pub segment_bytes: u64,
     /// A learner writes a snapshot (`<dir>/node-<id>/snapshot`) this often, reports it, and
     /// acceptors trim below what every learner's snapshot covers; 0 = never. Default
-    /// 1000 with durable storage, 0 otherwise. Raft and Sequence Paxos nodes snapshot and
+    /// 1000 with durable storage, 0 otherwise, but 1000 for Multi-Ring Paxos on memory
+    /// storage too (a restarted Multi-Ring learner needs one to merge again). Raft and
+    /// Sequence Paxos nodes snapshot and
     /// compact their own log, default 1000 on memory storage too: an uncompacted memory
     /// log grows with the run (1 GB in a 10 s demo) and a restarted node, which lost it,
     /// would need all of it again before it is repaired; with snapshots it installs a
@@ -661,6 +663,17 @@ pub fn parse_with(
             // On memory storage too (see `StorageConfig::snapshot_interval_ms`).
             storage.snapshot_interval_ms = LEADER_SNAPSHOT_INTERVAL_MS_DEFAULT;
         }
+    }
+
+    // A Multi-Ring learner restarted on memory storage, behind what the acceptors still
+    // hold, can skip a ring's instances but not its slot count, so without a snapshot to
+    // install it stops merging for good (`abcast demo --protocol multiring --kill` left
+    // both restarted nodes delivering nothing): snapshots on memory storage too.
+    if !file.rings.is_empty()
+        && storage.kind == StorageKind::Memory
+        && file.storage.snapshot_interval_ms.is_none()
+    {
+        storage.snapshot_interval_ms = LEADER_SNAPSHOT_INTERVAL_MS_DEFAULT;
     }
 
     // With snapshots the coordinator trims acceptors below them, and a learner behind the
@@ -1913,6 +1926,30 @@ propose_to = "round-robin"
 node = 0
 rings = [1]
 "#;
+
+    /// A restarted Multi-Ring learner merges again only from a snapshot: memory storage
+    /// takes them too unless the file says 0; a single ring on memory storage does not.
+    #[test]
+    fn multi_ring_on_memory_storage_takes_snapshots_unless_told_not_to() {
+        let at = Path::new("/etc");
+        let c = parse(&format!("{GOOD}{RINGS}"), Some(0), at).unwrap();
+        assert_eq!(c.storage.snapshot_interval_ms, 1000);
+        let mr = c.multiring.as_ref().unwrap();
+        assert!(mr.rings.iter().all(|r| r.ring.learner_snapshots));
+        let off = parse(
+            &format!("{GOOD}snapshot_interval_ms = 0\n{RINGS}"),
+            Some(0),
+            at,
+        );
+        assert_eq!(off.unwrap().storage.snapshot_interval_ms, 0);
+        assert_eq!(
+            parse(GOOD, Some(0), at)
+                .unwrap()
+                .storage
+                .snapshot_interval_ms,
+            0
+        );
+    }
 
     #[test]
     fn rings_make_a_multiring_config_with_the_ring_parameters_of_every_ring() {

@@ -31,6 +31,30 @@ pub fn storage_edits(kind: &str) -> Vec<(String, toml::Value)> {
     edits
 }
 
+/// The config edits that make the cluster run `protocol` (a `--protocol` name of `demo` or
+/// `chaos`) on `storage`: `multiring` is two U-Ring rings over every node, a client's
+/// values spread round-robin over them.
+pub fn protocol_edits(protocol: &str, storage: &str) -> Vec<(String, toml::Value)> {
+    let mut edits = storage_edits(storage);
+    match protocol {
+        "multiring" => {
+            let ring = |g: i64| {
+                let mut t = toml::Table::new();
+                t.insert("group".into(), toml::Value::Integer(g));
+                toml::Value::Table(t)
+            };
+            edits.push(("rings".into(), toml::Value::Array(vec![ring(1), ring(2)])));
+            edits.push((
+                "multiring.propose_to".into(),
+                toml::Value::from("round-robin"),
+            ));
+        }
+        "uring" => {}
+        p => edits.push(("protocol".into(), toml::Value::from(p))),
+    }
+    edits
+}
+
 /// A fresh temporary directory, removed on drop unless kept.
 pub(super) struct TempDir {
     pub(super) path: PathBuf,

@@ -16,7 +16,7 @@ mod config;
 pub mod nemesis;
 mod process;
 
-pub use config::{set_toml_key, storage_edits};
+pub use config::{protocol_edits, set_toml_key, storage_edits};
 
 use crate::error::{HarnessError, runtime};
 use crate::format::group;

@@ -1109,7 +1109,11 @@ pub fn status_text(r: &StatusReport, addr: &str) -> String {
             let _ = writeln!(s, "  configuration: {}", describe_configuration(c));
         }
         None => {
-            let _ = writeln!(s, "  configuration: not reported by this protocol");
+            let _ = writeln!(
+                s,
+                "  configuration: none in effect (a token ring forming its next ring) or not \
+                 reported by this protocol"
+            );
         }
     }
     if let Some(p) = &r.configuration_pending {

@@ -145,10 +145,10 @@ impl AcceptorStore for MemoryStore {
         // counted, and the entry itself is never dropped to make room for itself: a vote
         // replaced by its decision at the front of a window full in bytes was refused
         // before, so the front stayed undecided, the window never moved again, and a
-        // learner behind it waited for good on an instance no acceptor served nor trimmed
-        // (`abcast demo --protocol ringpaxos --kill`, about one run in ten under load). A
-        // decision at the front may so exceed the bound by one decree until the next put
-        // drops it.
+        // learner behind it could wait for good on an instance no acceptor served nor
+        // reported trimmed (the state a Ring Paxos learner was found stuck in after
+        // `abcast demo --protocol ringpaxos --kill` under load). The front entry may so
+        // exceed the byte bound by one decree, until it is decided and dropped.
         let replaced = |s: &MemoryStore| s.get(instance).map_or(0, |a| a.decree.wire_bytes());
         while (instance - self.log_start) as usize >= self.capacity_instances
             || (self.bytes_held - replaced(self) + bytes > self.capacity_bytes

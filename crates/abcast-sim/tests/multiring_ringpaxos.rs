@@ -47,39 +47,39 @@ fn multiring_over_ringpaxos_merges_in_one_order_without_faults() {
 
 #[test]
 fn multiring_over_ringpaxos_survives_loss_and_subscription_churn() {
-    sweep_mix(P, FaultMix::Loss, 0..50);
+    sweep_mix(P, FaultMix::Loss, 0..200);
 }
 
 #[test]
 fn multiring_over_ringpaxos_survives_partitions() {
-    sweep_mix(P, FaultMix::Partition, 0..50);
+    sweep_mix(P, FaultMix::Partition, 0..200);
 }
 
 #[test]
 fn multiring_over_ringpaxos_survives_crashes_and_stale_messages() {
-    sweep_mix(P, FaultMix::Crash, 0..50);
+    sweep_mix(P, FaultMix::Crash, 0..200);
 }
 
 #[test]
 fn multiring_over_ringpaxos_late_joiner_merges_every_ring() {
-    sweep_mix(P, FaultMix::LateJoin, 0..50);
+    sweep_mix(P, FaultMix::LateJoin, 0..200);
 }
 
 #[test]
 fn multiring_over_ringpaxos_survives_the_mixed_preset() {
-    sweep_mix(P, FaultMix::Mixed, 0..50);
+    sweep_mix(P, FaultMix::Mixed, 0..200);
 }
 
 #[test]
 fn multiring_over_ringpaxos_survives_process_pauses() {
-    sweep_mix(P, FaultMix::Pause, 0..50);
+    sweep_mix(P, FaultMix::Pause, 0..200);
 }
 
 /// With snapshots of the merge and each ring trimmed below them (issue 33), as over U-Ring
 /// rings.
 #[test]
 fn multiring_over_ringpaxos_synced_logs_survive_power_loss() {
-    let r = sweep_mix(P, FaultMix::PowerLoss, 0..50);
+    let r = sweep_mix(P, FaultMix::PowerLoss, 0..200);
     let t = &r.totals;
     assert!(
         t.snapshots_taken > 0 && t.snapshots_restored > 0 && t.snapshots_installed > 0,
@@ -89,5 +89,5 @@ fn multiring_over_ringpaxos_synced_logs_survive_power_loss() {
 
 #[test]
 fn multiring_over_ringpaxos_learners_that_skip_a_ring_stop_following_it() {
-    sweep_mix(P, FaultMix::LearnerSkip, 0..50);
+    sweep_mix(P, FaultMix::LearnerSkip, 0..200);
 }

@@ -253,6 +253,24 @@ fn replay() {
     );
 }
 
+/// Found by issue 33's long run (power_loss seeds 1000 to 1999) and not fixed yet: seed
+/// 1060 breaks agreement (a learner's second life jumps over an instance of ring 1 that
+/// another learner delivered), 1554 and 1655 leave acknowledged values undelivered. They
+/// fail on the code before that session's changes too. Run with `--ignored`; once fixed,
+/// move them to `replay`'s regressions.
+#[test]
+#[ignore = "open: Multi-Ring power_loss seeds 1060, 1554, 1655 (docs/testing.md)"]
+fn open_power_loss_seeds_of_the_long_run() {
+    common::replay_or_regressions(
+        Proto::MultiRing,
+        &[
+            (FaultMix::PowerLoss, 1060),
+            (FaultMix::PowerLoss, 1554),
+            (FaultMix::PowerLoss, 1655),
+        ],
+    );
+}
+
 #[test]
 fn multiring_runs_are_deterministic() {
     let cfg = suites::config(Proto::MultiRing, FaultMix::Mixed, Variant::CORRECT)

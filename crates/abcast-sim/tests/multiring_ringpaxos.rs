@@ -31,6 +31,19 @@ fn replay() {
     );
 }
 
+/// Found by issue 33's long run (power_loss seeds 1000 to 1999) and not fixed yet, as
+/// Multi-Ring's over U-Ring rings (`tests/multiring.rs`): six agreement violations (a
+/// learner's second life jumps over a ring instance another learner delivered) and one
+/// acknowledged value lost (seed 1130). Seed 1401 fails on the code before that session's
+/// changes too. Run with `--ignored`; once fixed, move them to `replay`'s regressions.
+#[test]
+#[ignore = "open: Multi-Ring over Ring Paxos power_loss seeds of the long run (docs/testing.md)"]
+fn open_power_loss_seeds_of_the_long_run() {
+    let seeds = [1032, 1130, 1401, 1424, 1512, 1594, 1782];
+    let list: Vec<_> = seeds.iter().map(|&s| (FaultMix::PowerLoss, s)).collect();
+    common::replay_or_regressions(P, &list);
+}
+
 #[test]
 fn multiring_over_ringpaxos_runs_are_deterministic() {
     let cfg = suites::config(P, FaultMix::Mixed, Variant::CORRECT).with_run(3, FaultMix::Mixed);

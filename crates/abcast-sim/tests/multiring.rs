@@ -261,14 +261,11 @@ fn replay() {
 #[test]
 #[ignore = "open: Multi-Ring power_loss seeds 1060, 1554, 1655 (docs/testing.md)"]
 fn open_power_loss_seeds_of_the_long_run() {
-    common::replay_or_regressions(
-        Proto::MultiRing,
-        &[
-            (FaultMix::PowerLoss, 1060),
-            (FaultMix::PowerLoss, 1554),
-            (FaultMix::PowerLoss, 1655),
-        ],
-    );
+    let list: Vec<_> = [1060, 1554, 1655]
+        .iter()
+        .map(|&s| (FaultMix::PowerLoss, s))
+        .collect();
+    common::replay_or_regressions(Proto::MultiRing, &list);
 }
 
 #[test]

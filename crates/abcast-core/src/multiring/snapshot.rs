@@ -978,9 +978,27 @@ impl<R: ComposableRing> MultiRingOf<R> {
             .iter()
             .all(|r| !r.learner || r.follow.span_from(ms.turn) == Some((ms.turn, None)));
         let adopt = !same_values && fetch_for == FetchFor::Adopt && follows_all;
-        if !same_values && !adopt {
+        // A ring the peer did not follow up to the snapshot's turn has counted fewer slots
+        // than the turn's (`RingState::frontier`): the instances still to come in those
+        // turns are passed over by a merge at that turn. This learner must not pass over
+        // instances of a ring it follows there (the merge's invariant: a ring followed in
+        // a turn below the merge's has all of the turn's slots counted). Multi-Ring
+        // power_loss seed 1060: a peer that subscribed to ring 1 from the snapshot's very
+        // turn reads alike from there, but ring 1's instances decided later in the turns
+        // before were never delivered here, though this learner followed ring 1 there.
+        let m = self.merger.m;
+        let passes_over = ms.rings.iter().zip(&self.merger.rings).any(|(r, q)| {
+            let follow = if adopt { r.follow } else { q.follow };
+            r.learner
+                && r.frontier < ms.turn.saturating_mul(m)
+                && follow
+                    .span_from(r.frontier / m.max(1))
+                    .is_some_and(|(first, _)| first < ms.turn)
+        });
+        if (!same_values && !adopt) || passes_over {
             // Its state holds other rings' values than this learner's would (it changed its
-            // subscriptions since it reported): another peer's may fit (`try_fetch`).
+            // subscriptions since it reported), or it would pass over a ring's instances
+            // this learner follows: another peer's may fit (`try_fetch`).
             let upto = self
                 .snap
                 .wait
@@ -994,11 +1012,19 @@ impl<R: ComposableRing> MultiRingOf<R> {
             }
             out.events.push(Event::SnapshotRefused {
                 upto: s.upto,
-                detail: format!(
-                    "node {} follows other rings from turn {}; another peer's snapshot is \
-                     looked for",
-                    from.0, ms.turn
-                ),
+                detail: if passes_over {
+                    format!(
+                        "node {} did not follow, before turn {}, a ring this learner \
+                         follows there; another peer's snapshot is looked for",
+                        from.0, ms.turn
+                    )
+                } else {
+                    format!(
+                        "node {} follows other rings from turn {}; another peer's snapshot \
+                         is looked for",
+                        from.0, ms.turn
+                    )
+                },
             });
             self.try_fetch(out);
             return;

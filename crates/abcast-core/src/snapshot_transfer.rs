@@ -153,6 +153,11 @@ impl SnapshotServer {
         self.set_latest(snap);
     }
 
+    /// The latest snapshot, if any (its bytes shared).
+    pub fn latest(&self) -> Option<Snapshot> {
+        self.latest.clone()
+    }
+
     /// The latest snapshot's `upto` (0: none).
     pub fn latest_upto(&self) -> Instance {
         self.latest.as_ref().map_or(0, |s| s.upto)

@@ -239,10 +239,13 @@ fn factory_with(
 
 /// With `ABCAST_SIM_SEED` set, replays that run; otherwise power_loss 6 (decided values
 /// dropped from the merge, 61d86a7), partition 43 (the merge-order checker's first find),
-/// one seed past the sweeps of the mixed and pause mixes, and power_loss 1060 of issue
-/// 33's long run (a learner installed the snapshot of a peer that had not followed
+/// one seed past the sweeps of the mixed and pause mixes, and power_loss seeds of issue
+/// 33's long run: 1060 (a learner installed the snapshot of a peer that had not followed
 /// ring 1 before the snapshot's turn, and passed over ring 1's instances of those turns,
-/// which it followed: `install_from_peer`'s `passes_over`).
+/// which it followed: `install_from_peer`'s `passes_over`), 1554 and 1655 (after a power
+/// loss, the learners that followed every ring all along were behind and no snapshot fit
+/// them: the rings had trimmed on the reports of learners that subscribed late, classed
+/// with them; classes now tell them apart, `multiring/snapshot.rs`, "Classes").
 #[test]
 fn replay() {
     common::replay_or_regressions(
@@ -253,23 +256,10 @@ fn replay() {
             (FaultMix::Mixed, 200),
             (FaultMix::Pause, 200),
             (FaultMix::PowerLoss, 1060),
+            (FaultMix::PowerLoss, 1554),
+            (FaultMix::PowerLoss, 1655),
         ],
     );
-}
-
-/// Found by issue 33's long run (power_loss seeds 1000 to 1999) and not fixed yet: seeds
-/// 1554 and 1655 leave acknowledged values undelivered. The rings trim below a quorum of each
-/// class of learners, a class being what a learner follows from its snapshot's turn on;
-/// learners that changed their subscriptions earlier count in the class of those that
-/// never did, though their states hold fewer values (lower merge positions, which a
-/// snapshot install never goes below). After a power loss the two learners that followed
-/// every ring all along are behind, one in each ring, and no peer's snapshot fits them
-/// (docs/testing.md). Run with `--ignored`; once fixed, move it to `replay`'s regressions.
-#[test]
-#[ignore = "open: Multi-Ring power_loss seeds 1554, 1655 (docs/testing.md)"]
-fn open_power_loss_seeds_of_the_long_run() {
-    let list = [(FaultMix::PowerLoss, 1554), (FaultMix::PowerLoss, 1655)];
-    common::replay_or_regressions(Proto::MultiRing, &list);
 }
 
 #[test]

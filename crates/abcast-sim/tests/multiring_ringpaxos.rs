@@ -17,38 +17,24 @@ use common::sweep_mix;
 const P: Proto = Proto::MultiRingPaxos;
 
 /// With `ABCAST_SIM_SEED` set, replays that run; otherwise one seed past the sweeps of the
-/// mixes whose faults reach the most code, and the power_loss seeds of issue 33's long run
-/// that a learner broke by installing the snapshot of a peer that had not followed a ring
-/// before the snapshot's turn (it passed over that ring's instances of those turns, which
-/// it followed: `install_from_peer`'s `passes_over`, as Multi-Ring's seed 1060).
+/// mixes whose faults reach the most code, and the power_loss seeds of issue 33's long
+/// run: 1032, 1401, 1424, 1512, 1594 and 1782, which a learner broke by installing the
+/// snapshot of a peer that had not followed a ring before the snapshot's turn (it passed
+/// over that ring's instances of those turns, which it followed: `install_from_peer`'s
+/// `passes_over`, as Multi-Ring's seed 1060), and 1130, where no snapshot fit the learners
+/// that followed every ring all along (`multiring/snapshot.rs`, "Classes"); 1594 also
+/// needs a former classmate's retained snapshot ("Retained").
 #[test]
 fn replay() {
-    common::replay_or_regressions(
-        P,
-        &[
-            (FaultMix::Mixed, 200),
-            (FaultMix::PowerLoss, 200),
-            (FaultMix::Partition, 200),
-            (FaultMix::PowerLoss, 1032),
-            (FaultMix::PowerLoss, 1401),
-            (FaultMix::PowerLoss, 1424),
-            (FaultMix::PowerLoss, 1512),
-            (FaultMix::PowerLoss, 1594),
-            (FaultMix::PowerLoss, 1782),
-        ],
-    );
-}
-
-/// Found by issue 33's long run (power_loss seeds 1000 to 1999) and not fixed yet: seed
-/// 1130 loses an acknowledged value, of the family of Multi-Ring's seed 1655 (learners
-/// that followed every ring all along are behind after a power loss, and the snapshots
-/// that the rings' trim counted on are of learners whose subscriptions changed since;
-/// `tests/multiring.rs`). Run with `--ignored`; once fixed, move it to `replay`'s
-/// regressions.
-#[test]
-#[ignore = "open: Multi-Ring over Ring Paxos power_loss seed 1130 (docs/testing.md)"]
-fn open_power_loss_seeds_of_the_long_run() {
-    common::replay_or_regressions(P, &[(FaultMix::PowerLoss, 1130)]);
+    let mut list = vec![
+        (FaultMix::Mixed, 200),
+        (FaultMix::PowerLoss, 200),
+        (FaultMix::Partition, 200),
+    ];
+    for seed in [1032, 1130, 1401, 1424, 1512, 1594, 1782] {
+        list.push((FaultMix::PowerLoss, seed));
+    }
+    common::replay_or_regressions(P, &list);
 }
 
 #[test]

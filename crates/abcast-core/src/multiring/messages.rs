@@ -16,6 +16,7 @@ const K_REPORT: u8 = 64;
 const K_CONTROL_REQ: u8 = 65;
 const K_SNAPSHOT_FETCH: u8 = 66;
 const K_SNAPSHOT_CHUNK: u8 = 67;
+const K_RETAINED_FETCH: u8 = 68;
 
 /// A learner tells a ring's coordinator what the merge needs from that ring: every Δt, and
 /// at once when the merge waits for that ring (a lag report; see `skip.rs`).
@@ -93,6 +94,9 @@ pub enum Body<M> {
     SnapshotFetch(SnapshotFetch),
     /// Part of a merge snapshot, the answer to a fetch.
     SnapshotChunk(SnapshotChunk),
+    /// A fetch of the peer's retained snapshot: the last it took or installed before its
+    /// class last changed (`snapshot.rs`, "Retained"), answered by `SnapshotChunk`s.
+    RetainedFetch(SnapshotFetch),
 }
 
 /// A message of one ring.
@@ -110,6 +114,7 @@ impl<M: WireMessage> WireMessage for MessageOf<M> {
             Body::ControlReq(_) => K_CONTROL_REQ,
             Body::SnapshotFetch(_) => K_SNAPSHOT_FETCH,
             Body::SnapshotChunk(_) => K_SNAPSHOT_CHUNK,
+            Body::RetainedFetch(_) => K_RETAINED_FETCH,
         }
     }
 
@@ -121,7 +126,7 @@ impl<M: WireMessage> WireMessage for MessageOf<M> {
                 e.put_u64(r.need_slot);
             }
             Body::ControlReq(c) => e.put_slice(&c.encode()),
-            Body::SnapshotFetch(f) => f.encode(e),
+            Body::SnapshotFetch(f) | Body::RetainedFetch(f) => f.encode(e),
             Body::SnapshotChunk(c) => c.encode(e),
         }
     }
@@ -158,11 +163,15 @@ impl<M: WireMessage> WireMessage for MessageOf<M> {
                 }
                 Body::ControlReq(Control::decode(body)?)
             }
-            K_SNAPSHOT_FETCH => {
+            K_SNAPSHOT_FETCH | K_RETAINED_FETCH => {
                 let mut d = Decoder::new(body);
                 let f = SnapshotFetch::decode(&mut d)?;
                 d.finish()?;
-                Body::SnapshotFetch(f)
+                if kind == K_SNAPSHOT_FETCH {
+                    Body::SnapshotFetch(f)
+                } else {
+                    Body::RetainedFetch(f)
+                }
             }
             K_SNAPSHOT_CHUNK => {
                 let mut d = Decoder::new(body);
@@ -216,6 +225,14 @@ mod tests {
                     upto: 12,
                     min_upto: 10,
                     offset: 1 << 20,
+                }),
+            },
+            Message {
+                group: GroupId(1),
+                body: Body::RetainedFetch(SnapshotFetch {
+                    upto: 0,
+                    min_upto: 44,
+                    offset: 0,
                 }),
             },
             Message {

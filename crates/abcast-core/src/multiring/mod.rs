@@ -721,6 +721,7 @@ impl<R: ComposableRing> Protocol for MultiRingOf<R> {
                 self.coordinator_skip(i, out);
             }
             Body::SnapshotFetch(f) => self.on_snapshot_fetch(from, msg.group, f, out),
+            Body::RetainedFetch(f) => self.on_retained_fetch(from, msg.group, f, out),
             Body::SnapshotChunk(c) => self.on_snapshot_chunk(from, msg.group, c, out),
             Body::ControlReq(c) => {
                 if c.learner != from {

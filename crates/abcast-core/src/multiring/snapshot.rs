@@ -47,6 +47,26 @@
 //!   learner had asked for and not seen decided is dropped (`Event::GroupChangeDropped`).
 //! * **Restored at a restart**: the same, from the node's own snapshot file, before any
 //!   input.
+//! * **Classes.** A learner's class in a ring (`ring_class`) is what it follows in every
+//!   ring, with the turns its subscriptions started and end: learners of one class have
+//!   delivered the same values (the same merge positions at a turn), so one can install
+//!   another's snapshot, and each ring trims below a quorum of every class. (Departure
+//!   from the first design, which classed learners by what they follow from the
+//!   snapshot's turn on: a learner that subscribed late counted in the class of those that
+//!   followed from the start, though its state lacks the values before, at lower merge
+//!   positions, which an install never goes below. Multi-Ring power_loss seeds 1554 and
+//!   1655: the rings trimmed on such learners' reports, and the learners that followed
+//!   every ring all along, behind after the power loss, found no snapshot they could
+//!   install.) Learners whose pasts differ where their follow points do not show it (one
+//!   left a ring that another never followed) share a class: no history is kept.
+//! * **Retained.** A class is a learner's subscriptions *now*: one that changes them
+//!   leaves its class, and the trims that counted its reports may have left its former
+//!   classmates (a crash, a power loss) nothing else to install. So each learner keeps,
+//!   besides its latest snapshot, the last one it took or installed before its class last
+//!   changed (`SnapState::retained`: one more snapshot in memory). A learner that no peer's
+//!   report fits asks the live alike peers in turn for theirs (`RetainedFetch`, one every
+//!   `FETCH_TIMEOUT_US`) and installs one that fits, as any other (Multi-Ring over Ring
+//!   Paxos, power_loss seed 1594). Not kept across a restart.
 //!
 //! Departure: a learner with rings or roles no other node has cannot install anybody's
 //! snapshot; with snapshots on, give every Multi-Ring learner a peer in the same rings
@@ -381,6 +401,29 @@ pub(crate) struct SnapState {
     pub wait: Option<Wait>,
     /// The ring and instance this learner last said it waits at (`SnapshotAwaited`, once).
     pub waiting_logged: Option<(usize, Instance)>,
+    /// The latest snapshot's class in each ring (`ring_class`).
+    pub latest_classes: Vec<u64>,
+    /// The last snapshot taken or installed before the class last changed, served to
+    /// `RetainedFetch` (see the module comment, "Retained").
+    pub retained: SnapshotServer,
+    /// The transfer under way is of a peer's retained snapshot.
+    pub fetch_retained: bool,
+    /// When this learner may next ask a peer for its retained snapshot, and which.
+    pub next_probe_us: Micros,
+    pub probe_next: usize,
+}
+
+/// The class of `ms`'s node in each of its rings (`ring_class`).
+fn classes_of(ms: &MergeSnapshot) -> Vec<u64> {
+    let follows: Vec<(GroupId, bool, Follow)> = ms
+        .rings
+        .iter()
+        .map(|r| (r.group, r.learner, r.follow))
+        .collect();
+    ms.rings
+        .iter()
+        .map(|r| ring_class(&follows, r.group, ms.turn))
+        .collect()
 }
 
 impl<R: ComposableRing> MultiRingOf<R> {
@@ -435,6 +478,7 @@ impl<R: ComposableRing> MultiRingOf<R> {
         };
         debug_assert!(ms.check().is_ok(), "a snapshot of our own state checks");
         self.report_snapshot(&ms);
+        self.keep_retained(&ms);
         let snap = Snapshot {
             upto: ms.position,
             protocol: ms.encode(),
@@ -558,11 +602,12 @@ impl<R: ComposableRing> MultiRingOf<R> {
             self.install_ring(i, r, &mut scratch, out);
         }
         self.scratch = scratch;
-        self.snap.server.replace_latest(snap);
         let mut served = ms.clone();
         for (r, q) in served.rings.iter_mut().zip(&self.merger.rings) {
             r.follow = q.follow;
         }
+        self.keep_retained(&served);
+        self.snap.server.replace_latest(snap);
         self.report_snapshot(&served);
         if report {
             let after = self.seen_subscriptions();
@@ -646,6 +691,20 @@ impl<R: ComposableRing> MultiRingOf<R> {
         }
         self.scratch = scratch;
         !moved.is_empty()
+    }
+
+    /// Before `ms` (of this node's state) becomes the latest snapshot: if its class differs
+    /// from the latest's, the latest is retained (see the module comment).
+    fn keep_retained(&mut self, ms: &MergeSnapshot) {
+        let classes = classes_of(ms);
+        if !self.snap.latest_classes.is_empty()
+            && self.snap.latest_classes != classes
+            && let Some(prev) = self.snap.server.latest()
+        {
+            self.snap.retained = SnapshotServer::default();
+            self.snap.retained.set_latest(&prev);
+        }
+        self.snap.latest_classes = classes;
     }
 
     /// Each ring's heartbeats report from now on where `ms` (the snapshot this node serves)
@@ -848,6 +907,20 @@ impl<R: ComposableRing> MultiRingOf<R> {
             (Some(b), _) => (b, FetchFor::Realign),
             (None, Some(b)) => (b, FetchFor::Adopt),
             (None, None) => {
+                if install {
+                    let alive: Vec<NodeId> = self
+                        .snap
+                        .alike
+                        .iter()
+                        .copied()
+                        .filter(|&n| report(first_ring, n).is_some_and(|(_, _, alive)| alive))
+                        .collect();
+                    let all = own_class
+                        .iter()
+                        .zip(&self.slots)
+                        .all(|(&c, s)| !s.ring.is_learner() || c == CLASS_ALL);
+                    self.probe_retained(group, &alive, all, out);
+                }
                 if self.snap.waiting_logged != Some((first_ring, first_next)) {
                     self.snap.waiting_logged = Some((first_ring, first_next));
                     out.events.push(Event::InGroup {
@@ -873,6 +946,7 @@ impl<R: ComposableRing> MultiRingOf<R> {
         });
         self.snap.fetch_retries = 0;
         self.snap.fetch_for = fetch_for;
+        self.snap.fetch_retained = false;
         // For an install, a snapshot at or past this learner's merge position: the position
         // never goes back (a delivery log numbers values by it).
         let min_position = if install { self.snap.position } else { 0 };
@@ -882,6 +956,68 @@ impl<R: ComposableRing> MultiRingOf<R> {
             MessageOf {
                 group,
                 body: Body::SnapshotFetch(fetch),
+            },
+        );
+    }
+
+    /// No peer reports a snapshot this learner can install: ask the live alike peers in
+    /// turn, one every `FETCH_TIMEOUT_US`, for their retained snapshot (see the module
+    /// comment). `all`: this learner follows every ring itself (it installs; otherwise it
+    /// adopts, as from a peer that reports following every ring).
+    fn probe_retained(
+        &mut self,
+        group: GroupId,
+        alive: &[NodeId],
+        all: bool,
+        out: &mut Outbox<Msg<R>>,
+    ) {
+        if alive.is_empty() || self.now < self.snap.next_probe_us {
+            return;
+        }
+        self.snap.next_probe_us = self.now + FETCH_TIMEOUT_US;
+        let node = alive[self.snap.probe_next % alive.len()];
+        self.snap.probe_next = self.snap.probe_next.wrapping_add(1);
+        self.snap.fetch_retries = 0;
+        self.snap.fetch_for = if all {
+            FetchFor::Install
+        } else {
+            FetchFor::Adopt
+        };
+        self.snap.fetch_retained = true;
+        let fetch = self.snap.fetcher.start(self.now, node, self.snap.position);
+        out.send(
+            node,
+            MessageOf {
+                group,
+                body: Body::RetainedFetch(fetch),
+            },
+        );
+    }
+
+    /// The next fetch of the transfer under way, of the peer's latest or retained snapshot.
+    fn fetch_body(&self, fetch: SnapshotFetch) -> Body<R::Message> {
+        if self.snap.fetch_retained {
+            Body::RetainedFetch(fetch)
+        } else {
+            Body::SnapshotFetch(fetch)
+        }
+    }
+
+    /// A peer asks for this node's retained snapshot (or a part of it): "none" if it has
+    /// none covering the position asked for.
+    pub(super) fn on_retained_fetch(
+        &mut self,
+        from: NodeId,
+        group: GroupId,
+        f: SnapshotFetch,
+        out: &mut Outbox<Msg<R>>,
+    ) {
+        let chunk = self.snap.retained.serve(self.now, &f);
+        out.send(
+            from,
+            MessageOf {
+                group,
+                body: Body::SnapshotChunk(chunk),
             },
         );
     }
@@ -916,14 +1052,11 @@ impl<R: ComposableRing> MultiRingOf<R> {
             ChunkOutcome::Ignored => {}
             ChunkOutcome::Next(fetch) => {
                 self.snap.fetch_retries = 0;
-                out.send(
-                    from,
-                    MessageOf {
-                        group,
-                        body: Body::SnapshotFetch(fetch),
-                    },
-                );
+                let body = self.fetch_body(fetch);
+                out.send(from, MessageOf { group, body });
             }
+            // A peer without a retained snapshot says so: the usual answer to a probe.
+            ChunkOutcome::Abandoned(_) if self.snap.fetch_retained => {}
             ChunkOutcome::Abandoned(why) => {
                 out.events.push(Event::SnapshotTransferGivenUp { why });
             }
@@ -1005,8 +1138,14 @@ impl<R: ComposableRing> MultiRingOf<R> {
                 .as_ref()
                 .and_then(|w| w.behind.first())
                 .map_or(0, |&(r, _, _)| ms.rings[r].upto);
-            if let Some(w) = self.snap.wait.as_mut() {
-                // One entry per peer (its latest refusal): bounded by the alike peers.
+            if let Some(w) = self
+                .snap
+                .wait
+                .as_mut()
+                .filter(|_| !self.snap.fetch_retained)
+            {
+                // One entry per peer (its latest refusal): bounded by the alike peers. (Not
+                // for a retained snapshot: its report says nothing of it.)
                 w.refused.retain(|&(n, _)| n != from);
                 w.refused.push((from, upto));
             }
@@ -1063,13 +1202,8 @@ impl<R: ComposableRing> MultiRingOf<R> {
                     .and_then(|w| w.behind.first())
                     .map_or(self.slots[0].group, |&(r, _, _)| self.slots[r].group);
                 if let Some((peer, fetch)) = self.snap.fetcher.retry(self.now) {
-                    out.send(
-                        peer,
-                        MessageOf {
-                            group,
-                            body: Body::SnapshotFetch(fetch),
-                        },
-                    );
+                    let body = self.fetch_body(fetch);
+                    out.send(peer, MessageOf { group, body });
                 }
             }
         }
@@ -1079,10 +1213,12 @@ impl<R: ComposableRing> MultiRingOf<R> {
 
 /// A learner's class in ring `group` (the heartbeats' `snapshot_class`): 0 if it does not
 /// follow the ring from `turn` on (anyone's snapshot gives it the ring's slot count: it
-/// delivers none of its values there); otherwise a digest of what it follows from `turn`
-/// on in every ring, never 0. Learners of one class deliver the same values from a turn
-/// on, so one can install another's snapshot; the ring's coordinator trims below a quorum
-/// of each class (`ring::snapshot::quorum_trim_point_by_class`).
+/// delivers none of its values there); `CLASS_ALL` if it follows every ring it learns
+/// from turn 0 on, without end; otherwise a digest of what it follows in every ring, from
+/// which turn to which, never 0 (see the module comment, "Classes"). Learners of one class
+/// have delivered the same values and deliver the same from `turn` on, so one can install
+/// another's snapshot; the ring's coordinator trims below a quorum of each class
+/// (`ring::snapshot::quorum_trim_point_by_class`).
 pub(super) fn ring_class(follows: &[(GroupId, bool, Follow)], group: GroupId, turn: u64) -> u64 {
     let followed = follows
         .iter()
@@ -1090,9 +1226,13 @@ pub(super) fn ring_class(follows: &[(GroupId, bool, Follow)], group: GroupId, tu
     if !followed {
         return 0;
     }
+    let all_along = Follow::On {
+        from: 0,
+        until: None,
+    };
     if follows
         .iter()
-        .all(|&(_, learner, f)| !learner || f.span_from(turn) == Some((turn, None)))
+        .all(|&(_, learner, f)| !learner || f == all_along)
     {
         return CLASS_ALL;
     }
@@ -1102,14 +1242,12 @@ pub(super) fn ring_class(follows: &[(GroupId, bool, Follow)], group: GroupId, tu
             continue;
         }
         e.put_u16(g.0);
-        match f.span_from(turn) {
-            None => e.put_u8(0),
-            // Followed from now on, without end: the same for any turn.
-            Some((first, None)) if first == turn => e.put_u8(1),
-            Some((first, end)) => {
+        match f {
+            Follow::Off => e.put_u8(0),
+            Follow::On { from, until } => {
                 e.put_u8(2);
-                e.put_u64(first);
-                e.put_u64(end.unwrap_or(u64::MAX));
+                e.put_u64(from);
+                e.put_u64(until.unwrap_or(u64::MAX));
             }
         }
     }
@@ -1196,6 +1334,39 @@ mod tests {
                 },
             ],
         }
+    }
+
+    #[test]
+    fn classes_tell_a_late_subscriber_from_a_learner_that_followed_all_along() {
+        let (g1, g2) = (GroupId(1), GroupId(2));
+        let on = |from| Follow::On { from, until: None };
+        let all = [(g1, true, on(0)), (g2, true, on(0))];
+        let late = [(g1, true, on(50)), (g2, true, on(0))];
+        assert_eq!(ring_class(&all, g1, 100), CLASS_ALL);
+        // Alike from turn 50 on, but the late one's state lacks ring 1's values before:
+        // the first design gave both CLASS_ALL here (seeds 1554, 1655).
+        assert_ne!(ring_class(&late, g1, 100), CLASS_ALL);
+        assert_ne!(ring_class(&late, g1, 100), 0);
+        assert_eq!(ring_class(&late, g1, 100), ring_class(&late, g2, 100));
+        let ends = [
+            (g1, true, on(0)),
+            (
+                g2,
+                true,
+                Follow::On {
+                    from: 0,
+                    until: Some(200),
+                },
+            ),
+        ];
+        assert_ne!(ring_class(&ends, g1, 100), ring_class(&all, g1, 100));
+        // Not following ring 1 from the turn on: class 0 there, whatever the rest.
+        let off = [(g1, true, Follow::Off), (g2, true, on(0))];
+        assert_eq!(ring_class(&off, g1, 100), 0);
+        assert_ne!(ring_class(&off, g2, 100), 0);
+        // A ring the node does not learn does not count.
+        let not_learner = [(g1, false, Follow::Off), (g2, true, on(0))];
+        assert_eq!(ring_class(&not_learner, g2, 100), CLASS_ALL);
     }
 
     #[test]

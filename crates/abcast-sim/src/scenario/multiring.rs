@@ -103,6 +103,9 @@ impl Adapter for MultiRingAdapter {
             Body::SnapshotFetch(f) => MsgInfo::new("snapshot-fetch")
                 .instance(f.upto)
                 .detail(format!("from position {} offset {}", f.min_upto, f.offset)),
+            Body::RetainedFetch(f) => MsgInfo::new("retained-fetch")
+                .instance(f.upto)
+                .detail(format!("from position {} offset {}", f.min_upto, f.offset)),
             Body::SnapshotChunk(c) => MsgInfo::new("snapshot-chunk")
                 .instance(c.upto)
                 .detail(format!("{} of {} bytes", c.data.len(), c.total)),

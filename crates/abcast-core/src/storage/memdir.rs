@@ -307,6 +307,12 @@ impl MemDir {
         self.disk().fired
     }
 
+    /// No injected failure fires from now on; one that fired already stays (its error may
+    /// still be on its way up: a trim's failure that the next group commit reports).
+    pub fn disarm_injection(&self) {
+        self.disk().injected = None;
+    }
+
     /// No more injected failures (a failed disk replaced, space freed): the next life of
     /// the node finds a working disk.
     pub fn clear_injection(&self) {

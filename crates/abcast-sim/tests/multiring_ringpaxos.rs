@@ -44,8 +44,8 @@ fn replay() {
 /// states: in 1051 and 1453 the rings trimmed on the reports of a classmate that changed
 /// its subscriptions and then restarted (a retained snapshot is kept in memory only); in
 /// 1659 the learner and its classmate had both left ring 1, after following it over
-/// different turns (a class keeps no history). Run with `--ignored`; once fixed, move them to `replay`'s
-/// regressions.
+/// different turns (a class keeps no history). Run with `--ignored`; once fixed, move them
+/// to `replay`'s regressions.
 #[test]
 #[ignore = "open: Multi-Ring over Ring Paxos power_loss seeds 1051, 1453, 1659 (docs/testing.md)"]
 fn open_power_loss_seeds_of_the_long_run() {

@@ -40,12 +40,13 @@ fn replay() {
 /// Found by issue 33's second long run (power_loss seeds 1000 to 1999, on the code with the
 /// classes and retained snapshots of `multiring/snapshot.rs`) and not fixed yet: seeds
 /// 1051, 1453 and 1659 leave acknowledged values undelivered at a learner behind a ring's
-/// trim point that no snapshot fits. As read so far, the two limits that module comment
-/// states: in 1051 and 1453 the rings trimmed on the reports of a classmate that changed
-/// its subscriptions and then restarted (a retained snapshot is kept in memory only); in
-/// 1659 the learner and its classmate had both left ring 1, after following it over
-/// different turns (a class keeps no history). Run with `--ignored`; once fixed, move them
-/// to `replay`'s regressions.
+/// trim point that no snapshot fits. Not diagnosed yet. In each, after the power loss,
+/// the learners that followed every ring all along are behind. Candidates, none confirmed:
+/// the rings trimmed on reports of a classmate that changed its subscriptions and then
+/// restarted (a retained snapshot is kept in memory only); two learners that both left a
+/// ring over different turns share a class (a class keeps no history); a restarted
+/// coordinator trims without a down learner's class (docs/design/multiring-snapshots.md,
+/// Limits). Run with `--ignored`; once fixed, move them to `replay`'s regressions.
 #[test]
 #[ignore = "open: Multi-Ring over Ring Paxos power_loss seeds 1051, 1453, 1659 (docs/testing.md)"]
 fn open_power_loss_seeds_of_the_long_run() {

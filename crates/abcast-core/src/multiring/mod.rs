@@ -720,8 +720,8 @@ impl<R: ComposableRing> Protocol for MultiRingOf<R> {
                 // A lag report asks for a skip now, not at the next tick.
                 self.coordinator_skip(i, out);
             }
-            Body::SnapshotFetch(f) => self.on_snapshot_fetch(from, msg.group, f, out),
-            Body::RetainedFetch(f) => self.on_retained_fetch(from, msg.group, f, out),
+            Body::SnapshotFetch(f) => self.on_snapshot_fetch(from, msg.group, f, false, out),
+            Body::RetainedFetch(f) => self.on_snapshot_fetch(from, msg.group, f, true, out),
             Body::SnapshotChunk(c) => self.on_snapshot_chunk(from, msg.group, c, out),
             Body::ControlReq(c) => {
                 if c.learner != from {

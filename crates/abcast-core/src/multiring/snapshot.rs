@@ -1003,34 +1003,22 @@ impl<R: ComposableRing> MultiRingOf<R> {
         }
     }
 
-    /// A peer asks for this node's retained snapshot (or a part of it): "none" if it has
-    /// none covering the position asked for.
-    pub(super) fn on_retained_fetch(
-        &mut self,
-        from: NodeId,
-        group: GroupId,
-        f: SnapshotFetch,
-        out: &mut Outbox<Msg<R>>,
-    ) {
-        let chunk = self.snap.retained.serve(self.now, &f);
-        out.send(
-            from,
-            MessageOf {
-                group,
-                body: Body::SnapshotChunk(chunk),
-            },
-        );
-    }
-
-    /// A peer asks for this node's latest snapshot (or a part of it).
+    /// A peer asks for this node's latest snapshot, or with `retained` for its retained one
+    /// (or a part of it): "none" if it has none covering the position asked for.
     pub(super) fn on_snapshot_fetch(
         &mut self,
         from: NodeId,
         group: GroupId,
         f: SnapshotFetch,
+        retained: bool,
         out: &mut Outbox<Msg<R>>,
     ) {
-        let chunk = self.snap.server.serve(self.now, &f);
+        let server = if retained {
+            &mut self.snap.retained
+        } else {
+            &mut self.snap.server
+        };
+        let chunk = server.serve(self.now, &f);
         out.send(
             from,
             MessageOf {
